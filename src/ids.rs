@@ -1,0 +1,135 @@
+//! Names born on the device (PROTOCOL §1): deviceId, opId, rowId, attemptKey.
+//!
+//! One counter per device numbers both ops and rows. Several engines may
+//! share one local database (tabs, a Service Worker), so numbers are handed
+//! out from **blocks** reserved in the database: an engine reserves
+//! `counter+1 ..= counter+BLOCK` in the same transaction that records an op,
+//! and hands out numbers from memory until the block is used up. Two engines
+//! never hold the same block, and a number is never handed out twice, even
+//! after a crash (a reserved block is either persisted or dropped).
+
+use crate::protocol::OpId;
+
+/// How many numbers an engine reserves at once.
+pub const BLOCK: u64 = 64;
+
+/// A UUID v4 string from 16 random bytes (the randomness is the caller's).
+pub fn device_id_from(random: [u8; 16]) -> String {
+    let mut b = random;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+}
+
+/// The opId of number `n` on `device`: `<deviceId>:<n>`.
+pub fn op_id(device: &str, n: u64) -> OpId {
+    OpId::new(format!("{device}:{n}"))
+}
+
+/// The rowId of number `n` on `device`: `<deviceId>-<n>`.
+pub fn row_id(device: &str, n: u64) -> String {
+    format!("{device}-{n}")
+}
+
+/// The counter number inside an opId of this device, if it is one.
+pub fn number_of(device: &str, op: &OpId) -> Option<u64> {
+    op.as_str().strip_prefix(device)?.strip_prefix(':')?.parse().ok()
+}
+
+/// A block of reserved counter numbers `next..=last` (empty when `next > last`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IdBlock {
+    /// The next number to hand out.
+    pub next: u64,
+    /// The last number of the block.
+    pub last: u64,
+}
+
+impl IdBlock {
+    /// Whether the block has no number left.
+    pub fn is_empty(&self) -> bool {
+        self.next == 0 || self.next > self.last
+    }
+
+    /// Reserves the block after `counter` (the persisted high-water mark) and
+    /// returns the new high-water mark to persist.
+    pub fn reserve_after(&mut self, counter: u64) -> u64 {
+        self.next = counter + 1;
+        self.last = counter + BLOCK;
+        self.last
+    }
+
+    /// Takes the next number, if any is left.
+    pub fn take(&mut self) -> Option<u64> {
+        if self.is_empty() {
+            return None;
+        }
+        let n = self.next;
+        self.next += 1;
+        Some(n)
+    }
+}
+
+/// A small seeded generator (SplitMix64) for jitter and attempt keys: the seed
+/// is injected, so every run of the engine can be replayed.
+#[derive(Debug, Clone)]
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        SplitMix(seed)
+    }
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// A number in `0..=max`.
+    pub fn up_to(&mut self, max: u64) -> u64 {
+        if max == u64::MAX {
+            return self.next_u64();
+        }
+        self.next_u64() % (max + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_ids_are_uuid_v4() {
+        let id = device_id_from([0xff; 16]);
+        assert_eq!(id.len(), 36);
+        assert_eq!(&id[14..15], "4");
+        assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
+        crate::protocol::check_op_id(&format!("{id}:1")).unwrap();
+    }
+
+    #[test]
+    fn blocks_never_overlap() {
+        let (mut a, mut b) = (IdBlock::default(), IdBlock::default());
+        assert!(a.is_empty());
+        let hw = a.reserve_after(0);
+        let hw2 = b.reserve_after(hw);
+        let from_a: Vec<u64> = std::iter::from_fn(|| a.take()).collect();
+        let from_b: Vec<u64> = std::iter::from_fn(|| b.take()).collect();
+        assert_eq!(from_a.len() as u64, BLOCK);
+        assert_eq!(from_a.last(), Some(&hw));
+        assert_eq!(from_b.first(), Some(&(hw + 1)));
+        assert_eq!(from_b.last(), Some(&hw2));
+    }
+
+    #[test]
+    fn numbers_come_back_out_of_op_ids() {
+        let id = op_id("dev", 42);
+        assert_eq!(number_of("dev", &id), Some(42));
+        assert_eq!(number_of("other", &id), None);
+        assert_eq!(row_id("dev", 7), "dev-7");
+    }
+}

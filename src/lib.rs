@@ -1,0 +1,52 @@
+//! # marksync
+//!
+//! Offline-first sync that never duplicates, never loses and never lies about
+//! a user's edits. Every edit is an op "field = value" named on the device;
+//! rows merge per field by marks `(at, opId)`; the server judges each op once
+//! and remembers its verdict per (user, opId) forever, so a retry is harmless.
+//!
+//! This crate is the one copy of every rule, used by the browser client
+//! (compiled to WebAssembly, see `www/`) and by the reference server
+//! (`marksync-server`). It does no I/O: time, ids and randomness are injected,
+//! and storage and transport are the caller's.
+//!
+//! | module | what it is |
+//! |---|---|
+//! | [`protocol`] | wire types and their shape rules |
+//! | [`order`] | marks, `newer`, `merge` — the only ordering of marks |
+//! | [`clock`] | the device's monotonic `at` |
+//! | [`ids`] | deviceId, opId, rowId, number blocks |
+//! | [`schema`] | the server's validation of rows |
+//! | [`judge`] | the server's decide → remember → write |
+//! | [`memory_server`] | the judge over in-memory maps |
+//! | [`replica`] | base rows ⊕ pending ops = visible rows |
+//! | [`outbox`] | pending ops in record order |
+//! | [`attempt`] | attempts, failures, backoff, row status |
+//! | [`store`] | the device's durable state, [`store::Txn`], the store contract |
+//! | [`engine`] | the sans-io sync engine of one device |
+//! | `sim` | the deterministic fault simulator (feature `sim`) |
+#![warn(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod attempt;
+pub mod clock;
+pub mod engine;
+pub mod ids;
+pub mod judge;
+pub mod memory_server;
+pub mod order;
+pub mod outbox;
+pub mod protocol;
+pub mod replica;
+pub mod schema;
+pub mod store;
+
+#[cfg(feature = "sim")]
+pub mod sim;
+
+#[cfg(target_arch = "wasm32")]
+pub mod wasm;
+
+pub use engine::{Config, Engine, Step, SyncReport};
+pub use protocol::{Mark, Op, OpId, Row, RowKey, Value};

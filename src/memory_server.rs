@@ -1,0 +1,188 @@
+//! An in-memory server: the [`crate::judge`] over hash maps, per user.
+//!
+//! It answers push and pull exactly as the reference server does, without
+//! HTTP or SQL. The simulator syncs devices against it; apps can use it in
+//! their own tests.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::judge::{judge_batch, JudgeError, Known, Remembered};
+use crate::protocol::{
+    Change, ErrorBody, ErrorCode, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, MAX_PULL_LIMIT,
+};
+use crate::schema::Schema;
+
+/// One user's data: remembered verdicts, rows with their seq, the head.
+#[derive(Debug, Clone, Default)]
+pub struct UserData {
+    /// (opId) → remembered verdict. Never purged.
+    pub verdicts: HashMap<OpId, Remembered>,
+    /// Row key → (row, seq of its latest change).
+    pub rows: HashMap<RowKey, (Row, u64)>,
+    /// seq → row key, for pull in seq order (one entry per row, at its latest seq).
+    pub by_seq: BTreeMap<u64, RowKey>,
+    /// The user's head seq.
+    pub head: u64,
+}
+
+/// The whole in-memory server.
+#[derive(Debug, Clone)]
+pub struct MemoryServer {
+    /// The schema rows are validated against (may be swapped to model a release).
+    pub schema: Schema,
+    /// user id → data.
+    pub users: HashMap<String, UserData>,
+}
+
+impl MemoryServer {
+    /// An empty server with `schema`.
+    pub fn new(schema: Schema) -> Self {
+        MemoryServer { schema, users: HashMap::new() }
+    }
+
+    /// `POST /v1/push` for `user`: shape check, judge, remember, write.
+    pub fn push(&mut self, user: &str, req: &PushRequest) -> Result<PushResponse, ErrorBody> {
+        req.check_shape().map_err(|e| ErrorBody::new(ErrorCode::BadRequest, e.to_string()))?;
+        let data = self.users.entry(user.to_owned()).or_default();
+        let mut known = Known { head: data.head, ..Known::default() };
+        for op in &req.batch {
+            let key = op.row_key();
+            if let Some((row, _)) = data.rows.get(&key) {
+                known.rows.insert(key, row.clone());
+            }
+            if let Some(v) = data.verdicts.get(&op.op_id) {
+                known.verdicts.insert(op.op_id.clone(), v.clone());
+            }
+        }
+        let j = judge_batch(&self.schema, &req.batch, known).map_err(|e| match e {
+            JudgeError::SchemaTooNew { .. } => ErrorBody::new(ErrorCode::SchemaTooNew, e.to_string()),
+        })?;
+        for (id, v) in j.remember {
+            data.verdicts.insert(id, v);
+        }
+        for w in j.writes {
+            if let Some((_, old_seq)) = data.rows.get(&w.key) {
+                data.by_seq.remove(old_seq);
+            }
+            data.by_seq.insert(w.seq, w.key.clone());
+            data.rows.insert(w.key, (w.row, w.seq));
+        }
+        data.head = j.head;
+        Ok(PushResponse { attempt_key: req.attempt_key.clone(), verdicts: j.verdicts })
+    }
+
+    /// `GET /v1/pull?cursor&limit` for `user`: rows changed after `cursor`, in seq order.
+    pub fn pull(&self, user: &str, cursor: u64, limit: usize) -> PullResponse {
+        let limit = limit.clamp(1, MAX_PULL_LIMIT);
+        let Some(data) = self.users.get(user) else {
+            return PullResponse { changes: vec![], cursor, has_more: false };
+        };
+        let mut changes = Vec::new();
+        let mut range = data.by_seq.range(cursor + 1..);
+        for (seq, key) in range.by_ref().take(limit) {
+            if let Some((row, _)) = data.rows.get(key) {
+                changes.push(Change { key: key.clone(), row: row.clone(), seq: *seq });
+            }
+        }
+        let has_more = range.next().is_some();
+        let cursor = changes.last().map_or(cursor, |c| c.seq);
+        PullResponse { changes, cursor, has_more }
+    }
+
+    /// The user's head seq.
+    pub fn head(&self, user: &str) -> u64 {
+        self.users.get(user).map_or(0, |d| d.head)
+    }
+
+    /// A user's rows, for checks.
+    pub fn rows(&self, user: &str) -> BTreeMap<RowKey, Row> {
+        self.users
+            .get(user)
+            .map(|d| d.rows.iter().map(|(k, (r, _))| (k.clone(), r.clone())).collect())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Op, Outcome, Value};
+
+    fn op(id: &str, row: &str) -> Op {
+        Op {
+            op_id: OpId::new(id),
+            table: "sets".into(),
+            row_id: row.into(),
+            fields: [("exercise", Value::from("row")), ("weightKg", 10.0.into()), ("reps", 3i64.into())]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            at: 5,
+            schema: 1,
+        }
+    }
+
+    fn req(key: &str, batch: Vec<Op>) -> PushRequest {
+        PushRequest { attempt_key: key.into(), batch }
+    }
+
+    #[test]
+    fn three_identical_pushes_make_one_row_and_one_seq() {
+        let mut s = MemoryServer::new(Schema::workout());
+        let r = req("d:a1", vec![op("d:1", "d-1")]);
+        for i in 0..3 {
+            let resp = s.push("u", &r).unwrap();
+            let want = if i == 0 { Outcome::Applied } else { Outcome::Duplicate };
+            assert_eq!(resp.verdicts[0].outcome, want);
+        }
+        assert_eq!(s.head("u"), 1);
+        assert_eq!(s.rows("u").len(), 1);
+    }
+
+    #[test]
+    fn two_users_with_the_same_op_ids_are_judged_apart() {
+        let mut s = MemoryServer::new(Schema::workout());
+        let r = req("d:a1", vec![op("d:1", "d-1")]);
+        assert_eq!(s.push("alice", &r).unwrap().verdicts[0].outcome, Outcome::Applied);
+        assert_eq!(s.push("bob", &r).unwrap().verdicts[0].outcome, Outcome::Applied);
+        assert_eq!(s.pull("alice", 0, 10).changes.len(), 1);
+        assert_eq!(s.pull("bob", 0, 10).changes.len(), 1);
+        assert_eq!(s.pull("carol", 0, 10).changes.len(), 0);
+    }
+
+    #[test]
+    fn pull_pages_in_seq_order_each_row_once_at_its_latest_seq() {
+        let mut s = MemoryServer::new(Schema::workout());
+        let batch: Vec<Op> = (0..25).map(|i| op(&format!("d:{i}"), &format!("d-{i}"))).collect();
+        s.push("u", &req("d:a1", batch)).unwrap();
+        let mut again = op("d:99", "d-0");
+        again.at = 6;
+        s.push("u", &req("d:a2", vec![again])).unwrap();
+        let (mut cursor, mut seen, mut pages) = (0, vec![], 0);
+        loop {
+            let p = s.pull("u", cursor, 10);
+            pages += 1;
+            seen.extend(p.changes.iter().map(|c| c.seq));
+            cursor = p.cursor;
+            if !p.has_more {
+                break;
+            }
+        }
+        assert_eq!(pages, 3);
+        assert_eq!(seen.len(), 25, "d-0 once, at its latest seq");
+        assert!(seen.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(*seen.last().unwrap(), 26);
+        assert_eq!(s.pull("u", cursor, 10).cursor, cursor);
+    }
+
+    #[test]
+    fn a_bad_shape_is_a_400_and_writes_nothing() {
+        let mut s = MemoryServer::new(Schema::workout());
+        let mut bad = op("d:1", "d-1");
+        bad.op_id = OpId::new("é:1");
+        let e = s.push("u", &req("d:a1", vec![op("d:0", "d-0"), bad])).unwrap_err();
+        assert_eq!(e.error.code, ErrorCode::BadRequest);
+        assert_eq!(s.head("u"), 0);
+        assert!(s.users.get("u").is_none_or(|d| d.verdicts.is_empty()));
+    }
+}

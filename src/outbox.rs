@@ -1,0 +1,120 @@
+//! The outbox: pending ops in record order (`at` order), indexed by opId and row.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::protocol::{Op, OpId, RowKey};
+
+/// Pending ops, ordered by `at` (unique and increasing per device).
+#[derive(Debug, Clone, Default)]
+pub struct Outbox {
+    ops: BTreeMap<u64, Op>,
+    by_id: HashMap<OpId, u64>,
+    by_row: HashMap<RowKey, BTreeSet<u64>>,
+}
+
+impl Outbox {
+    /// An outbox holding `ops`.
+    pub fn new(ops: impl IntoIterator<Item = Op>) -> Self {
+        let mut o = Outbox::default();
+        for op in ops {
+            o.insert(op);
+        }
+        o
+    }
+
+    /// Queues an op (replacing one with the same `at`, which never happens on one device).
+    pub fn insert(&mut self, op: Op) {
+        if self.by_id.contains_key(&op.op_id) {
+            return;
+        }
+        self.by_id.insert(op.op_id.clone(), op.at);
+        self.by_row.entry(op.row_key()).or_default().insert(op.at);
+        self.ops.insert(op.at, op);
+    }
+
+    /// Removes an op by opId and returns it.
+    pub fn remove(&mut self, id: &OpId) -> Option<Op> {
+        let at = self.by_id.remove(id)?;
+        let op = self.ops.remove(&at)?;
+        let key = op.row_key();
+        if let Some(set) = self.by_row.get_mut(&key) {
+            set.remove(&at);
+            if set.is_empty() {
+                self.by_row.remove(&key);
+            }
+        }
+        Some(op)
+    }
+
+    /// Removes an op by `at` and returns it.
+    pub fn remove_at(&mut self, at: u64) -> Option<Op> {
+        let id = self.ops.get(&at)?.op_id.clone();
+        self.remove(&id)
+    }
+
+    /// The op with this opId.
+    pub fn get(&self, id: &OpId) -> Option<&Op> {
+        self.by_id.get(id).and_then(|at| self.ops.get(at))
+    }
+
+    /// The first `max` ops, in order: the next batch to push.
+    pub fn next_batch(&self, max: usize) -> Vec<Op> {
+        self.ops.values().take(max).cloned().collect()
+    }
+
+    /// The pending ops on one row, in order.
+    pub fn on_row<'a>(&'a self, key: &RowKey) -> impl Iterator<Item = &'a Op> + 'a {
+        self.by_row.get(key).into_iter().flatten().filter_map(|at| self.ops.get(at))
+    }
+
+    /// Whether the row has pending ops.
+    pub fn has_row(&self, key: &RowKey) -> bool {
+        self.by_row.contains_key(key)
+    }
+
+    /// How many ops are pending.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether nothing is pending.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// All pending ops, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Op> {
+        self.ops.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Fields, Value};
+
+    fn op(n: u64, at: u64, row: &str) -> Op {
+        let mut f = Fields::new();
+        f.insert("a".into(), Value::Null);
+        Op { op_id: crate::ids::op_id("d", n), table: "t".into(), row_id: row.into(), fields: f, at, schema: 1 }
+    }
+
+    #[test]
+    fn batches_follow_record_order_not_op_id_text() {
+        let o = Outbox::new([op(10, 3, "x"), op(9, 2, "y"), op(100, 1, "x")]);
+        let ids: Vec<String> = o.next_batch(2).iter().map(|o| o.op_id.to_string()).collect();
+        assert_eq!(ids, vec!["d:100", "d:9"]);
+        assert_eq!(o.on_row(&RowKey::new("t", "x")).count(), 2);
+    }
+
+    #[test]
+    fn remove_keeps_indexes_in_step() {
+        let mut o = Outbox::new([op(1, 1, "x"), op(2, 2, "x")]);
+        assert!(o.remove(&crate::ids::op_id("d", 1)).is_some());
+        assert!(o.has_row(&RowKey::new("t", "x")));
+        assert!(o.remove_at(2).is_some());
+        assert!(!o.has_row(&RowKey::new("t", "x")));
+        assert!(o.is_empty());
+        assert!(o.remove_at(2).is_none());
+    }
+}

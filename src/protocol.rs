@@ -1,0 +1,719 @@
+//! Wire types of the marksync protocol (PROTOCOL §1–5) and their shape rules.
+//!
+//! Everything that crosses the network is defined here, once, with serde
+//! `camelCase` names. Shape validation ([`Op::check_shape`],
+//! [`PushRequest::check_shape`]) happens at the boundary and names the exact
+//! field that is wrong; code behind the boundary may assume valid shapes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+
+/// The largest `at` (and seq) the protocol allows: 2^53 - 1, exact in a JS number.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+/// The most fields one op may set.
+pub const MAX_FIELDS: usize = 64;
+/// The longest string value, in UTF-8 bytes.
+pub const MAX_STRING_BYTES: usize = 4096;
+/// The most ops a server judges in one push.
+pub const MAX_JUDGED_PER_PUSH: usize = 1000;
+/// The largest pull page.
+pub const MAX_PULL_LIMIT: usize = 1000;
+/// The pull page size when the request names none.
+pub const DEFAULT_PULL_LIMIT: usize = 500;
+/// The reserved field that marks a row deleted (a tombstone), PROTOCOL §6.
+pub const DELETED: &str = "_deleted";
+
+/// A shape error: which part of the input is wrong, and how.
+///
+/// Returned by the `check_shape` functions; the server turns it into a
+/// `400 bad_request` whose message is `Display` of this value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {problem}")]
+pub struct ShapeError {
+    /// Where the problem is, e.g. `batch[3].fields.reps`.
+    pub path: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl ShapeError {
+    fn new(path: impl Into<String>, problem: impl Into<String>) -> Self {
+        ShapeError { path: path.into(), problem: problem.into() }
+    }
+}
+
+/// The name of one operation, born on the device: `<deviceId>:<n>`.
+///
+/// Cheap to clone (shared), compared by bytes — which, because opIds are
+/// ASCII, is also code-point and UTF-16 order (PROTOCOL §1).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OpId(Arc<str>);
+
+impl OpId {
+    /// Wraps a string as an opId without checking it (see [`check_op_id`]).
+    pub fn new(s: impl Into<Arc<str>>) -> Self {
+        OpId(s.into())
+    }
+    /// The opId as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for OpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for OpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for OpId {
+    fn from(s: &str) -> Self {
+        OpId::new(s)
+    }
+}
+
+/// A field value: string, finite number, boolean or null — nothing else.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// JSON `null`.
+    Null,
+    /// JSON `true` / `false`.
+    Bool(bool),
+    /// A finite JSON number.
+    Number(f64),
+    /// A string of at most [`MAX_STRING_BYTES`] UTF-8 bytes.
+    String(String),
+}
+
+impl Value {
+    /// The JSON type name, for error messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+        }
+    }
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::String(s.to_owned())
+    }
+}
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Value::String(s)
+    }
+}
+impl From<f64> for Value {
+    fn from(n: f64) -> Self {
+        Value::Number(n)
+    }
+}
+impl From<i64> for Value {
+    fn from(n: i64) -> Self {
+        Value::Number(n as f64)
+    }
+}
+impl From<bool> for Value {
+    fn from(b: bool) -> Self {
+        Value::Bool(b)
+    }
+}
+
+impl Serialize for Value {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Null => s.serialize_unit(),
+            Value::Bool(b) => s.serialize_bool(*b),
+            // Integral numbers leave as integers (`5`, not `5.0`), so a value
+            // reads back the same in every JSON parser.
+            Value::Number(n) if n.fract() == 0.0 && n.abs() <= MAX_SAFE_INTEGER as f64 => {
+                s.serialize_i64(*n as i64)
+            }
+            Value::Number(n) => s.serialize_f64(*n),
+            Value::String(v) => s.serialize_str(v),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Value;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string, a finite number, a boolean or null")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+                Ok(Value::Null)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+                Ok(Value::Null)
+            }
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<Value, E> {
+                Ok(Value::Bool(b))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Value, E> {
+                Ok(Value::Number(n as f64))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Value, E> {
+                Ok(Value::Number(n as f64))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Value, E> {
+                if n.is_finite() {
+                    Ok(Value::Number(n))
+                } else {
+                    Err(E::custom("a number must be finite"))
+                }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+                Ok(Value::String(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+                Ok(Value::String(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The fields an op sets: field name → value.
+pub type Fields = BTreeMap<String, Value>;
+
+/// One edit, "field = value" for each of its fields (PROTOCOL §2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Op {
+    /// The op's name, born on the device; also its requestKey.
+    pub op_id: OpId,
+    /// The app table the row lives in.
+    pub table: String,
+    /// The row's name, born on the device.
+    pub row_id: String,
+    /// Field name → value; 1..=64 entries.
+    pub fields: Fields,
+    /// Milliseconds, `0..=2^53-1`, made monotonic by the device's [`crate::clock::Clock`].
+    pub at: u64,
+    /// App schema version of the op.
+    #[serde(default = "default_schema")]
+    pub schema: u32,
+}
+
+fn default_schema() -> u32 {
+    1
+}
+
+impl Op {
+    /// This op's mark: `{at, opId}`.
+    pub fn mark(&self) -> Mark {
+        Mark { at: self.at, op_id: self.op_id.clone() }
+    }
+
+    /// The key of the row this op edits.
+    pub fn row_key(&self) -> RowKey {
+        RowKey::new(self.table.as_str(), self.row_id.as_str())
+    }
+
+    /// Checks every shape rule of PROTOCOL §1–2; `path` prefixes error paths.
+    pub fn check_shape(&self, path: &str) -> Result<(), ShapeError> {
+        check_op_id(self.op_id.as_str()).map_err(|p| ShapeError::new(format!("{path}.opId"), p))?;
+        check_table(&self.table).map_err(|p| ShapeError::new(format!("{path}.table"), p))?;
+        check_row_id(&self.row_id).map_err(|p| ShapeError::new(format!("{path}.rowId"), p))?;
+        if self.at > MAX_SAFE_INTEGER {
+            return Err(ShapeError::new(format!("{path}.at"), "must be at most 2^53-1"));
+        }
+        check_fields(&self.fields).map_err(|e| ShapeError::new(format!("{path}.fields{}", e.path), e.problem))
+    }
+}
+
+/// The characters an opId may hold: `[A-Za-z0-9:._-]`, 1..=128 of them.
+pub fn check_op_id(s: &str) -> Result<(), &'static str> {
+    check_name(s, 128)
+}
+
+/// rowIds follow the opId alphabet and length (they are born from the same counter).
+pub fn check_row_id(s: &str) -> Result<(), &'static str> {
+    check_name(s, 128)
+}
+
+fn check_name(s: &str, max: usize) -> Result<(), &'static str> {
+    if s.is_empty() || s.len() > max {
+        return Err("must be 1 to 128 characters");
+    }
+    if !s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'.' | b'_' | b'-')) {
+        return Err("may only contain A-Z a-z 0-9 : . _ -");
+    }
+    Ok(())
+}
+
+/// A table name: `[a-z][a-z0-9_]{0,63}`.
+pub fn check_table(s: &str) -> Result<(), &'static str> {
+    let b = s.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 64
+        && b[0].is_ascii_lowercase()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err("must match [a-z][a-z0-9_]{0,63}")
+    }
+}
+
+/// A field key: `[A-Za-z_][A-Za-z0-9_]{0,63}`; keys starting with `_` are reserved.
+pub fn check_field_key(s: &str) -> Result<(), &'static str> {
+    let b = s.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
+    if !ok {
+        return Err("a field name must match [A-Za-z_][A-Za-z0-9_]{0,63}");
+    }
+    if s.starts_with('_') && s != DELETED {
+        return Err("field names starting with _ are reserved");
+    }
+    Ok(())
+}
+
+/// Checks an op's fields: 1..=64 keys of the right shape, values within limits,
+/// `_deleted` boolean. The error path is relative (`.name`).
+pub fn check_fields(fields: &Fields) -> Result<(), ShapeError> {
+    if fields.is_empty() {
+        return Err(ShapeError::new("", "must set at least one field"));
+    }
+    if fields.len() > MAX_FIELDS {
+        return Err(ShapeError::new("", "may set at most 64 fields"));
+    }
+    for (k, v) in fields {
+        check_field_key(k).map_err(|p| ShapeError::new(format!(".{k}"), p))?;
+        match v {
+            Value::String(s) if s.len() > MAX_STRING_BYTES => {
+                return Err(ShapeError::new(format!(".{k}"), "a string may hold at most 4096 bytes"));
+            }
+            Value::Number(n) if !n.is_finite() => {
+                return Err(ShapeError::new(format!(".{k}"), "a number must be finite"));
+            }
+            _ => {}
+        }
+        if k == DELETED && !matches!(v, Value::Bool(_)) {
+            return Err(ShapeError::new(format!(".{k}"), "_deleted must be true or false"));
+        }
+    }
+    Ok(())
+}
+
+/// A mark: which op last set a field, and when. Ordered by [`crate::order::newer`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Mark {
+    /// The op's `at`.
+    pub at: u64,
+    /// The op's name.
+    pub op_id: OpId,
+}
+
+/// One field of a row: its value and the mark of the op that set it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    /// The current value.
+    pub value: Value,
+    /// The op that set it.
+    pub mark: Mark,
+}
+
+/// A row: per field, a value and a mark. On the wire: `{ "fields": {…}, "marks": {…} }`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Row {
+    /// Field name → cell. Every field has a mark, every mark a field.
+    pub cells: BTreeMap<String, Cell>,
+}
+
+impl Row {
+    /// The value of one field.
+    pub fn get(&self, field: &str) -> Option<&Value> {
+        self.cells.get(field).map(|c| &c.value)
+    }
+
+    /// Whether the row is a tombstone (`_deleted` is true).
+    pub fn is_deleted(&self) -> bool {
+        matches!(self.get(DELETED), Some(Value::Bool(true)))
+    }
+
+    /// The row's fields, without marks.
+    pub fn fields(&self) -> Fields {
+        self.cells.iter().map(|(k, c)| (k.clone(), c.value.clone())).collect()
+    }
+
+    /// Builds a row from its wire halves; every field needs a mark and vice versa.
+    pub fn from_parts(fields: Fields, mut marks: BTreeMap<String, Mark>) -> Result<Row, String> {
+        let mut cells = BTreeMap::new();
+        for (k, value) in fields {
+            let mark = marks.remove(&k).ok_or_else(|| format!("field {k} has no mark"))?;
+            cells.insert(k, Cell { value, mark });
+        }
+        if let Some(k) = marks.keys().next() {
+            return Err(format!("mark {k} has no field"));
+        }
+        Ok(Row { cells })
+    }
+}
+
+struct FieldsOf<'a>(&'a BTreeMap<String, Cell>);
+impl Serialize for FieldsOf<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, c) in self.0 {
+            m.serialize_entry(k, &c.value)?;
+        }
+        m.end()
+    }
+}
+struct MarksOf<'a>(&'a BTreeMap<String, Cell>);
+impl Serialize for MarksOf<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, c) in self.0 {
+            m.serialize_entry(k, &c.mark)?;
+        }
+        m.end()
+    }
+}
+
+/// Serializes `cells` as the two wire maps `fields` and `marks` into an open map.
+fn serialize_cells<M: SerializeMap>(m: &mut M, cells: &BTreeMap<String, Cell>) -> Result<(), M::Error> {
+    m.serialize_entry("fields", &FieldsOf(cells))?;
+    m.serialize_entry("marks", &MarksOf(cells))
+}
+
+impl Serialize for Row {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        serialize_cells(&mut m, &self.cells)?;
+        m.end()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RowWire {
+    fields: Fields,
+    marks: BTreeMap<String, Mark>,
+}
+
+impl<'de> Deserialize<'de> for Row {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = RowWire::deserialize(d)?;
+        Row::from_parts(w.fields, w.marks).map_err(de::Error::custom)
+    }
+}
+
+/// Where a row lives: (table, rowId). The user is implicit (the token's).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RowKey {
+    /// The table.
+    pub table: String,
+    /// The row's name.
+    pub row_id: String,
+}
+
+impl RowKey {
+    /// A key from its parts.
+    pub fn new(table: impl Into<String>, row_id: impl Into<String>) -> Self {
+        RowKey { table: table.into(), row_id: row_id.into() }
+    }
+}
+
+/// `POST /v1/push` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PushRequest {
+    /// Fresh for every attempt; echoed by the server.
+    pub attempt_key: String,
+    /// The ops, in outbox order.
+    pub batch: Vec<Op>,
+}
+
+impl PushRequest {
+    /// Checks the attemptKey and every op's shape (PROTOCOL §1–2).
+    pub fn check_shape(&self) -> Result<(), ShapeError> {
+        if self.attempt_key.is_empty() || self.attempt_key.len() > 128 {
+            return Err(ShapeError::new("attemptKey", "must be 1 to 128 characters"));
+        }
+        for (i, op) in self.batch.iter().enumerate() {
+            op.check_shape(&format!("batch[{i}]"))?;
+        }
+        Ok(())
+    }
+}
+
+/// How the server answered one op.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum Outcome {
+    /// Accepted; its winning fields are in the server row.
+    Applied,
+    /// Answered before, and it was applied.
+    Duplicate,
+    /// Refused, with a human reason and a machine code; `row` is the server's current row.
+    Rejected {
+        /// Human-readable, stable word for word across retries.
+        reason: String,
+        /// Machine code, e.g. `out_of_range`.
+        code: String,
+        /// The server's current row, or `None` if it has none.
+        row: Option<Row>,
+    },
+}
+
+/// One verdict of a push response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    /// The op judged.
+    pub op_id: OpId,
+    /// What the server said.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// `POST /v1/push` 200 body: verdicts for a prefix of the batch, in batch order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushResponse {
+    /// The attemptKey of the request this answers.
+    pub attempt_key: String,
+    /// One per op, for a prefix of the batch.
+    pub verdicts: Vec<Verdict>,
+}
+
+/// One changed row in a pull page, at its latest seq.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// Where the row lives.
+    pub key: RowKey,
+    /// The server's row.
+    pub row: Row,
+    /// The seq of the row's latest change.
+    pub seq: u64,
+}
+
+impl Serialize for Change {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(5))?;
+        m.serialize_entry("table", &self.key.table)?;
+        m.serialize_entry("rowId", &self.key.row_id)?;
+        serialize_cells(&mut m, &self.row.cells)?;
+        m.serialize_entry("seq", &self.seq)?;
+        m.end()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ChangeWire {
+    table: String,
+    row_id: String,
+    fields: Fields,
+    marks: BTreeMap<String, Mark>,
+    seq: u64,
+}
+
+impl<'de> Deserialize<'de> for Change {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = ChangeWire::deserialize(d)?;
+        let row = Row::from_parts(w.fields, w.marks).map_err(de::Error::custom)?;
+        Ok(Change { key: RowKey { table: w.table, row_id: w.row_id }, row, seq: w.seq })
+    }
+}
+
+/// `GET /v1/pull` 200 body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullResponse {
+    /// Rows changed after the request's cursor, each once, in seq order.
+    pub changes: Vec<Change>,
+    /// The seq of the last change returned, or the request's cursor.
+    pub cursor: u64,
+    /// Whether more changes wait past `cursor`.
+    pub has_more: bool,
+}
+
+/// The machine codes of whole-request errors (PROTOCOL §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 401: no token, a bad token, an expired token.
+    Unauthorized,
+    /// 400: the body does not parse, or an op breaks §1–2 shapes.
+    BadRequest,
+    /// 413: the body is larger than the limit.
+    PayloadTooLarge,
+    /// 409: the first op's schema is newer than the server's.
+    SchemaTooNew,
+    /// 429: slow down; see `Retry-After`.
+    RateLimited,
+    /// 500.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status this code travels with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::BadRequest => 400,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::SchemaTooNew => 409,
+            ErrorCode::RateLimited => 429,
+            ErrorCode::Internal => 500,
+        }
+    }
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::SchemaTooNew => "schema_too_new",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// The body of an error answer: `{ "error": { "code", "message" } }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// The inside of [`ErrorBody`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// Machine code.
+    pub code: ErrorCode,
+    /// Human message.
+    pub message: String,
+}
+
+impl ErrorBody {
+    /// An error body from a code and a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorBody { error: ErrorDetail { code, message: message.into() } }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn op_json() -> serde_json::Value {
+        json!({"opId": "d:1", "table": "sets", "rowId": "d-1", "fields": {"reps": 5}, "at": 10})
+    }
+
+    #[test]
+    fn op_parses_with_default_schema() {
+        let op: Op = serde_json::from_value(op_json()).unwrap();
+        assert_eq!(op.schema, 1);
+        assert_eq!(op.fields["reps"], Value::Number(5.0));
+        op.check_shape("op").unwrap();
+    }
+
+    #[test]
+    fn at_as_string_is_refused() {
+        let mut v = op_json();
+        v["at"] = json!("10");
+        assert!(serde_json::from_value::<Op>(v).is_err());
+    }
+
+    #[test]
+    fn at_beyond_2_pow_53_is_refused() {
+        let mut v = op_json();
+        v["at"] = json!(1u64 << 53);
+        let op: Op = serde_json::from_value(v).unwrap();
+        assert_eq!(op.check_shape("op").unwrap_err().path, "op.at");
+    }
+
+    #[test]
+    fn object_value_is_refused() {
+        let mut v = op_json();
+        v["fields"] = json!({"reps": {"n": 1}});
+        assert!(serde_json::from_value::<Op>(v).is_err());
+    }
+
+    #[test]
+    fn field_shapes() {
+        let mut f = Fields::new();
+        assert!(check_fields(&f).is_err());
+        f.insert("_secret".into(), Value::Bool(true));
+        assert_eq!(check_fields(&f).unwrap_err().path, "._secret");
+        f.clear();
+        f.insert(DELETED.into(), Value::Number(1.0));
+        assert!(check_fields(&f).is_err());
+        f.clear();
+        f.insert("name".into(), Value::String("x".repeat(4097)));
+        assert!(check_fields(&f).is_err());
+        f.insert("name".into(), Value::String("é".repeat(2048)));
+        assert!(check_fields(&f).is_ok());
+        let many: Fields = (0..65).map(|i| (format!("f{i}"), Value::Null)).collect();
+        assert!(check_fields(&many).is_err());
+    }
+
+    #[test]
+    fn names() {
+        assert!(check_op_id("5c0e-aa:17").is_ok());
+        assert!(check_op_id("é:1").is_err());
+        assert!(check_op_id("").is_err());
+        assert!(check_op_id(&"a".repeat(129)).is_err());
+        assert!(check_table("sets_2").is_ok());
+        assert!(check_table("Sets").is_err());
+        assert!(check_table("2sets").is_err());
+    }
+
+    #[test]
+    fn row_round_trips_as_fields_and_marks() {
+        let v = json!({"fields": {"a": 1, "b": "x"}, "marks": {"a": {"at": 1, "opId": "d:1"}, "b": {"at": 2, "opId": "d:2"}}});
+        let row: Row = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&row).unwrap(), v);
+        let bad = json!({"fields": {"a": 1}, "marks": {}});
+        assert!(serde_json::from_value::<Row>(bad).is_err());
+    }
+
+    #[test]
+    fn verdicts_serialize_flat() {
+        let v = Verdict {
+            op_id: "d:1".into(),
+            outcome: Outcome::Rejected { reason: "r".into(), code: "c".into(), row: None },
+        };
+        let j = serde_json::to_value(&v).unwrap();
+        assert_eq!(j, json!({"opId": "d:1", "status": "rejected", "reason": "r", "code": "c", "row": null}));
+        assert_eq!(serde_json::from_value::<Verdict>(j).unwrap(), v);
+        let a = serde_json::to_value(Verdict { op_id: "d:2".into(), outcome: Outcome::Applied }).unwrap();
+        assert_eq!(a, json!({"opId": "d:2", "status": "applied"}));
+    }
+
+    #[test]
+    fn integral_numbers_leave_as_integers() {
+        assert_eq!(serde_json::to_string(&Value::Number(5.0)).unwrap(), "5");
+        assert_eq!(serde_json::to_string(&Value::Number(82.5)).unwrap(), "82.5");
+    }
+}

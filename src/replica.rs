@@ -1,0 +1,245 @@
+//! The device's rows: base (last known server state) ⊕ pending ops = visible.
+//!
+//! `merge` is a join (idempotent, commutative, associative), so the visible
+//! row of a key with pending ops is kept as an overlay `base ⊕ ops`, updated
+//! in place; keys with no pending op are visible straight from `base`.
+//! After a rejection the overlay is rebuilt from `base` and the ops that remain.
+
+use std::collections::BTreeMap;
+
+use crate::order::{merge, merge_row};
+use crate::protocol::{Op, Row, RowKey};
+
+/// Base rows and the overlay of rows that have pending ops.
+#[derive(Debug, Clone, Default)]
+pub struct Replica {
+    base: BTreeMap<RowKey, Row>,
+    overlay: BTreeMap<RowKey, Row>,
+}
+
+impl Replica {
+    /// A replica from stored base rows and pending ops.
+    pub fn new(base: impl IntoIterator<Item = (RowKey, Row)>, pending: &[Op]) -> Self {
+        let mut r = Replica { base: base.into_iter().collect(), overlay: BTreeMap::new() };
+        for op in pending {
+            r.add_pending(op);
+        }
+        r
+    }
+
+    /// The base row of a key.
+    pub fn base(&self, key: &RowKey) -> Option<&Row> {
+        self.base.get(key)
+    }
+
+    /// The visible row of a key (tombstones included).
+    pub fn visible(&self, key: &RowKey) -> Option<&Row> {
+        self.overlay.get(key).or_else(|| self.base.get(key))
+    }
+
+    /// A new local op: merged into the visible row.
+    pub fn add_pending(&mut self, op: &Op) {
+        let key = op.row_key();
+        let row = match self.overlay.entry(key) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                let start = self.base.get(e.key()).cloned().unwrap_or_default();
+                e.insert(start)
+            }
+        };
+        merge(row, op);
+    }
+
+    /// An op was applied (or was a duplicate): fold it into the base. `still_pending`
+    /// says whether the row has other pending ops (else the overlay is dropped).
+    /// Returns the new base row.
+    pub fn fold(&mut self, op: &Op, still_pending: bool) -> Row {
+        let key = op.row_key();
+        let base = self.base.entry(key.clone()).or_default();
+        merge(base, op);
+        let out = base.clone();
+        if !still_pending {
+            self.overlay.remove(&key);
+        }
+        out
+    }
+
+    /// An op was rejected: the base takes the server's row, and the visible row
+    /// is rebuilt from the base and the ops that `remain` on the row.
+    /// Returns the new base row, if there is one.
+    pub fn reject<'a>(&mut self, key: &RowKey, server_row: Option<&Row>, remain: impl IntoIterator<Item = &'a Op>) -> Option<Row> {
+        if let Some(server) = server_row {
+            merge_row(self.base.entry(key.clone()).or_default(), server);
+        }
+        self.rebuild(key, remain);
+        self.base.get(key).cloned()
+    }
+
+    /// Rebuilds the overlay of a key from its base and `ops`.
+    pub fn rebuild<'a>(&mut self, key: &RowKey, ops: impl IntoIterator<Item = &'a Op>) {
+        let mut row: Option<Row> = None;
+        for op in ops {
+            let r = row.get_or_insert_with(|| self.base.get(key).cloned().unwrap_or_default());
+            merge(r, op);
+        }
+        match row {
+            Some(r) => {
+                self.overlay.insert(key.clone(), r);
+            }
+            None => {
+                self.overlay.remove(key);
+            }
+        }
+    }
+
+    /// A pulled change (or any server copy of a row): merged field by field into
+    /// the base and into the visible row. Returns the new base row if it moved.
+    pub fn merge_remote(&mut self, key: &RowKey, row: &Row) -> Option<Row> {
+        let base = self.base.entry(key.clone()).or_default();
+        let moved = merge_row(base, row);
+        let out = moved.then(|| base.clone());
+        if let Some(v) = self.overlay.get_mut(key) {
+            merge_row(v, row);
+        }
+        out
+    }
+
+    /// Puts a base row as another engine stored it (see `Engine::absorb`).
+    pub fn put_base(&mut self, key: &RowKey, row: &Row) {
+        self.base.insert(key.clone(), row.clone());
+    }
+
+    /// The visible rows of `table` in rowId order, tombstones included.
+    pub fn table<'a>(&'a self, table: &str) -> Vec<(&'a RowKey, &'a Row)> {
+        let start = RowKey::new(table, "");
+        let in_table = |(k, _): &(&RowKey, &Row)| k.table == table;
+        let mut base = self.base.range(start.clone()..).take_while(in_table).peekable();
+        let mut over = self.overlay.range(start..).take_while(in_table).peekable();
+        let mut out = Vec::new();
+        loop {
+            match (base.peek(), over.peek()) {
+                (Some(b), Some(o)) if b.0 == o.0 => {
+                    out.push(*o);
+                    base.next();
+                    over.next();
+                }
+                (Some(b), Some(o)) if b.0 < o.0 => {
+                    out.push(*b);
+                    base.next();
+                }
+                (_, Some(o)) => {
+                    out.push(*o);
+                    over.next();
+                }
+                (Some(b), None) => {
+                    out.push(*b);
+                    base.next();
+                }
+                (None, None) => break,
+            }
+        }
+        out
+    }
+
+    /// Every visible row (for checks and exports).
+    pub fn all_visible(&self) -> BTreeMap<RowKey, Row> {
+        let mut out = self.base.clone();
+        for (k, r) in &self.overlay {
+            out.insert(k.clone(), r.clone());
+        }
+        out
+    }
+
+    /// How many base rows there are.
+    pub fn base_len(&self) -> usize {
+        self.base.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Cell, Fields, Mark, OpId, Value};
+
+    fn op(id: &str, row: &str, at: u64, f: &[(&str, f64)]) -> Op {
+        Op {
+            op_id: OpId::new(id),
+            table: "sets".into(),
+            row_id: row.into(),
+            fields: f.iter().map(|(k, v)| (k.to_string(), Value::Number(*v))).collect::<Fields>(),
+            at,
+            schema: 1,
+        }
+    }
+
+    fn key(row: &str) -> RowKey {
+        RowKey::new("sets", row)
+    }
+
+    #[test]
+    fn visible_is_base_plus_pending() {
+        let mut r = Replica::default();
+        let mut server = Row::default();
+        server.cells.insert("a".into(), Cell { value: Value::Number(1.0), mark: Mark { at: 5, op_id: "s:1".into() } });
+        r.merge_remote(&key("x"), &server);
+        r.add_pending(&op("d:1", "x", 6, &[("b", 2.0)]));
+        let v = r.visible(&key("x")).unwrap();
+        assert_eq!((v.get("a"), v.get("b")), (Some(&Value::Number(1.0)), Some(&Value::Number(2.0))));
+        assert_eq!(r.base(&key("x")).unwrap().get("b"), None);
+    }
+
+    #[test]
+    fn a_rejected_op_is_never_visible_and_the_row_is_rebuilt_from_the_rest() {
+        let mut r = Replica::default();
+        let keep = op("d:1", "x", 10, &[("a", 1.0)]);
+        let bad = op("d:2", "x", 11, &[("a", 99.0), ("b", 99.0)]);
+        r.add_pending(&keep);
+        r.add_pending(&bad);
+        assert_eq!(r.visible(&key("x")).unwrap().get("a"), Some(&Value::Number(99.0)));
+        r.reject(&key("x"), None, [&keep]);
+        let v = r.visible(&key("x")).unwrap();
+        assert_eq!((v.get("a"), v.get("b")), (Some(&Value::Number(1.0)), None));
+        r.reject(&key("x"), None, []);
+        assert!(r.visible(&key("x")).is_none());
+    }
+
+    #[test]
+    fn pulled_echoes_of_own_ops_change_nothing() {
+        let mut r = Replica::default();
+        let o = op("d:1", "x", 10, &[("a", 1.0)]);
+        r.add_pending(&o);
+        let base = r.fold(&o, false);
+        assert!(r.merge_remote(&key("x"), &base).is_none(), "an echo moves no mark");
+        assert_eq!(r.visible(&key("x")), Some(&base));
+    }
+
+    #[test]
+    fn a_newer_local_op_survives_an_older_remote_change() {
+        let mut r = Replica::default();
+        r.add_pending(&op("d:1", "x", 10, &[("a", 1.0)]));
+        let mut remote = Row::default();
+        remote.cells.insert("a".into(), Cell { value: Value::Number(7.0), mark: Mark { at: 9, op_id: "e:1".into() } });
+        r.merge_remote(&key("x"), &remote);
+        assert_eq!(r.visible(&key("x")).unwrap().get("a"), Some(&Value::Number(1.0)));
+        assert_eq!(r.base(&key("x")).unwrap().get("a"), Some(&Value::Number(7.0)));
+    }
+
+    #[test]
+    fn table_lists_base_and_overlay_rows_in_order() {
+        let mut r = Replica::default();
+        r.merge_remote(&key("b"), &{
+            let mut x = Row::default();
+            x.cells.insert("a".into(), Cell { value: Value::Null, mark: Mark { at: 1, op_id: "s:1".into() } });
+            x
+        });
+        r.add_pending(&op("d:1", "a", 10, &[("a", 1.0)]));
+        r.add_pending(&op("d:2", "b", 10, &[("a", 1.0)]));
+        r.add_pending(&op("d:3", "c", 10, &[("a", 1.0)]));
+        let mut other = op("d:4", "a", 10, &[("a", 1.0)]);
+        other.table = "zzz".into();
+        r.add_pending(&other);
+        let ids: Vec<&str> = r.table("sets").iter().map(|(k, _)| k.row_id.as_str()).collect();
+        assert_eq!(ids, vec!["a", "b", "c"]);
+        assert_eq!(r.table("sets")[1].1.get("a"), Some(&Value::Number(1.0)));
+    }
+}

@@ -1,0 +1,349 @@
+//! The device's durable state and the contract every local store keeps.
+//!
+//! A local store holds four things (PROTOCOL §7): `meta` (deviceId, counter,
+//! cursor, clock), `base` rows (last known server state, with marks),
+//! `pending` ops (the outbox, ordered by `at`, which is unique and increasing
+//! per device) and `rejections` (until dismissed). The engine never writes a
+//! store piecemeal: every logical step is one [`Txn`], committed whole or not
+//! at all. [`MemoryStore`] is the in-memory store; the browser's IndexedDB
+//! store lives in the wasm adapter. Both pass [`contract`].
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Clock;
+use crate::protocol::{Op, OpId, Row, RowKey};
+
+/// The device's own record: who it is and how far it has got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Meta {
+    /// Random UUID v4, born at the first open of the database.
+    pub device_id: String,
+    /// The highest counter number reserved so far (see [`crate::ids`]).
+    pub counter: u64,
+    /// The pull cursor: the seq of the last change merged into `base`.
+    pub cursor: u64,
+    /// The `at` clock.
+    pub clock: Clock,
+}
+
+impl Meta {
+    /// A fresh device.
+    pub fn fresh(device_id: String) -> Meta {
+        Meta { device_id, counter: 0, cursor: 0, clock: Clock::default() }
+    }
+
+    /// The join of two copies of the meta record (this engine's and the one in
+    /// the database, which another tab may have moved): every number at its max.
+    pub fn join(&self, other: &Meta) -> Meta {
+        Meta {
+            device_id: self.device_id.clone(),
+            counter: self.counter.max(other.counter),
+            cursor: self.cursor.max(other.cursor),
+            clock: Clock {
+                last_at: self.clock.last_at.max(other.clock.last_at),
+                max_seen_at: self.clock.max_seen_at.max(other.clock.max_seen_at),
+            },
+        }
+    }
+}
+
+/// An op refused by the server, kept with its reason until the user dismisses it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rejection {
+    /// The refused op.
+    pub op: Op,
+    /// The server's reason, word for word.
+    pub reason: String,
+    /// The server's code.
+    pub code: String,
+}
+
+/// One atomic step of the device's state. Apply in field order: meta, base
+/// puts, pending deletes then puts, rejection deletes then puts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Txn {
+    /// The whole meta record, when it changed.
+    pub meta: Option<Meta>,
+    /// Base rows to put.
+    pub put_base: Vec<(RowKey, Row)>,
+    /// Pending ops to delete, by `at`.
+    pub delete_pending: Vec<u64>,
+    /// Pending ops to put (key: `op.at`).
+    pub put_pending: Vec<Op>,
+    /// Rejections to delete, by opId.
+    pub delete_rejections: Vec<OpId>,
+    /// Rejections to put (key: `op.opId`).
+    pub put_rejections: Vec<Rejection>,
+}
+
+impl Txn {
+    /// Whether the step writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.meta.is_none()
+            && self.put_base.is_empty()
+            && self.delete_pending.is_empty()
+            && self.put_pending.is_empty()
+            && self.delete_rejections.is_empty()
+            && self.put_rejections.is_empty()
+    }
+}
+
+/// Everything a store holds, as loaded at open.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    /// The meta record (created by [`LocalStore::open`] if missing).
+    pub meta: Option<Meta>,
+    /// Base rows.
+    pub base: Vec<(RowKey, Row)>,
+    /// Pending ops, in `at` order.
+    pub pending: Vec<Op>,
+    /// Rejections not yet dismissed.
+    pub rejections: Vec<Rejection>,
+}
+
+/// What can go wrong in a local store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be opened at all (e.g. IndexedDB is unavailable).
+    #[error("local storage is unavailable: {0}")]
+    Unavailable(String),
+    /// A transaction failed or was aborted; nothing of it was written.
+    #[error("local transaction failed: {0}")]
+    TxnFailed(String),
+    /// Stored data does not decode.
+    #[error("local data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// A durable local store: one atomic transaction per step.
+#[allow(async_fn_in_trait)]
+pub trait LocalStore {
+    /// Loads everything; if there is no meta record yet, stores `fresh` first
+    /// (in one transaction, so two engines opening at once agree on the device).
+    async fn open(&self, fresh: Meta) -> Result<Snapshot, StoreError>;
+    /// Commits one step, whole or not at all.
+    async fn commit(&self, txn: &Txn) -> Result<(), StoreError>;
+}
+
+/// The state a store keeps, with the one way to apply a [`Txn`] to it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tables {
+    /// The meta record.
+    pub meta: Option<Meta>,
+    /// Base rows by key.
+    pub base: BTreeMap<RowKey, Row>,
+    /// Pending ops by `at`.
+    pub pending: BTreeMap<u64, Op>,
+    /// Rejections by opId.
+    pub rejections: BTreeMap<OpId, Rejection>,
+}
+
+impl Tables {
+    /// Applies a step.
+    pub fn apply(&mut self, txn: &Txn) {
+        if let Some(m) = &txn.meta {
+            self.meta = Some(m.clone());
+        }
+        for (k, r) in &txn.put_base {
+            self.base.insert(k.clone(), r.clone());
+        }
+        for at in &txn.delete_pending {
+            self.pending.remove(at);
+        }
+        for op in &txn.put_pending {
+            self.pending.insert(op.at, op.clone());
+        }
+        for id in &txn.delete_rejections {
+            self.rejections.remove(id);
+        }
+        for r in &txn.put_rejections {
+            self.rejections.insert(r.op.op_id.clone(), r.clone());
+        }
+    }
+
+    /// The tables as a snapshot.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            meta: self.meta.clone(),
+            base: self.base.iter().map(|(k, r)| (k.clone(), r.clone())).collect(),
+            pending: self.pending.values().cloned().collect(),
+            rejections: self.rejections.values().cloned().collect(),
+        }
+    }
+}
+
+/// An in-memory local store. Survives an engine's "crash" (drop and reopen),
+/// and can be told to fail its next commits, to test aborted transactions.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    tables: RefCell<Tables>,
+    fail_next: RefCell<u32>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Makes the next `n` commits fail without writing anything.
+    pub fn fail_next_commits(&self, n: u32) {
+        *self.fail_next.borrow_mut() = n;
+    }
+    /// A copy of what the store holds.
+    pub fn tables(&self) -> Tables {
+        self.tables.borrow().clone()
+    }
+}
+
+impl LocalStore for MemoryStore {
+    async fn open(&self, fresh: Meta) -> Result<Snapshot, StoreError> {
+        let mut t = self.tables.borrow_mut();
+        if t.meta.is_none() {
+            t.meta = Some(fresh);
+        }
+        Ok(t.snapshot())
+    }
+
+    async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {
+        let mut fail = self.fail_next.borrow_mut();
+        if *fail > 0 {
+            *fail -= 1;
+            return Err(StoreError::TxnFailed("injected failure".into()));
+        }
+        self.tables.borrow_mut().apply(txn);
+        Ok(())
+    }
+}
+
+/// The contract suite every [`LocalStore`] must pass. Each function takes a
+/// way to make an empty store and a way to reopen the same data, so it runs
+/// unchanged against [`MemoryStore`] natively and IndexedDB in a browser.
+pub mod contract {
+    use super::*;
+    use crate::protocol::{Cell, Fields, Mark, Value};
+
+    fn op(device: &str, n: u64, at: u64) -> Op {
+        let mut fields = Fields::new();
+        fields.insert("reps".into(), Value::Number(n as f64));
+        Op {
+            op_id: crate::ids::op_id(device, n),
+            table: "sets".into(),
+            row_id: crate::ids::row_id(device, 1),
+            fields,
+            at,
+            schema: 1,
+        }
+    }
+
+    fn row(at: u64, id: &str) -> Row {
+        let mut r = Row::default();
+        r.cells.insert("reps".into(), Cell { value: Value::Number(1.0), mark: Mark { at, op_id: OpId::new(id) } });
+        r
+    }
+
+    /// Opening an empty store creates the meta record; opening again keeps it.
+    pub async fn open_creates_meta_once<S: LocalStore>(store: &S) -> Result<(), String> {
+        let a = store.open(Meta::fresh("dev-a".into())).await.map_err(|e| e.to_string())?;
+        let b = store.open(Meta::fresh("dev-b".into())).await.map_err(|e| e.to_string())?;
+        check(a.meta.as_ref().map(|m| m.device_id.as_str()) == Some("dev-a"), "first open stores the fresh meta")?;
+        check(b.meta.as_ref().map(|m| m.device_id.as_str()) == Some("dev-a"), "second open keeps the device id")
+    }
+
+    /// A committed step is all there after reopen: meta, base, pending, rejections.
+    pub async fn commit_then_reopen<S: LocalStore>(store: &S) -> Result<(), String> {
+        store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+        let mut meta = Meta::fresh("dev".into());
+        meta.counter = 64;
+        meta.cursor = 17;
+        meta.clock = crate::clock::Clock { last_at: 30, max_seen_at: 25 };
+        let key = RowKey::new("sets", "dev-1");
+        let rejected = Rejection { op: op("dev", 3, 21), reason: "reps must be at most 100".into(), code: "out_of_range".into() };
+        let txn = Txn {
+            meta: Some(meta.clone()),
+            put_base: vec![(key.clone(), row(5, "srv:1"))],
+            put_pending: vec![op("dev", 2, 20), op("dev", 1, 10), op("dev", 10, 30)],
+            put_rejections: vec![rejected.clone()],
+            ..Txn::default()
+        };
+        store.commit(&txn).await.map_err(|e| e.to_string())?;
+        let s = store.open(Meta::fresh("other".into())).await.map_err(|e| e.to_string())?;
+        check(s.meta.as_ref() == Some(&meta), "meta survives")?;
+        check(s.base == vec![(key, row(5, "srv:1"))], "base rows survive")?;
+        let ats: Vec<u64> = s.pending.iter().map(|o| o.at).collect();
+        check(ats == vec![10, 20, 30], "pending ops come back in `at` order (not opId text order)")?;
+        check(s.pending[0] == op("dev", 1, 10), "pending ops survive whole")?;
+        check(s.rejections == vec![rejected], "rejections survive")
+    }
+
+    /// Deletes remove exactly what they name.
+    pub async fn deletes<S: LocalStore>(store: &S) -> Result<(), String> {
+        store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+        let r = Rejection { op: op("dev", 5, 50), reason: "r".into(), code: "c".into() };
+        let put = Txn { put_pending: vec![op("dev", 1, 10), op("dev", 2, 20)], put_rejections: vec![r.clone()], ..Txn::default() };
+        store.commit(&put).await.map_err(|e| e.to_string())?;
+        let del = Txn { delete_pending: vec![10], delete_rejections: vec![r.op.op_id.clone()], ..Txn::default() };
+        store.commit(&del).await.map_err(|e| e.to_string())?;
+        let s = store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+        check(s.pending.len() == 1 && s.pending[0].at == 20, "the named pending op is gone, the other stays")?;
+        check(s.rejections.is_empty(), "a dismissed rejection is gone")
+    }
+
+    /// A base row put twice keeps the second; rows are keyed by (table, rowId).
+    pub async fn base_rows_are_keyed_by_table_and_row<S: LocalStore>(store: &S) -> Result<(), String> {
+        store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+        let a = RowKey::new("sets", "x");
+        let b = RowKey::new("notes", "x");
+        let txn = Txn { put_base: vec![(a.clone(), row(1, "s:1")), (b.clone(), row(2, "s:2"))], ..Txn::default() };
+        store.commit(&txn).await.map_err(|e| e.to_string())?;
+        let txn = Txn { put_base: vec![(a.clone(), row(3, "s:3"))], ..Txn::default() };
+        store.commit(&txn).await.map_err(|e| e.to_string())?;
+        let s = store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+        let mut got = s.base.clone();
+        got.sort_by(|x, y| x.0.cmp(&y.0));
+        check(got == vec![(b, row(2, "s:2")), (a, row(3, "s:3"))], "two tables, same rowId, each kept; latest put wins")
+    }
+
+    fn check(ok: bool, what: &str) -> Result<(), String> {
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("store contract broken: {what}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(f: impl std::future::Future<Output = Result<(), String>>) {
+        if let Err(e) = pollster::block_on(f) {
+            panic!("{e}");
+        }
+    }
+
+    #[test]
+    fn memory_store_keeps_the_contract() {
+        run(contract::open_creates_meta_once(&MemoryStore::new()));
+        run(contract::commit_then_reopen(&MemoryStore::new()));
+        run(contract::deletes(&MemoryStore::new()));
+        run(contract::base_rows_are_keyed_by_table_and_row(&MemoryStore::new()));
+    }
+
+    #[test]
+    fn a_failed_commit_writes_nothing() {
+        let s = MemoryStore::new();
+        pollster::block_on(s.open(Meta::fresh("d".into()))).unwrap();
+        s.fail_next_commits(1);
+        let txn = Txn { meta: Some(Meta::fresh("x".into())), ..Txn::default() };
+        assert!(pollster::block_on(s.commit(&txn)).is_err());
+        assert_eq!(s.tables().meta.map(|m| m.device_id), Some("d".into()));
+    }
+}
