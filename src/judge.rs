@@ -139,6 +139,8 @@ pub struct Judgement {
     pub head: u64,
     /// Set when judging stopped early at an op whose schema is too new.
     pub stopped_at_schema: Option<u32>,
+    /// Which op took which seq (ops that moved a mark), in order.
+    pub seqs: Vec<(OpId, u64)>,
 }
 
 /// Why a batch cannot be judged at all.
@@ -180,6 +182,7 @@ pub fn judge_batch(schema: &Schema, batch: &[Op], known: Known) -> Result<Judgem
             Decision::Apply { row, moved } => {
                 if moved {
                     head += 1;
+                    out.seqs.push((op.op_id.clone(), head));
                     written.insert(key.clone(), head);
                     rows.insert(key, row);
                 }

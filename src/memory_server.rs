@@ -23,6 +23,10 @@ pub struct UserData {
     pub by_seq: BTreeMap<u64, RowKey>,
     /// The user's head seq.
     pub head: u64,
+    /// Audit: how many verdicts were remembered per opId (must never exceed 1).
+    pub verdict_count: HashMap<OpId, u32>,
+    /// Audit: how many seqs each opId took (must never exceed 1).
+    pub seq_count: HashMap<OpId, u32>,
 }
 
 /// The whole in-memory server.
@@ -58,7 +62,11 @@ impl MemoryServer {
             JudgeError::SchemaTooNew { .. } => ErrorBody::new(ErrorCode::SchemaTooNew, e.to_string()),
         })?;
         for (id, v) in j.remember {
+            *data.verdict_count.entry(id.clone()).or_default() += 1;
             data.verdicts.insert(id, v);
+        }
+        for (id, _) in j.seqs {
+            *data.seq_count.entry(id).or_default() += 1;
         }
         for w in j.writes {
             if let Some((_, old_seq)) = data.rows.get(&w.key) {
