@@ -529,6 +529,15 @@ impl Engine {
         }
     }
 
+    /// The server refused the attempt in flight without judging it (e.g. a 401
+    /// that a fresh token fixes): drop it and send the ops again in a new attempt.
+    pub fn abandon_attempt(&mut self, attempt_key: &str) -> Step {
+        if self.in_flight.as_ref().is_some_and(|f| f.key == attempt_key) {
+            self.in_flight = None;
+        }
+        self.next_step()
+    }
+
     /// A push got no usable answer. `None` if `attempt_key` is not the attempt in
     /// flight (ignored). The ops stay queued, same opIds.
     pub fn on_push_failed(&mut self, attempt_key: &str, failure: Failure, now: u64) -> Option<Step> {

@@ -1,0 +1,462 @@
+//! The browser client: the engine over IndexedDB and a transport.
+//!
+//! It only moves data between the engine and the edges: it records edits in
+//! one IndexedDB transaction each, runs sync cycles step by step, commits each
+//! step's [`Txn`], retries with the engine's backoff, and tells listeners
+//! (and other tabs, over `BroadcastChannel`) what changed. No rule of the
+//! protocol is written here.
+
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+
+use js_sys::{Function, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+use crate::attempt::{Failure, Recovery};
+use crate::engine::{Config, Engine, EngineError, Step, SyncReport};
+use crate::ids::{device_id_from, BLOCK};
+use crate::protocol::{Fields, OpId, RowKey};
+use crate::store::{LocalStore, Meta, StoreError, Txn};
+
+use super::idb_store::IdbStore;
+use super::transport::Transport;
+
+/// Errors of the client, each with a stable code for JS.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// Bad input; nothing changed.
+    #[error("{0}")]
+    BadInput(String),
+    /// IndexedDB cannot be opened (e.g. some private modes).
+    #[error("{0}")]
+    StorageUnavailable(String),
+    /// An IndexedDB transaction failed; nothing of it was written.
+    #[error("{0}")]
+    StorageFailed(String),
+    /// Sync cannot go on without the user.
+    #[error("{message}")]
+    RecoveryRequired {
+        /// The recovery's code.
+        code: String,
+        /// Its message.
+        message: String,
+    },
+    /// The database was closed.
+    #[error("the database is closed")]
+    Closed,
+    /// Too many `newRowId()` calls without a pause; try again after an await.
+    #[error("no reserved row id left; await something and retry")]
+    IdsExhausted,
+}
+
+impl ClientError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ClientError::BadInput(_) => "bad_input",
+            ClientError::StorageUnavailable(_) => "storage_unavailable",
+            ClientError::StorageFailed(_) => "storage_failed",
+            ClientError::RecoveryRequired { .. } => "recovery_required",
+            ClientError::Closed => "closed",
+            ClientError::IdsExhausted => "ids_exhausted",
+        }
+    }
+}
+
+impl From<StoreError> for ClientError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(m) => ClientError::StorageUnavailable(m),
+            other => ClientError::StorageFailed(other.to_string()),
+        }
+    }
+}
+
+impl From<EngineError> for ClientError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::IdsExhausted => ClientError::IdsExhausted,
+            other => ClientError::BadInput(other.to_string()),
+        }
+    }
+}
+
+/// How a sync call ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncOutcome {
+    /// What the cycle did.
+    #[serde(flatten)]
+    pub report: SyncReport,
+    /// Whether the cycle reached the end (pushed all, pulled to the head).
+    pub ok: bool,
+    /// When a retry is scheduled, if the cycle stopped on a failure.
+    pub retry_at: Option<u64>,
+    /// The failure, if any.
+    pub error: Option<String>,
+}
+
+/// Milliseconds since the epoch, from the JS clock.
+pub fn now() -> u64 {
+    js_sys::Date::now() as u64
+}
+
+/// 64 random bits from `crypto.getRandomValues`, or `Math.random` where absent.
+pub fn entropy() -> u64 {
+    let mut b = [0u8; 8];
+    if fill_random(&mut b) {
+        return u64::from_le_bytes(b);
+    }
+    ((js_sys::Math::random() * 4294967296.0) as u64) << 32 | (js_sys::Math::random() * 4294967296.0) as u64
+}
+
+fn fill_random(buf: &mut [u8]) -> bool {
+    let Ok(crypto) = Reflect::get(&js_sys::global(), &"crypto".into()) else { return false };
+    let Ok(crypto) = crypto.dyn_into::<web_sys::Crypto>() else { return false };
+    crypto.get_random_values_with_u8_array(buf).is_ok()
+}
+
+/// A listener for "rows changed".
+pub type Listener = Rc<dyn Fn()>;
+
+/// The client of one local database.
+pub struct Client<T: Transport> {
+    /// The engine (never borrowed across an await).
+    pub engine: RefCell<Engine>,
+    /// The IndexedDB store.
+    pub store: IdbStore,
+    /// The transport.
+    pub transport: T,
+    listeners: RefCell<Vec<(u32, Listener)>>,
+    next_listener: Cell<u32>,
+    syncing: Cell<bool>,
+    closed: Cell<bool>,
+    version: Cell<u64>,
+    auto_sync: bool,
+    retry_timer: RefCell<Option<gloo_timers::callback::Timeout>>,
+    channel: Option<web_sys::BroadcastChannel>,
+    _on_message: RefCell<Option<Closure<dyn FnMut(web_sys::MessageEvent)>>>,
+    reserving: Cell<bool>,
+    last_outcome: RefCell<Option<SyncOutcome>>,
+}
+
+impl<T: Transport + 'static> Client<T> {
+    /// Opens (or creates) the local database `name` and loads it.
+    pub async fn open(name: &str, transport: T, mut config: Config, auto_sync: bool) -> Result<Rc<Self>, ClientError> {
+        let store = IdbStore::connect(name).await?;
+        let mut random = [0u8; 16];
+        if !fill_random(&mut random) {
+            random[..8].copy_from_slice(&entropy().to_le_bytes());
+            random[8..].copy_from_slice(&entropy().to_le_bytes());
+        }
+        let snapshot = store.open(Meta::fresh(device_id_from(random))).await?;
+        config.seed = entropy();
+        let engine = Engine::open(snapshot, config)?;
+        let channel = web_sys::BroadcastChannel::new(&format!("marksync:{name}")).ok();
+        let client = Rc::new(Client {
+            engine: RefCell::new(engine),
+            store,
+            transport,
+            listeners: RefCell::new(Vec::new()),
+            next_listener: Cell::new(1),
+            syncing: Cell::new(false),
+            closed: Cell::new(false),
+            version: Cell::new(1),
+            auto_sync,
+            retry_timer: RefCell::new(None),
+            channel,
+            _on_message: RefCell::new(None),
+            reserving: Cell::new(false),
+            last_outcome: RefCell::new(None),
+        });
+        client.store.reserve(&client.engine).await?;
+        client.listen_to_other_contexts();
+        Ok(client)
+    }
+
+    fn listen_to_other_contexts(self: &Rc<Self>) {
+        let Some(ch) = &self.channel else { return };
+        let weak: Weak<Self> = Rc::downgrade(self);
+        let cb = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
+            let Some(me) = weak.upgrade() else { return };
+            let Some(text) = ev.data().as_string() else { return };
+            if let Ok(txn) = serde_json::from_str::<Txn>(&text) {
+                me.engine.borrow_mut().absorb(&txn);
+                me.changed(false, None);
+            }
+        });
+        ch.set_onmessage(Some(cb.as_ref().unchecked_ref()));
+        *self._on_message.borrow_mut() = Some(cb);
+    }
+
+    /// Tells listeners (and, if `broadcast`, other tabs and workers) that something changed.
+    fn changed(&self, broadcast: bool, txn: Option<&Txn>) {
+        self.version.set(self.version.get() + 1);
+        if broadcast {
+            if let (Some(ch), Some(txn)) = (&self.channel, txn) {
+                if let Ok(s) = serde_json::to_string(txn) {
+                    let _ = ch.post_message(&JsValue::from_str(&s));
+                }
+            }
+        }
+        let ls: Vec<Listener> = self.listeners.borrow().iter().map(|(_, l)| l.clone()).collect();
+        for l in ls {
+            l();
+        }
+    }
+
+    /// Grows with every change of visible state (for snapshot caching).
+    pub fn version(&self) -> u64 {
+        self.version.get()
+    }
+
+    /// Adds a listener; returns its id for [`Client::unsubscribe`].
+    pub fn subscribe(&self, l: Listener) -> u32 {
+        let id = self.next_listener.get();
+        self.next_listener.set(id + 1);
+        self.listeners.borrow_mut().push((id, l));
+        id
+    }
+
+    /// Removes a listener.
+    pub fn unsubscribe(&self, id: u32) {
+        self.listeners.borrow_mut().retain(|(i, _)| *i != id);
+    }
+
+    fn check_open(&self) -> Result<(), ClientError> {
+        if self.closed.get() {
+            Err(ClientError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A new rowId. Keeps a block of numbers reserved ahead.
+    pub fn new_row_id(self: &Rc<Self>) -> Result<String, ClientError> {
+        self.check_open()?;
+        let id = self.engine.borrow_mut().new_row_id()?;
+        if self.engine.borrow().ids_left() < BLOCK / 2 && !self.reserving.get() {
+            self.reserving.set(true);
+            let me = self.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                let _ = me.store.reserve(&me.engine).await;
+                me.reserving.set(false);
+            });
+        }
+        Ok(id)
+    }
+
+    /// Records `table/row_id: fields`; resolves once the op is in IndexedDB.
+    pub async fn change(self: &Rc<Self>, table: &str, row_id: &str, fields: Fields) -> Result<OpId, ClientError> {
+        self.check_open()?;
+        let draft = self.engine.borrow().draft(table, row_id, fields)?;
+        self.record(draft).await
+    }
+
+    /// Marks a row deleted (`true`) or restores it (`false`).
+    pub async fn set_deleted(self: &Rc<Self>, table: &str, row_id: &str, deleted: bool) -> Result<OpId, ClientError> {
+        self.check_open()?;
+        let draft = self.engine.borrow().draft_deleted(table, row_id, deleted)?;
+        self.record(draft).await
+    }
+
+    async fn record(self: &Rc<Self>, draft: crate::engine::Draft) -> Result<OpId, ClientError> {
+        let op = self.store.record(&self.engine, draft, now()).await?;
+        let txn = Txn { put_pending: vec![op.clone()], ..Txn::default() };
+        self.changed(true, Some(&txn));
+        if self.auto_sync {
+            self.schedule_sync(0);
+        }
+        Ok(op.op_id)
+    }
+
+    /// Dismisses a rejection.
+    pub async fn dismiss(&self, op_id: &str) -> Result<bool, ClientError> {
+        let txn = self.engine.borrow_mut().dismiss(&OpId::new(op_id));
+        let Some(txn) = txn else { return Ok(false) };
+        self.store.commit(&txn).await?;
+        self.changed(true, Some(&txn));
+        Ok(true)
+    }
+
+    /// Sets a timer to sync in `ms` (replacing any earlier timer).
+    pub fn schedule_sync(self: &Rc<Self>, ms: u64) {
+        if self.closed.get() {
+            return;
+        }
+        let weak = Rc::downgrade(self);
+        let t = gloo_timers::callback::Timeout::new(ms.min(u32::MAX as u64) as u32, move || {
+            if let Some(me) = weak.upgrade() {
+                wasm_bindgen_futures::spawn_local(async move {
+                    let _ = me.sync().await;
+                });
+            }
+        });
+        *self.retry_timer.borrow_mut() = Some(t);
+    }
+
+    /// Commits a step's txn; on failure the engine reopens from disk (what
+    /// is on disk is always a consistent state: retries are harmless).
+    async fn commit(&self, txn: &Txn) -> Result<(), ClientError> {
+        if txn.is_empty() {
+            return Ok(());
+        }
+        match self.store.commit(txn).await {
+            Ok(()) => {
+                self.changed(true, Some(txn));
+                Ok(())
+            }
+            Err(e) => {
+                let reopened = self.store.open(Meta::fresh(String::new())).await;
+                match reopened.map_err(ClientError::from).and_then(|s| {
+                    let config = Config { seed: entropy(), ..Config::default() };
+                    Engine::open(s, config).map_err(ClientError::from)
+                }) {
+                    Ok(engine) => {
+                        *self.engine.borrow_mut() = engine;
+                        self.changed(false, None);
+                        Err(e.into())
+                    }
+                    Err(e2) => {
+                        self.engine.borrow_mut().require_recovery(Recovery { code: "storage".into(), message: e2.to_string() });
+                        self.changed(false, None);
+                        Err(e2)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs one sync cycle: push until the outbox is empty, then pull to the head.
+    /// Only one cycle runs at a time in this context; another call waits for it.
+    pub async fn sync(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
+        self.check_open()?;
+        while self.syncing.get() {
+            gloo_timers::future::TimeoutFuture::new(10).await;
+        }
+        self.syncing.set(true);
+        self.retry_timer.borrow_mut().take();
+        let r = self.cycle().await;
+        self.syncing.set(false);
+        if let Ok(o) = &r {
+            *self.last_outcome.borrow_mut() = Some(o.clone());
+        }
+        r
+    }
+
+    /// The outcome of the last finished sync cycle.
+    pub fn last_outcome(&self) -> Option<SyncOutcome> {
+        self.last_outcome.borrow().clone()
+    }
+
+    async fn cycle(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
+        let mut step = self.engine.borrow_mut().start_sync(now());
+        let mut refreshed = false;
+        self.changed(false, None);
+        loop {
+            step = match step {
+                Step::Push(req) => {
+                    self.changed(false, None);
+                    let key = req.attempt_key.clone();
+                    match self.transport.push(&req).await {
+                        Ok(resp) => {
+                            let out = self.engine.borrow_mut().on_push_response(resp, now());
+                            match out {
+                                Some((txn, next)) => {
+                                    self.commit(&txn).await?;
+                                    next
+                                }
+                                // Not the attempt in flight: ignored. Start over.
+                                None => self.engine.borrow_mut().start_sync(now()),
+                            }
+                        }
+                        Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
+                            refreshed = true;
+                            let next = self.engine.borrow_mut().abandon_attempt(&key);
+                            next
+                        }
+                        Err(f) => {
+                            let next = self.engine.borrow_mut().on_push_failed(&key, f, now());
+                            match next {
+                                Some(s) => s,
+                                None => self.engine.borrow_mut().start_sync(now()),
+                            }
+                        }
+                    }
+                }
+                Step::Pull { cursor, limit } => match self.transport.pull(cursor, limit).await {
+                    Ok(page) => {
+                        let out = self.engine.borrow_mut().on_pull_response(cursor, page, now());
+                        match out {
+                            Some((txn, next)) => {
+                                self.commit(&txn).await?;
+                                next
+                            }
+                            None => self.engine.borrow_mut().start_sync(now()),
+                        }
+                    }
+                    Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
+                        refreshed = true;
+                        self.engine.borrow_mut().start_sync(now())
+                    }
+                    Err(f) => {
+                        let next = self.engine.borrow_mut().on_pull_failed(cursor, f, now());
+                        match next {
+                            Some(s) => s,
+                            None => self.engine.borrow_mut().start_sync(now()),
+                        }
+                    }
+                },
+                Step::Done(report) => {
+                    self.changed(false, None);
+                    return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
+                }
+                Step::Wait { until, report } => {
+                    self.changed(false, None);
+                    if self.auto_sync {
+                        self.schedule_sync(until.saturating_sub(now()));
+                    }
+                    return Ok(SyncOutcome { report, ok: false, retry_at: Some(until), error: Some("retrying".into()) });
+                }
+                Step::Blocked(r) => {
+                    self.changed(false, None);
+                    return Err(ClientError::RecoveryRequired { code: r.code, message: r.message });
+                }
+            };
+        }
+    }
+
+    /// The user acted (new token, …): clear recovery and sync.
+    pub fn resume(self: &Rc<Self>) {
+        self.engine.borrow_mut().clear_recovery();
+        self.changed(false, None);
+        if self.auto_sync {
+            self.schedule_sync(0);
+        }
+    }
+
+    /// Stops timers and closes the database.
+    pub fn close(&self) {
+        self.closed.set(true);
+        self.retry_timer.borrow_mut().take();
+        if let Some(ch) = &self.channel {
+            ch.set_onmessage(None);
+            ch.close();
+        }
+        self.listeners.borrow_mut().clear();
+        self.store.close();
+    }
+
+    /// The row keys of a table (for callers that need keys only).
+    pub fn keys(&self, table: &str) -> Vec<RowKey> {
+        self.engine.borrow().rows(table).into_iter().map(|(k, _)| k.clone()).collect()
+    }
+
+    /// Calls a JS listener function (helper for the bindings).
+    pub fn js_listener(f: Function) -> Listener {
+        Rc::new(move || {
+            let _ = f.call0(&JsValue::NULL);
+        })
+    }
+}

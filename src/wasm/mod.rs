@@ -1,0 +1,316 @@
+//! The JavaScript face of marksync (compiled only for `wasm32`).
+//!
+//! A thin wasm-bindgen skin over [`client::Client`]: it converts values
+//! between JS and Rust and turns errors into JS `Error` objects with a stable
+//! `code`. No rule of the protocol is written here.
+
+pub mod client;
+pub mod idb_store;
+pub mod transport;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use js_sys::{Array, Function, Object, Promise, Reflect};
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::{future_to_promise, JsFuture};
+
+use crate::engine::Config;
+use crate::protocol::{Fields, Row, RowKey, Value};
+use client::{Client, ClientError};
+use transport::{FetchTransport, TokenSource};
+
+/// A JS `Error` with a stable `code` property.
+pub fn js_error(code: &str, message: &str) -> JsValue {
+    let err = js_sys::Error::new(message);
+    let _ = Reflect::set(&err, &"code".into(), &code.into());
+    err.into()
+}
+
+fn client_error(e: ClientError) -> JsValue {
+    let err = js_error(e.code(), &e.to_string());
+    if let ClientError::RecoveryRequired { code, .. } = &e {
+        let _ = Reflect::set(&err, &"recovery".into(), &code.as_str().into());
+    }
+    err
+}
+
+fn to_js<T: Serialize>(v: &T) -> JsValue {
+    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).unwrap_or(JsValue::NULL)
+}
+
+fn value_to_js(v: &Value) -> JsValue {
+    match v {
+        Value::Null => JsValue::NULL,
+        Value::Bool(b) => JsValue::from_bool(*b),
+        Value::Number(n) => JsValue::from_f64(*n),
+        Value::String(s) => JsValue::from_str(s),
+    }
+}
+
+/// A visible row as a JS object: its fields plus `_id`, the rowId (field
+/// names starting with `_` are reserved by the protocol, so `_id` never
+/// collides with a field).
+fn row_to_js(key: &RowKey, row: &Row) -> JsValue {
+    let o = Object::new();
+    let _ = Reflect::set(&o, &"_id".into(), &key.row_id.as_str().into());
+    for (k, c) in &row.cells {
+        let _ = Reflect::set(&o, &k.as_str().into(), &value_to_js(&c.value));
+    }
+    Object::freeze(&o);
+    o.into()
+}
+
+fn fields_from_js(v: JsValue) -> Result<Fields, JsValue> {
+    if !v.is_object() || Array::is_array(&v) {
+        return Err(js_error("bad_input", "fields must be an object of field → value"));
+    }
+    serde_wasm_bindgen::from_value::<Fields>(v)
+        .map_err(|e| js_error("bad_input", &format!("fields: {e}")))
+}
+
+fn opt<T: serde::de::DeserializeOwned>(o: &JsValue, k: &str) -> Option<T> {
+    let v = Reflect::get(o, &k.into()).ok()?;
+    if v.is_undefined() || v.is_null() {
+        return None;
+    }
+    serde_wasm_bindgen::from_value(v).ok()
+}
+
+/// An open marksync database: rows, outbox and sync with one server.
+#[wasm_bindgen]
+pub struct Marksync {
+    inner: Rc<Client<FetchTransport>>,
+    cache: Rc<RefCell<(u64, HashMap<String, JsValue>)>>,
+}
+
+#[wasm_bindgen]
+impl Marksync {
+    /// Opens (or creates) a local database and connects it to a server.
+    ///
+    /// Options: `endpoint` (server base URL, required), `token` (string or
+    /// (async) function, called again after a 401), `name` (database name,
+    /// default `"marksync"`), `autoSync` (default `true`), `timeoutMs`
+    /// (per request, default 15000), `schema` (app schema version of new
+    /// ops, default 1), `persist` (ask for persistent storage, default true).
+    pub async fn open(options: JsValue) -> Result<Marksync, JsValue> {
+        if !options.is_object() {
+            return Err(js_error("bad_input", "open() takes an options object"));
+        }
+        let endpoint: String = opt(&options, "endpoint")
+            .ok_or_else(|| js_error("bad_input", "options.endpoint (the server's base URL) is required"))?;
+        let name: String = opt(&options, "name").unwrap_or_else(|| "marksync".to_owned());
+        let auto_sync: bool = opt(&options, "autoSync").unwrap_or(true);
+        let timeout_ms: u32 = opt(&options, "timeoutMs").unwrap_or(15_000);
+        let schema: u32 = opt(&options, "schema").unwrap_or(1);
+        let persist: bool = opt(&options, "persist").unwrap_or(true);
+        let token = token_source(Reflect::get(&options, &"token".into()).unwrap_or(JsValue::UNDEFINED))?;
+        let transport = FetchTransport::new(&endpoint, token, timeout_ms);
+        let config = Config { schema, ..Config::default() };
+        let inner = Client::open(&name, transport, config, auto_sync).await.map_err(client_error)?;
+        if persist {
+            if let Some(storage) = storage_manager() {
+                if let Ok(p) = storage.persist() {
+                    let _ = JsFuture::from(p).await;
+                }
+            }
+        }
+        if auto_sync {
+            inner.schedule_sync(0);
+        }
+        Ok(Marksync { inner, cache: Rc::new(RefCell::new((0, HashMap::new()))) })
+    }
+
+    /// This device's id (random UUID v4, born at the first open).
+    #[wasm_bindgen(getter, js_name = deviceId)]
+    pub fn device_id(&self) -> String {
+        self.inner.engine.borrow().device_id().to_owned()
+    }
+
+    /// A new rowId, `<deviceId>-<n>`, unique on this device forever.
+    #[wasm_bindgen(js_name = newRowId)]
+    pub fn new_row_id(&self) -> Result<String, JsValue> {
+        self.inner.new_row_id().map_err(client_error)
+    }
+
+    /// Records `fields` on `table/rowId`. Resolves with the opId once the op
+    /// is committed to IndexedDB (it survives a reload, a crash, a closed tab).
+    pub fn change(&self, table: String, row_id: String, fields: JsValue) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let fields = fields_from_js(fields)?;
+            let id = inner.change(&table, &row_id, fields).await.map_err(client_error)?;
+            Ok(JsValue::from_str(id.as_str()))
+        })
+    }
+
+    /// Deletes a row (a tombstone: `_deleted = true`). Resolves with the opId.
+    pub fn remove(&self, table: String, row_id: String) -> Promise {
+        self.deleted(table, row_id, true)
+    }
+
+    /// Restores a deleted row (`_deleted = false`). Resolves with the opId.
+    pub fn restore(&self, table: String, row_id: String) -> Promise {
+        self.deleted(table, row_id, false)
+    }
+
+    fn deleted(&self, table: String, row_id: String, deleted: bool) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let id = inner.set_deleted(&table, &row_id, deleted).await.map_err(client_error)?;
+            Ok(JsValue::from_str(id.as_str()))
+        })
+    }
+
+    /// The visible rows of a table (deleted rows hidden), in rowId order.
+    /// The same frozen array until something changes: fit for `useSyncExternalStore`.
+    pub fn rows(&self, table: String) -> JsValue {
+        let version = self.inner.version();
+        let mut cache = self.cache.borrow_mut();
+        if cache.0 != version {
+            *cache = (version, HashMap::new());
+        }
+        if let Some(v) = cache.1.get(&table) {
+            return v.clone();
+        }
+        let arr = Array::new();
+        for (k, r) in self.inner.engine.borrow().rows(&table) {
+            arr.push(&row_to_js(k, r));
+        }
+        Object::freeze(&arr);
+        let v: JsValue = arr.into();
+        cache.1.insert(table, v.clone());
+        v
+    }
+
+    /// One visible row, or `null` if absent or deleted.
+    pub fn row(&self, table: String, row_id: String) -> JsValue {
+        let key = RowKey::new(table, row_id);
+        match self.inner.engine.borrow().row(&key) {
+            Some(r) => row_to_js(&key, r),
+            None => JsValue::NULL,
+        }
+    }
+
+    /// Calls `listener()` after every change of rows or statuses. Returns a
+    /// function that unsubscribes.
+    pub fn subscribe(&self, listener: Function) -> Function {
+        let id = self.inner.subscribe(Client::<FetchTransport>::js_listener(listener));
+        let weak = Rc::downgrade(&self.inner);
+        let cb = Closure::once_into_js(move || {
+            if let Some(c) = weak.upgrade() {
+                c.unsubscribe(id);
+            }
+        });
+        cb.unchecked_into()
+    }
+
+    /// The sync status of a row: `{ phase, reason, code, pendingOps, attempts, nextRetryAt }`.
+    pub fn status(&self, table: String, row_id: String) -> JsValue {
+        to_js(&self.inner.engine.borrow().status(&RowKey::new(table, row_id)))
+    }
+
+    /// The pending ops, in the order they will be sent.
+    pub fn pending(&self) -> JsValue {
+        let ops: Vec<_> = self.inner.engine.borrow().pending().cloned().collect();
+        to_js(&ops)
+    }
+
+    /// Runs a sync cycle now. Resolves with a report `{ ok, pushed, applied,
+    /// duplicate, rejected, pulled, cursor, ignoredStaleAcks, retryAt, error }`;
+    /// rejects with code `recovery_required` when sync cannot go on alone.
+    pub fn sync(&self) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let out = inner.sync().await.map_err(client_error)?;
+            Ok(to_js(&out))
+        })
+    }
+
+    /// Refused ops with their reasons, until dismissed: `[{ op, reason, code }]`.
+    pub fn rejections(&self) -> JsValue {
+        let r: Vec<_> = self.inner.engine.borrow().rejections().cloned().collect();
+        to_js(&r)
+    }
+
+    /// Dismisses a rejection. Resolves `true` if there was one.
+    pub fn dismiss(&self, op_id: String) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let had = inner.dismiss(&op_id).await.map_err(client_error)?;
+            Ok(JsValue::from_bool(had))
+        })
+    }
+
+    /// Counters: attempts, unknownOutcomes, staleAcksIgnored, applied,
+    /// duplicates, rejected, recoveryRequired, pulls — plus `pendingOps`,
+    /// `cursor` and `recovery` (the code sync is blocked on, or null).
+    pub fn metrics(&self) -> JsValue {
+        let e = self.inner.engine.borrow();
+        let v = to_js(e.metrics());
+        let _ = Reflect::set(&v, &"pendingOps".into(), &JsValue::from_f64(e.pending_len() as f64));
+        let _ = Reflect::set(&v, &"cursor".into(), &JsValue::from_f64(e.cursor() as f64));
+        let rec = e.recovery().map(|r| JsValue::from_str(&r.code)).unwrap_or(JsValue::NULL);
+        let _ = Reflect::set(&v, &"recovery".into(), &rec);
+        v
+    }
+
+    /// `{ persisted, usage, quota }` of this origin's storage.
+    pub fn storage(&self) -> Promise {
+        future_to_promise(async move {
+            let o = Object::new();
+            let Some(sm) = storage_manager() else {
+                return Ok(o.into());
+            };
+            if let Ok(p) = sm.persisted() {
+                let v = JsFuture::from(p).await.unwrap_or(JsValue::FALSE);
+                let _ = Reflect::set(&o, &"persisted".into(), &v);
+            }
+            if let Ok(p) = sm.estimate() {
+                if let Ok(est) = JsFuture::from(p).await {
+                    for k in ["usage", "quota"] {
+                        let _ = Reflect::set(&o, &k.into(), &Reflect::get(&est, &k.into()).unwrap_or(JsValue::NULL));
+                    }
+                }
+            }
+            Ok(o.into())
+        })
+    }
+
+    /// Replaces the token (string or function) and resumes a sync blocked on auth.
+    #[wasm_bindgen(js_name = setToken)]
+    pub fn set_token(&self, token: JsValue) -> Result<(), JsValue> {
+        self.inner.transport.set_token(token_source(token)?);
+        self.inner.resume();
+        Ok(())
+    }
+
+    /// Stops timers and closes the database.
+    pub fn close(&self) {
+        self.inner.close();
+    }
+}
+
+fn token_source(v: JsValue) -> Result<TokenSource, JsValue> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(TokenSource::None);
+    }
+    if let Some(s) = v.as_string() {
+        return Ok(TokenSource::Fixed(s));
+    }
+    if v.is_function() {
+        return Ok(TokenSource::Function(v.unchecked_into()));
+    }
+    Err(js_error("bad_input", "token must be a string or a function"))
+}
+
+fn storage_manager() -> Option<web_sys::StorageManager> {
+    let nav = Reflect::get(&js_sys::global(), &"navigator".into()).ok()?;
+    let sm = Reflect::get(&nav, &"storage".into()).ok()?;
+    if sm.is_undefined() {
+        return None;
+    }
+    Some(sm.unchecked_into())
+}

@@ -1,0 +1,207 @@
+//! Transport adapters: how a push or pull reaches a server.
+//!
+//! [`FetchTransport`] speaks HTTP with the global `fetch` (works in pages and
+//! in Service Workers), with a timeout through `AbortController`. Tests use
+//! [`MemoryTransport`], the in-memory judge in the same wasm module.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use js_sys::{Function, Object, Promise, Reflect};
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+
+use crate::attempt::Failure;
+use crate::memory_server::MemoryServer;
+use crate::protocol::{ErrorBody, PullResponse, PushRequest, PushResponse};
+
+/// A way to reach the server.
+#[allow(async_fn_in_trait)]
+pub trait Transport {
+    /// Sends a push; `Ok` only for a 200 whose body parses.
+    async fn push(&self, req: &PushRequest) -> Result<PushResponse, Failure>;
+    /// Sends a pull; `Ok` only for a 200 whose body parses.
+    async fn pull(&self, cursor: u64, limit: usize) -> Result<PullResponse, Failure>;
+    /// After a 401: get a fresh token. `false` if there is no way to.
+    async fn refresh_auth(&self) -> bool;
+}
+
+/// Where the token comes from: a fixed string or an (async) function.
+#[derive(Clone)]
+pub enum TokenSource {
+    /// A fixed token.
+    Fixed(String),
+    /// A function returning a token or a promise of one; called again after a 401.
+    Function(Function),
+    /// No token.
+    None,
+}
+
+/// HTTP over the global `fetch`.
+pub struct FetchTransport {
+    endpoint: String,
+    token_source: RefCell<TokenSource>,
+    token: RefCell<Option<String>>,
+    timeout_ms: u32,
+}
+
+fn set(obj: &Object, k: &str, v: &JsValue) {
+    let _ = Reflect::set(obj, &JsValue::from_str(k), v);
+}
+
+impl FetchTransport {
+    /// A transport to `endpoint` (e.g. `https://example.com`, no trailing slash needed).
+    pub fn new(endpoint: &str, token: TokenSource, timeout_ms: u32) -> Self {
+        FetchTransport {
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            token_source: RefCell::new(token),
+            token: RefCell::new(None),
+            timeout_ms,
+        }
+    }
+
+    /// Replaces the token source (e.g. after the user signed in again).
+    pub fn set_token(&self, token: TokenSource) {
+        *self.token_source.borrow_mut() = token;
+        *self.token.borrow_mut() = None;
+    }
+
+    /// The server's base address.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The current token, asking the source if none is cached.
+    pub async fn token(&self) -> Option<String> {
+        if let Some(t) = self.token.borrow().clone() {
+            return Some(t);
+        }
+        let src = self.token_source.borrow().clone();
+        let t = match src {
+            TokenSource::Fixed(s) => Some(s),
+            TokenSource::None => None,
+            TokenSource::Function(f) => {
+                let v = f.call0(&JsValue::NULL).ok()?;
+                let v = match v.dyn_into::<Promise>() {
+                    Ok(p) => JsFuture::from(p).await.ok()?,
+                    Err(v) => v,
+                };
+                v.as_string()
+            }
+        };
+        *self.token.borrow_mut() = t.clone();
+        t
+    }
+
+    async fn request(&self, method: &str, path: &str, body: Option<String>) -> Result<String, Failure> {
+        let global = js_sys::global();
+        let fetch: Function = Reflect::get(&global, &"fetch".into())
+            .ok()
+            .and_then(|f| f.dyn_into().ok())
+            .ok_or_else(|| Failure::Network("fetch is not available here".into()))?;
+        let init = Object::new();
+        set(&init, "method", &method.into());
+        let headers = Object::new();
+        set(&headers, "Content-Type", &"application/json".into());
+        if let Some(t) = self.token().await {
+            set(&headers, "Authorization", &format!("Bearer {t}").into());
+        }
+        set(&init, "headers", &headers);
+        if let Some(b) = body {
+            set(&init, "body", &b.into());
+        }
+        set(&init, "cache", &"no-store".into());
+        let controller = web_sys::AbortController::new().map_err(|e| Failure::Network(js_text(&e)))?;
+        set(&init, "signal", &controller.signal());
+        let abort = controller.clone();
+        let timer = gloo_timers::callback::Timeout::new(self.timeout_ms, move || abort.abort());
+        let url = format!("{}{}", self.endpoint, path);
+        let result = async {
+            let p: Promise = fetch
+                .call2(&global, &url.into(), &init)
+                .map_err(|e| Failure::Network(js_text(&e)))?
+                .dyn_into()
+                .map_err(|_| Failure::Network("fetch returned no promise".into()))?;
+            let resp: web_sys::Response = JsFuture::from(p)
+                .await
+                .map_err(|e| if controller.signal().aborted() { Failure::Timeout } else { Failure::Network(js_text(&e)) })?
+                .dyn_into()
+                .map_err(|_| Failure::Network("not a Response".into()))?;
+            let status = resp.status();
+            let retry_after = resp.headers().get("Retry-After").ok().flatten().and_then(|s| s.trim().parse::<u64>().ok());
+            let text_promise = resp.text().map_err(|e| Failure::Network(js_text(&e)))?;
+            let text = JsFuture::from(text_promise)
+                .await
+                .map_err(|e| if controller.signal().aborted() { Failure::Timeout } else { Failure::Network(js_text(&e)) })?
+                .as_string()
+                .unwrap_or_default();
+            if status == 200 {
+                return Ok(text);
+            }
+            let body: Option<ErrorBody> = serde_json::from_str(&text).ok();
+            Err(Failure::from_http(status, body.as_ref(), retry_after.map(|s| s * 1000)))
+        }
+        .await;
+        drop(timer);
+        result
+    }
+}
+
+/// The text of a JS error value.
+pub fn js_text(v: &JsValue) -> String {
+    if let Some(s) = v.as_string() {
+        return s;
+    }
+    Reflect::get(v, &"message".into()).ok().and_then(|m| m.as_string()).unwrap_or_else(|| format!("{v:?}"))
+}
+
+impl Transport for FetchTransport {
+    async fn push(&self, req: &PushRequest) -> Result<PushResponse, Failure> {
+        let body = serde_json::to_string(req).map_err(|e| Failure::Refused(e.to_string()))?;
+        let text = self.request("POST", "/v1/push", Some(body)).await?;
+        serde_json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
+    }
+
+    async fn pull(&self, cursor: u64, limit: usize) -> Result<PullResponse, Failure> {
+        let text = self.request("GET", &format!("/v1/pull?cursor={cursor}&limit={limit}"), None).await?;
+        serde_json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
+    }
+
+    async fn refresh_auth(&self) -> bool {
+        let is_fn = matches!(&*self.token_source.borrow(), TokenSource::Function(_));
+        *self.token.borrow_mut() = None;
+        is_fn && self.token().await.is_some()
+    }
+}
+
+/// The in-memory judge as a transport, for tests in the browser. Answers can
+/// be lost after the server committed (`lose_next`), to test retries.
+#[derive(Clone)]
+pub struct MemoryTransport {
+    /// The server, shared between clients (devices) of one test.
+    pub server: Rc<RefCell<MemoryServer>>,
+    /// The user this transport authenticates as.
+    pub user: String,
+    /// Lose the answers of the next n pushes (after commit).
+    pub lose_next: Rc<RefCell<u32>>,
+}
+
+impl Transport for MemoryTransport {
+    async fn push(&self, req: &PushRequest) -> Result<PushResponse, Failure> {
+        let r = self.server.borrow_mut().push(&self.user, req);
+        let mut lose = self.lose_next.borrow_mut();
+        if *lose > 0 {
+            *lose -= 1;
+            return Err(Failure::Network("answer lost".into()));
+        }
+        r.map_err(|e| Failure::from_http(e.error.code.http_status(), Some(&e), None))
+    }
+
+    async fn pull(&self, cursor: u64, limit: usize) -> Result<PullResponse, Failure> {
+        Ok(self.server.borrow().pull(&self.user, cursor, limit))
+    }
+
+    async fn refresh_auth(&self) -> bool {
+        false
+    }
+}
