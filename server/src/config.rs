@@ -1,0 +1,122 @@
+//! The server's configuration: command-line flags, each mirrored by a `MARKSYNC_*` variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Parser};
+use marksync::schema::Schema;
+
+use crate::store::Sabotage;
+
+/// `marksync-server` flags. Every flag can also be given as the environment
+/// variable named after it (`--max-body-bytes` = `MARKSYNC_MAX_BODY_BYTES`).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "marksync-server", version, about = "The marksync reference server: push, pull, events.")]
+pub struct Config {
+    /// Address to listen on. `--dev-auth` requires a loopback address.
+    #[arg(long, env = "MARKSYNC_LISTEN", default_value = "127.0.0.1:8787")]
+    pub listen: SocketAddr,
+
+    /// `sqlite://FILE` (created if missing) or `postgres://user@host:port/db`.
+    #[arg(long, env = "MARKSYNC_DATABASE", default_value = "sqlite://marksync.db")]
+    pub database: String,
+
+    /// The app schema file (JSON, see docs/server.md). Default: the built-in workout schema.
+    #[arg(long, env = "MARKSYNC_SCHEMA", value_name = "FILE")]
+    pub schema: Option<PathBuf>,
+
+    /// Serve this directory's files; unknown paths get its index.html (single-page app).
+    #[arg(long = "static", env = "MARKSYNC_STATIC", value_name = "DIR")]
+    pub static_dir: Option<PathBuf>,
+
+    /// Also accept `Authorization: Bearer dev:<user>`. For development only, on loopback only.
+    #[arg(long, env = "MARKSYNC_DEV_AUTH", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub dev_auth: bool,
+
+    /// Serve `POST /__faults` (lost responses, delays, failures before commit). For tests only.
+    #[arg(long, env = "MARKSYNC_ENABLE_FAULTS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub enable_faults: bool,
+
+    /// The HS256 secret that signs JWTs (`sub` = user id, `exp` required).
+    #[arg(long, env = "MARKSYNC_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+
+    /// The largest request body, in bytes actually read (413 above).
+    #[arg(long, env = "MARKSYNC_MAX_BODY_BYTES", default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+
+    /// Requests per second allowed per user on push and pull (token bucket); 0 turns the limit off.
+    #[arg(long, env = "MARKSYNC_RATE_LIMIT", default_value_t = 100.0)]
+    pub rate_limit: f64,
+
+    /// Requests a user may make at once before the rate applies. Default: twice the rate.
+    #[arg(long, env = "MARKSYNC_RATE_BURST")]
+    pub rate_burst: Option<f64>,
+
+    /// Origins allowed by CORS (repeat the flag or give a comma list; `*` = any). Default: none.
+    #[arg(long, env = "MARKSYNC_CORS_ORIGIN", value_delimiter = ',')]
+    pub cors_origin: Vec<String>,
+
+    /// Most database connections (Postgres pool; SQLite readers).
+    #[arg(long, env = "MARKSYNC_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    pub db_max_connections: u32,
+
+    /// A schema given in code (tests, embedding); wins over `--schema`.
+    #[arg(skip)]
+    pub schema_value: Option<Schema>,
+
+    /// Deliberate breakage, to prove the tests catch it. Never set it.
+    #[arg(skip)]
+    pub sabotage: Sabotage,
+}
+
+impl Config {
+    /// The defaults, as `marksync-server` with no flags and no environment would run.
+    pub fn with_database(database: impl Into<String>) -> Config {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            database: database.into(),
+            schema: None,
+            static_dir: None,
+            dev_auth: false,
+            enable_faults: false,
+            jwt_secret: None,
+            max_body_bytes: 1 << 20,
+            rate_limit: 100.0,
+            rate_burst: None,
+            cors_origin: Vec::new(),
+            db_max_connections: 16,
+            schema_value: None,
+            sabotage: Sabotage::None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse_with_defaults() {
+        let c = Config::try_parse_from(["marksync-server"]).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8787");
+        assert_eq!(c.database, "sqlite://marksync.db");
+        assert!(!c.dev_auth && !c.enable_faults);
+        assert_eq!(c.max_body_bytes, 1 << 20);
+        let c = Config::try_parse_from([
+            "marksync-server",
+            "--dev-auth",
+            "--cors-origin",
+            "http://a,http://b",
+            "--cors-origin",
+            "http://c",
+            "--static",
+            "www/dist",
+        ])
+        .unwrap();
+        assert!(c.dev_auth);
+        assert_eq!(c.cors_origin, ["http://a", "http://b", "http://c"]);
+        assert_eq!(c.static_dir, Some(PathBuf::from("www/dist")));
+    }
+}

@@ -1,0 +1,55 @@
+//! Whole-request errors (PROTOCOL §5) as HTTP answers.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use marksync::protocol::{ErrorBody, ErrorCode};
+
+/// An error answer: `{ "error": { "code", "message" } }` with the code's status.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct ApiError {
+    /// The machine code; it picks the HTTP status.
+    pub code: ErrorCode,
+    /// The human message (never internal details).
+    pub message: String,
+    /// `Retry-After` seconds, for `rate_limited`.
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// An error with a code and a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError { code, message: message.into(), retry_after: None }
+    }
+    /// 400 `bad_request`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::BadRequest, message)
+    }
+    /// 401 `unauthorized`.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unauthorized, message)
+    }
+    /// 500 `internal`: logs `cause`, tells the client nothing about it.
+    pub fn internal(cause: &dyn std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "internal error");
+        Self::new(ErrorCode::Internal, "internal error")
+    }
+    /// 429 `rate_limited` with `Retry-After: secs`.
+    pub fn rate_limited(secs: u64) -> Self {
+        ApiError { retry_after: Some(secs.max(1)), ..Self::new(ErrorCode::RateLimited, "too many requests; retry later") }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut resp = (status, Json(ErrorBody::new(self.code, self.message))).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        // Read by the metrics middleware.
+        resp.extensions_mut().insert(self.code);
+        resp
+    }
+}

@@ -1,0 +1,315 @@
+//! Routes and handlers: push, pull, events, health, metrics, faults, static files.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::{Json, Router};
+use futures_util::Stream;
+use http_body_util::BodyExt;
+use marksync::protocol::{ErrorCode, PushRequest, PushResponse, DEFAULT_PULL_LIMIT, MAX_PULL_LIMIT, MAX_SAFE_INTEGER};
+use tokio::sync::broadcast::error::RecvError;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::services::{ServeDir, ServeFile};
+use tower_http::trace::TraceLayer;
+
+use crate::error::ApiError;
+use crate::faults::FaultRequest;
+use crate::store::{PushControl, PushError};
+use crate::{App, Config, Poke, ServerError};
+
+/// The router of the whole server.
+pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
+    let mut r = Router::new()
+        .route("/v1/push", post(push))
+        .route("/v1/pull", get(pull))
+        .route("/v1/events", get(events))
+        .route("/v1/{*rest}", any(not_found))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics));
+    r = if app.faults.is_some() { r.route("/__faults", post(set_faults)) } else { r.route("/__faults", any(not_found)) };
+    r = match &config.static_dir {
+        Some(dir) => r.fallback_service(ServeDir::new(dir).fallback(ServeFile::new(dir.join("index.html")))),
+        None => r.fallback(not_found),
+    };
+    let mut r = r.layer(middleware::from_fn_with_state(app.clone(), count_errors)).with_state(app);
+    if !config.cors_origin.is_empty() {
+        r = r.layer(cors(&config.cors_origin)?);
+    }
+    Ok(r.layer(TraceLayer::new_for_http()))
+}
+
+fn cors(origins: &[String]) -> Result<CorsLayer, ServerError> {
+    let allow = if origins.iter().any(|o| o.trim() == "*") {
+        AllowOrigin::any()
+    } else {
+        let list = origins
+            .iter()
+            .map(|o| HeaderValue::from_str(o.trim()).map_err(|_| ServerError::Config(format!("bad CORS origin {o:?}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        AllowOrigin::list(list)
+    };
+    Ok(CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([Method::GET, Method::POST])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+        .expose_headers([header::RETRY_AFTER])
+        .max_age(Duration::from_secs(600)))
+}
+
+/// Counts every whole-request error by code.
+async fn count_errors(State(app): State<App>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    if let Some(code) = resp.extensions().get::<ErrorCode>() {
+        app.metrics.error(*code);
+    }
+    resp
+}
+
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, Json(serde_json::json!({"error": {"code": "not_found", "message": "no such route"}})))
+        .into_response()
+}
+
+fn user_of(app: &App, headers: &HeaderMap, query_token: Option<&str>) -> Result<String, ApiError> {
+    let header = match headers.get(header::AUTHORIZATION) {
+        Some(v) => Some(v.to_str().map_err(|_| ApiError::unauthorized("the Authorization header is not text"))?),
+        None => None,
+    };
+    app.auth.user(header, query_token)
+}
+
+fn rate(app: &App, user: &str) -> Result<(), ApiError> {
+    match &app.limiter {
+        Some(l) => l.check(user).map_err(ApiError::rate_limited),
+        None => Ok(()),
+    }
+}
+
+/// Reads the body, counting the bytes actually received (never trusting
+/// Content-Length alone): more than `limit` is 413 `payload_too_large`.
+async fn read_body(headers: &HeaderMap, mut body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = || ApiError::new(ErrorCode::PayloadTooLarge, format!("the body is larger than {limit} bytes"));
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let mut buf: Vec<u8> = Vec::with_capacity(declared.map_or(8192, |n| n as usize));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| ApiError::bad_request("the body could not be read"))?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > limit {
+                return Err(too_large());
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(buf))
+}
+
+/// `POST /v1/push`: PROTOCOL §3.
+async fn push(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let user = user_of(&app, &headers, None)?;
+    rate(&app, &user)?;
+    let bytes = read_body(&headers, body, app.max_body).await?;
+    let req: PushRequest = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a push request: {e}")))?;
+    req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if req.batch.is_empty() {
+        return Ok(Json(PushResponse { attempt_key: req.attempt_key, verdicts: Vec::new() }).into_response());
+    }
+    let faults = app.faults.as_ref().map(|f| f.take()).unwrap_or_default();
+    let ctl = PushControl {
+        hold_lock_for: faults.delay,
+        fail_before_commit: faults.fail_before_commit,
+        probe: Some(Arc::clone(&app.metrics.same_user)),
+        sabotage: app.sabotage,
+    };
+    let started = Instant::now();
+    // The judge runs in its own task: a client that hangs up cannot cancel a
+    // transaction half way; it commits or rolls back whole.
+    let task_app = app.clone();
+    let task_user = user.clone();
+    let task = tokio::spawn(async move {
+        let result = task_app.store.push(&task_user, &task_app.schema, &req.batch, &ctl).await;
+        (req, result)
+    });
+    let (req, result) = task.await.map_err(|e| ApiError::internal(&e))?;
+    let judgement = match result {
+        Ok(j) => j,
+        Err(PushError::Judge(e)) => return Err(ApiError::new(ErrorCode::SchemaTooNew, e.to_string())),
+        Err(e) => return Err(ApiError::internal(&e)),
+    };
+    app.metrics.push_judged(judgement.verdicts.iter().map(|v| &v.outcome), started.elapsed());
+    if !judgement.writes.is_empty() {
+        // No receiver is fine: nobody is listening.
+        let _ = app.pokes.send(Poke { user: user.as_str().into(), head: judgement.head });
+    }
+    if faults.lose_response {
+        tracing::warn!(user, "fault: committed, now dropping the connection without an answer");
+        return Ok(lost_response());
+    }
+    Ok(Json(PushResponse { attempt_key: req.attempt_key, verdicts: judgement.verdicts }).into_response())
+}
+
+/// A response whose body fails before its first byte: hyper then closes the
+/// connection without sending anything, and the client sees a network error.
+fn lost_response() -> Response {
+    let body = Body::from_stream(futures_util::stream::once(async {
+        Err::<Bytes, std::io::Error>(std::io::Error::other("fault injection: response lost"))
+    }));
+    Response::new(body)
+}
+
+/// Parses `cursor` (0..=2^53-1, default 0) and `limit` (1..=1000, default 500).
+fn pull_params(q: &HashMap<String, String>) -> Result<(u64, usize), ApiError> {
+    fn digits(name: &str, v: &str) -> Result<u64, ApiError> {
+        if v.is_empty() || v.len() > 16 || !v.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(ApiError::bad_request(format!("{name} must be a non-negative integer")));
+        }
+        v.parse::<u64>().map_err(|_| ApiError::bad_request(format!("{name} must be a non-negative integer")))
+    }
+    let cursor = match q.get("cursor") {
+        Some(v) => digits("cursor", v)?,
+        None => 0,
+    };
+    if cursor > MAX_SAFE_INTEGER {
+        return Err(ApiError::bad_request("cursor must be at most 2^53-1"));
+    }
+    let limit = match q.get("limit") {
+        Some(v) => digits("limit", v)?,
+        None => DEFAULT_PULL_LIMIT as u64,
+    };
+    if limit == 0 || limit > MAX_PULL_LIMIT as u64 {
+        return Err(ApiError::bad_request(format!("limit must be 1 to {MAX_PULL_LIMIT}")));
+    }
+    Ok((cursor, limit as usize))
+}
+
+fn query(q: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>) -> Result<HashMap<String, String>, ApiError> {
+    q.map(|Query(q)| q).map_err(|_| ApiError::bad_request("the query string does not parse"))
+}
+
+/// `GET /v1/pull?cursor&limit`: PROTOCOL §4.
+async fn pull(
+    State(app): State<App>,
+    headers: HeaderMap,
+    q: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let user = user_of(&app, &headers, None)?;
+    let q = query(q)?;
+    rate(&app, &user)?;
+    let (cursor, limit) = pull_params(&q)?;
+    let page = app.store.pull(&user, cursor, limit).await.map_err(|e| ApiError::internal(&e))?;
+    app.metrics.pulled(page.changes.len());
+    Ok(Json(page).into_response())
+}
+
+/// `GET /v1/events`: `event: poke`, `data: <head>` when the user's head grows
+/// (and once on connect, with the current head).
+async fn events(
+    State(app): State<App>,
+    headers: HeaderMap,
+    q: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let q = query(q)?;
+    let user = user_of(&app, &headers, q.get("token").map(String::as_str))?;
+    let rx = app.pokes.subscribe();
+    let head = app.store.head(&user).await.map_err(|e| ApiError::internal(&e))?;
+    let state = PokeStream { app: app.clone(), user, rx, first: Some(head), last: head, shutdown: app.shutdown.clone() };
+    let sse = Sse::new(poke_stream(state)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)));
+    Ok(sse.into_response())
+}
+
+struct PokeStream {
+    app: App,
+    user: String,
+    rx: tokio::sync::broadcast::Receiver<Poke>,
+    first: Option<u64>,
+    last: u64,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+fn poke(head: u64) -> Event {
+    Event::default().event("poke").data(head.to_string())
+}
+
+fn poke_stream(state: PokeStream) -> impl Stream<Item = Result<Event, Infallible>> {
+    futures_util::stream::unfold(state, |mut s| async move {
+        if let Some(head) = s.first.take() {
+            return Some((Ok(poke(head)), s));
+        }
+        loop {
+            let received = tokio::select! {
+                r = s.rx.recv() => r,
+                _ = s.shutdown.wait_for(|stop| *stop) => return None,
+            };
+            let head = match received {
+                Ok(p) if *p.user == *s.user => p.head,
+                Ok(_) => continue,
+                Err(RecvError::Lagged(_)) => match s.app.store.head(&s.user).await {
+                    Ok(h) => h,
+                    Err(_) => continue,
+                },
+                Err(RecvError::Closed) => return None,
+            };
+            if head > s.last {
+                s.last = head;
+                return Some((Ok(poke(head)), s));
+            }
+        }
+    })
+}
+
+async fn healthz(State(app): State<App>) -> Response {
+    match app.store.ping().await {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "health check: database unreachable");
+            (StatusCode::SERVICE_UNAVAILABLE, "database unreachable\n").into_response()
+        }
+    }
+}
+
+async fn metrics(State(app): State<App>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.metrics.render()).into_response()
+}
+
+/// `POST /__faults` (only with `--enable-faults`).
+async fn set_faults(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let Some(faults) = &app.faults else {
+        return Ok(not_found().await);
+    };
+    let bytes = read_body(&headers, body, 4096).await?;
+    let req: FaultRequest =
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("bad fault request: {e}")))?;
+    let now = faults.set(&req);
+    tracing::warn!(?now, "faults set");
+    Ok(Json(now).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn pull_params_are_checked() {
+        assert_eq!(pull_params(&q(&[])).unwrap(), (0, 500));
+        assert_eq!(pull_params(&q(&[("cursor", "17"), ("limit", "10")])).unwrap(), (17, 10));
+        for bad in [("cursor", "-1"), ("cursor", "x"), ("cursor", ""), ("cursor", "9007199254740992"), ("limit", "0"), ("limit", "1001"), ("limit", "+5")] {
+            assert_eq!(pull_params(&q(&[bad])).unwrap_err().code, ErrorCode::BadRequest, "{bad:?}");
+        }
+    }
+}

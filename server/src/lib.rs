@@ -1,0 +1,252 @@
+//! # marksync-server
+//!
+//! The reference server of the marksync protocol (PROTOCOL.md): `POST /v1/push`,
+//! `GET /v1/pull`, `GET /v1/events`, over SQLite or PostgreSQL. Every rule —
+//! merge, marks, validation, verdict replay — is the core crate's
+//! ([`marksync::judge`]); this crate only moves bytes, holds the per-user lock
+//! and persists what the judge decided.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), marksync_server::ServerError> {
+//! let config = marksync_server::Config::with_database("sqlite://marksync.db");
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let server = marksync_server::start(config, listener).await?;
+//! println!("listening on {}", server.addr);
+//! server.stop().await?;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod faults;
+mod http;
+pub mod metrics;
+pub mod rate;
+pub mod store;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use marksync::schema::Schema;
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, watch};
+
+pub use config::Config;
+pub use http::router;
+pub use store::{Sabotage, Store};
+
+use auth::Auth;
+use faults::Faults;
+use metrics::Metrics;
+use rate::RateLimiter;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Listening or serving failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// The database could not be opened or migrated.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// The schema file cannot be read or parsed.
+    #[error("schema file {path}: {problem}")]
+    Schema {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A configuration that must not run.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The serving task failed.
+    #[error("server task: {0}")]
+    Task(String),
+}
+
+/// A poke: `user`'s head is now `head`.
+#[derive(Debug, Clone)]
+pub struct Poke {
+    /// Whose head grew.
+    pub user: Arc<str>,
+    /// The new head seq.
+    pub head: u64,
+}
+
+/// Everything a request handler needs; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct App(Arc<AppState>);
+
+/// The shared state behind [`App`].
+#[derive(Debug)]
+pub struct AppState {
+    /// Verdicts, rows and heads.
+    pub store: Store,
+    /// The rules rows are judged by.
+    pub schema: Arc<Schema>,
+    /// Token checking.
+    pub auth: Auth,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Fault injection, when enabled.
+    pub faults: Option<Arc<Faults>>,
+    /// The per-user rate limit, when on.
+    pub limiter: Option<RateLimiter>,
+    /// Head pokes for `/v1/events`.
+    pub pokes: broadcast::Sender<Poke>,
+    /// Body limit in bytes.
+    pub max_body: usize,
+    /// Turns true when the server shuts down (ends event streams).
+    pub shutdown: watch::Receiver<bool>,
+    /// Deliberate breakage for one test run; [`Sabotage::None`] otherwise.
+    pub sabotage: Sabotage,
+}
+
+impl std::ops::Deref for App {
+    type Target = AppState;
+    fn deref(&self) -> &AppState {
+        &self.0
+    }
+}
+
+/// Loads the schema named by the configuration (or the built-in workout schema).
+pub fn load_schema(config: &Config) -> Result<Schema, ServerError> {
+    if let Some(s) = &config.schema_value {
+        return Ok(s.clone());
+    }
+    match &config.schema {
+        None => Ok(Schema::workout()),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ServerError::Schema { path: path.display().to_string(), problem: e.to_string() })?;
+            Schema::from_json(&text)
+                .map_err(|e| ServerError::Schema { path: path.display().to_string(), problem: e.to_string() })
+        }
+    }
+}
+
+impl App {
+    /// Opens the store, loads the schema and builds the shared state.
+    /// `listen` is the address actually bound (checked against `--dev-auth`).
+    pub async fn build(config: &Config, listen: SocketAddr, shutdown: watch::Receiver<bool>) -> Result<App, ServerError> {
+        if config.dev_auth {
+            if !listen.ip().is_loopback() {
+                return Err(ServerError::Config(format!(
+                    "--dev-auth accepts unsigned tokens and refuses to listen on {listen}: use a loopback address"
+                )));
+            }
+            tracing::warn!("**************************************************************");
+            tracing::warn!("*  DEV AUTH IS ON: `Bearer dev:<user>` logs in as ANY user.   *");
+            tracing::warn!("*  Never run this way with real data. Loopback only.          *");
+            tracing::warn!("**************************************************************");
+        }
+        if config.enable_faults {
+            tracing::warn!("fault injection is ON: POST /__faults can drop answers and fail pushes");
+        }
+        if config.jwt_secret.as_deref().is_none_or(str::is_empty) && !config.dev_auth {
+            tracing::warn!("no --jwt-secret (MARKSYNC_JWT_SECRET) and no --dev-auth: every request will be 401");
+        }
+        if config.sabotage != Sabotage::None {
+            tracing::error!(sabotage = ?config.sabotage, "THE JUDGE IS DELIBERATELY BROKEN (test only)");
+        }
+        let schema = load_schema(config)?;
+        let store = Store::connect(&config.database, config.db_max_connections).await?;
+        tracing::info!(backend = store.backend(), database = %store::redact(&config.database), schema_version = schema.version, "storage ready");
+        let limiter = (config.rate_limit > 0.0)
+            .then(|| RateLimiter::new(config.rate_limit, config.rate_burst.unwrap_or(config.rate_limit * 2.0)));
+        let (pokes, _) = broadcast::channel(1024);
+        Ok(App(Arc::new(AppState {
+            store,
+            schema: Arc::new(schema),
+            auth: Auth::new(config.jwt_secret.as_deref(), config.dev_auth),
+            metrics: Arc::new(Metrics::default()),
+            faults: config.enable_faults.then(|| Arc::new(Faults::default())),
+            limiter,
+            pokes,
+            max_body: config.max_body_bytes,
+            shutdown,
+            sabotage: config.sabotage,
+        })))
+    }
+}
+
+/// Serves on `listener` until `shutdown` completes, then lets in-flight
+/// requests finish, ends event streams and closes the database.
+pub async fn serve(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let app = App::build(&config, listener.local_addr()?, stop_rx).await?;
+    let router = http::router(app.clone(), &config)?;
+    run(app, router, listener, stop_tx, shutdown).await
+}
+
+async fn run(
+    app: App,
+    router: axum::Router,
+    listener: TcpListener,
+    stop_tx: watch::Sender<bool>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    tracing::info!(addr = %listener.local_addr()?, "listening");
+    let graceful = async move {
+        shutdown.await;
+        tracing::info!("shutting down: finishing in-flight requests");
+        let _ = stop_tx.send(true);
+    };
+    axum::serve(listener, router).with_graceful_shutdown(graceful).await?;
+    app.store.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// A server running in this process (tests, benchmarks, embedding).
+#[derive(Debug)]
+pub struct RunningServer {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// Its shared state (store, metrics…).
+    pub app: App,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), ServerError>>,
+}
+
+impl RunningServer {
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Graceful shutdown: in-flight requests finish, then the database closes.
+    pub async fn stop(mut self) -> Result<(), ServerError> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        (&mut self.task).await.map_err(|e| ServerError::Task(e.to_string()))?
+    }
+}
+
+/// Starts a server on `listener` in a background task.
+pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServer, ServerError> {
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let app = App::build(&config, addr, stop_rx).await?;
+    let router = http::router(app.clone(), &config)?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let router_app = app.clone();
+    let task = tokio::spawn(async move {
+        run(router_app, router, listener, stop_tx, async move {
+            let _ = rx.await;
+        })
+        .await
+    });
+    Ok(RunningServer { addr, app, stop: Some(tx), task })
+}

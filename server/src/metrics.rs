@@ -1,0 +1,191 @@
+//! Prometheus metrics, kept by hand: a few atomics and a text renderer.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use marksync::protocol::{ErrorCode, Outcome};
+
+/// Upper bounds (seconds) of the push latency histogram.
+const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+const CODES: [ErrorCode; 6] = [
+    ErrorCode::Unauthorized,
+    ErrorCode::BadRequest,
+    ErrorCode::PayloadTooLarge,
+    ErrorCode::SchemaTooNew,
+    ErrorCode::RateLimited,
+    ErrorCode::Internal,
+];
+
+/// The server's counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pushes: AtomicU64,
+    applied: AtomicU64,
+    duplicate: AtomicU64,
+    rejected: AtomicU64,
+    pulled_rows: AtomicU64,
+    pulls: AtomicU64,
+    errors: [AtomicU64; 6],
+    latency_buckets: [AtomicU64; 12],
+    latency_count: AtomicU64,
+    latency_sum_us: AtomicU64,
+    /// The probe of pushes of one user inside the lock at once.
+    pub same_user: Arc<SameUserProbe>,
+}
+
+impl Metrics {
+    /// Counts one judged push: its verdicts and its latency.
+    pub fn push_judged<'a>(&self, outcomes: impl Iterator<Item = &'a Outcome>, took: Duration) {
+        self.pushes.fetch_add(1, Ordering::Relaxed);
+        for o in outcomes {
+            let c = match o {
+                Outcome::Applied => &self.applied,
+                Outcome::Duplicate => &self.duplicate,
+                Outcome::Rejected { .. } => &self.rejected,
+            };
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        let secs = took.as_secs_f64();
+        for (i, le) in BUCKETS.iter().enumerate() {
+            if secs <= *le {
+                self.latency_buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_us.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Counts one pull page of `rows` rows.
+    pub fn pulled(&self, rows: usize) {
+        self.pulls.fetch_add(1, Ordering::Relaxed);
+        self.pulled_rows.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    /// Counts one whole-request error.
+    pub fn error(&self, code: ErrorCode) {
+        if let Some(i) = CODES.iter().position(|c| *c == code) {
+            self.errors[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut s = String::with_capacity(2048);
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let _ = writeln!(s, "# HELP marksync_pushes_total Pushes judged (whole requests).");
+        let _ = writeln!(s, "# TYPE marksync_pushes_total counter");
+        let _ = writeln!(s, "marksync_pushes_total {}", g(&self.pushes));
+        let _ = writeln!(s, "# HELP marksync_ops_total Ops answered, by verdict.");
+        let _ = writeln!(s, "# TYPE marksync_ops_total counter");
+        for (name, c) in [("applied", &self.applied), ("duplicate", &self.duplicate), ("rejected", &self.rejected)] {
+            let _ = writeln!(s, "marksync_ops_total{{verdict=\"{name}\"}} {}", g(c));
+        }
+        let _ = writeln!(s, "# HELP marksync_push_duration_seconds Time to judge and commit one push.");
+        let _ = writeln!(s, "# TYPE marksync_push_duration_seconds histogram");
+        for (i, le) in BUCKETS.iter().enumerate() {
+            let _ = writeln!(s, "marksync_push_duration_seconds_bucket{{le=\"{le}\"}} {}", g(&self.latency_buckets[i]));
+        }
+        let count = g(&self.latency_count);
+        let _ = writeln!(s, "marksync_push_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(s, "marksync_push_duration_seconds_sum {}", g(&self.latency_sum_us) as f64 / 1e6);
+        let _ = writeln!(s, "marksync_push_duration_seconds_count {count}");
+        let _ = writeln!(s, "# HELP marksync_pulls_total Pull pages served.");
+        let _ = writeln!(s, "# TYPE marksync_pulls_total counter");
+        let _ = writeln!(s, "marksync_pulls_total {}", g(&self.pulls));
+        let _ = writeln!(s, "# HELP marksync_pulled_rows_total Rows sent by pull.");
+        let _ = writeln!(s, "# TYPE marksync_pulled_rows_total counter");
+        let _ = writeln!(s, "marksync_pulled_rows_total {}", g(&self.pulled_rows));
+        let _ = writeln!(s, "# HELP marksync_http_errors_total Whole-request errors, by code.");
+        let _ = writeln!(s, "# TYPE marksync_http_errors_total counter");
+        for (i, code) in CODES.iter().enumerate() {
+            let _ = writeln!(s, "marksync_http_errors_total{{code=\"{}\"}} {}", code.as_str(), g(&self.errors[i]));
+        }
+        let _ = writeln!(
+            s,
+            "# HELP marksync_push_concurrent_same_user_max Most pushes of one user ever inside the user's lock at once (1 when the lock holds)."
+        );
+        let _ = writeln!(s, "# TYPE marksync_push_concurrent_same_user_max gauge");
+        let _ = writeln!(s, "marksync_push_concurrent_same_user_max {}", self.same_user.max());
+        s
+    }
+}
+
+/// Counts, per user, the pushes between "lock taken" and "commit sent", and
+/// keeps the largest count ever seen. With a working lock it never exceeds 1.
+#[derive(Debug, Default)]
+pub struct SameUserProbe {
+    inside: Mutex<HashMap<String, u32>>,
+    max: AtomicU64,
+}
+
+impl SameUserProbe {
+    /// A push of `user` holds the lock until the guard is dropped.
+    pub fn enter(self: &Arc<Self>, user: &str) -> InsideLock {
+        let now = {
+            let mut m = self.inside.lock().unwrap_or_else(|p| p.into_inner());
+            let n = m.entry(user.to_owned()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        self.max.fetch_max(u64::from(now), Ordering::Relaxed);
+        InsideLock { probe: Arc::clone(self), user: user.to_owned() }
+    }
+
+    /// The most pushes of one user ever inside the lock at once.
+    pub fn max(&self) -> u64 {
+        self.max.load(Ordering::Relaxed)
+    }
+}
+
+/// Held while a push is inside its user's lock.
+#[derive(Debug)]
+pub struct InsideLock {
+    probe: Arc<SameUserProbe>,
+    user: String,
+}
+
+impl Drop for InsideLock {
+    fn drop(&mut self) {
+        let mut m = self.probe.inside.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.user) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.user);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_sees_overlap() {
+        let p = Arc::new(SameUserProbe::default());
+        let a = p.enter("u");
+        let b = p.enter("v");
+        assert_eq!(p.max(), 1);
+        let c = p.enter("u");
+        assert_eq!(p.max(), 2);
+        drop((a, b, c));
+        let _d = p.enter("u");
+        assert_eq!(p.max(), 2);
+    }
+
+    #[test]
+    fn render_has_every_family() {
+        let m = Metrics::default();
+        m.push_judged([Outcome::Applied, Outcome::Duplicate].iter(), Duration::from_millis(3));
+        m.error(ErrorCode::BadRequest);
+        let t = m.render();
+        assert!(t.contains("marksync_ops_total{verdict=\"applied\"} 1"));
+        assert!(t.contains("marksync_http_errors_total{code=\"bad_request\"} 1"));
+        assert!(t.contains("marksync_push_duration_seconds_bucket{le=\"0.005\"} 1"));
+        assert!(t.contains("marksync_push_concurrent_same_user_max 0"));
+    }
+}

@@ -1,0 +1,63 @@
+//! Rows to and from their two JSON text columns, seqs to and from bigint.
+
+use std::collections::BTreeMap;
+
+use marksync::protocol::{Fields, Mark, Row, MAX_SAFE_INTEGER};
+
+use super::StoreError;
+
+/// A row as its `fields` and `marks` JSON texts.
+pub(crate) fn encode_row(row: &Row) -> Result<(String, String), StoreError> {
+    let fields: BTreeMap<&str, &marksync::Value> = row.cells.iter().map(|(k, c)| (k.as_str(), &c.value)).collect();
+    let marks: BTreeMap<&str, &Mark> = row.cells.iter().map(|(k, c)| (k.as_str(), &c.mark)).collect();
+    let f = serde_json::to_string(&fields).map_err(|e| StoreError::Corrupt(format!("encode fields: {e}")))?;
+    let m = serde_json::to_string(&marks).map_err(|e| StoreError::Corrupt(format!("encode marks: {e}")))?;
+    Ok((f, m))
+}
+
+/// A row from its `fields` and `marks` JSON texts.
+pub(crate) fn decode_row(fields: &str, marks: &str) -> Result<Row, StoreError> {
+    let f: Fields = serde_json::from_str(fields).map_err(|e| StoreError::Corrupt(format!("stored fields: {e}")))?;
+    let m: BTreeMap<String, Mark> =
+        serde_json::from_str(marks).map_err(|e| StoreError::Corrupt(format!("stored marks: {e}")))?;
+    Row::from_parts(f, m).map_err(StoreError::Corrupt)
+}
+
+/// A stored bigint seq as the protocol's integer.
+pub(crate) fn seq_from_db(seq: i64) -> Result<u64, StoreError> {
+    u64::try_from(seq)
+        .ok()
+        .filter(|s| *s <= MAX_SAFE_INTEGER)
+        .ok_or_else(|| StoreError::Corrupt(format!("seq {seq} out of range")))
+}
+
+/// A protocol seq as a bigint.
+pub(crate) fn seq_to_db(seq: u64) -> Result<i64, StoreError> {
+    i64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("seq {seq} out of range")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use marksync::protocol::{Cell, OpId, Value};
+
+    #[test]
+    fn a_row_round_trips_through_its_columns() {
+        let mut row = Row::default();
+        let mark = Mark { at: (1 << 53) - 1, op_id: OpId::new("d:1") };
+        row.cells.insert("reps".into(), Cell { value: Value::Number(5.0), mark: mark.clone() });
+        row.cells.insert("note".into(), Cell { value: Value::String("é\"x".into()), mark });
+        let (f, m) = encode_row(&row).unwrap();
+        assert_eq!(f, r#"{"note":"é\"x","reps":5}"#);
+        assert!(m.contains(r#""at":9007199254740991"#), "{m}");
+        assert_eq!(decode_row(&f, &m).unwrap(), row);
+        assert!(decode_row(&f, "{}").is_err());
+    }
+
+    #[test]
+    fn seqs_are_checked() {
+        assert_eq!(seq_from_db(17).unwrap(), 17);
+        assert!(seq_from_db(-1).is_err());
+        assert_eq!(seq_to_db(17).unwrap(), 17);
+    }
+}

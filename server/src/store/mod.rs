@@ -1,0 +1,290 @@
+//! Storage: verdicts, rows and heads in SQLite or PostgreSQL, with one behaviour.
+//!
+//! A push is one transaction under the user's lock (PROTOCOL §3):
+//!
+//! 1. **lock**: make sure the user's head row exists, then lock it
+//!    (`SELECT … FOR UPDATE` in Postgres; `BEGIN IMMEDIATE` on the single
+//!    write connection in SQLite);
+//! 2. **load** the stored rows of the batch's row keys and the saved verdicts
+//!    of its opIds, one query each, into [`marksync::judge::Known`];
+//! 3. **judge** with [`marksync::judge::judge_batch`] (all rules live there);
+//! 4. **remember**: one multi-row `INSERT … ON CONFLICT (user_id, op_id) DO
+//!    NOTHING RETURNING op_id`; fewer rows back than sent means another writer
+//!    answered one of these ops first: roll back and go again from 1;
+//! 5. **write** the rows of [`marksync::judge::Judgement::writes`] (one
+//!    multi-row upsert) and the new head, then commit.
+//!
+//! Nothing here compares opIds or marks, and nothing is written before step 4.
+
+mod codec;
+mod postgres;
+mod sqlite;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use marksync::judge::{JudgeError, Judgement};
+use marksync::protocol::{Op, PullResponse};
+use marksync::schema::Schema;
+
+use crate::metrics::SameUserProbe;
+
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+/// How many times a push is judged again when another writer remembered one
+/// of its ops first (step 4). Under the user's lock this does not happen;
+/// the bound only keeps a broken lock from looping forever.
+pub const MAX_JUDGE_ATTEMPTS: usize = 3;
+
+/// A storage failure. Its text is logged, never sent to a client.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database failed.
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    /// A stored value cannot be read back (bad JSON, a negative seq…).
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
+    /// The `--database` URL names no backend this server has.
+    #[error("unsupported database url (use sqlite://FILE or postgres://…): {0}")]
+    BadUrl(String),
+    /// Another writer kept answering this batch's ops first.
+    #[error("verdicts kept conflicting after {MAX_JUDGE_ATTEMPTS} attempts")]
+    Conflict,
+}
+
+/// Why a push was not judged.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    /// The first op's schema is newer than the server's: 409 `schema_too_new`.
+    #[error(transparent)]
+    Judge(#[from] JudgeError),
+    /// Storage failed: 500 `internal`.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A `failBeforeCommit` fault rolled the push back: 500 `internal`.
+    #[error("injected failure before commit")]
+    InjectedFailure,
+}
+
+impl From<sqlx::Error> for PushError {
+    fn from(e: sqlx::Error) -> Self {
+        PushError::Store(StoreError::Db(e))
+    }
+}
+
+/// What a push may be asked to do besides judging (fault injection, probes).
+#[derive(Debug, Clone, Default)]
+pub struct PushControl {
+    /// Hold the user's lock this long before judging (`delayMs` fault).
+    pub hold_lock_for: Duration,
+    /// Roll back instead of committing and fail (`failBeforeCommit` fault).
+    pub fail_before_commit: bool,
+    /// Counts pushes of one user inside the lock at once (must never exceed 1).
+    pub probe: Option<Arc<SameUserProbe>>,
+    /// Test-only sabotage, see [`Sabotage`].
+    pub sabotage: Sabotage,
+}
+
+/// Deliberately broken behaviours, used once to prove that the tests catch
+/// them. Never set outside tests; `None` in every real server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Sabotage {
+    /// The real judge.
+    #[default]
+    None,
+    /// "write → remember": forget the saved verdicts and write the rows
+    /// even when the verdict insert says the op was answered before.
+    WriteBeforeRemember,
+}
+
+/// What a user has stored, for tests and diagnostics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    /// Remembered verdicts.
+    pub verdicts: i64,
+    /// Stored rows.
+    pub rows: i64,
+    /// The head seq (0 when the user has none).
+    pub head: i64,
+}
+
+/// The server's storage: one of the two backends.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// Embedded SQLite, a file.
+    Sqlite(SqliteStore),
+    /// PostgreSQL.
+    Postgres(PgStore),
+}
+
+impl Store {
+    /// Connects to `url` (`sqlite://FILE` — created if missing — or
+    /// `postgres://…`) and runs the migrations.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Store, StoreError> {
+        if url.starts_with("sqlite:") {
+            Ok(Store::Sqlite(SqliteStore::connect(url, max_connections).await?))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Store::Postgres(PgStore::connect(url, max_connections).await?))
+        } else {
+            Err(StoreError::BadUrl(redact(url)))
+        }
+    }
+
+    /// The backend's name: `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => "sqlite",
+            Store::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Judges `batch` for `user` in one transaction under the user's lock,
+    /// persists the judgement, and returns it.
+    pub async fn push(&self, user: &str, schema: &Schema, batch: &[Op], ctl: &PushControl) -> Result<Judgement, PushError> {
+        match self {
+            Store::Sqlite(s) => s.push(user, schema, batch, ctl).await,
+            Store::Postgres(s) => s.push(user, schema, batch, ctl).await,
+        }
+    }
+
+    /// Rows of `user` changed after `cursor`, at most `limit`, in seq order.
+    pub async fn pull(&self, user: &str, cursor: u64, limit: usize) -> Result<PullResponse, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.pull(user, cursor, limit).await,
+            Store::Postgres(s) => s.pull(user, cursor, limit).await,
+        }
+    }
+
+    /// The user's head seq (0 when the user has none).
+    pub async fn head(&self, user: &str) -> Result<u64, StoreError> {
+        let head = match self {
+            Store::Sqlite(s) => s.counts(user).await?.head,
+            Store::Postgres(s) => s.counts(user).await?.head,
+        };
+        codec::seq_from_db(head)
+    }
+
+    /// How many verdicts and rows `user` has, and the head.
+    pub async fn counts(&self, user: &str) -> Result<Counts, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.counts(user).await,
+            Store::Postgres(s) => s.counts(user).await,
+        }
+    }
+
+    /// Whether the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(s) => s.ping().await,
+            Store::Postgres(s) => s.ping().await,
+        }
+    }
+
+    /// Closes every connection.
+    pub async fn close(&self) {
+        match self {
+            Store::Sqlite(s) => s.close().await,
+            Store::Postgres(s) => s.close().await,
+        }
+    }
+
+    /// The one-statement-per-op judge, kept only for the load benchmark.
+    #[cfg(feature = "bench-per-op")]
+    pub async fn push_per_op(&self, user: &str, schema: &Schema, batch: &[Op]) -> Result<Judgement, PushError> {
+        match self {
+            Store::Sqlite(s) => s.push_per_op(user, schema, batch).await,
+            Store::Postgres(s) => s.push_per_op(user, schema, batch).await,
+        }
+    }
+}
+
+/// The distinct row keys and opIds of the ops that may be judged, in batch order.
+pub(crate) fn batch_keys(batch: &[Op]) -> (Vec<(&str, &str)>, Vec<&str>) {
+    let judged = &batch[..batch.len().min(marksync::protocol::MAX_JUDGED_PER_PUSH)];
+    let mut seen_rows = std::collections::HashSet::with_capacity(judged.len());
+    let mut seen_ops = std::collections::HashSet::with_capacity(judged.len());
+    let mut rows = Vec::with_capacity(judged.len());
+    let mut ops = Vec::with_capacity(judged.len());
+    for op in judged {
+        if seen_rows.insert((op.table.as_str(), op.row_id.as_str())) {
+            rows.push((op.table.as_str(), op.row_id.as_str()));
+        }
+        if seen_ops.insert(op.op_id.as_str()) {
+            ops.push(op.op_id.as_str());
+        }
+    }
+    (rows, ops)
+}
+
+/// Milliseconds since the Unix epoch, for `decided_at`.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The verdicts a judgement remembers, as columns: opIds, statuses, reasons, codes.
+pub(crate) type VerdictColumns = (Vec<String>, Vec<&'static str>, Vec<Option<String>>, Vec<Option<String>>);
+
+pub(crate) fn verdict_columns(j: &Judgement) -> VerdictColumns {
+    let n = j.remember.len();
+    let mut cols: VerdictColumns = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    for (id, r) in &j.remember {
+        cols.0.push(id.as_str().to_owned());
+        cols.1.push(r.status());
+        match r {
+            marksync::judge::Remembered::Applied => {
+                cols.2.push(None);
+                cols.3.push(None);
+            }
+            marksync::judge::Remembered::Rejected { reason, code } => {
+                cols.2.push(Some(reason.clone()));
+                cols.3.push(Some(code.clone()));
+            }
+        }
+    }
+    cols
+}
+
+/// Builds [`marksync::judge::Known::verdicts`] from stored columns.
+pub(crate) fn known_verdicts(
+    rows: impl IntoIterator<Item = (String, String, Option<String>, Option<String>)>,
+) -> Result<HashMap<marksync::OpId, marksync::judge::Remembered>, StoreError> {
+    rows.into_iter()
+        .map(|(id, status, reason, code)| {
+            marksync::judge::Remembered::from_columns(&status, reason, code)
+                .map(|r| (marksync::OpId::new(id), r))
+                .ok_or_else(|| StoreError::Corrupt(format!("verdict status {status:?}")))
+        })
+        .collect()
+}
+
+/// A URL without its password, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}://{}:***{}", &url[..s], &creds[..c], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_the_password_only() {
+        assert_eq!(redact("postgres://u:secret@h:5/db"), "postgres://u:***@h:5/db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("sqlite://x.db"), "sqlite://x.db");
+    }
+}

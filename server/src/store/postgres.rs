@@ -1,0 +1,321 @@
+//! The PostgreSQL backend: the user's head row, locked `FOR UPDATE`, is the
+//! per-user lock; batches travel as arrays (`unnest`), one statement per step.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use marksync::judge::{judge_batch, Judgement, Known};
+use marksync::protocol::{Change, Op, PullResponse, RowKey};
+use marksync::schema::Schema;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use super::codec::{decode_row, encode_row, seq_from_db, seq_to_db};
+use super::{
+    batch_keys, known_verdicts, now_ms, verdict_columns, Counts, PushControl, PushError, Sabotage, StoreError,
+    MAX_JUDGE_ATTEMPTS,
+};
+
+/// Migrations, in order: (version, SQL). Applied once each, under an advisory lock.
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/postgres/0001_init.sql"))];
+
+/// Any fixed number: the advisory lock that serialises migrations of concurrent starts.
+const MIGRATION_LOCK: i64 = 0x6d61_726b_7379_6e63; // "marksync"
+
+/// SQL of the batched judge (see the module docs of [`super`]).
+mod sql {
+    pub const ENSURE_HEAD: &str = "INSERT INTO heads (user_id, seq) VALUES ($1, 0) ON CONFLICT (user_id) DO NOTHING";
+    pub const LOCK_HEAD: &str = "SELECT seq FROM heads WHERE user_id = $1 FOR UPDATE";
+    pub const LOAD_ROWS: &str = "SELECT table_name, row_id, fields, marks FROM rows \
+         WHERE user_id = $1 AND (table_name, row_id) IN (SELECT t, r FROM unnest($2::text[], $3::text[]) AS k(t, r))";
+    pub const LOAD_VERDICTS: &str =
+        "SELECT op_id, status, reason, code FROM verdicts WHERE user_id = $1 AND op_id = ANY($2::text[])";
+    /// Counts what RETURNING gave back: fewer than sent = answered before by another writer.
+    pub const REMEMBER: &str = "WITH ins AS ( \
+           INSERT INTO verdicts (user_id, op_id, status, reason, code, decided_at) \
+           SELECT $1, o, s, r, c, $6 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS v(o, s, r, c) \
+           ON CONFLICT (user_id, op_id) DO NOTHING RETURNING op_id) \
+         SELECT count(*) FROM ins";
+    pub const WRITE_ROWS: &str = "INSERT INTO rows (user_id, table_name, row_id, fields, marks, seq) \
+         SELECT $1, t, r, f, m, s FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int8[]) AS w(t, r, f, m, s) \
+         ON CONFLICT (user_id, table_name, row_id) \
+         DO UPDATE SET fields = EXCLUDED.fields, marks = EXCLUDED.marks, seq = EXCLUDED.seq";
+    pub const WRITE_HEAD: &str = "UPDATE heads SET seq = $2 WHERE user_id = $1";
+    pub const PULL: &str = "SELECT table_name, row_id, fields, marks, seq FROM rows \
+         WHERE user_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+    pub const COUNTS: &str = "SELECT (SELECT count(*) FROM verdicts WHERE user_id = $1), \
+                (SELECT count(*) FROM rows WHERE user_id = $1), \
+                COALESCE((SELECT seq FROM heads WHERE user_id = $1), 0)";
+}
+
+/// PostgreSQL storage: a connection pool.
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// Connects and runs the migrations (serialised across servers by an advisory lock).
+    pub async fn connect(url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
+        let options = PgConnectOptions::from_str(url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(2))
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options)
+            .await?;
+        let store = PgStore { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The connection pool (for tests and the load benchmark).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(MIGRATION_LOCK).execute(&mut *tx).await?;
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS marksync_migrations (version bigint PRIMARY KEY, applied_at bigint NOT NULL)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        let done: Vec<i64> = sqlx::query_scalar("SELECT version FROM marksync_migrations").fetch_all(&mut *tx).await?;
+        for (version, migration) in MIGRATIONS {
+            if done.contains(version) {
+                continue;
+            }
+            sqlx::raw_sql(*migration).execute(&mut *tx).await?;
+            sqlx::query("INSERT INTO marksync_migrations (version, applied_at) VALUES ($1, $2)")
+                .bind(version)
+                .bind(now_ms())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(crate) async fn push(
+        &self,
+        user: &str,
+        schema: &Schema,
+        batch: &[Op],
+        ctl: &PushControl,
+    ) -> Result<Judgement, PushError> {
+        let (keys, ops) = batch_keys(batch);
+        let tables: Vec<String> = keys.iter().map(|(t, _)| (*t).to_owned()).collect();
+        let row_ids: Vec<String> = keys.iter().map(|(_, r)| (*r).to_owned()).collect();
+        let op_ids: Vec<String> = ops.iter().map(|o| (*o).to_owned()).collect();
+        for _attempt in 0..MAX_JUDGE_ATTEMPTS {
+            let mut tx = self.pool.begin().await?;
+            // 1. lock: the head row, created if missing, locked until commit.
+            sqlx::query(sql::ENSURE_HEAD).bind(user).execute(&mut *tx).await?;
+            let head: i64 = sqlx::query_scalar(sql::LOCK_HEAD).bind(user).fetch_one(&mut *tx).await?;
+            let inside = ctl.probe.as_ref().map(|p| p.enter(user));
+            if !ctl.hold_lock_for.is_zero() {
+                tokio::time::sleep(ctl.hold_lock_for).await;
+            }
+            // 2. load: one query for the rows, one for the verdicts.
+            let stored: Vec<(String, String, String, String)> = sqlx::query_as(sql::LOAD_ROWS)
+                .bind(user)
+                .bind(&tables)
+                .bind(&row_ids)
+                .fetch_all(&mut *tx)
+                .await?;
+            let saved: Vec<(String, String, Option<String>, Option<String>)> =
+                sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(&op_ids).fetch_all(&mut *tx).await?;
+            let mut known = Known { head: seq_from_db(head)?, ..Known::default() };
+            for (t, r, f, m) in stored {
+                known.rows.insert(RowKey::new(t, r), decode_row(&f, &m)?);
+            }
+            if ctl.sabotage != Sabotage::WriteBeforeRemember {
+                known.verdicts = known_verdicts(saved)?;
+            }
+            let old_head = known.head;
+            // 3. judge: every rule is in the core.
+            let judgement = judge_batch(schema, batch, known)?;
+            // 4. remember, before any row is written.
+            if !judgement.remember.is_empty() {
+                let (ids, statuses, reasons, codes) = verdict_columns(&judgement);
+                let inserted: i64 = sqlx::query_scalar(sql::REMEMBER)
+                    .bind(user)
+                    .bind(&ids)
+                    .bind(&statuses)
+                    .bind(&reasons)
+                    .bind(&codes)
+                    .bind(now_ms())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                if inserted != ids.len() as i64 && ctl.sabotage != Sabotage::WriteBeforeRemember {
+                    tracing::warn!(user, sent = ids.len(), inserted, "verdicts answered by another writer; judging again");
+                    drop(inside);
+                    tx.rollback().await?;
+                    continue;
+                }
+            }
+            // 5. write the moved rows and the head.
+            if !judgement.writes.is_empty() {
+                let n = judgement.writes.len();
+                let (mut t, mut r, mut f, mut m, mut s) =
+                    (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+                for w in &judgement.writes {
+                    let (fields, marks) = encode_row(&w.row)?;
+                    t.push(w.key.table.as_str());
+                    r.push(w.key.row_id.as_str());
+                    f.push(fields);
+                    m.push(marks);
+                    s.push(seq_to_db(w.seq)?);
+                }
+                sqlx::query(sql::WRITE_ROWS)
+                    .bind(user)
+                    .bind(&t)
+                    .bind(&r)
+                    .bind(&f)
+                    .bind(&m)
+                    .bind(&s)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            if judgement.head != old_head {
+                sqlx::query(sql::WRITE_HEAD).bind(user).bind(seq_to_db(judgement.head)?).execute(&mut *tx).await?;
+            }
+            drop(inside);
+            if ctl.fail_before_commit {
+                tx.rollback().await?;
+                return Err(PushError::InjectedFailure);
+            }
+            tx.commit().await?;
+            return Ok(judgement);
+        }
+        Err(StoreError::Conflict.into())
+    }
+
+    pub(crate) async fn pull(&self, user: &str, cursor: u64, limit: usize) -> Result<PullResponse, StoreError> {
+        let rows: Vec<(String, String, String, String, i64)> = sqlx::query_as(sql::PULL)
+            .bind(user)
+            .bind(seq_to_db(cursor)?)
+            .bind(limit as i64 + 1)
+            .fetch_all(&self.pool)
+            .await?;
+        page(rows, cursor, limit)
+    }
+
+    pub(crate) async fn counts(&self, user: &str) -> Result<Counts, StoreError> {
+        let (verdicts, rows, head): (i64, i64, i64) = sqlx::query_as(sql::COUNTS).bind(user).fetch_one(&self.pool).await?;
+        Ok(Counts { verdicts, rows, head })
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub(crate) async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// The per-op judge of the benchmark: PROTOCOL §3 literally, a few statements per op.
+    #[cfg(feature = "bench-per-op")]
+    pub(crate) async fn push_per_op(&self, user: &str, schema: &Schema, batch: &[Op]) -> Result<Judgement, PushError> {
+        use marksync::judge::{decide, Decision, JudgeError, Remembered};
+        use marksync::protocol::{Outcome, Verdict, MAX_JUDGED_PER_PUSH};
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(sql::ENSURE_HEAD).bind(user).execute(&mut *tx).await?;
+        let mut head = seq_from_db(sqlx::query_scalar(sql::LOCK_HEAD).bind(user).fetch_one(&mut *tx).await?)?;
+        let mut out = Judgement::default();
+        for (i, op) in batch.iter().take(MAX_JUDGED_PER_PUSH).enumerate() {
+            if op.schema > schema.version {
+                if i == 0 {
+                    return Err(JudgeError::SchemaTooNew { op: op.schema, server: schema.version }.into());
+                }
+                break;
+            }
+            let stored: Option<(String, String)> = sqlx::query_as(
+                "SELECT fields, marks FROM rows WHERE user_id = $1 AND table_name = $2 AND row_id = $3",
+            )
+            .bind(user)
+            .bind(&op.table)
+            .bind(&op.row_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let current = stored.map(|(f, m)| decode_row(&f, &m)).transpose()?;
+            let decision = decide(schema, op, current.as_ref());
+            let remembered = match &decision {
+                Decision::Apply { .. } => Remembered::Applied,
+                Decision::Reject { code, reason } => Remembered::Rejected { reason: reason.clone(), code: code.clone() },
+            };
+            let (reason, code) = match &remembered {
+                Remembered::Applied => (None, None),
+                Remembered::Rejected { reason, code } => (Some(reason.as_str()), Some(code.as_str())),
+            };
+            let fresh: Option<String> = sqlx::query_scalar(
+                "INSERT INTO verdicts (user_id, op_id, status, reason, code, decided_at) VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (user_id, op_id) DO NOTHING RETURNING status",
+            )
+            .bind(user)
+            .bind(op.op_id.as_str())
+            .bind(remembered.status())
+            .bind(reason)
+            .bind(code)
+            .bind(now_ms())
+            .fetch_optional(&mut *tx)
+            .await?;
+            let outcome = if fresh.is_none() {
+                let (status, reason, code): (String, Option<String>, Option<String>) =
+                    sqlx::query_as("SELECT status, reason, code FROM verdicts WHERE user_id = $1 AND op_id = $2")
+                        .bind(user)
+                        .bind(op.op_id.as_str())
+                        .fetch_one(&mut *tx)
+                        .await?;
+                Remembered::from_columns(&status, reason, code)
+                    .ok_or_else(|| StoreError::Corrupt(status.clone()))?
+                    .replay(current.as_ref())
+            } else {
+                match decision {
+                    Decision::Apply { row, moved } => {
+                        if moved {
+                            head += 1;
+                            let (f, m) = encode_row(&row)?;
+                            sqlx::query(
+                                "INSERT INTO rows (user_id, table_name, row_id, fields, marks, seq) VALUES ($1, $2, $3, $4, $5, $6) \
+                                 ON CONFLICT (user_id, table_name, row_id) DO UPDATE SET fields = EXCLUDED.fields, marks = EXCLUDED.marks, seq = EXCLUDED.seq",
+                            )
+                            .bind(user)
+                            .bind(&op.table)
+                            .bind(&op.row_id)
+                            .bind(f)
+                            .bind(m)
+                            .bind(seq_to_db(head)?)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                        Outcome::Applied
+                    }
+                    Decision::Reject { code, reason } => Outcome::Rejected { reason, code, row: current },
+                }
+            };
+            out.verdicts.push(Verdict { op_id: op.op_id.clone(), outcome });
+        }
+        sqlx::query(sql::WRITE_HEAD).bind(user).bind(seq_to_db(head)?).execute(&mut *tx).await?;
+        tx.commit().await?;
+        out.head = head;
+        Ok(out)
+    }
+}
+
+/// A pull page from `limit + 1` fetched rows.
+pub(crate) fn page(
+    mut rows: Vec<(String, String, String, String, i64)>,
+    cursor: u64,
+    limit: usize,
+) -> Result<PullResponse, StoreError> {
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    let changes = rows
+        .into_iter()
+        .map(|(t, r, f, m, seq)| Ok(Change { key: RowKey::new(t, r), row: decode_row(&f, &m)?, seq: seq_from_db(seq)? }))
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let cursor = changes.last().map_or(cursor, |c| c.seq);
+    Ok(PullResponse { changes, cursor, has_more })
+}

@@ -1,0 +1,312 @@
+//! The SQLite backend: one write connection, and every push begins with
+//! `BEGIN IMMEDIATE` on it — a single writer, so the user's lock (and every
+//! other user's) is held for the whole transaction. Reads (pull) use a
+//! separate pool of connections; the database runs in WAL mode so readers
+//! never wait for the writer. Batches travel as one JSON parameter each,
+//! unpacked with `json_each`, so no statement ever nears the parameter limit.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use marksync::judge::{judge_batch, Judgement, Known};
+use marksync::protocol::{Op, PullResponse, RowKey};
+use marksync::schema::Schema;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+
+use super::codec::{decode_row, encode_row, seq_from_db, seq_to_db};
+use super::postgres::page;
+use super::{
+    batch_keys, known_verdicts, now_ms, verdict_columns, Counts, PushControl, PushError, Sabotage, StoreError,
+    MAX_JUDGE_ATTEMPTS,
+};
+
+/// Migrations, in order: (version, SQL). Applied once each, inside `BEGIN IMMEDIATE`.
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/sqlite/0001_init.sql"))];
+
+/// SQL of the batched judge (see the module docs of [`super`]).
+mod sql {
+    pub const BEGIN: &str = "BEGIN IMMEDIATE";
+    pub const ENSURE_HEAD: &str = "INSERT INTO heads (user_id, seq) VALUES (?1, 0) ON CONFLICT (user_id) DO NOTHING";
+    pub const READ_HEAD: &str = "SELECT seq FROM heads WHERE user_id = ?1";
+    pub const LOAD_ROWS: &str = "SELECT table_name, row_id, fields, marks FROM rows WHERE user_id = ?1 \
+         AND (table_name, row_id) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))";
+    pub const LOAD_VERDICTS: &str = "SELECT op_id, status, reason, code FROM verdicts WHERE user_id = ?1 \
+         AND op_id IN (SELECT value FROM json_each(?2))";
+    /// `WHERE true` keeps SQLite from reading `ON CONFLICT` as a join constraint.
+    pub const REMEMBER: &str = "INSERT INTO verdicts (user_id, op_id, status, reason, code, decided_at) \
+         SELECT ?1, json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
+                json_extract(value, '$[3]'), ?3 FROM json_each(?2) WHERE true \
+         ON CONFLICT (user_id, op_id) DO NOTHING RETURNING op_id";
+    pub const WRITE_ROWS: &str = "INSERT INTO rows (user_id, table_name, row_id, fields, marks, seq) \
+         SELECT ?1, json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
+                json_extract(value, '$[3]'), json_extract(value, '$[4]') FROM json_each(?2) WHERE true \
+         ON CONFLICT (user_id, table_name, row_id) \
+         DO UPDATE SET fields = excluded.fields, marks = excluded.marks, seq = excluded.seq";
+    pub const WRITE_HEAD: &str = "UPDATE heads SET seq = ?2 WHERE user_id = ?1";
+    pub const PULL: &str = "SELECT table_name, row_id, fields, marks, seq FROM rows \
+         WHERE user_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
+    pub const COUNTS: &str = "SELECT (SELECT count(*) FROM verdicts WHERE user_id = ?1), \
+                (SELECT count(*) FROM rows WHERE user_id = ?1), \
+                COALESCE((SELECT seq FROM heads WHERE user_id = ?1), 0)";
+}
+
+/// SQLite storage: a one-connection write pool and a read pool.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database file and runs the migrations.
+    pub async fn connect(url: &str, max_readers: u32) -> Result<SqliteStore, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(30));
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_with(options.clone())
+            .await?;
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let reader = if in_memory {
+            writer.clone()
+        } else {
+            SqlitePoolOptions::new()
+                .max_connections(max_readers.clamp(1, 16))
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_with(options.create_if_missing(false))
+                .await?
+        };
+        let store = SqliteStore { writer, reader };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The write pool (one connection), for tests and the load benchmark.
+    pub fn writer(&self) -> &SqlitePool {
+        &self.writer
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut tx = self.writer.begin_with(sql::BEGIN).await?;
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS marksync_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        let done: Vec<i64> = sqlx::query_scalar("SELECT version FROM marksync_migrations").fetch_all(&mut *tx).await?;
+        for (version, migration) in MIGRATIONS {
+            if done.contains(version) {
+                continue;
+            }
+            sqlx::raw_sql(*migration).execute(&mut *tx).await?;
+            sqlx::query("INSERT INTO marksync_migrations (version, applied_at) VALUES (?1, ?2)")
+                .bind(version)
+                .bind(now_ms())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(crate) async fn push(
+        &self,
+        user: &str,
+        schema: &Schema,
+        batch: &[Op],
+        ctl: &PushControl,
+    ) -> Result<Judgement, PushError> {
+        let (keys, ops) = batch_keys(batch);
+        let keys_json = json(&keys)?;
+        let ops_json = json(&ops)?;
+        for _attempt in 0..MAX_JUDGE_ATTEMPTS {
+            // 1. lock: the single writer, BEGIN IMMEDIATE.
+            let mut tx = self.writer.begin_with(sql::BEGIN).await?;
+            sqlx::query(sql::ENSURE_HEAD).bind(user).execute(&mut *tx).await?;
+            let head: i64 = sqlx::query_scalar(sql::READ_HEAD).bind(user).fetch_one(&mut *tx).await?;
+            let inside = ctl.probe.as_ref().map(|p| p.enter(user));
+            if !ctl.hold_lock_for.is_zero() {
+                tokio::time::sleep(ctl.hold_lock_for).await;
+            }
+            // 2. load: one query for the rows, one for the verdicts.
+            let stored: Vec<(String, String, String, String)> =
+                sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(&keys_json).fetch_all(&mut *tx).await?;
+            let saved: Vec<(String, String, Option<String>, Option<String>)> =
+                sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(&ops_json).fetch_all(&mut *tx).await?;
+            let mut known = Known { head: seq_from_db(head)?, ..Known::default() };
+            for (t, r, f, m) in stored {
+                known.rows.insert(RowKey::new(t, r), decode_row(&f, &m)?);
+            }
+            if ctl.sabotage != Sabotage::WriteBeforeRemember {
+                known.verdicts = known_verdicts(saved)?;
+            }
+            let old_head = known.head;
+            // 3. judge: every rule is in the core.
+            let judgement = judge_batch(schema, batch, known)?;
+            // 4. remember, before any row is written.
+            if !judgement.remember.is_empty() {
+                let (ids, statuses, reasons, codes) = verdict_columns(&judgement);
+                let sent = ids.len();
+                let cols: Vec<_> = ids
+                    .iter()
+                    .zip(&statuses)
+                    .zip(reasons.iter().zip(&codes))
+                    .map(|((i, s), (r, c))| (i, s, r, c))
+                    .collect();
+                let back: Vec<String> = sqlx::query_scalar(sql::REMEMBER)
+                    .bind(user)
+                    .bind(json(&cols)?)
+                    .bind(now_ms())
+                    .fetch_all(&mut *tx)
+                    .await?;
+                if back.len() != sent && ctl.sabotage != Sabotage::WriteBeforeRemember {
+                    tracing::warn!(user, sent, inserted = back.len(), "verdicts answered by another writer; judging again");
+                    drop(inside);
+                    tx.rollback().await?;
+                    continue;
+                }
+            }
+            // 5. write the moved rows and the head.
+            if !judgement.writes.is_empty() {
+                let mut rows = Vec::with_capacity(judgement.writes.len());
+                for w in &judgement.writes {
+                    let (fields, marks) = encode_row(&w.row)?;
+                    rows.push((w.key.table.as_str(), w.key.row_id.as_str(), fields, marks, seq_to_db(w.seq)?));
+                }
+                sqlx::query(sql::WRITE_ROWS).bind(user).bind(json(&rows)?).execute(&mut *tx).await?;
+            }
+            if judgement.head != old_head {
+                sqlx::query(sql::WRITE_HEAD).bind(user).bind(seq_to_db(judgement.head)?).execute(&mut *tx).await?;
+            }
+            drop(inside);
+            if ctl.fail_before_commit {
+                tx.rollback().await?;
+                return Err(PushError::InjectedFailure);
+            }
+            tx.commit().await?;
+            return Ok(judgement);
+        }
+        Err(StoreError::Conflict.into())
+    }
+
+    pub(crate) async fn pull(&self, user: &str, cursor: u64, limit: usize) -> Result<PullResponse, StoreError> {
+        let rows: Vec<(String, String, String, String, i64)> = sqlx::query_as(sql::PULL)
+            .bind(user)
+            .bind(seq_to_db(cursor)?)
+            .bind(limit as i64 + 1)
+            .fetch_all(&self.reader)
+            .await?;
+        page(rows, cursor, limit)
+    }
+
+    pub(crate) async fn counts(&self, user: &str) -> Result<Counts, StoreError> {
+        let (verdicts, rows, head): (i64, i64, i64) =
+            sqlx::query_as(sql::COUNTS).bind(user).fetch_one(&self.reader).await?;
+        Ok(Counts { verdicts, rows, head })
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
+    }
+
+    pub(crate) async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+
+    /// The per-op judge of the benchmark: PROTOCOL §3 literally, a few statements per op.
+    #[cfg(feature = "bench-per-op")]
+    pub(crate) async fn push_per_op(&self, user: &str, schema: &Schema, batch: &[Op]) -> Result<Judgement, PushError> {
+        use marksync::judge::{decide, Decision, JudgeError, Remembered};
+        use marksync::protocol::{Outcome, Verdict, MAX_JUDGED_PER_PUSH};
+        let mut tx = self.writer.begin_with(sql::BEGIN).await?;
+        sqlx::query(sql::ENSURE_HEAD).bind(user).execute(&mut *tx).await?;
+        let mut head = seq_from_db(sqlx::query_scalar(sql::READ_HEAD).bind(user).fetch_one(&mut *tx).await?)?;
+        let mut out = Judgement::default();
+        for (i, op) in batch.iter().take(MAX_JUDGED_PER_PUSH).enumerate() {
+            if op.schema > schema.version {
+                if i == 0 {
+                    return Err(JudgeError::SchemaTooNew { op: op.schema, server: schema.version }.into());
+                }
+                break;
+            }
+            let stored: Option<(String, String)> =
+                sqlx::query_as("SELECT fields, marks FROM rows WHERE user_id = ?1 AND table_name = ?2 AND row_id = ?3")
+                    .bind(user)
+                    .bind(&op.table)
+                    .bind(&op.row_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let current = stored.map(|(f, m)| decode_row(&f, &m)).transpose()?;
+            let decision = decide(schema, op, current.as_ref());
+            let remembered = match &decision {
+                Decision::Apply { .. } => Remembered::Applied,
+                Decision::Reject { code, reason } => Remembered::Rejected { reason: reason.clone(), code: code.clone() },
+            };
+            let (reason, code) = match &remembered {
+                Remembered::Applied => (None, None),
+                Remembered::Rejected { reason, code } => (Some(reason.as_str()), Some(code.as_str())),
+            };
+            let fresh: Option<String> = sqlx::query_scalar(
+                "INSERT INTO verdicts (user_id, op_id, status, reason, code, decided_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                 ON CONFLICT (user_id, op_id) DO NOTHING RETURNING status",
+            )
+            .bind(user)
+            .bind(op.op_id.as_str())
+            .bind(remembered.status())
+            .bind(reason)
+            .bind(code)
+            .bind(now_ms())
+            .fetch_optional(&mut *tx)
+            .await?;
+            let outcome = if fresh.is_none() {
+                let (status, reason, code): (String, Option<String>, Option<String>) =
+                    sqlx::query_as("SELECT status, reason, code FROM verdicts WHERE user_id = ?1 AND op_id = ?2")
+                        .bind(user)
+                        .bind(op.op_id.as_str())
+                        .fetch_one(&mut *tx)
+                        .await?;
+                Remembered::from_columns(&status, reason, code)
+                    .ok_or_else(|| StoreError::Corrupt(status.clone()))?
+                    .replay(current.as_ref())
+            } else {
+                match decision {
+                    Decision::Apply { row, moved } => {
+                        if moved {
+                            head += 1;
+                            let (f, m) = encode_row(&row)?;
+                            sqlx::query(
+                                "INSERT INTO rows (user_id, table_name, row_id, fields, marks, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                                 ON CONFLICT (user_id, table_name, row_id) DO UPDATE SET fields = excluded.fields, marks = excluded.marks, seq = excluded.seq",
+                            )
+                            .bind(user)
+                            .bind(&op.table)
+                            .bind(&op.row_id)
+                            .bind(f)
+                            .bind(m)
+                            .bind(seq_to_db(head)?)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                        Outcome::Applied
+                    }
+                    Decision::Reject { code, reason } => Outcome::Rejected { reason, code, row: current },
+                }
+            };
+            out.verdicts.push(Verdict { op_id: op.op_id.clone(), outcome });
+        }
+        sqlx::query(sql::WRITE_HEAD).bind(user).bind(seq_to_db(head)?).execute(&mut *tx).await?;
+        tx.commit().await?;
+        out.head = head;
+        Ok(out)
+    }
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("encode parameter: {e}")))
+}
