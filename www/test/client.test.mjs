@@ -1,0 +1,220 @@
+// The npm package in real Chromium against the real server (PROTOCOL §3–7).
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { backends, startServer, launch, device, newUser } from './helpers.mjs';
+
+for (const backend of backends()) {
+  describe(`client on ${backend}`, () => {
+    let server;
+    let browser;
+    before(async () => {
+      server = await startServer(backend);
+      browser = await launch();
+    });
+    after(async () => {
+      await browser?.close();
+      await server?.stop();
+    });
+
+    /** Opens a database in a page; returns a function to run code with `db` in that page. */
+    async function open(user, opts = {}) {
+      const d = await device(browser, server);
+      await d.page.evaluate(async ({ user, opts }) => {
+        window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'e2e', autoSync: false, ...opts });
+      }, { user, opts });
+      return {
+        ...d,
+        run: (fn, arg) => d.page.evaluate(fn, arg),
+        close: () => d.context.close(),
+      };
+    }
+
+    test('two devices edit, sync and converge', async () => {
+      const user = newUser('converge');
+      const a = await open(user);
+      const b = await open(user);
+      const rowId = await a.run(async () => {
+        const id = db.newRowId();
+        await db.change('sets', id, { exercise: 'squat', weightKg: 100, reps: 5 });
+        await db.sync();
+        return id;
+      });
+      await b.run(() => db.sync());
+      // Different fields on the two devices: both survive. Same field: one winner everywhere.
+      await a.run(async (id) => { await db.change('sets', id, { reps: 6 }); }, rowId);
+      await b.run(async (id) => { await db.change('sets', id, { weightKg: 105 }); }, rowId);
+      await a.run(async (id) => { await db.change('sets', id, { exercise: 'front squat' }); }, rowId);
+      await b.run(async (id) => { await db.change('sets', id, { exercise: 'back squat' }); }, rowId);
+      for (let i = 0; i < 2; i++) {
+        await a.run(() => db.sync());
+        await b.run(() => db.sync());
+      }
+      const ra = await a.run((id) => db.row('sets', id), rowId);
+      const rb = await b.run((id) => db.row('sets', id), rowId);
+      assert.deepEqual(ra, rb);
+      assert.equal(ra.reps, 6);
+      assert.equal(ra.weightKg, 105);
+      const srv = (await server.rows(user)).get(`sets/${rowId}`);
+      assert.equal(srv.fields.exercise, ra.exercise);
+      assert.equal(await a.run((id) => db.status('sets', id).phase, rowId), 'synced');
+      await a.close();
+      await b.close();
+    });
+
+    test('offline edits survive a reload and reach the server once', async () => {
+      const user = newUser('offline');
+      const a = await open(user);
+      await a.context.setOffline(true);
+      const first = await a.run(async () => {
+        const ids = [];
+        for (let i = 0; i < 3; i++) {
+          const id = db.newRowId();
+          ids.push(id);
+          await db.change('sets', id, { exercise: 'row', weightKg: 40 + i, reps: 10 });
+        }
+        const r = await db.sync();
+        return { ids, ok: r.ok, phase: db.status('sets', ids[0]).phase };
+      });
+      assert.equal(first.ok, false);
+      assert.equal(first.phase, 'unknown-outcome');
+      await a.context.setOffline(false);
+      await a.page.reload();
+      await a.page.evaluate(() => window.ready);
+      const pending = await a.run(async (user) => {
+        window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'e2e', autoSync: false });
+        return db.pending().length;
+      }, user);
+      assert.equal(pending, 3, 'the edits survived the reload');
+      const r = await a.run(() => db.sync());
+      assert.equal(r.ok, true);
+      assert.equal(r.applied + r.duplicate, 3);
+      const second = await a.run(() => db.sync());
+      assert.equal(second.pushed, 0);
+      assert.equal((await server.rows(user)).size, 3);
+      await a.close();
+    });
+
+    // The server commits, then drops the connection. Chromium may itself
+    // resend the POST on a fresh connection (it does when the dropped
+    // connection was a reused keep-alive one): either way the server's
+    // memory answers `duplicate` and there is one row.
+    test('a lost answer produces no duplicate', async () => {
+      const user = newUser('lost');
+      const a = await open(user);
+      await server.faults({ loseResponses: 1 });
+      const out = await a.run(async () => {
+        window.rowId = db.newRowId();
+        await db.change('sets', rowId, { exercise: 'bench', weightKg: 60, reps: 8 });
+        const first = await db.sync();
+        const phase = db.status('sets', rowId).phase;
+        const second = first.ok ? null : await db.sync();
+        return { first, phase, second, end: db.status('sets', rowId).phase };
+      });
+      if (!out.first.ok) assert.equal(out.phase, 'unknown-outcome');
+      assert.equal(out.first.duplicate + (out.second?.duplicate ?? 0), 1, 'the server remembered its verdict');
+      assert.equal(out.first.applied + (out.second?.applied ?? 0), 0);
+      assert.equal((await server.rows(user)).size, 1);
+      assert.equal(out.end, 'synced');
+      await a.close();
+    });
+
+    test('a 5xx before commit is an unknown outcome, then retried and synced', async () => {
+      const user = newUser('fail');
+      const a = await open(user);
+      await server.faults({ failBeforeCommit: 1 });
+      const first = await a.run(async () => {
+        window.rowId = db.newRowId();
+        await db.change('sets', rowId, { exercise: 'dip', weightKg: 0, reps: 12 });
+        const r = await db.sync();
+        return { ...r, phase: db.status('sets', rowId).phase, m: db.metrics() };
+      });
+      assert.equal(first.ok, false);
+      assert.equal(first.phase, 'unknown-outcome');
+      assert.equal(first.m.unknownOutcomes, 1);
+      const second = await a.run(() => db.sync());
+      assert.equal(second.applied, 1, 'never counted as delivered before');
+      await a.close();
+    });
+
+    test('a rejected edit is removed with its reason, even when the first answer was lost', async () => {
+      const user = newUser('reject');
+      const a = await open(user);
+      const rowId = await a.run(async () => {
+        const id = db.newRowId();
+        await db.change('sets', id, { exercise: 'curl', weightKg: 15, reps: 10 });
+        await db.sync();
+        return id;
+      });
+      await server.faults({ loseResponses: 1 });
+      const out = await a.run(async (id) => {
+        await db.change('sets', id, { reps: 1000 });
+        const visibleBefore = db.row('sets', id).reps;
+        const first = await db.sync();
+        const second = first.ok ? { rejected: 0 } : await db.sync();
+        return { visibleBefore, first, second, row: db.row('sets', id), status: db.status('sets', id), rej: db.rejections() };
+      }, rowId);
+      assert.equal(out.visibleBefore, 1000);
+      assert.equal(out.first.rejected + out.second.rejected, 1, 'rejected once, the retry got the same verdict');
+      assert.equal(out.row.reps, 10, 'the row is rebuilt without the rejected op');
+      assert.equal(out.status.phase, 'rejected');
+      assert.equal(out.status.reason, 'reps must be at most 100');
+      assert.equal(out.rej.length, 1);
+      assert.equal(out.rej[0].reason, 'reps must be at most 100');
+      assert.equal(await a.run((op) => db.dismiss(op), out.rej[0].op.opId), true);
+      assert.equal(await a.run((id) => db.status('sets', id).phase, rowId), 'synced');
+      await a.close();
+    });
+
+    test('a 1200-op queue drains in two pushes', async () => {
+      const user = newUser('drain');
+      const a = await open(user);
+      const r = await a.run(async () => {
+        for (let i = 0; i < 1200; i++) {
+          await db.change('sets', db.newRowId(), { exercise: 'plank', weightKg: 0, reps: 1 + (i % 100) });
+        }
+        const before = db.metrics().attempts;
+        const r = await db.sync();
+        return { ...r, attempts: db.metrics().attempts - before, pending: db.pending().length };
+      });
+      assert.equal(r.ok, true);
+      assert.equal(r.attempts, 2);
+      assert.equal(r.applied, 1200);
+      assert.equal(r.pending, 0);
+      assert.equal((await server.rows(user)).size, 1200);
+      await a.close();
+    });
+
+    test('bad input is refused with a code and changes nothing', async () => {
+      const user = newUser('bad');
+      const a = await open(user);
+      const errs = await a.run(async () => {
+        const out = [];
+        for (const [t, f] of [['Sets', { a: 1 }], ['sets', {}], ['sets', { _secret: 1 }], ['sets', { a: { nested: 1 } }], ['sets', [1]]]) {
+          try { await db.change(t, 'x-1', f); out.push('accepted'); } catch (e) { out.push(`${e instanceof Error}:${e.code}`); }
+        }
+        return { out, pending: db.pending().length };
+      });
+      assert.deepEqual(errs.out, Array(5).fill('true:bad_input'));
+      assert.equal(errs.pending, 0);
+      await a.close();
+    });
+
+    test('rows() is a stable snapshot until something changes', async () => {
+      const user = newUser('snap');
+      const a = await open(user);
+      const r = await a.run(async () => {
+        const s1 = db.rows('sets');
+        const same = s1 === db.rows('sets');
+        let calls = 0;
+        const off = db.subscribe(() => { calls += 1; });
+        await db.change('sets', db.newRowId(), { exercise: 'x', weightKg: 1, reps: 1 });
+        const s2 = db.rows('sets');
+        off();
+        await db.change('sets', db.newRowId(), { exercise: 'y', weightKg: 1, reps: 1 });
+        return { same, changed: s1 !== s2, len: s2.length, frozen: Object.isFrozen(s2) && Object.isFrozen(s2[0]), calls, id: typeof s2[0]._id };
+      });
+      assert.deepEqual(r, { same: true, changed: true, len: 1, frozen: true, calls: 1, id: 'string' });
+      await a.close();
+    });
+  });
+}

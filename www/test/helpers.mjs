@@ -1,0 +1,111 @@
+// Test helpers: a real marksync-server (SQLite or PostgreSQL) and Debian's
+// Chromium driven by playwright-core. Nothing is mocked.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createServer } from 'node:net';
+import { chromium } from 'playwright-core';
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const root = join(here, '..', '..');
+
+/** The backends to run against: SQLite always; PostgreSQL when a URL is given (required in CI). */
+export function backends() {
+  const pg = process.env.MARKSYNC_TEST_POSTGRES_URL;
+  if (!pg && process.env.CI) throw new Error('CI: MARKSYNC_TEST_POSTGRES_URL must be set');
+  if (!pg) console.log('# note: MARKSYNC_TEST_POSTGRES_URL unset, PostgreSQL variants skipped');
+  return pg ? ['sqlite', 'postgres'] : ['sqlite'];
+}
+
+async function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+    s.on('error', reject);
+  });
+}
+
+/** Starts marksync-server; resolves when /healthz answers. */
+export async function startServer(backend, { staticDir = join(root, 'www'), extra = [] } = {}) {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'marksync-e2e-'));
+  const database = backend === 'postgres' ? process.env.MARKSYNC_TEST_POSTGRES_URL : `sqlite://${join(dir, 'e2e.db')}`;
+  const bin = process.env.MARKSYNC_SERVER_BIN || join(root, 'target', 'debug', 'marksync-server');
+  const args = ['--listen', `127.0.0.1:${port}`, '--database', database, '--static', staticDir,
+    '--dev-auth', '--enable-faults', '--rate-limit', '0', ...extra];
+  const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, RUST_LOG: 'warn' } });
+  let log = '';
+  proc.stdout.on('data', (d) => { log += d; });
+  proc.stderr.on('data', (d) => { log += d; });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    if (proc.exitCode !== null) throw new Error(`server exited: ${log}`);
+    try {
+      const r = await fetch(`${url}/healthz`);
+      if (r.ok) break;
+    } catch { /* not yet */ }
+    if (i > 300) throw new Error(`server did not start: ${log}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return {
+    url,
+    proc,
+    log: () => log,
+    async stop() {
+      if (proc.exitCode === null) {
+        proc.kill('SIGTERM');
+        await new Promise((r) => proc.once('exit', r));
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+    async faults(f) {
+      const r = await fetch(`${url}/__faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(f) });
+      if (!r.ok) throw new Error(`faults: ${r.status} ${await r.text()}`);
+    },
+    /** Every row of a user, pulled over HTTP (as another device would). */
+    async rows(user) {
+      const out = new Map();
+      let cursor = 0;
+      for (;;) {
+        const r = await fetch(`${url}/v1/pull?cursor=${cursor}&limit=1000`, { headers: { authorization: `Bearer dev:${user}` } });
+        const page = await r.json();
+        for (const c of page.changes) out.set(`${c.table}/${c.rowId}`, c);
+        cursor = page.cursor;
+        if (!page.hasMore) return out;
+      }
+    },
+    async metrics() {
+      return (await fetch(`${url}/metrics`)).text();
+    },
+  };
+}
+
+export const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'];
+
+export async function launch() {
+  return chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
+}
+
+/** A page of the harness in a fresh context (a fresh device: its own IndexedDB). */
+export async function device(browser, server) {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  page.on('pageerror', (e) => console.log('# pageerror', e.message));
+  await page.goto(`${server.url}/test/harness.html`);
+  await page.waitForFunction(() => window.ready);
+  await page.evaluate(() => window.ready);
+  return { context, page };
+}
+
+let users = 0;
+/** A user id no other test uses (the Postgres database is shared). */
+export function newUser(tag) {
+  users += 1;
+  return `${tag}-${process.pid}-${Date.now()}-${users}`;
+}
