@@ -59,7 +59,8 @@ pub fn merge_row(row: &mut Row, other: &Row) -> bool {
     moved
 }
 
-#[cfg(test)]
+// Native only: the property tests and the executor are not built for wasm32.
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use crate::protocol::{Fields, OpId};

@@ -319,7 +319,8 @@ pub mod contract {
     }
 }
 
-#[cfg(test)]
+// Native only: the property tests and the executor are not built for wasm32.
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
 

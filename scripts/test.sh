@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Sets up and runs every test: core (unit, property, simulation), server
+# (SQLite and PostgreSQL over HTTP), Rust in headless Chromium, and the npm
+# package end to end against the real server on both backends.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+scripts/setup.sh all
+
+scripts/pg.sh start
+trap 'scripts/pg.sh stop' EXIT
+export MARKSYNC_TEST_POSTGRES_URL="$(scripts/pg.sh url)"
+
+echo "== 1/4 core and server, native (unit, property, simulation, HTTP on SQLite and PostgreSQL)"
+cargo test --workspace --features marksync/sim
+
+echo "== 2/4 the core builds for wasm32, and its browser tests pass in headless Chromium"
+cargo build --target wasm32-unknown-unknown --lib
+wasm-pack test --headless --chrome --mode no-install --chromedriver "$(command -v chromedriver)" -- --test web
+
+echo "== 3/4 build the npm package and the server"
+scripts/build-www.sh --pkg-only
+cargo build -p marksync-server
+
+echo "== 4/4 the npm package in Chromium against the real server (SQLite and PostgreSQL)"
+(cd www && npm test)
