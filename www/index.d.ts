@@ -90,6 +90,8 @@ export interface OpenOptions {
   schema?: number;
   /** Ask the browser for persistent storage. Default true. */
   persist?: boolean;
+  /** Listen to the server's `/v1/events` pokes and pull at once. Default true. */
+  live?: boolean;
   /** Where to load the wasm from (default: next to this module). */
   wasm?: string | URL;
 }
@@ -122,6 +124,11 @@ export interface Database {
   status(table: string, rowId: string): RowStatus;
   /** The pending ops, in the order they will be sent. */
   pending(): Op[];
+  /**
+   * Asks for a sync: Background Sync when a Service Worker controls the page,
+   * else a message to the worker, else a sync in the page.
+   */
+  requestSync(): Promise<{ via: 'background-sync' | 'worker' | 'page'; report?: SyncReport }>;
   /** Runs a sync cycle now. Rejects with code `recovery_required` when sync cannot go on alone. */
   sync(): Promise<SyncReport>;
   /** Refused ops with the server's reasons, until dismissed. */

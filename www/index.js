@@ -1,6 +1,8 @@
 // marksync — offline-first sync for web apps. The JS glue: it loads the
-// WebAssembly module once and re-exports it. Every rule (ids, merge, outbox,
-// verdicts, retries) lives in the Rust core compiled to that module.
+// WebAssembly module once, re-exports it, and wires the browser's page-side
+// events (Service Worker, Background Sync, online, server pokes). Every rule
+// (ids, merge, outbox, verdicts, retries, one cycle at a time) lives in the
+// Rust core compiled to that module.
 import init, { Marksync as Native } from './pkg/marksync.js';
 
 let ready;
@@ -8,19 +10,122 @@ let ready;
 /**
  * Loads the WebAssembly module (once). `open()` calls it for you; call it
  * yourself to start the download early, or to pass the module's URL or bytes.
- * @param {string | URL | Request | BufferSource | WebAssembly.Module} [wasm]
  */
 export function load(wasm) {
   ready ??= init(wasm === undefined ? undefined : { module_or_path: wasm });
   return ready;
 }
 
+const pageSide = new WeakMap();
+const inPage = typeof window !== 'undefined' && typeof document !== 'undefined';
+
+async function resolveToken(token) {
+  if (typeof token === 'function') return token();
+  return token ?? null;
+}
+
+function controller() {
+  return (inPage && navigator.serviceWorker && navigator.serviceWorker.controller) || null;
+}
+
+/** Sends this page's token to the Service Worker that holds the queue. */
+async function shareToken(state) {
+  const c = controller();
+  if (!c) return;
+  const token = await resolveToken(state.token);
+  if (typeof token === 'string') c.postMessage({ type: 'marksync:token', name: state.name, token });
+}
+
+function attachPageSide(db, options) {
+  const state = {
+    name: options.name ?? 'marksync',
+    endpoint: options.endpoint,
+    token: options.token,
+    cleanup: [],
+    events: null,
+  };
+  pageSide.set(db, state);
+  if (!inPage) return;
+  const on = (target, type, fn) => {
+    target.addEventListener(type, fn);
+    state.cleanup.push(() => target.removeEventListener(type, fn));
+  };
+  if (options.autoSync !== false) on(window, 'online', () => db.requestSync());
+  const sw = navigator.serviceWorker;
+  if (sw) {
+    shareToken(state);
+    on(sw, 'controllerchange', () => shareToken(state));
+    on(sw, 'message', async (e) => {
+      const m = e.data;
+      if (m && m.type === 'marksync:need-token' && m.name === state.name) {
+        const token = await resolveToken(state.token);
+        if (typeof token === 'string') e.source?.postMessage({ type: 'marksync:token', name: state.name, token });
+      }
+    });
+  }
+  if (options.live !== false && typeof EventSource !== 'undefined') {
+    resolveToken(state.token).then((token) => {
+      if (state.closed || typeof token !== 'string') return;
+      const url = `${state.endpoint.replace(/\/$/, '')}/v1/events?token=${encodeURIComponent(token)}`;
+      const es = new EventSource(url);
+      es.addEventListener('poke', () => db.sync().catch(() => {}));
+      state.events = es;
+    });
+  }
+}
+
+/**
+ * Asks for a sync: through Background Sync when a Service Worker controls
+ * the page and the browser has it, else as a message to the worker, else
+ * right here in the page. Resolves with `{ via }` (and the report when the
+ * page synced itself).
+ */
+Native.prototype.requestSync = async function requestSync() {
+  const state = pageSide.get(this);
+  const name = state?.name ?? 'marksync';
+  const c = controller();
+  if (c) {
+    try {
+      const reg = await navigator.serviceWorker.ready;
+      if (reg.sync) {
+        await reg.sync.register(`marksync:${name}`);
+        return { via: 'background-sync' };
+      }
+    } catch { /* fall through */ }
+    c.postMessage({ type: 'marksync:sync', name });
+    return { via: 'worker' };
+  }
+  return { via: 'page', report: await this.sync() };
+};
+
+const nativeSetToken = Native.prototype.setToken;
+Native.prototype.setToken = function setToken(token) {
+  nativeSetToken.call(this, token);
+  const state = pageSide.get(this);
+  if (state) {
+    state.token = token;
+    shareToken(state);
+  }
+};
+
+const nativeClose = Native.prototype.close;
+Native.prototype.close = function close() {
+  const state = pageSide.get(this);
+  if (state) {
+    state.closed = true;
+    state.cleanup.forEach((f) => f());
+    state.events?.close();
+  }
+  nativeClose.call(this);
+};
+
 /** The marksync database class. `await Marksync.open({ endpoint, token, name })`. */
 export const Marksync = {
-  /** @param {import('./index').OpenOptions} options */
   async open(options) {
     await load(options?.wasm);
-    return Native.open(options);
+    const db = await Native.open(options);
+    attachPageSide(db, options);
+    return db;
   },
 };
 

@@ -117,6 +117,26 @@ fn fill_random(buf: &mut [u8]) -> bool {
     crypto.get_random_values_with_u8_array(buf).is_ok()
 }
 
+#[wasm_bindgen(inline_js = r#"
+export function with_lock(name, f) {
+  const locks = globalThis.navigator && globalThis.navigator.locks;
+  return locks ? locks.request(name, () => f()) : f();
+}
+export function register_background_sync(tag) {
+  try {
+    const sw = globalThis.navigator && globalThis.navigator.serviceWorker;
+    if (!sw || typeof globalThis.document === 'undefined' || !sw.controller) return;
+    sw.ready.then((r) => r.sync && r.sync.register(tag)).catch(() => {});
+  } catch (_) { /* no Background Sync here: the page retries on its own */ }
+}
+"#)]
+extern "C" {
+    /// Runs `f` (returning a promise) under the Web Lock `name`, where Web Locks exist.
+    fn with_lock(name: &str, f: &Closure<dyn FnMut() -> js_sys::Promise>) -> js_sys::Promise;
+    /// From a page controlled by a Service Worker: asks for a Background Sync with `tag`.
+    fn register_background_sync(tag: &str);
+}
+
 /// A listener for "rows changed".
 pub type Listener = Rc<dyn Fn()>;
 
@@ -139,6 +159,7 @@ pub struct Client<T: Transport> {
     _on_message: RefCell<Option<Closure<dyn FnMut(web_sys::MessageEvent)>>>,
     reserving: Cell<bool>,
     last_outcome: RefCell<Option<SyncOutcome>>,
+    name: String,
 }
 
 impl<T: Transport + 'static> Client<T> {
@@ -169,6 +190,7 @@ impl<T: Transport + 'static> Client<T> {
             _on_message: RefCell::new(None),
             reserving: Cell::new(false),
             last_outcome: RefCell::new(None),
+            name: name.to_owned(),
         });
         client.store.reserve(&client.engine).await?;
         client.listen_to_other_contexts();
@@ -337,7 +359,7 @@ impl<T: Transport + 'static> Client<T> {
         }
         self.syncing.set(true);
         self.retry_timer.borrow_mut().take();
-        let r = self.cycle().await;
+        let r = self.cycle_under_lock().await;
         self.syncing.set(false);
         if let Ok(o) = &r {
             *self.last_outcome.borrow_mut() = Some(o.clone());
@@ -348,6 +370,30 @@ impl<T: Transport + 'static> Client<T> {
     /// The outcome of the last finished sync cycle.
     pub fn last_outcome(&self) -> Option<SyncOutcome> {
         self.last_outcome.borrow().clone()
+    }
+
+    /// One cycle at a time per database across tabs and workers: the cycle runs
+    /// under the Web Lock `marksync:<name>` (where Web Locks exist).
+    async fn cycle_under_lock(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
+        let out: Rc<RefCell<Option<Result<SyncOutcome, ClientError>>>> = Rc::new(RefCell::new(None));
+        let (me, slot) = (self.clone(), out.clone());
+        let f = Closure::<dyn FnMut() -> js_sys::Promise>::new(move || {
+            let (me, slot) = (me.clone(), slot.clone());
+            wasm_bindgen_futures::future_to_promise(async move {
+                let r = me.cycle().await;
+                *slot.borrow_mut() = Some(r);
+                Ok(JsValue::UNDEFINED)
+            })
+        });
+        let p = with_lock(&format!("marksync:{}", self.name), &f);
+        let waited = wasm_bindgen_futures::JsFuture::from(p).await;
+        drop(f);
+        let r = out.borrow_mut().take();
+        match (r, waited) {
+            (Some(r), _) => r,
+            (None, Err(e)) => Err(ClientError::StorageFailed(format!("sync lock failed: {}", super::transport::js_text(&e)))),
+            (None, Ok(_)) => Err(ClientError::Closed),
+        }
     }
 
     async fn cycle(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
@@ -417,6 +463,8 @@ impl<T: Transport + 'static> Client<T> {
                     if self.auto_sync {
                         self.schedule_sync(until.saturating_sub(now()));
                     }
+                    // Let the Service Worker push when the network is back, even if this page is gone.
+                    register_background_sync(&format!("marksync:{}", self.name));
                     return Ok(SyncOutcome { report, ok: false, retry_at: Some(until), error: Some("retrying".into()) });
                 }
                 Step::Blocked(r) => {

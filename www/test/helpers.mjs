@@ -38,24 +38,37 @@ export async function startServer(backend, { staticDir = join(root, 'www'), extr
   const bin = process.env.MARKSYNC_SERVER_BIN || join(root, 'target', 'debug', 'marksync-server');
   const args = ['--listen', `127.0.0.1:${port}`, '--database', database, '--static', staticDir,
     '--dev-auth', '--enable-faults', '--rate-limit', '0', ...extra];
-  const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, RUST_LOG: 'warn' } });
+  let proc;
   let log = '';
-  proc.stdout.on('data', (d) => { log += d; });
-  proc.stderr.on('data', (d) => { log += d; });
   const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; ; i++) {
-    if (proc.exitCode !== null) throw new Error(`server exited: ${log}`);
-    try {
-      const r = await fetch(`${url}/healthz`);
-      if (r.ok) break;
-    } catch { /* not yet */ }
-    if (i > 300) throw new Error(`server did not start: ${log}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  const boot = async () => {
+    proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, RUST_LOG: 'warn' } });
+    proc.stdout.on('data', (d) => { log += d; });
+    proc.stderr.on('data', (d) => { log += d; });
+    for (let i = 0; ; i++) {
+      if (proc.exitCode !== null) throw new Error(`server exited: ${log}`);
+      try {
+        const r = await fetch(`${url}/healthz`);
+        if (r.ok) break;
+      } catch { /* not yet */ }
+      if (i > 300) throw new Error(`server did not start: ${log}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+  await boot();
   return {
     url,
-    proc,
+    get proc() { return proc; },
     log: () => log,
+    /** Kills the server at once (SIGKILL): no graceful shutdown. */
+    async kill() {
+      if (proc.exitCode === null) {
+        proc.kill('SIGKILL');
+        await new Promise((r) => proc.once('exit', r));
+      }
+    },
+    /** Starts it again on the same port and database. */
+    restart: boot,
     async stop() {
       if (proc.exitCode === null) {
         proc.kill('SIGTERM');

@@ -1,0 +1,184 @@
+// The Service Worker holds the queue (PROTOCOL §7), in real Chromium, against
+// the real server, under real faults.
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { backends, startServer, launch, newUser } from './helpers.mjs';
+
+const NAME = 'e2e-sw';
+const TAG = `marksync:${NAME}`;
+
+async function until(fn, what, ms = 15000) {
+  const t0 = Date.now();
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+for (const backend of backends()) {
+  describe(`service worker on ${backend}`, () => {
+    let server;
+    let browser;
+    before(async () => {
+      server = await startServer(backend);
+      browser = await launch();
+    });
+    after(async () => {
+      await browser?.close();
+      await server?.stop();
+    });
+
+    /** A device: a context with the worker installed and a page with `db` open. */
+    async function deviceWithWorker(user, { autoSync = true } = {}) {
+      const context = await browser.newContext();
+      const cdp = await context.newCDPSession(await context.newPage());
+      await cdp.send('ServiceWorker.enable');
+      let registrationId = null;
+      cdp.on('ServiceWorker.workerRegistrationUpdated', ({ registrations }) => {
+        for (const r of registrations) if (r.scopeURL.endsWith('/test/') && !r.isDeleted) registrationId = r.registrationId;
+      });
+      const pages = [];
+      const addPage = async () => {
+        const page = await context.newPage();
+        page.on('pageerror', (e) => console.log('# pageerror', e.message));
+        await page.goto(`${server.url}/test/sw-harness.html`);
+        await page.evaluate(() => window.ready);
+        await page.evaluate(async ({ user, autoSync, name }) => {
+          window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name, autoSync });
+        }, { user, autoSync, name: NAME });
+        pages.push(page);
+        return page;
+      };
+      await addPage();
+      await until(() => registrationId, 'the worker registration');
+      return {
+        context,
+        pages,
+        addPage,
+        cdp,
+        dispatchSync: () => cdp.send('ServiceWorker.dispatchSyncEvent', { origin: server.url, registrationId, tag: TAG, lastChance: false }),
+      };
+    }
+
+    test('a Background Sync dispatched by CDP pushes the queue with no page doing it', async () => {
+      const user = newUser('bgsync');
+      const d = await deviceWithWorker(user, { autoSync: false });
+      const [page] = d.pages;
+      await page.evaluate(async () => {
+        for (let i = 0; i < 5; i++) await db.change('sets', db.newRowId(), { exercise: 'lunge', weightKg: 20, reps: 10 + i });
+      });
+      assert.equal((await server.rows(user)).size, 0, 'nothing pushed by the page');
+      await d.dispatchSync();
+      await until(async () => (await server.rows(user)).size === 5, 'the worker to push');
+      // The page hears the worker's steps over BroadcastChannel, without reload.
+      await until(() => page.evaluate(() => db.pending().length === 0), 'the page to see the outbox drained');
+      const phases = await page.evaluate(() => db.rows('sets').map((r) => db.status('sets', r._id).phase));
+      assert.deepEqual([...new Set(phases)], ['synced']);
+      await d.context.close();
+    });
+
+    test('offline edits reach the server exactly once when the network returns', async () => {
+      const user = newUser('offline-sw');
+      const d = await deviceWithWorker(user);
+      const [page] = d.pages;
+      await d.context.setOffline(true);
+      await page.evaluate(async () => {
+        for (let i = 0; i < 3; i++) await db.change('sets', db.newRowId(), { exercise: 'pushup', weightKg: 0, reps: 20 + i });
+      });
+      await until(() => page.evaluate(() => db.rows('sets').some((r) => db.status('sets', r._id).phase === 'unknown-outcome')), 'a failed attempt');
+      await d.context.setOffline(false);
+      // The sync registered while offline fires when the network is back.
+      await until(async () => (await server.rows(user)).size === 3, 'the queue to reach the server');
+      await until(() => page.evaluate(() => db.pending().length === 0), 'the outbox to drain');
+      await new Promise((r) => setTimeout(r, 500));
+      assert.equal((await server.rows(user)).size, 3, 'exactly once');
+      await d.context.close();
+    });
+
+    test('two tabs: an edit in one appears in the other without reload, one push at a time', async () => {
+      const user = newUser('tabs');
+      const d = await deviceWithWorker(user);
+      const [a] = d.pages;
+      const b = await d.addPage();
+      const id = await a.evaluate(async () => {
+        const id = db.newRowId();
+        await db.change('sets', id, { exercise: 'press', weightKg: 40, reps: 8 });
+        return id;
+      });
+      await until(() => b.evaluate((id) => db.row('sets', id)?.reps === 8, id), 'tab b to see the edit');
+      // Both tabs edit and sync at once, many times: Web Locks keep one cycle at a time.
+      await Promise.all([a, b].map((p, n) => p.evaluate(async ({ id, n }) => {
+        for (let i = 0; i < 10; i++) {
+          await db.change('sets', id, { reps: 1 + n * 10 + i });
+          db.sync().catch(() => {});
+        }
+        await db.sync();
+      }, { id, n })));
+      await until(async () => {
+        const ra = await a.evaluate((id) => db.row('sets', id), id);
+        const rb = await b.evaluate((id) => db.row('sets', id), id);
+        const srv = (await server.rows(user)).get(`sets/${id}`);
+        return srv && JSON.stringify(ra) === JSON.stringify(rb) && ra.reps === srv.fields.reps;
+      }, 'the tabs and the server to agree');
+      const metrics = await server.metrics();
+      const max = Number(/marksync_push_concurrent_same_user_max (\d+)/.exec(metrics)?.[1]);
+      assert.ok(max <= 1, `at most one push of this device at a time, saw ${max}`);
+      await d.context.close();
+    });
+
+    test('the worker stopped mid-push: the next sync completes, nothing lost or duplicated', async () => {
+      const user = newUser('stopped');
+      const d = await deviceWithWorker(user, { autoSync: false });
+      const [page] = d.pages;
+      await page.evaluate(async () => {
+        for (let i = 0; i < 20; i++) await db.change('sets', db.newRowId(), { exercise: 'row', weightKg: 30, reps: 1 + i });
+      });
+      await server.faults({ delayMs: 1500 });
+      await d.dispatchSync();
+      await new Promise((r) => setTimeout(r, 400));
+      await d.cdp.send('ServiceWorker.stopAllWorkers');
+      await server.faults({ delayMs: 0 });
+      await new Promise((r) => setTimeout(r, 1500));
+      await d.dispatchSync();
+      await until(() => page.evaluate(() => db.pending().length === 0), 'the outbox to drain', 20000);
+      const rows = await server.rows(user);
+      assert.equal(rows.size, 20);
+      await d.context.close();
+    });
+
+    test('the server is killed during edits and restarted: everything converges', async () => {
+      const user = newUser('restart');
+      const own = await startServer(backend);
+      const ctx = await browser.newContext();
+      const page = await ctx.newPage();
+      await page.goto(`${own.url}/test/harness.html`);
+      await page.evaluate(() => window.ready);
+      await page.evaluate(async (user) => {
+        window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'restart', autoSync: false });
+        for (let i = 0; i < 10; i++) await db.change('sets', db.newRowId(), { exercise: 'squat', weightKg: 100, reps: 1 + i });
+        window.syncing = (async () => {
+          for (let i = 0; i < 5; i++) {
+            await db.change('sets', db.newRowId(), { exercise: 'squat', weightKg: 100, reps: 50 + i });
+            await db.sync().catch(() => {});
+          }
+        })();
+      }, user);
+      await new Promise((r) => setTimeout(r, 20));
+      await own.kill();
+      await page.evaluate(() => window.syncing);
+      await own.restart();
+      const final = await page.evaluate(async () => {
+        const r = await db.sync();
+        return { ok: r.ok, pending: db.pending().length, rows: db.rows('sets').length };
+      });
+      assert.equal(final.ok, true);
+      assert.equal(final.pending, 0);
+      assert.equal(final.rows, 15);
+      assert.equal((await own.rows(user)).size, 15);
+      await ctx.close();
+      await own.stop();
+    });
+  });
+}
