@@ -90,7 +90,7 @@ export interface OpenOptions {
   schema?: number;
   /** Ask the browser for persistent storage. Default true. */
   persist?: boolean;
-  /** Listen to the server's `/v1/events` pokes and pull at once. Default true. */
+  /** Listen to the server's `/v1/events` pokes and pull at once. Default: `autoSync`. */
   live?: boolean;
   /** Where to load the wasm from (default: next to this module). */
   wasm?: string | URL;

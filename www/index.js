@@ -63,7 +63,7 @@ function attachPageSide(db, options) {
       }
     });
   }
-  if (options.live !== false && typeof EventSource !== 'undefined') {
+  if ((options.live ?? options.autoSync ?? true) && typeof EventSource !== 'undefined') {
     resolveToken(state.token).then((token) => {
       if (state.closed || typeof token !== 'string') return;
       const url = `${state.endpoint.replace(/\/$/, '')}/v1/events?token=${encodeURIComponent(token)}`;
