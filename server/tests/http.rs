@@ -1,0 +1,365 @@
+//! PROTOCOL §5 (whole-request errors), auth, events, faults, metrics and the
+//! HTTP surface, over real HTTP, on SQLite and on PostgreSQL.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use marksync_server::store::Counts;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn body(batch: Value) -> String {
+    json!({"attemptKey": "d:a1", "batch": batch}).to_string()
+}
+
+async fn expect_error(t: &TestServer, user: &str, raw: String, status: u16, code: &str) {
+    let (got, resp) = t.push_raw(user, raw.clone()).await;
+    assert_eq!((got, resp["error"]["code"].as_str()), (status, Some(code)), "{raw:.200} → {resp}");
+    assert!(resp["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+}
+
+/// §5: each bad input gets its status and code, and nothing is written —
+/// even when good ops come before the bad one in the batch.
+async fn every_bad_input_is_refused_whole_and_writes_nothing(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    let good = full("d:0", "d-0", 10, 5);
+    let with = |bad: Value| body(json!([good.clone(), bad]));
+    let mut at_string = full("d:1", "d-1", 10, 5);
+    at_string["at"] = json!("10");
+    let mut at_big = full("d:1", "d-1", 10, 5);
+    at_big["at"] = json!(1u64 << 53);
+    let mut at_negative = full("d:1", "d-1", 10, 5);
+    at_negative["at"] = json!(-1);
+    let mut at_float = full("d:1", "d-1", 10, 5);
+    at_float["at"] = json!(1.5);
+    let cases: Vec<(&str, String)> = vec![
+        ("not JSON", "{\"attemptKey\": \"d:a1\", \"batch\": [".into()),
+        ("not an object", "[1, 2]".into()),
+        ("at as a string", with(at_string)),
+        ("at > 2^53-1", with(at_big)),
+        ("at negative", with(at_negative)),
+        ("at fractional", with(at_float)),
+        ("an object value", with(op("d:1", "d-1", 10, json!({"reps": {"n": 1}})))),
+        ("an array value", with(op("d:1", "d-1", 10, json!({"reps": [1]})))),
+        ("empty fields", with(op("d:1", "d-1", 10, json!({})))),
+        ("a reserved field", with(op("d:1", "d-1", 10, json!({"_secret": 1})))),
+        ("_deleted not boolean", with(op("d:1", "d-1", 10, json!({"_deleted": 1})))),
+        ("a non-ASCII opId", with(full("dé:1", "d-1", 10, 5))),
+        ("an empty opId", with(full("", "d-1", 10, 5))),
+        ("a bad table", with(json!({"opId": "d:1", "table": "Sets", "rowId": "d-1", "at": 1, "fields": {"reps": 1}}))),
+        ("an unknown op key", with(json!({"opId": "d:1", "table": "sets", "rowId": "d-1", "at": 1, "fields": {"reps": 1}, "x": 1}))),
+        ("a missing attemptKey", json!({"batch": [good.clone()]}).to_string()),
+        ("a long string", with(op("d:1", "d-1", 10, json!({"exercise": "x".repeat(4097)})))),
+    ];
+    for (what, raw) in cases {
+        let (status, resp) = t.push_raw("u", raw).await;
+        assert_eq!((status, resp["error"]["code"].as_str()), (400, Some("bad_request")), "{what}: {resp}");
+    }
+    // No token, a forged JWT, an expired JWT, a dev token without dev auth elsewhere: 401.
+    let raw = body(json!([good.clone()]));
+    let no_token = t.http.post(t.url("/v1/push")).body(raw.clone()).send().await.unwrap();
+    assert_eq!(no_token.status().as_u16(), 401);
+    assert_eq!(no_token.json::<Value>().await.unwrap()["error"]["code"], "unauthorized");
+    for token in [jwt("not-the-secret", "u", 600), jwt("test-secret", "u", -600), "garbage".into()] {
+        let r = t.http.post(t.url("/v1/push")).bearer_auth(token).body(raw.clone()).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 401);
+        assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "unauthorized");
+    }
+    // 2 MiB: 413, by Content-Length…
+    let pad = "x".repeat(2 << 20);
+    expect_error(&t, "u", json!({"attemptKey": "d:a1", "batch": [good.clone()], "pad": pad}).to_string(), 413, "payload_too_large")
+        .await;
+    // …and by bytes actually read (chunked, no Content-Length).
+    let (status, text) = chunked_push(&t, "u", 2 << 20).await;
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("payload_too_large"), "{text}");
+    assert_eq!(t.counts("u").await, Counts::default(), "nothing written by any of them");
+    // Bad cursors and limits.
+    for q in ["cursor=-1", "cursor=abc", "cursor=1.5", "cursor=", "cursor=9007199254740992", "limit=0", "limit=1001", "limit=x"] {
+        let (status, resp) = t.pull_raw("u", q).await;
+        assert_eq!((status, resp["error"]["code"].as_str()), (400, Some("bad_request")), "{q}: {resp}");
+    }
+    let r = t.http.get(t.url("/v1/pull")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    // A good push still works, then.
+    assert_eq!(statuses(&t.push_ok("u", &[good]).await), ["applied"]);
+    assert!(t.metric("marksync_http_errors_total{code=\"bad_request\"}").await >= 25.0);
+    assert!(t.metric("marksync_http_errors_total{code=\"unauthorized\"}").await >= 5.0);
+    assert_eq!(t.metric("marksync_http_errors_total{code=\"payload_too_large\"}").await, 2.0);
+    t.stop().await;
+}
+both!(every_bad_input_is_refused_whole_and_writes_nothing);
+
+/// Sends a chunked push body of `size` bytes over a raw socket; returns the status and the answer.
+async fn chunked_push(t: &TestServer, user: &str, size: usize) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(t.server.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/push HTTP/1.1\r\nhost: x\r\nauthorization: Bearer dev:{user}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b' '; 64 * 1024];
+    let mut sent = 0;
+    while sent < size {
+        let frame = [format!("{:x}\r\n", chunk.len()).into_bytes(), chunk.clone(), b"\r\n".to_vec()].concat();
+        if s.write_all(&frame).await.is_err() {
+            break; // the server answered and closed: read what it said
+        }
+        sent += chunk.len();
+    }
+    let _ = s.write_all(b"0\r\n\r\n").await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+/// A real HS256 JWT works; `sub` is the user; users are kept apart.
+async fn a_signed_jwt_names_the_user(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    let token = jwt("test-secret", "alice@example.org", 600);
+    let r = t
+        .http
+        .post(t.url("/v1/push"))
+        .bearer_auth(&token)
+        .body(body(json!([full("d:1", "d-1", 10, 5)])))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(t.counts("alice@example.org").await.rows, 1);
+    assert_eq!(t.pull_all("alice@example.org").await.len(), 1, "dev:alice@example.org is the same user id");
+    assert!(t.pull_all("bob").await.is_empty());
+    t.stop().await;
+}
+both!(a_signed_jwt_names_the_user);
+
+/// Without `--dev-auth`, `dev:` tokens are refused; with it, a non-loopback
+/// listen address is refused at start.
+async fn dev_auth_is_off_by_default_and_loopback_only(b: Backend) {
+    let Some(database) = fresh_database(b).await else { return };
+    let mut c = config(&database);
+    c.dev_auth = false;
+    let t = TestServer::start(c).await;
+    let (status, resp) = t.push("u", &[full("d:1", "d-1", 10, 5)]).await;
+    assert_eq!((status, resp["error"]["code"].as_str()), (401, Some("unauthorized")));
+    t.stop().await;
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let err = marksync_server::App::build(&config(&database), "0.0.0.0:8787".parse().unwrap(), rx).await.unwrap_err();
+    assert!(err.to_string().contains("--dev-auth"), "{err}");
+}
+both!(dev_auth_is_off_by_default_and_loopback_only);
+
+/// §4: `GET /v1/events` pokes with the head when it grows (header or `?token=`).
+async fn an_event_poke_arrives_after_a_push(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    t.push_ok("u", &[full("d:0", "d-0", 10, 5)]).await;
+    let mut events = t.http.get(t.url("/v1/events?token=dev:u")).send().await.unwrap();
+    assert_eq!(events.status().as_u16(), 200);
+    assert_eq!(events.headers()["content-type"], "text/event-stream");
+    let mut other = t.http.get(t.url("/v1/events")).bearer_auth("dev:other").send().await.unwrap();
+    let mut seen = String::new();
+    read_until(&mut events, &mut seen, "data: 1\n").await;
+    assert!(seen.contains("event: poke\ndata: 1\n"), "the current head on connect: {seen:?}");
+    // Another user's push does not poke u; u's push does.
+    t.push_ok("other", &[full("d:1", "d-1", 10, 5)]).await;
+    t.push_ok("u", &[full("d:1", "d-1", 10, 5), full("d:2", "d-2", 10, 5)]).await;
+    read_until(&mut events, &mut seen, "data: 3\n").await;
+    assert!(!seen.contains("data: 2\n"), "one poke per push, with the new head: {seen:?}");
+    let mut seen_other = String::new();
+    read_until(&mut other, &mut seen_other, "data: 1\n").await;
+    // A push that moves nothing (a replay) does not poke.
+    t.push_ok("u", &[full("d:1", "d-1", 10, 5)]).await;
+    t.push_ok("u", &[full("d:3", "d-3", 10, 5)]).await;
+    read_until(&mut events, &mut seen, "data: 4\n").await;
+    let bad = t.http.get(t.url("/v1/events?token=forged")).send().await.unwrap();
+    assert_eq!(bad.status().as_u16(), 401);
+    drop((events, other));
+    t.stop().await;
+}
+both!(an_event_poke_arrives_after_a_push);
+
+async fn read_until(resp: &mut reqwest::Response, seen: &mut String, needle: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !seen.contains(needle) {
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no {needle:?} within 10 s; got {seen:?}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("stream ended; got {seen:?}"));
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+/// Fault `loseResponses`: the push commits, the client gets a network error
+/// (no HTTP answer at all), and a retry gets `duplicate`.
+async fn a_lost_response_is_a_network_error_after_commit(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    assert_eq!(t.faults(json!({"loseResponses": 1})).await, 200);
+    let raw = body(json!([full("d:1", "d-1", 10, 5), full("d:2", "d-2", 10, 500)]));
+    let sent = t.http.post(t.url("/v1/push")).bearer_auth("dev:u").body(raw.clone()).send().await;
+    let err = sent.expect_err("no response at all: a network error");
+    assert!(!err.is_status() && !err.is_timeout(), "{err:?}");
+    assert_eq!(t.counts("u").await, Counts { verdicts: 2, rows: 1, head: 1 }, "committed");
+    let (status, resp) = t.push_raw("u", raw).await;
+    assert_eq!(status, 200);
+    assert_eq!(statuses(resp["verdicts"].as_array().unwrap()), ["duplicate", "rejected"]);
+    assert_eq!(resp["verdicts"][1]["reason"], "reps must be at most 100");
+    t.stop().await;
+}
+both!(a_lost_response_is_a_network_error_after_commit);
+
+/// Fault `failBeforeCommit`: 500 `internal` (no details), nothing written; the next push works.
+async fn fail_before_commit_is_a_500_and_writes_nothing(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    assert_eq!(t.faults(json!({"failBeforeCommit": 2})).await, 200);
+    for _ in 0..2 {
+        let (status, resp) = t.push("u", &[full("d:1", "d-1", 10, 5)]).await;
+        assert_eq!(status, 500);
+        assert_eq!(resp, json!({"error": {"code": "internal", "message": "internal error"}}));
+        assert_eq!(t.counts("u").await.verdicts, 0);
+    }
+    assert_eq!(t.counts("u").await, Counts { verdicts: 0, rows: 0, head: 1 - 1 });
+    assert_eq!(statuses(&t.push_ok("u", &[full("d:1", "d-1", 10, 5)]).await), ["applied"], "not a duplicate: nothing was kept");
+    t.stop().await;
+}
+both!(fail_before_commit_is_a_500_and_writes_nothing);
+
+/// Graceful shutdown: a push in flight when the server is told to stop finishes and commits.
+async fn an_in_flight_push_finishes_on_shutdown(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    assert_eq!(t.faults(json!({"delayMs": 500})).await, 200);
+    let raw = body(json!([full("d:1", "d-1", 10, 5)]));
+    let http = t.http.clone();
+    let url = t.url("/v1/push");
+    let push = tokio::spawn(async move { http.post(url).bearer_auth("dev:u").body(raw).send().await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let database = t.database.clone();
+    t.stop().await;
+    let resp = push.await.unwrap().expect("answered before the server stopped");
+    assert_eq!(resp.status().as_u16(), 200);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["verdicts"][0]["status"], "applied");
+    let t = TestServer::start(config(&database)).await;
+    assert_eq!(t.counts("u").await, Counts { verdicts: 1, rows: 1, head: 1 });
+    t.stop().await;
+}
+both!(an_in_flight_push_finishes_on_shutdown);
+
+/// 429 `rate_limited` with `Retry-After`, per user.
+async fn the_rate_limit_answers_429_with_retry_after(b: Backend) {
+    let Some(database) = fresh_database(b).await else { return };
+    let mut c = config(&database);
+    c.rate_limit = 0.5;
+    c.rate_burst = Some(2.0);
+    let t = TestServer::start(c).await;
+    assert_eq!(t.push("u", &[full("d:1", "d-1", 10, 5)]).await.0, 200);
+    assert_eq!(t.pull_raw("u", "cursor=0").await.0, 200);
+    let r = t.http.post(t.url("/v1/push")).bearer_auth("dev:u").body(body(json!([full("d:2", "d-2", 10, 5)]))).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry), "{retry}");
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "rate_limited");
+    assert_eq!(t.counts("u").await.verdicts, 1, "the limited push wrote nothing");
+    assert_eq!(t.push("v", &[full("d:1", "d-1", 10, 5)]).await.0, 200, "another user is not limited");
+    t.stop().await;
+}
+both!(the_rate_limit_answers_429_with_retry_after);
+
+/// /healthz, /metrics, unknown routes, and `/__faults` only with `--enable-faults`.
+async fn health_metrics_and_routes(b: Backend) {
+    let Some(database) = fresh_database(b).await else { return };
+    let mut c = config(&database);
+    c.enable_faults = false;
+    let t = TestServer::start(c).await;
+    let h = t.http.get(t.url("/healthz")).send().await.unwrap();
+    assert_eq!(h.status().as_u16(), 200);
+    assert_eq!(t.faults(json!({"loseResponses": 1})).await, 404);
+    assert_eq!(t.http.get(t.url("/v1/nothing")).send().await.unwrap().status().as_u16(), 404);
+    t.push_ok("u", &[full("d:1", "d-1", 10, 5), full("d:2", "d-2", 10, 500)]).await;
+    t.push_ok("u", &[full("d:1", "d-1", 10, 5)]).await;
+    let m = t.metrics().await;
+    for line in [
+        "marksync_pushes_total 2",
+        "marksync_ops_total{verdict=\"applied\"} 1",
+        "marksync_ops_total{verdict=\"duplicate\"} 1",
+        "marksync_ops_total{verdict=\"rejected\"} 1",
+        "marksync_push_duration_seconds_count 2",
+        "marksync_push_concurrent_same_user_max 1",
+    ] {
+        assert!(m.lines().any(|l| l == line), "{line} in\n{m}");
+    }
+    t.stop().await;
+}
+both!(health_metrics_and_routes);
+
+/// `--static`: files, and index.html for unknown paths (single-page app); CORS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_files_spa_fallback_and_cors() {
+    let database = fresh_database(Backend::Sqlite).await.unwrap();
+    let dir = std::env::temp_dir().join(unique("marksync-static"));
+    std::fs::create_dir_all(dir.join("assets")).unwrap();
+    std::fs::write(dir.join("index.html"), "<!doctype html><title>app</title>").unwrap();
+    std::fs::write(dir.join("assets/app.js"), "console.log(1)").unwrap();
+    let mut c = config(&database);
+    c.static_dir = Some(dir);
+    c.cors_origin = vec!["http://localhost:5173".into()];
+    let t = TestServer::start(c).await;
+    let get = |p: &str| t.http.get(t.url(p)).send();
+    assert_eq!(get("/assets/app.js").await.unwrap().text().await.unwrap(), "console.log(1)");
+    assert!(get("/").await.unwrap().text().await.unwrap().contains("<title>app</title>"));
+    assert!(get("/some/deep/link").await.unwrap().text().await.unwrap().contains("<title>app</title>"));
+    assert_eq!(get("/v1/unknown").await.unwrap().status().as_u16(), 404, "the API is not the app");
+    let pre = t
+        .http
+        .request(reqwest::Method::OPTIONS, t.url("/v1/push"))
+        .header("origin", "http://localhost:5173")
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "authorization,content-type")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pre.headers()["access-control-allow-origin"], "http://localhost:5173");
+    let other = t
+        .http
+        .request(reqwest::Method::OPTIONS, t.url("/v1/push"))
+        .header("origin", "http://evil.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert!(other.headers().get("access-control-allow-origin").is_none());
+    t.stop().await;
+}
+
+/// `--schema FILE` is read at start; a bad file stops the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_file_is_loaded() {
+    let database = fresh_database(Backend::Sqlite).await.unwrap();
+    let dir = std::env::temp_dir().join(unique("marksync-schema"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("schema.json");
+    std::fs::write(&file, r#"{"version": 3, "tables": {"notes": {"fields": {"text": {"type": "string", "required": true, "maxLength": 5}}}}}"#)
+        .unwrap();
+    let mut c = config(&database);
+    c.schema = Some(file.clone());
+    let t = TestServer::start(c).await;
+    let mut ok = json!({"opId": "d:1", "table": "notes", "rowId": "n-1", "at": 1, "fields": {"text": "hi"}, "schema": 3});
+    let v = t.push_ok("u", std::slice::from_ref(&ok)).await;
+    assert_eq!(statuses(&v), ["applied"]);
+    ok["opId"] = json!("d:2");
+    ok["fields"]["text"] = json!("too long");
+    let v = t.push_ok("u", &[ok, full("d:3", "d-1", 1, 5)]).await;
+    assert_eq!(v[0]["reason"], "text must be at most 5 characters");
+    assert_eq!(v[1]["code"], "unknown_table");
+    t.stop().await;
+    std::fs::write(&file, "{not json").unwrap();
+    let mut c = config(&database);
+    c.schema = Some(file);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let err = marksync_server::start(c, listener).await.unwrap_err();
+    assert!(err.to_string().contains("schema file"), "{err}");
+}
