@@ -4,16 +4,42 @@
 //! by bytes. Every merge on the device and on the server goes through
 //! [`merge_cell`]; nothing else in marksync compares marks.
 
-use crate::protocol::{Cell, Mark, Op, Row, Value};
+use crate::protocol::{Cell, Mark, Op, OpId, Row, Value};
 
 /// Whether mark `a` is newer than mark `b`: later `at`, or the same `at` and a
 /// greater opId (byte order, so `"a:1"` is newer than `"B:1"`). A total order.
 #[inline]
 pub fn newer(a: &Mark, b: &Mark) -> bool {
-    if a.at != b.at {
-        a.at > b.at
+    newer_parts(a.at, &a.op_id, b)
+}
+
+/// The rule itself, for a mark given by its parts: is `(at, op_id)` newer than `b`?
+#[inline]
+fn newer_parts(at: u64, op_id: &OpId, b: &Mark) -> bool {
+    if at != b.at {
+        at > b.at
     } else {
-        a.op_id > b.op_id
+        *op_id > b.op_id
+    }
+}
+
+/// Sets `field = value` with the mark `(at, op_id)` in `row` unless the field
+/// already has a mark that it is not newer than. Returns whether the field moved.
+#[inline]
+fn merge_parts(row: &mut Row, field: &str, value: &Value, at: u64, op_id: &OpId) -> bool {
+    match row.cells.get_mut(field) {
+        Some(cell) => {
+            if !newer_parts(at, op_id, &cell.mark) {
+                return false;
+            }
+            cell.value = value.clone();
+            cell.mark = Mark { at, op_id: op_id.clone() };
+            true
+        }
+        None => {
+            row.cells.insert(field.to_owned(), Cell { value: value.clone(), mark: Mark { at, op_id: op_id.clone() } });
+            true
+        }
     }
 }
 
@@ -21,30 +47,16 @@ pub fn newer(a: &Mark, b: &Mark) -> bool {
 /// mark that `mark` is not newer than. Returns whether the field moved.
 #[inline]
 pub fn merge_cell(row: &mut Row, field: &str, value: &Value, mark: &Mark) -> bool {
-    match row.cells.get_mut(field) {
-        Some(cell) => {
-            if !newer(mark, &cell.mark) {
-                return false;
-            }
-            cell.value = value.clone();
-            cell.mark = mark.clone();
-            true
-        }
-        None => {
-            row.cells.insert(field.to_owned(), Cell { value: value.clone(), mark: mark.clone() });
-            true
-        }
-    }
+    merge_parts(row, field, value, mark.at, &mark.op_id)
 }
 
 /// merge(row, marks, op): applies each field of `op` that is newer than the
 /// field's mark. Returns whether any mark moved. Idempotent and commutative:
 /// applying ops in any order, any number of times, gives the same row.
 pub fn merge(row: &mut Row, op: &Op) -> bool {
-    let mark = op.mark();
     let mut moved = false;
     for (field, value) in &op.fields {
-        moved |= merge_cell(row, field, value, &mark);
+        moved |= merge_parts(row, field, value, op.at, &op.op_id);
     }
     moved
 }
@@ -63,7 +75,7 @@ pub fn merge_row(row: &mut Row, other: &Row) -> bool {
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
-    use crate::protocol::{Fields, OpId};
+    use crate::protocol::Fields;
     use proptest::prelude::*;
 
     fn mark(at: u64, id: &str) -> Mark {
