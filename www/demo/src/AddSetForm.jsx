@@ -1,0 +1,73 @@
+import { useMemo, useState } from 'react';
+import { parseNumber } from './format.js';
+
+/**
+ * Logs a set. It checks only that numbers were typed: ranges and whole
+ * numbers are the server's rules (its schema), so a refused set shows the
+ * server's own words in "Not saved".
+ */
+export function AddSetForm({ db, rows, onAdded, onError }) {
+  const [exercise, setExercise] = useState('');
+  const [weight, setWeight] = useState('');
+  const [reps, setReps] = useState('');
+  const [problem, setProblem] = useState(null);
+  const [busy, setBusy] = useState(false);
+
+  const names = useMemo(
+    () => [...new Set(rows.map((r) => r.exercise).filter((x) => typeof x === 'string'))].sort((a, b) => a.localeCompare(b)),
+    [rows],
+  );
+
+  async function submit(event) {
+    event.preventDefault();
+    const name = exercise.trim();
+    const weightKg = parseNumber(weight);
+    const count = parseNumber(reps);
+    if (!name) return setProblem('Name the exercise, e.g. Squat.');
+    if (weightKg === null) return setProblem('Type the weight in kg, e.g. 60 or 62.5.');
+    if (count === null) return setProblem('Type the number of reps, e.g. 5.');
+    setProblem(null);
+    setBusy(true);
+    try {
+      const id = db.newRowId();
+      await db.change('sets', id, { exercise: name, weightKg, reps: count });
+      onAdded(id);
+      // Exercise, weight and reps stay: the next set is often the same.
+    } catch (e) {
+      onError(e);
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  return (
+    <form className="card add" onSubmit={submit} noValidate aria-labelledby="add-title">
+      <h2 id="add-title">Log a set</h2>
+      <label className="field">
+        <span>Exercise</span>
+        <input
+          name="exercise" list="exercise-names" autoComplete="off" autoCapitalize="sentences" enterKeyHint="next"
+          placeholder="Squat" maxLength={200} value={exercise} onChange={(e) => setExercise(e.target.value)}
+        />
+      </label>
+      <div className="pair">
+        <label className="field">
+          <span>Weight</span>
+          <span className="unit">
+            <input name="weightKg" inputMode="decimal" autoComplete="off" placeholder="60" value={weight} onChange={(e) => setWeight(e.target.value)} />
+            <span aria-hidden="true">kg</span>
+          </span>
+        </label>
+        <label className="field">
+          <span>Reps</span>
+          <input name="reps" inputMode="numeric" autoComplete="off" enterKeyHint="done" placeholder="5" value={reps} onChange={(e) => setReps(e.target.value)} />
+        </label>
+      </div>
+      {problem && <p className="form-problem" role="alert">{problem}</p>}
+      <button className="primary" type="submit" disabled={busy}>Add set</button>
+      <datalist id="exercise-names">
+        {names.map((n) => <option key={n} value={n} />)}
+      </datalist>
+    </form>
+  );
+}

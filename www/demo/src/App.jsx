@@ -1,0 +1,128 @@
+import { useCallback, useEffect, useState } from 'react';
+import { useRows } from 'marksync/react';
+import { useMetrics, useOnline } from './hooks.js';
+import { formatKg, formatReps, shortDevice } from './format.js';
+import { AddSetForm } from './AddSetForm.jsx';
+import { SetList } from './SetList.jsx';
+import { Rejections } from './Rejections.jsx';
+import { Toast } from './Toast.jsx';
+import { SyncIcon } from './icons.jsx';
+
+const UNDO_MS = 5000;
+
+/** What blocks sync (metrics().recovery), for people. */
+const RECOVERY = {
+  unauthorized: 'The server no longer accepts this sign-in.',
+  schema_too_new: 'The server needs a newer version of this app.',
+  refused: 'The server refused to go on with this device.',
+  storage: 'This device’s storage failed.',
+  payload_too_large: 'A change is too large for the server.',
+};
+
+const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+
+export function App({ db, user }) {
+  const online = useOnline();
+  const metrics = useMetrics(db);
+  const rows = useRows(db, 'sets');
+  const [toast, setToast] = useState(null);
+  const [syncing, setSyncing] = useState(false);
+  const [lastAdded, setLastAdded] = useState(null);
+
+  const say = useCallback((text, extra = {}) => setToast({ id: Math.random(), text, ms: 4000, ...extra }), []);
+  const fail = useCallback((e) => say(`Not saved on this device: ${e?.message ?? e}`), [say]);
+
+  const syncNow = useCallback(async ({ quiet = false } = {}) => {
+    setSyncing(true);
+    try {
+      const report = await (db.requestSync ? db.requestSync() : db.sync());
+      if (quiet || !report || typeof report !== 'object') return;
+      if (report.ok) say(report.rejected ? plural(report.rejected, 'change was refused', 'changes were refused') : 'Up to date with the server');
+      else if (!navigator.onLine) say('You’re offline. Your changes are safe here and will be sent later.');
+      else say('Could not reach the server. Your changes are safe here; retrying on its own.');
+    } catch (e) {
+      if (!quiet) say(`Sync is blocked: ${e?.message ?? e}`);
+    } finally {
+      setSyncing(false);
+    }
+  }, [db, say]);
+
+  // Back online: send what waited now, not at the next backoff tick.
+  useEffect(() => {
+    const onOnline = () => syncNow({ quiet: true });
+    window.addEventListener('online', onOnline);
+    return () => window.removeEventListener('online', onOnline);
+  }, [syncNow]);
+
+  const remove = useCallback(async (row) => {
+    try {
+      await db.remove('sets', row._id);
+    } catch (e) {
+      fail(e);
+      return;
+    }
+    say(`Deleted ${row.exercise} · ${formatKg(row.weightKg)} kg × ${formatReps(row.reps)}`, {
+      ms: UNDO_MS,
+      action: { label: 'Undo', run: () => db.restore('sets', row._id).catch(fail) },
+    });
+  }, [db, say, fail]);
+
+  return (
+    <div className="app">
+      <header className="top">
+        <div>
+          <h1>Workout diary</h1>
+          <p className="who">
+            {user} · device <span className="mono" title={db.deviceId}>{shortDevice(db.deviceId)}</span>
+          </p>
+        </div>
+        <span className={`conn ${online ? 'on' : 'off'}`} data-testid="connection" role="status">
+          <span className="dot" aria-hidden="true" />
+          {online ? 'Online' : 'Offline'}
+        </span>
+      </header>
+
+      <SyncBar metrics={metrics} online={online} syncing={syncing} onSync={() => syncNow()} />
+      <AddSetForm db={db} rows={rows} onAdded={setLastAdded} onError={fail} />
+      <Rejections db={db} />
+      <SetList db={db} rows={rows} highlight={lastAdded} onDelete={remove} onError={fail} />
+      <Toast toast={toast} onClose={() => setToast(null)} />
+    </div>
+  );
+}
+
+function SyncBar({ metrics, online, syncing, onSync }) {
+  const n = metrics.pendingOps;
+  let tone;
+  let title;
+  let detail;
+  if (metrics.recovery) {
+    tone = 'bad';
+    title = 'Sync is blocked';
+    detail = RECOVERY[metrics.recovery] ?? metrics.recovery;
+  } else if (n > 0 && !online) {
+    tone = 'warn';
+    title = `${plural(n, 'change', 'changes')} waiting`;
+    detail = 'Saved on this phone. They’ll be sent when you’re back online.';
+  } else if (n > 0) {
+    tone = 'busy';
+    title = `${plural(n, 'change', 'changes')} waiting`;
+    detail = 'Saved on this phone, on the way to the server.';
+  } else {
+    tone = 'ok';
+    title = 'All changes synced';
+    detail = 'Saved on this phone and on the server.';
+  }
+  return (
+    <section className={`syncbar ${tone}`} aria-live="polite" data-testid="syncbar">
+      <div className="syncbar-text">
+        <strong>{title}</strong>
+        <span>{detail}</span>
+      </div>
+      <button type="button" className="ghost" onClick={onSync} disabled={syncing}>
+        <SyncIcon />
+        {syncing ? 'Syncing…' : 'Sync now'}
+      </button>
+    </section>
+  );
+}

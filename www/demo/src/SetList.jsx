@@ -1,0 +1,163 @@
+import { useMemo, useState } from 'react';
+import { useRowStatus } from 'marksync/react';
+import { formatKg, formatReps, groupByExercise, parseNumber } from './format.js';
+import { PencilIcon, TrashIcon } from './icons.jsx';
+
+/** Sets grouped by exercise (A→Z); in a group, in the order they were added on each device. */
+export function SetList({ db, rows, highlight, onDelete, onError }) {
+  const groups = useMemo(() => groupByExercise(rows), [rows]);
+  return (
+    <section className="sets" aria-labelledby="sets-title">
+      <h2 id="sets-title">
+        Sets <span className="count">{rows.length}</span>
+      </h2>
+      {rows.length === 0 ? (
+        <p className="empty">
+          No sets yet. Log one above: it is saved on this phone at once, and reaches the server when there is a network.
+        </p>
+      ) : (
+        groups.map((g) => (
+          <div className="group" key={g.key} data-exercise={g.name}>
+            <h3>
+              {g.name} <span>{g.rows.length === 1 ? '1 set' : `${g.rows.length} sets`}</span>
+            </h3>
+            <ul>
+              {g.rows.map((row) => (
+                <SetRow key={row._id} db={db} row={row} fresh={row._id === highlight} onDelete={onDelete} onError={onError} />
+              ))}
+            </ul>
+          </div>
+        ))
+      )}
+    </section>
+  );
+}
+
+function SetRow({ db, row, fresh, onDelete, onError }) {
+  const status = useRowStatus(db, 'sets', row._id);
+  const [editing, setEditing] = useState(false);
+  if (editing) return <EditSet db={db} row={row} onDone={() => setEditing(false)} onError={onError} />;
+  return (
+    <li className={`set${fresh ? ' fresh' : ''}`} data-testid="set-row" data-row-id={row._id} data-phase={status.phase}>
+      <div className="set-main">
+        <p className="figures">
+          <span className="num">{formatKg(row.weightKg)}</span>
+          <span className="u">kg</span>
+          <span className="x" aria-label="times">×</span>
+          <span className="num">{formatReps(row.reps)}</span>
+          <span className="u">reps</span>
+        </p>
+        <StatusBadge status={status} />
+      </div>
+      <div className="actions">
+        <button type="button" className="icon" aria-label="Edit set" title="Edit" onClick={() => setEditing(true)}>
+          <PencilIcon />
+        </button>
+        <button type="button" className="icon" aria-label="Delete set" title="Delete" onClick={() => onDelete(row)}>
+          <TrashIcon />
+        </button>
+      </div>
+      {status.phase === 'rejected' && <Refusal db={db} row={row} status={status} />}
+      {status.phase === 'recovery-required' && (
+        <div className="refusal" role="status">
+          <p>
+            <span className="label">Sync is blocked:</span> <span className="reason">{status.reason}</span>
+          </p>
+        </div>
+      )}
+    </li>
+  );
+}
+
+const BADGES = {
+  synced: 'synced',
+  pending: 'queued',
+  'awaiting-ack': 'sending',
+  'unknown-outcome': 'unknown outcome — will retry',
+  rejected: 'refused',
+  'recovery-required': 'sync blocked',
+};
+
+function StatusBadge({ status }) {
+  return (
+    <span className={`badge ${status.phase}`} data-testid="row-status">
+      <span className="dot" aria-hidden="true" />
+      {BADGES[status.phase] ?? status.phase}
+    </span>
+  );
+}
+
+/** The server's reason, word for word, and a way to say "seen". */
+function Refusal({ db, row, status }) {
+  async function dismiss() {
+    const mine = db.rejections().filter((r) => r.op.table === 'sets' && r.op.rowId === row._id);
+    const shown = mine.filter((r) => r.reason === status.reason).at(-1) ?? mine.at(-1);
+    if (shown) await db.dismiss(shown.op.opId);
+  }
+  return (
+    <div className="refusal" role="status">
+      <p>
+        <span className="label">Not saved. The server said:</span> <span className="reason">{status.reason}</span>
+      </p>
+      <p className="kept">The set shows what the server kept.</p>
+      <button type="button" className="ghost small" onClick={dismiss}>Dismiss</button>
+    </div>
+  );
+}
+
+/** Inline edit: only the fields that changed are sent. */
+function EditSet({ db, row, onDone, onError }) {
+  const [exercise, setExercise] = useState(String(row.exercise ?? ''));
+  const [weight, setWeight] = useState(row.weightKg == null ? '' : String(row.weightKg));
+  const [reps, setReps] = useState(row.reps == null ? '' : String(row.reps));
+  const [problem, setProblem] = useState(null);
+
+  async function save(event) {
+    event.preventDefault();
+    const name = exercise.trim();
+    const weightKg = parseNumber(weight);
+    const count = parseNumber(reps);
+    if (!name) return setProblem('Name the exercise.');
+    if (weightKg === null) return setProblem('Type the weight in kg.');
+    if (count === null) return setProblem('Type the number of reps.');
+    const changed = {};
+    if (name !== row.exercise) changed.exercise = name;
+    if (weightKg !== row.weightKg) changed.weightKg = weightKg;
+    if (count !== row.reps) changed.reps = count;
+    try {
+      if (Object.keys(changed).length) await db.change('sets', row._id, changed);
+      onDone();
+    } catch (e) {
+      onError(e);
+    }
+  }
+
+  return (
+    <li className="set editing" data-testid="set-row" data-row-id={row._id}>
+      <form className="edit" onSubmit={save} onKeyDown={(e) => e.key === 'Escape' && onDone()} noValidate>
+        <label className="field">
+          <span>Exercise</span>
+          <input name="exercise" autoComplete="off" value={exercise} onChange={(e) => setExercise(e.target.value)} />
+        </label>
+        <div className="pair">
+          <label className="field">
+            <span>Weight</span>
+            <span className="unit">
+              <input name="weightKg" inputMode="decimal" autoComplete="off" value={weight} onChange={(e) => setWeight(e.target.value)} />
+              <span aria-hidden="true">kg</span>
+            </span>
+          </label>
+          <label className="field">
+            <span>Reps</span>
+            <input name="reps" inputMode="numeric" autoComplete="off" autoFocus value={reps} onChange={(e) => setReps(e.target.value)} />
+          </label>
+        </div>
+        {problem && <p className="form-problem" role="alert">{problem}</p>}
+        <div className="edit-actions">
+          <button type="button" className="ghost" onClick={onDone}>Cancel</button>
+          <button type="submit" className="primary">Save</button>
+        </div>
+      </form>
+    </li>
+  );
+}

@@ -1,0 +1,55 @@
+// What a person does in the demo app (www/dist), as Playwright steps; shared
+// by demo.test.mjs and screenshots.mjs.
+
+/** A phone-sized page of the demo in a fresh context (a fresh device), opened as `user`. */
+export async function openDemo(browser, server, user) {
+  const context = await browser.newContext({
+    viewport: { width: 390, height: 844 },
+    deviceScaleFactor: 2,
+    isMobile: true,
+    hasTouch: true,
+  });
+  const page = await context.newPage();
+  page.on('pageerror', (e) => console.log('# pageerror', e.message));
+  page.on('console', (m) => { if (m.type() === 'error') console.log('# console.error', m.text()); });
+  await page.goto(`${server.url}/?user=${encodeURIComponent(user)}`);
+  await page.getByRole('heading', { name: 'Log a set' }).waitFor();
+  return { context, page };
+}
+
+const rows = (page) => page.locator('[data-testid=set-row]');
+
+/** Logs a set with the form and waits for its row. */
+export async function addSet(page, exercise, weight, reps) {
+  const before = await rows(page).count();
+  const form = page.locator('form.add');
+  await form.locator('input[name=exercise]').fill(exercise);
+  await form.locator('input[name=weightKg]').fill(weight);
+  await form.locator('input[name=reps]').fill(reps);
+  await form.getByRole('button', { name: 'Add set' }).click();
+  await page.waitForFunction((n) => document.querySelectorAll('[data-testid=set-row]').length === n, before + 1);
+}
+
+/** The `index`-th set of an exercise's group. */
+export const rowOf = (page, exercise, index) =>
+  page.locator(`.group[data-exercise="${exercise}"] [data-testid=set-row]`).nth(index);
+
+/** Edits a row inline: `fields` maps input names (exercise, weightKg, reps) to the text typed. */
+export async function editSet(row, fields) {
+  const id = await row.getAttribute('data-row-id');
+  const page = row.page();
+  const li = page.locator(`[data-row-id="${id}"]`);
+  await li.getByRole('button', { name: 'Edit set' }).click();
+  for (const [name, text] of Object.entries(fields)) await li.locator(`input[name=${name}]`).fill(text);
+  await li.getByRole('button', { name: 'Save' }).click();
+  await page.locator(`[data-row-id="${id}"]:not(.editing)`).waitFor();
+  return id;
+}
+
+/** Waits until `n` rows show and every one is synced. */
+export async function waitAllSynced(page, n) {
+  await page.waitForFunction((n) => {
+    const all = [...document.querySelectorAll('[data-testid=set-row]')];
+    return all.length === n && all.every((r) => r.dataset.phase === 'synced');
+  }, n, { timeout: 30000 });
+}

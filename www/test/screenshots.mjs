@@ -1,0 +1,72 @@
+// Drives the demo app (www/dist) in headless Chromium at a phone viewport and
+// writes docs/screenshots/{normal,offline,rejected}.png.
+//
+//   (cd www && npx vite build --config demo/vite.config.js)   # or scripts/build-www.sh
+//   node www/test/screenshots.mjs
+//
+// Starts its own marksync-server (SQLite, dev auth) on a free port; set
+// MARKSYNC_SERVER_BIN to use a server binary other than target/debug's.
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { root, startServer, launch } from './helpers.mjs';
+import { addSet, editSet, openDemo, rowOf, waitAllSynced } from './demo-steps.mjs';
+
+const dist = join(root, 'www', 'dist');
+const out = join(root, 'docs', 'screenshots');
+if (!existsSync(join(dist, 'index.html'))) {
+  console.error('www/dist is not built: run (cd www && npx vite build --config demo/vite.config.js) first');
+  process.exit(1);
+}
+mkdirSync(out, { recursive: true });
+
+const server = await startServer('sqlite', { staticDir: dist });
+const browser = await launch();
+try {
+  const { context, page } = await openDemo(browser, server, `screenshots-${process.pid}`);
+
+  // A morning's training, all synced.
+  await addSet(page, 'Squat', '80', '5');
+  await addSet(page, 'Squat', '85', '5');
+  await addSet(page, 'Squat', '87.5', '4');
+  await addSet(page, 'Bench press', '60', '8');
+  await addSet(page, 'Bench press', '62,5', '6');
+  await addSet(page, 'Deadlift', '120', '3');
+  await editSet(rowOf(page, 'Squat', 2), { reps: '5' }); // 87.5 × 4 → 87.5 × 5
+  // Delete, then undo from the snackbar.
+  await rowOf(page, 'Deadlift', 0).getByRole('button', { name: 'Delete set' }).click();
+  await page.getByTestId('toast').getByRole('button', { name: 'Undo' }).click();
+  await waitAllSynced(page, 6);
+  await page.getByTestId('toast').waitFor({ state: 'detached', timeout: 10000 });
+  await page.screenshot({ path: join(out, 'normal.png') });
+  console.log('normal.png');
+
+  // Offline: a new set waits on the phone.
+  await context.setOffline(true);
+  await page.getByTestId('connection').getByText('Offline').waitFor();
+  await addSet(page, 'Overhead press', '40', '8');
+  await addSet(page, 'Overhead press', '42.5', '6');
+  await page.locator('[data-testid=set-row]:not([data-phase=synced])').first().waitFor();
+  await page.getByTestId('syncbar').getByText('2 changes waiting').waitFor();
+  await page.getByTestId('toast').waitFor({ state: 'detached', timeout: 10000 }).catch(() => {});
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: join(out, 'offline.png') });
+  console.log('offline.png');
+
+  // Back online, then an edit the server refuses.
+  await context.setOffline(false);
+  await page.getByTestId('connection').getByText('Online').waitFor();
+  await page.getByRole('button', { name: 'Sync now' }).click();
+  await waitAllSynced(page, 8);
+  await editSet(rowOf(page, 'Bench press', 1), { reps: '500' });
+  await page.getByTestId('rejections').getByText('reps must be at most 100', { exact: true }).waitFor();
+  await rowOf(page, 'Bench press', 1).getByText('reps must be at most 100', { exact: true }).waitFor();
+  await page.getByTestId('toast').waitFor({ state: 'detached', timeout: 10000 }).catch(() => {});
+  await page.getByTestId('rejections').evaluate((el) => window.scrollTo(0, el.getBoundingClientRect().top + window.scrollY - 16));
+  await page.screenshot({ path: join(out, 'rejected.png') });
+  console.log('rejected.png');
+
+  await context.close();
+} finally {
+  await browser.close();
+  await server.stop();
+}
