@@ -19,10 +19,19 @@ if (!existsSync(join(dist, 'index.html'))) {
 }
 mkdirSync(out, { recursive: true });
 
+/** No toast, no focus ring, scrolled to the top: the screen a person looks at. */
+async function settle(page) {
+  await page.getByTestId('toast').waitFor({ state: 'detached', timeout: 10000 });
+  await page.evaluate(() => { document.activeElement?.blur(); window.scrollTo(0, 0); });
+  await page.mouse.move(0, 0);
+  // Finite animations (a fresh row's highlight) have ended; the "sending" pulse is infinite.
+  await page.waitForFunction(() => document.getAnimations().every((a) => a.effect?.getTiming().iterations === Infinity));
+}
+
 const server = await startServer('sqlite', { staticDir: dist });
 const browser = await launch();
 try {
-  const { context, page } = await openDemo(browser, server, `screenshots-${process.pid}`);
+  const { context, page } = await openDemo(browser, server, 'sam');
 
   // A morning's training, all synced.
   await addSet(page, 'Squat', '80', '5');
@@ -36,19 +45,18 @@ try {
   await rowOf(page, 'Deadlift', 0).getByRole('button', { name: 'Delete set' }).click();
   await page.getByTestId('toast').getByRole('button', { name: 'Undo' }).click();
   await waitAllSynced(page, 6);
-  await page.getByTestId('toast').waitFor({ state: 'detached', timeout: 10000 });
+  await settle(page);
   await page.screenshot({ path: join(out, 'normal.png') });
   console.log('normal.png');
 
   // Offline: a new set waits on the phone.
   await context.setOffline(true);
   await page.getByTestId('connection').getByText('Offline').waitFor();
-  await addSet(page, 'Overhead press', '40', '8');
-  await addSet(page, 'Overhead press', '42.5', '6');
+  await addSet(page, 'Bench press', '62.5', '5');
+  await addSet(page, 'Bench press', '57.5', '8');
   await page.locator('[data-testid=set-row]:not([data-phase=synced])').first().waitFor();
   await page.getByTestId('syncbar').getByText('2 changes waiting').waitFor();
-  await page.getByTestId('toast').waitFor({ state: 'detached', timeout: 10000 }).catch(() => {});
-  await page.evaluate(() => window.scrollTo(0, 0));
+  await settle(page);
   await page.screenshot({ path: join(out, 'offline.png') });
   console.log('offline.png');
 
@@ -57,10 +65,11 @@ try {
   await page.getByTestId('connection').getByText('Online').waitFor();
   await page.getByRole('button', { name: 'Sync now' }).click();
   await waitAllSynced(page, 8);
+  await settle(page);
   await editSet(rowOf(page, 'Bench press', 1), { reps: '500' });
   await page.getByTestId('rejections').getByText('reps must be at most 100', { exact: true }).waitFor();
   await rowOf(page, 'Bench press', 1).getByText('reps must be at most 100', { exact: true }).waitFor();
-  await page.getByTestId('toast').waitFor({ state: 'detached', timeout: 10000 }).catch(() => {});
+  await settle(page);
   await page.getByTestId('rejections').evaluate((el) => window.scrollTo(0, el.getBoundingClientRect().top + window.scrollY - 16));
   await page.screenshot({ path: join(out, 'rejected.png') });
   console.log('rejected.png');

@@ -31,7 +31,7 @@ export function AddSetForm({ db, rows, onAdded, onError }) {
     try {
       const id = db.newRowId();
       await db.change('sets', id, { exercise: name, weightKg, reps: count });
-      onAdded(id);
+      onAdded(id, { exercise: name, weightKg, reps: count });
       // Exercise, weight and reps stay: the next set is often the same.
     } catch (e) {
       onError(e);
@@ -50,7 +50,7 @@ export function AddSetForm({ db, rows, onAdded, onError }) {
           placeholder="Squat" maxLength={200} value={exercise} onChange={(e) => setExercise(e.target.value)}
         />
       </label>
-      <div className="pair">
+      <div className="add-row">
         <label className="field">
           <span>Weight</span>
           <span className="unit">
@@ -62,9 +62,9 @@ export function AddSetForm({ db, rows, onAdded, onError }) {
           <span>Reps</span>
           <input name="reps" inputMode="numeric" autoComplete="off" enterKeyHint="done" placeholder="5" value={reps} onChange={(e) => setReps(e.target.value)} />
         </label>
+        <button className="primary" type="submit" disabled={busy}>Add set</button>
       </div>
       {problem && <p className="form-problem" role="alert">{problem}</p>}
-      <button className="primary" type="submit" disabled={busy}>Add set</button>
       <datalist id="exercise-names">
         {names.map((n) => <option key={n} value={n} />)}
       </datalist>

@@ -67,13 +67,19 @@ export function App({ db, user }) {
     });
   }, [db, say, fail]);
 
+  const added = useCallback((id, set) => {
+    setLastAdded(id);
+    say(`Logged ${set.exercise} · ${formatKg(set.weightKg)} kg × ${formatReps(set.reps)}`, { ms: 2500 });
+  }, [say]);
+
   return (
     <div className="app">
       <header className="top">
         <div>
           <h1>Workout diary</h1>
           <p className="who">
-            {user} · device <span className="mono" title={db.deviceId}>{shortDevice(db.deviceId)}</span>
+            <span>{user}</span>
+            <span className="device">device <span className="mono" title={db.deviceId}>{shortDevice(db.deviceId)}</span></span>
           </p>
         </div>
         <span className={`conn ${online ? 'on' : 'off'}`} data-testid="connection" role="status">
@@ -83,7 +89,7 @@ export function App({ db, user }) {
       </header>
 
       <SyncBar metrics={metrics} online={online} syncing={syncing} onSync={() => syncNow()} />
-      <AddSetForm db={db} rows={rows} onAdded={setLastAdded} onError={fail} />
+      <AddSetForm db={db} rows={rows} onAdded={added} onError={fail} />
       <Rejections db={db} />
       <SetList db={db} rows={rows} highlight={lastAdded} onDelete={remove} onError={fail} />
       <Toast toast={toast} onClose={() => setToast(null)} />
@@ -103,15 +109,15 @@ function SyncBar({ metrics, online, syncing, onSync }) {
   } else if (n > 0 && !online) {
     tone = 'warn';
     title = `${plural(n, 'change', 'changes')} waiting`;
-    detail = 'Saved on this phone. They’ll be sent when you’re back online.';
+    detail = 'Safe on this phone; sent when you’re back online.';
   } else if (n > 0) {
     tone = 'busy';
     title = `${plural(n, 'change', 'changes')} waiting`;
-    detail = 'Saved on this phone, on the way to the server.';
+    detail = 'Safe on this phone; on the way to the server.';
   } else {
     tone = 'ok';
     title = 'All changes synced';
-    detail = 'Saved on this phone and on the server.';
+    detail = 'On this phone and on the server.';
   }
   return (
     <section className={`syncbar ${tone}`} aria-live="polite" data-testid="syncbar">

@@ -21,15 +21,15 @@ export function Rejections({ db }) {
         {list.map((r) => {
           const row = db.row(r.op.table, r.op.rowId);
           const what = row
-            ? `Change to ${row.exercise} · ${formatKg(row.weightKg)} kg × ${formatReps(row.reps)}`
-            : 'New set';
+            ? `Edit of ${row.exercise} · ${formatKg(row.weightKg)} kg × ${formatReps(row.reps)}: ${describeFields(r.op.fields, '→ ')}`
+            : `New set: ${describeFields(r.op.fields)}`;
           return (
             <li key={r.op.opId}>
-              <div>
-                <p className="reason">{r.reason}</p>
-                <p className="what">{what}: {describeFields(r.op.fields)}</p>
+              <p className="reason">{r.reason}</p>
+              <div className="foot">
+                <p className="what">{what}</p>
+                <button type="button" className="ghost small" onClick={() => db.dismiss(r.op.opId)}>Dismiss</button>
               </div>
-              <button type="button" className="ghost small" onClick={() => db.dismiss(r.op.opId)}>Dismiss</button>
             </li>
           );
         })}

@@ -1,7 +1,7 @@
 import { useMemo, useState } from 'react';
 import { useRowStatus } from 'marksync/react';
 import { formatKg, formatReps, groupByExercise, parseNumber } from './format.js';
-import { PencilIcon, TrashIcon } from './icons.jsx';
+import { CheckIcon, PencilIcon, TrashIcon } from './icons.jsx';
 
 /** Sets grouped by exercise (A→Z); in a group, in the order they were added on each device. */
 export function SetList({ db, rows, highlight, onDelete, onError }) {
@@ -81,7 +81,7 @@ const BADGES = {
 function StatusBadge({ status }) {
   return (
     <span className={`badge ${status.phase}`} data-testid="row-status">
-      <span className="dot" aria-hidden="true" />
+      {status.phase === 'synced' ? <CheckIcon /> : <span className="dot" aria-hidden="true" />}
       {BADGES[status.phase] ?? status.phase}
     </span>
   );
@@ -99,7 +99,7 @@ function Refusal({ db, row, status }) {
       <p>
         <span className="label">Not saved. The server said:</span> <span className="reason">{status.reason}</span>
       </p>
-      <p className="kept">The set shows what the server kept.</p>
+      <p className="kept">Showing what the server kept.</p>
       <button type="button" className="ghost small" onClick={dismiss}>Dismiss</button>
     </div>
   );

@@ -44,15 +44,20 @@ export function groupByExercise(rows) {
   return list;
 }
 
-/** The fields of an op, for people: "reps 500, weight 60 kg". */
-export function describeFields(fields) {
+/** The fields of an op, for people: "reps 500", "Squat · 80 kg × 5", "reps → 500" (with `to = '→ '`). */
+export function describeFields(fields, to = '') {
+  const { exercise, weightKg, reps, ...rest } = fields;
   const parts = [];
-  for (const [k, v] of Object.entries(fields)) {
-    if (k === 'exercise') parts.push(`exercise “${v}”`);
-    else if (k === 'weightKg') parts.push(`weight ${typeof v === 'number' ? formatKg(v) + ' kg' : JSON.stringify(v)}`);
-    else if (k === 'reps') parts.push(`reps ${JSON.stringify(v)}`);
-    else if (k === '_deleted') parts.push(v ? 'delete' : 'restore');
-    else parts.push(`${k} ${JSON.stringify(v)}`);
+  if (exercise !== undefined && weightKg !== undefined && reps !== undefined && !to) {
+    parts.push(`${exercise} · ${formatKg(weightKg)} kg × ${JSON.stringify(reps)}`);
+  } else {
+    if (exercise !== undefined) parts.push(`exercise ${to}${JSON.stringify(exercise)}`);
+    if (weightKg !== undefined) parts.push(`weight ${to}${typeof weightKg === 'number' ? `${formatKg(weightKg)} kg` : JSON.stringify(weightKg)}`);
+    if (reps !== undefined) parts.push(`reps ${to}${JSON.stringify(reps)}`);
+  }
+  for (const [k, v] of Object.entries(rest)) {
+    if (k === '_deleted') parts.push(v ? 'delete' : 'restore');
+    else parts.push(`${k} ${to}${JSON.stringify(v)}`);
   }
   return parts.join(', ');
 }

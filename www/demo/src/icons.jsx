@@ -11,3 +11,7 @@ export const TrashIcon = () => (
 export const SyncIcon = () => (
   <svg {...base} width={18} height={18}><path d="M20 12a8 8 0 0 1-14.3 4.9M4 12A8 8 0 0 1 18.3 7.1" /><path d="M18.5 3v4.2h-4.2M5.5 21v-4.2h4.2" /></svg>
 );
+
+export const CheckIcon = () => (
+  <svg {...base} width={13} height={13} strokeWidth={2.4}><path d="M5 12.5l4.5 4.5L19 7.5" /></svg>
+);
