@@ -45,6 +45,9 @@ pub mod store;
 #[cfg(feature = "sim")]
 pub mod sim;
 
+#[doc(hidden)]
+pub mod workload;
+
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
 

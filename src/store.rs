@@ -310,6 +310,68 @@ pub mod contract {
         check(got == vec![(b, row(2, "s:2")), (a, row(3, "s:3"))], "two tables, same rowId, each kept; latest put wins")
     }
 
+    /// The engine's own steps — record an op, apply a push's verdicts (one
+    /// applied, one rejected), apply a pull page — each committed as one txn,
+    /// come back whole after reopen.
+    pub async fn engine_steps_survive_reopen<S: LocalStore>(store: &S) -> Result<(), String> {
+        use crate::engine::{Config, Engine, Step};
+        use crate::memory_server::MemoryServer;
+        use crate::schema::Schema;
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        let snap = store.open(Meta::fresh("dev".into())).await.map_err(|e| err(&e))?;
+        let mut engine = Engine::open(snap, Config::default()).map_err(|e| err(&e))?;
+        let mut server = MemoryServer::new(Schema::workout());
+        // Another device's row, to be pulled.
+        let other = crate::workload::set_op("other", 1, 1, 5);
+        let req = crate::protocol::PushRequest { attempt_key: "other:a1".into(), batch: vec![other] };
+        server.push("u", &req).map_err(|e| e.error.message)?;
+        let mut record = |engine: &mut Engine, fields: Fields, stored: &Meta| {
+            let draft = engine.draft("sets", "dev-1", fields).map_err(|e| err(&e))?;
+            Ok::<_, String>(engine.plan_record(draft, stored, 100))
+        };
+        let mut full = Fields::new();
+        full.insert("exercise".into(), Value::from("squat"));
+        full.insert("weightKg".into(), Value::from(80.0));
+        full.insert("reps".into(), Value::from(5i64));
+        let stored = engine.meta().clone();
+        let (txn, rec) = record(&mut engine, full, &stored)?;
+        store.commit(&txn).await.map_err(|e| err(&e))?;
+        engine.recorded(rec);
+        let mut bad = Fields::new();
+        bad.insert("reps".into(), Value::from(500i64));
+        let stored = txn.meta.clone().ok_or("no meta")?;
+        let (txn, rec) = record(&mut engine, bad, &stored)?;
+        store.commit(&txn).await.map_err(|e| err(&e))?;
+        engine.recorded(rec);
+        let mut step = engine.start_sync(0);
+        loop {
+            step = match step {
+                Step::Push(req) => {
+                    let resp = server.push("u", &req).map_err(|e| e.error.message)?;
+                    let (txn, next) = engine.on_push_response(resp, 0).ok_or("answer ignored")?;
+                    store.commit(&txn).await.map_err(|e| err(&e))?;
+                    next
+                }
+                Step::Pull { cursor, limit } => {
+                    let (txn, next) = engine.on_pull_response(cursor, server.pull("u", cursor, limit), 0).ok_or("page ignored")?;
+                    store.commit(&txn).await.map_err(|e| err(&e))?;
+                    next
+                }
+                Step::Done(_) => break,
+                other => return Err(format!("unexpected step {other:?}")),
+            }
+        }
+        let again = store.open(Meta::fresh("x".into())).await.map_err(|e| err(&e))?;
+        let reopened = Engine::open(again, Config::default()).map_err(|e| err(&e))?;
+        check(reopened.pending_len() == 0, "verdicts emptied the stored outbox")?;
+        check(reopened.cursor() == engine.cursor() && engine.cursor() == 2, "the cursor was stored with the page")?;
+        check(reopened.all_visible() == engine.all_visible(), "stored base rows = the engine's rows")?;
+        check(reopened.all_visible().len() == 2, "own row and the pulled row")?;
+        let reasons: Vec<String> = reopened.rejections().map(|r| r.reason.clone()).collect();
+        check(reasons == vec!["reps must be at most 100".to_string()], "the rejection was stored with its reason")?;
+        check(reopened.meta().counter >= 2 && reopened.meta().clock.last_at >= 101, "counter and clock were stored")
+    }
+
     fn check(ok: bool, what: &str) -> Result<(), String> {
         if ok {
             Ok(())
@@ -336,6 +398,7 @@ mod tests {
         run(contract::commit_then_reopen(&MemoryStore::new()));
         run(contract::deletes(&MemoryStore::new()));
         run(contract::base_rows_are_keyed_by_table_and_row(&MemoryStore::new()));
+        run(contract::engine_steps_survive_reopen(&MemoryStore::new()));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! between JS and Rust and turns errors into JS `Error` objects with a stable
 //! `code`. No rule of the protocol is written here.
 
+pub mod bench;
 pub mod client;
 pub mod idb_store;
 pub mod transport;
