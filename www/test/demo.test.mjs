@@ -1,0 +1,77 @@
+// The demo app (www/dist) in real Chromium against the real server: what the
+// person sees when the server refuses an edit, and when the phone is offline.
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { backends, startServer, launch, newUser, root } from './helpers.mjs';
+import { addSet, editSet, openDemo, rowOf, waitAllSynced } from './demo-steps.mjs';
+
+const dist = join(root, 'www', 'dist');
+const built = existsSync(join(dist, 'index.html'));
+if (!built && process.env.CI) throw new Error('CI: www/dist is not built (scripts/build-www.sh builds it)');
+if (!built) console.log('# note: www/dist/index.html missing, demo tests skipped (build it: cd www && npx vite build --config demo/vite.config.js)');
+
+for (const backend of built ? backends() : []) {
+  describe(`demo app on ${backend}`, () => {
+    let server;
+    let browser;
+    before(async () => {
+      server = await startServer(backend, { staticDir: dist });
+      browser = await launch();
+    });
+    after(async () => {
+      await browser?.close();
+      await server?.stop();
+    });
+
+    test('a refused edit shows the server’s reason, word for word', async () => {
+      const user = newUser('demo-rejected');
+      const { context, page } = await openDemo(browser, server, user);
+      await addSet(page, 'Squat', '80', '5');
+      await waitAllSynced(page, 1);
+      const id = await editSet(rowOf(page, 'Squat', 0), { reps: '500' });
+
+      const row = page.locator(`[data-row-id="${id}"]`);
+      await row.getByText('reps must be at most 100', { exact: true }).waitFor();
+      assert.equal(await row.getAttribute('data-phase'), 'rejected');
+      assert.match(await row.innerText(), /80\s*kg\s*×\s*5\s*reps/, 'the row shows what the server kept');
+      await page.getByTestId('rejections').getByText('reps must be at most 100', { exact: true }).waitFor();
+      const kept = (await server.rows(user)).get(`sets/${id}`);
+      assert.equal(kept.fields.reps, 5);
+
+      // Dismiss: the reason goes away, the row is synced.
+      await row.getByRole('button', { name: 'Dismiss' }).click();
+      await page.locator(`[data-row-id="${id}"][data-phase=synced]`).waitFor();
+      assert.equal(await page.getByTestId('rejections').count(), 0);
+      await context.close();
+    });
+
+    test('offline: the badge says so, new sets wait, and the app opens again without a network', async () => {
+      const user = newUser('demo-offline');
+      const { context, page } = await openDemo(browser, server, user);
+      await page.getByTestId('connection').getByText('Online').waitFor();
+      // The app shell is cached once the service worker is active.
+      await page.evaluate(() => navigator.serviceWorker.ready);
+
+      await context.setOffline(true);
+      await page.getByTestId('connection').getByText('Offline').waitFor();
+      await addSet(page, 'Deadlift', '120', '3');
+      const row = rowOf(page, 'Deadlift', 0);
+      assert.notEqual(await row.getAttribute('data-phase'), 'synced');
+      await page.getByTestId('syncbar').getByText('1 change waiting').waitFor();
+
+      const shell = await page.reload();
+      assert.ok(shell.fromServiceWorker(), 'the page came from the service worker’s cache');
+      await page.getByRole('heading', { name: 'Log a set' }).waitFor();
+      await page.getByTestId('connection').getByText('Offline').waitFor();
+      await rowOf(page, 'Deadlift', 0).waitFor();
+
+      await context.setOffline(false);
+      await page.getByTestId('connection').getByText('Online').waitFor();
+      await waitAllSynced(page, 1);
+      assert.equal((await server.rows(user)).size, 1);
+      await context.close();
+    });
+  });
+}
