@@ -47,7 +47,7 @@ export function AddSetForm({ db, rows, onAdded, onError }) {
         <span>Exercise</span>
         <input
           name="exercise" list="exercise-names" autoComplete="off" autoCapitalize="sentences" enterKeyHint="next"
-          placeholder="Squat" maxLength={200} value={exercise} onChange={(e) => setExercise(e.target.value)}
+          placeholder="e.g. Squat" maxLength={200} value={exercise} onChange={(e) => setExercise(e.target.value)}
         />
       </label>
       <div className="add-row">

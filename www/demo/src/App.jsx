@@ -69,7 +69,7 @@ export function App({ db, user }) {
 
   const added = useCallback((id, set) => {
     setLastAdded(id);
-    say(`Logged ${set.exercise} · ${formatKg(set.weightKg)} kg × ${formatReps(set.reps)}`, { ms: 2500 });
+    say(`Saved on this phone: ${set.exercise} · ${formatKg(set.weightKg)} kg × ${formatReps(set.reps)}`, { ms: 2500 });
   }, [say]);
 
   return (
