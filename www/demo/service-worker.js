@@ -105,16 +105,23 @@ function offlinePage() {
 }
 
 // ---- marksync sync worker ---------------------------------------------------
-// TODO(sync-worker): wire marksync's Service Worker here once www/sw.js exists.
-// The build copies www/sw.js, www/index.js and www/pkg/ to /marksync/, so the
-// wiring will be:
+// TODO(sync-worker): wire marksync's Service Worker here. The build copies
+// www/sw.js, www/index.js and www/pkg/ to /marksync/, so the wiring will be:
 //
 //   import { installSyncWorker } from './marksync/sw.js';
-//   installSyncWorker(self, { endpoint: self.location.origin, name: 'workout-' + user, token: 'dev:' + user });
+//   installSyncWorker(self, { endpoint: self.location.origin, name: 'workout-' + user });
 //
-// Open question for the wiring: `user` is chosen by the page (?user= or
-// localStorage, default "demo") and a worker cannot read localStorage; the
-// page registers this file as plain /service-worker.js. The fetch handler
-// above leaves /v1/* alone, so a fetch handler added by installSyncWorker does
-// not compete with it there.
+// (the token reaches the worker from the pages: index.js posts `marksync:token`.)
+// Open question: the database name is per user ('workout-' + user, the page's
+// ?user= or localStorage) and installSyncWorker needs it when this script is
+// evaluated, which a worker cannot read from localStorage. One way: register
+// '/service-worker.js?user=' + user and read it here from self.location.
+//
+// Until then the page does not rely on this worker for sync: it asks, and
+// "Sync now" syncs in the page when SYNC_WORKER is false (demo/src/sync.js).
+const SYNC_WORKER = typeof installSyncWorker === 'function';
+
+self.addEventListener('message', (event) => {
+  if (event.data?.type === 'workout:capabilities') event.ports[0]?.postMessage({ syncWorker: SYNC_WORKER });
+});
 // -----------------------------------------------------------------------------

@@ -69,7 +69,9 @@ for (const backend of built ? backends() : []) {
 
       await context.setOffline(false);
       await page.getByTestId('connection').getByText('Online').waitFor();
+      await page.getByRole('button', { name: 'Sync now' }).click();
       await waitAllSynced(page, 1);
+      await page.getByTestId('syncbar').getByText('All changes synced').waitFor();
       assert.equal((await server.rows(user)).size, 1);
       await context.close();
     });

@@ -7,6 +7,7 @@ import { SetList } from './SetList.jsx';
 import { Rejections } from './Rejections.jsx';
 import { Toast } from './Toast.jsx';
 import { SyncIcon } from './icons.jsx';
+import { syncNow } from './sync.js';
 
 const UNDO_MS = 5000;
 
@@ -32,11 +33,12 @@ export function App({ db, user }) {
   const say = useCallback((text, extra = {}) => setToast({ id: Math.random(), text, ms: 4000, ...extra }), []);
   const fail = useCallback((e) => say(`Not saved on this device: ${e?.message ?? e}`), [say]);
 
-  const syncNow = useCallback(async ({ quiet = false } = {}) => {
+  const sync = useCallback(async ({ quiet = false } = {}) => {
     setSyncing(true);
     try {
-      const report = await (db.requestSync ? db.requestSync() : db.sync());
-      if (quiet || !report || typeof report !== 'object') return;
+      const report = await syncNow(db);
+      if (quiet) return;
+      if (!report) return say('Syncing in the background.');
       if (report.ok) say(report.rejected ? plural(report.rejected, 'change was refused', 'changes were refused') : 'Up to date with the server');
       else if (!navigator.onLine) say('You’re offline. Your changes are safe here and will be sent later.');
       else say('Could not reach the server. Your changes are safe here; retrying on its own.');
@@ -49,10 +51,10 @@ export function App({ db, user }) {
 
   // Back online: send what waited now, not at the next backoff tick.
   useEffect(() => {
-    const onOnline = () => syncNow({ quiet: true });
+    const onOnline = () => sync({ quiet: true });
     window.addEventListener('online', onOnline);
     return () => window.removeEventListener('online', onOnline);
-  }, [syncNow]);
+  }, [sync]);
 
   const remove = useCallback(async (row) => {
     try {
@@ -88,7 +90,7 @@ export function App({ db, user }) {
         </span>
       </header>
 
-      <SyncBar metrics={metrics} online={online} syncing={syncing} onSync={() => syncNow()} />
+      <SyncBar metrics={metrics} online={online} syncing={syncing} onSync={() => sync()} />
       <AddSetForm db={db} rows={rows} onAdded={added} onError={fail} />
       <Rejections db={db} />
       <SetList db={db} rows={rows} highlight={lastAdded} onDelete={remove} onError={fail} />
