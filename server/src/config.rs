@@ -69,6 +69,12 @@ pub struct Config {
     /// Deliberate breakage, to prove the tests catch it. Never set it.
     #[arg(skip)]
     pub sabotage: Sabotage,
+
+    /// Judge with the one-statement-per-op loop instead of the batched judge
+    /// (feature `bench-per-op`, for the load benchmark only).
+    #[cfg(feature = "bench-per-op")]
+    #[arg(skip)]
+    pub per_op_judge: bool,
 }
 
 impl Config {
@@ -89,6 +95,8 @@ impl Config {
             db_max_connections: 16,
             schema_value: None,
             sabotage: Sabotage::None,
+            #[cfg(feature = "bench-per-op")]
+            per_op_judge: false,
         }
     }
 }

@@ -37,7 +37,10 @@ impl ApiError {
     }
     /// 429 `rate_limited` with `Retry-After: secs`.
     pub fn rate_limited(secs: u64) -> Self {
-        ApiError { retry_after: Some(secs.max(1)), ..Self::new(ErrorCode::RateLimited, "too many requests; retry later") }
+        ApiError {
+            retry_after: Some(secs.max(1)),
+            ..Self::new(ErrorCode::RateLimited, "too many requests; retry later")
+        }
     }
 }
 

@@ -79,8 +79,14 @@ mod tests {
     fn counted_faults_run_out() {
         let f = Faults::default();
         f.set(&FaultRequest { lose_responses: Some(1), delay_ms: Some(5), fail_before_commit: Some(1) });
-        assert_eq!(f.take(), PushFaults { fail_before_commit: true, delay: Duration::from_millis(5), lose_response: false });
-        assert_eq!(f.take(), PushFaults { lose_response: true, delay: Duration::from_millis(5), fail_before_commit: false });
+        assert_eq!(
+            f.take(),
+            PushFaults { fail_before_commit: true, delay: Duration::from_millis(5), lose_response: false }
+        );
+        assert_eq!(
+            f.take(),
+            PushFaults { lose_response: true, delay: Duration::from_millis(5), fail_before_commit: false }
+        );
         assert_eq!(f.take(), PushFaults { delay: Duration::from_millis(5), ..PushFaults::default() });
     }
 }

@@ -35,7 +35,11 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         .route("/v1/{*rest}", any(not_found))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics));
-    r = if app.faults.is_some() { r.route("/__faults", post(set_faults)) } else { r.route("/__faults", any(not_found)) };
+    r = if app.faults.is_some() {
+        r.route("/__faults", post(set_faults))
+    } else {
+        r.route("/__faults", any(not_found))
+    };
     r = match &config.static_dir {
         Some(dir) => r.fallback_service(ServeDir::new(dir).fallback(ServeFile::new(dir.join("index.html")))),
         None => r.fallback(not_found),
@@ -98,7 +102,8 @@ fn rate(app: &App, user: &str) -> Result<(), ApiError> {
 /// Content-Length alone): more than `limit` is 413 `payload_too_large`.
 async fn read_body(headers: &HeaderMap, mut body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let too_large = || ApiError::new(ErrorCode::PayloadTooLarge, format!("the body is larger than {limit} bytes"));
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
@@ -139,6 +144,11 @@ async fn push(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<
     let task_app = app.clone();
     let task_user = user.clone();
     let task = tokio::spawn(async move {
+        #[cfg(feature = "bench-per-op")]
+        if task_app.per_op_judge {
+            let result = task_app.store.push_per_op(&task_user, &task_app.schema, &req.batch).await;
+            return (req, result);
+        }
         let result = task_app.store.push(&task_user, &task_app.schema, &req.batch, &ctl).await;
         (req, result)
     });
@@ -194,7 +204,9 @@ fn pull_params(q: &HashMap<String, String>) -> Result<(u64, usize), ApiError> {
     Ok((cursor, limit as usize))
 }
 
-fn query(q: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>) -> Result<HashMap<String, String>, ApiError> {
+fn query(
+    q: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+) -> Result<HashMap<String, String>, ApiError> {
     q.map(|Query(q)| q).map_err(|_| ApiError::bad_request("the query string does not parse"))
 }
 
@@ -224,7 +236,8 @@ async fn events(
     let user = user_of(&app, &headers, q.get("token").map(String::as_str))?;
     let rx = app.pokes.subscribe();
     let head = app.store.head(&user).await.map_err(|e| ApiError::internal(&e))?;
-    let state = PokeStream { app: app.clone(), user, rx, first: Some(head), last: head, shutdown: app.shutdown.clone() };
+    let state =
+        PokeStream { app: app.clone(), user, rx, first: Some(head), last: head, shutdown: app.shutdown.clone() };
     let sse = Sse::new(poke_stream(state)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)));
     Ok(sse.into_response())
 }
@@ -308,7 +321,15 @@ mod tests {
     fn pull_params_are_checked() {
         assert_eq!(pull_params(&q(&[])).unwrap(), (0, 500));
         assert_eq!(pull_params(&q(&[("cursor", "17"), ("limit", "10")])).unwrap(), (17, 10));
-        for bad in [("cursor", "-1"), ("cursor", "x"), ("cursor", ""), ("cursor", "9007199254740992"), ("limit", "0"), ("limit", "1001"), ("limit", "+5")] {
+        for bad in [
+            ("cursor", "-1"),
+            ("cursor", "x"),
+            ("cursor", ""),
+            ("cursor", "9007199254740992"),
+            ("limit", "0"),
+            ("limit", "1001"),
+            ("limit", "+5"),
+        ] {
             assert_eq!(pull_params(&q(&[bad])).unwrap_err().code, ErrorCode::BadRequest, "{bad:?}");
         }
     }

@@ -106,6 +106,9 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Deliberate breakage for one test run; [`Sabotage::None`] otherwise.
     pub sabotage: Sabotage,
+    /// Use the per-op judge (benchmark only).
+    #[cfg(feature = "bench-per-op")]
+    pub per_op_judge: bool,
 }
 
 impl std::ops::Deref for App {
@@ -134,7 +137,11 @@ pub fn load_schema(config: &Config) -> Result<Schema, ServerError> {
 impl App {
     /// Opens the store, loads the schema and builds the shared state.
     /// `listen` is the address actually bound (checked against `--dev-auth`).
-    pub async fn build(config: &Config, listen: SocketAddr, shutdown: watch::Receiver<bool>) -> Result<App, ServerError> {
+    pub async fn build(
+        config: &Config,
+        listen: SocketAddr,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<App, ServerError> {
         if config.dev_auth {
             if !listen.ip().is_loopback() {
                 return Err(ServerError::Config(format!(
@@ -172,6 +179,8 @@ impl App {
             max_body: config.max_body_bytes,
             shutdown,
             sabotage: config.sabotage,
+            #[cfg(feature = "bench-per-op")]
+            per_op_judge: config.per_op_judge,
         })))
     }
 }

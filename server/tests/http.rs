@@ -50,7 +50,10 @@ async fn every_bad_input_is_refused_whole_and_writes_nothing(b: Backend) {
         ("a non-ASCII opId", with(full("dé:1", "d-1", 10, 5))),
         ("an empty opId", with(full("", "d-1", 10, 5))),
         ("a bad table", with(json!({"opId": "d:1", "table": "Sets", "rowId": "d-1", "at": 1, "fields": {"reps": 1}}))),
-        ("an unknown op key", with(json!({"opId": "d:1", "table": "sets", "rowId": "d-1", "at": 1, "fields": {"reps": 1}, "x": 1}))),
+        (
+            "an unknown op key",
+            with(json!({"opId": "d:1", "table": "sets", "rowId": "d-1", "at": 1, "fields": {"reps": 1}, "x": 1})),
+        ),
         ("a missing attemptKey", json!({"batch": [good.clone()]}).to_string()),
         ("a long string", with(op("d:1", "d-1", 10, json!({"exercise": "x".repeat(4097)})))),
     ];
@@ -70,15 +73,30 @@ async fn every_bad_input_is_refused_whole_and_writes_nothing(b: Backend) {
     }
     // 2 MiB: 413, by Content-Length…
     let pad = "x".repeat(2 << 20);
-    expect_error(&t, "u", json!({"attemptKey": "d:a1", "batch": [good.clone()], "pad": pad}).to_string(), 413, "payload_too_large")
-        .await;
+    expect_error(
+        &t,
+        "u",
+        json!({"attemptKey": "d:a1", "batch": [good.clone()], "pad": pad}).to_string(),
+        413,
+        "payload_too_large",
+    )
+    .await;
     // …and by bytes actually read (chunked, no Content-Length).
     let (status, text) = chunked_push(&t, "u", 2 << 20).await;
     assert_eq!(status, 413, "{text}");
     assert!(text.contains("payload_too_large"), "{text}");
     assert_eq!(t.counts("u").await, Counts::default(), "nothing written by any of them");
     // Bad cursors and limits.
-    for q in ["cursor=-1", "cursor=abc", "cursor=1.5", "cursor=", "cursor=9007199254740992", "limit=0", "limit=1001", "limit=x"] {
+    for q in [
+        "cursor=-1",
+        "cursor=abc",
+        "cursor=1.5",
+        "cursor=",
+        "cursor=9007199254740992",
+        "limit=0",
+        "limit=1001",
+        "limit=x",
+    ] {
         let (status, resp) = t.pull_raw("u", q).await;
         assert_eq!((status, resp["error"]["code"].as_str()), (400, Some("bad_request")), "{q}: {resp}");
     }
@@ -222,8 +240,12 @@ async fn fail_before_commit_is_a_500_and_writes_nothing(b: Backend) {
         assert_eq!(resp, json!({"error": {"code": "internal", "message": "internal error"}}));
         assert_eq!(t.counts("u").await.verdicts, 0);
     }
-    assert_eq!(t.counts("u").await, Counts { verdicts: 0, rows: 0, head: 1 - 1 });
-    assert_eq!(statuses(&t.push_ok("u", &[full("d:1", "d-1", 10, 5)]).await), ["applied"], "not a duplicate: nothing was kept");
+    assert_eq!(t.counts("u").await, Counts { verdicts: 0, rows: 0, head: 0 });
+    assert_eq!(
+        statuses(&t.push_ok("u", &[full("d:1", "d-1", 10, 5)]).await),
+        ["applied"],
+        "not a duplicate: nothing was kept"
+    );
     t.stop().await;
 }
 both!(fail_before_commit_is_a_500_and_writes_nothing);
@@ -258,7 +280,14 @@ async fn the_rate_limit_answers_429_with_retry_after(b: Backend) {
     let t = TestServer::start(c).await;
     assert_eq!(t.push("u", &[full("d:1", "d-1", 10, 5)]).await.0, 200);
     assert_eq!(t.pull_raw("u", "cursor=0").await.0, 200);
-    let r = t.http.post(t.url("/v1/push")).bearer_auth("dev:u").body(body(json!([full("d:2", "d-2", 10, 5)]))).send().await.unwrap();
+    let r = t
+        .http
+        .post(t.url("/v1/push"))
+        .bearer_auth("dev:u")
+        .body(body(json!([full("d:2", "d-2", 10, 5)])))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 429);
     let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=2).contains(&retry), "{retry}");
@@ -347,7 +376,8 @@ async fn a_schema_file_is_loaded() {
     let mut c = config(&database);
     c.schema = Some(file.clone());
     let t = TestServer::start(c).await;
-    let mut ok = json!({"opId": "d:1", "table": "notes", "rowId": "n-1", "at": 1, "fields": {"text": "hi"}, "schema": 3});
+    let mut ok =
+        json!({"opId": "d:1", "table": "notes", "rowId": "n-1", "at": 1, "fields": {"text": "hi"}, "schema": 3});
     let v = t.push_ok("u", std::slice::from_ref(&ok)).await;
     assert_eq!(statuses(&v), ["applied"]);
     ok["opId"] = json!("d:2");

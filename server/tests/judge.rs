@@ -98,7 +98,13 @@ async fn two_copies_of_one_batch_sent_at_once_are_judged_one_after_the_other(b: 
     t.push_ok("u", &[full("w:1", "w-1", 1, 5)]).await;
     assert_eq!(t.faults(json!({"delayMs": 300})).await, 200);
     let batch: Vec<Value> = (0..20)
-        .map(|i| if i % 5 == 4 { full(&format!("d:{i}"), &format!("d-{i}"), 10, 0) } else { full(&format!("d:{i}"), &format!("d-{i}"), 10, 5) })
+        .map(|i| {
+            if i % 5 == 4 {
+                full(&format!("d:{i}"), &format!("d-{i}"), 10, 0)
+            } else {
+                full(&format!("d:{i}"), &format!("d-{i}"), 10, 5)
+            }
+        })
         .collect();
     let (a, b2) = tokio::join!(t.push("u", &batch), t.push("u", &batch));
     assert_eq!((a.0, b2.0), (200, 200));
@@ -281,8 +287,8 @@ async fn the_collation_trap_resolves_as_the_core_says(b: Backend) {
     let a2 = op("a:2", "r-2", 7, json!({"exercise": "from a", "weightKg": 1, "reps": 1}));
     let big_b2 = op("B:2", "r-2", 7, json!({"exercise": "from B", "weightKg": 2, "reps": 2}));
     t.push_ok("u", &[a.clone(), big_b.clone()]).await;
-    t.push_ok("u", &[big_b2.clone()]).await;
-    t.push_ok("u", &[a2.clone()]).await;
+    t.push_ok("u", std::slice::from_ref(&big_b2)).await;
+    t.push_ok("u", std::slice::from_ref(&a2)).await;
     // What the core says.
     let mut want = marksync::protocol::Row::default();
     for o in [&big_b, &a] {
@@ -301,11 +307,12 @@ async fn the_collation_trap_resolves_as_the_core_says(b: Backend) {
         // Show the trap is real on this database: its collation orders the other way.
         let url = std::env::var("MARKSYNC_TEST_POSTGRES_URL").unwrap();
         let pool = sqlx::PgPool::connect(&url).await.unwrap();
-        let (collate, a_first): (String, bool) =
-            sqlx::query_as("SELECT datcollate::text, 'a:1' < 'B:1' FROM pg_database WHERE datname = current_database()")
-                .fetch_one(&pool)
-                .await
-                .unwrap();
+        let (collate, a_first): (String, bool) = sqlx::query_as(
+            "SELECT datcollate::text, 'a:1' < 'B:1' FROM pg_database WHERE datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
         eprintln!("postgres collation {collate}: 'a:1' < 'B:1' is {a_first}");
         if collate.starts_with("en_US") {
             assert!(a_first, "en_US sorts a:1 before B:1, the opposite of the protocol");
@@ -331,7 +338,14 @@ async fn a_partial_op_is_validated_against_the_row_after_it(b: Backend) {
     let Some(t) = TestServer::new(b).await else { return };
     t.push_ok("u", &[full("d:1", "d-1", 10, 5)]).await;
     let v = t
-        .push_ok("u", &[op("d:2", "d-1", 11, json!({"reps": 6})), op("d:3", "d-2", 11, json!({"reps": 6})), op("d:4", "d-1", 12, json!({"reps": 0}))])
+        .push_ok(
+            "u",
+            &[
+                op("d:2", "d-1", 11, json!({"reps": 6})),
+                op("d:3", "d-2", 11, json!({"reps": 6})),
+                op("d:4", "d-1", 12, json!({"reps": 0})),
+            ],
+        )
         .await;
     assert_eq!(statuses(&v), ["applied", "rejected", "rejected"]);
     assert_eq!(v[1]["code"], "missing_fields");

@@ -143,7 +143,13 @@ impl Store {
 
     /// Judges `batch` for `user` in one transaction under the user's lock,
     /// persists the judgement, and returns it.
-    pub async fn push(&self, user: &str, schema: &Schema, batch: &[Op], ctl: &PushControl) -> Result<Judgement, PushError> {
+    pub async fn push(
+        &self,
+        user: &str,
+        schema: &Schema,
+        batch: &[Op],
+        ctl: &PushControl,
+    ) -> Result<Judgement, PushError> {
         match self {
             Store::Sqlite(s) => s.push(user, schema, batch, ctl).await,
             Store::Postgres(s) => s.push(user, schema, batch, ctl).await,
@@ -232,7 +238,8 @@ pub(crate) type VerdictColumns = (Vec<String>, Vec<&'static str>, Vec<Option<Str
 
 pub(crate) fn verdict_columns(j: &Judgement) -> VerdictColumns {
     let n = j.remember.len();
-    let mut cols: VerdictColumns = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut cols: VerdictColumns =
+        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     for (id, r) in &j.remember {
         cols.0.push(id.as_str().to_owned());
         cols.1.push(r.status());

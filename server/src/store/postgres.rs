@@ -117,12 +117,8 @@ impl PgStore {
                 tokio::time::sleep(ctl.hold_lock_for).await;
             }
             // 2. load: one query for the rows, one for the verdicts.
-            let stored: Vec<(String, String, String, String)> = sqlx::query_as(sql::LOAD_ROWS)
-                .bind(user)
-                .bind(&tables)
-                .bind(&row_ids)
-                .fetch_all(&mut *tx)
-                .await?;
+            let stored: Vec<(String, String, String, String)> =
+                sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(&tables).bind(&row_ids).fetch_all(&mut *tx).await?;
             let saved: Vec<(String, String, Option<String>, Option<String>)> =
                 sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(&op_ids).fetch_all(&mut *tx).await?;
             let mut known = Known { head: seq_from_db(head)?, ..Known::default() };
@@ -148,7 +144,12 @@ impl PgStore {
                     .fetch_one(&mut *tx)
                     .await?;
                 if inserted != ids.len() as i64 && ctl.sabotage != Sabotage::WriteBeforeRemember {
-                    tracing::warn!(user, sent = ids.len(), inserted, "verdicts answered by another writer; judging again");
+                    tracing::warn!(
+                        user,
+                        sent = ids.len(),
+                        inserted,
+                        "verdicts answered by another writer; judging again"
+                    );
                     drop(inside);
                     tx.rollback().await?;
                     continue;
@@ -157,8 +158,13 @@ impl PgStore {
             // 5. write the moved rows and the head.
             if !judgement.writes.is_empty() {
                 let n = judgement.writes.len();
-                let (mut t, mut r, mut f, mut m, mut s) =
-                    (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+                let (mut t, mut r, mut f, mut m, mut s) = (
+                    Vec::with_capacity(n),
+                    Vec::with_capacity(n),
+                    Vec::with_capacity(n),
+                    Vec::with_capacity(n),
+                    Vec::with_capacity(n),
+                );
                 for w in &judgement.writes {
                     let (fields, marks) = encode_row(&w.row)?;
                     t.push(w.key.table.as_str());
@@ -202,7 +208,8 @@ impl PgStore {
     }
 
     pub(crate) async fn counts(&self, user: &str) -> Result<Counts, StoreError> {
-        let (verdicts, rows, head): (i64, i64, i64) = sqlx::query_as(sql::COUNTS).bind(user).fetch_one(&self.pool).await?;
+        let (verdicts, rows, head): (i64, i64, i64) =
+            sqlx::query_as(sql::COUNTS).bind(user).fetch_one(&self.pool).await?;
         Ok(Counts { verdicts, rows, head })
     }
 
@@ -231,19 +238,20 @@ impl PgStore {
                 }
                 break;
             }
-            let stored: Option<(String, String)> = sqlx::query_as(
-                "SELECT fields, marks FROM rows WHERE user_id = $1 AND table_name = $2 AND row_id = $3",
-            )
-            .bind(user)
-            .bind(&op.table)
-            .bind(&op.row_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+            let stored: Option<(String, String)> =
+                sqlx::query_as("SELECT fields, marks FROM rows WHERE user_id = $1 AND table_name = $2 AND row_id = $3")
+                    .bind(user)
+                    .bind(&op.table)
+                    .bind(&op.row_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
             let current = stored.map(|(f, m)| decode_row(&f, &m)).transpose()?;
             let decision = decide(schema, op, current.as_ref());
             let remembered = match &decision {
                 Decision::Apply { .. } => Remembered::Applied,
-                Decision::Reject { code, reason } => Remembered::Rejected { reason: reason.clone(), code: code.clone() },
+                Decision::Reject { code, reason } => {
+                    Remembered::Rejected { reason: reason.clone(), code: code.clone() }
+                }
             };
             let (reason, code) = match &remembered {
                 Remembered::Applied => (None, None),
@@ -314,7 +322,9 @@ pub(crate) fn page(
     rows.truncate(limit);
     let changes = rows
         .into_iter()
-        .map(|(t, r, f, m, seq)| Ok(Change { key: RowKey::new(t, r), row: decode_row(&f, &m)?, seq: seq_from_db(seq)? }))
+        .map(|(t, r, f, m, seq)| {
+            Ok(Change { key: RowKey::new(t, r), row: decode_row(&f, &m)?, seq: seq_from_db(seq)? })
+        })
         .collect::<Result<Vec<_>, StoreError>>()?;
     let cursor = changes.last().map_or(cursor, |c| c.seq);
     Ok(PullResponse { changes, cursor, has_more })

@@ -164,7 +164,12 @@ impl SqliteStore {
                     .fetch_all(&mut *tx)
                     .await?;
                 if back.len() != sent && ctl.sabotage != Sabotage::WriteBeforeRemember {
-                    tracing::warn!(user, sent, inserted = back.len(), "verdicts answered by another writer; judging again");
+                    tracing::warn!(
+                        user,
+                        sent,
+                        inserted = back.len(),
+                        "verdicts answered by another writer; judging again"
+                    );
                     drop(inside);
                     tx.rollback().await?;
                     continue;
@@ -246,7 +251,9 @@ impl SqliteStore {
             let decision = decide(schema, op, current.as_ref());
             let remembered = match &decision {
                 Decision::Apply { .. } => Remembered::Applied,
-                Decision::Reject { code, reason } => Remembered::Rejected { reason: reason.clone(), code: code.clone() },
+                Decision::Reject { code, reason } => {
+                    Remembered::Rejected { reason: reason.clone(), code: code.clone() }
+                }
             };
             let (reason, code) = match &remembered {
                 Remembered::Applied => (None, None),

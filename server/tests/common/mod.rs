@@ -59,7 +59,9 @@ pub async fn fresh_database(backend: Backend) -> Option<String> {
                 if std::env::var_os("CI").is_some() {
                     panic!("MARKSYNC_TEST_POSTGRES_URL is not set but CI is: the Postgres variants must run in CI (scripts/pg.sh start)");
                 }
-                eprintln!("note: MARKSYNC_TEST_POSTGRES_URL is not set; skipping the Postgres variant (scripts/pg.sh start)");
+                eprintln!(
+                    "note: MARKSYNC_TEST_POSTGRES_URL is not set; skipping the Postgres variant (scripts/pg.sh start)"
+                );
                 return None;
             };
             let name = unique("t");
