@@ -22,7 +22,7 @@ async fn main() -> ExitCode {
     match marksync_server::serve(config, listener, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = %e, "marksync-server stopped");
+            tracing::error!(error = %e, "marksync-server failed");
             ExitCode::FAILURE
         }
     }
