@@ -17,8 +17,8 @@ echo "== 2/4 the core builds for wasm32, and its browser tests pass in headless 
 cargo build --target wasm32-unknown-unknown --lib
 wasm-pack test --headless --chrome --mode no-install --chromedriver "$(command -v chromedriver)" -- --test web
 
-echo "== 3/4 build the npm package and the server"
-scripts/build-www.sh --pkg-only
+echo "== 3/4 build the npm package, the demo and the server"
+scripts/build-www.sh
 cargo build -p marksync-server
 
 echo "== 4/4 the npm package in Chromium against the real server (SQLite and PostgreSQL)"

@@ -325,7 +325,7 @@ pub mod contract {
         let other = crate::workload::set_op("other", 1, 1, 5);
         let req = crate::protocol::PushRequest { attempt_key: "other:a1".into(), batch: vec![other] };
         server.push("u", &req).map_err(|e| e.error.message)?;
-        let mut record = |engine: &mut Engine, fields: Fields, stored: &Meta| {
+        let record = |engine: &mut Engine, fields: Fields, stored: &Meta| {
             let draft = engine.draft("sets", "dev-1", fields).map_err(|e| err(&e))?;
             Ok::<_, String>(engine.plan_record(draft, stored, 100))
         };

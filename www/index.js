@@ -74,17 +74,36 @@ function attachPageSide(db, options) {
   }
 }
 
+/** Whether the worker runs `installSyncWorker` for database `name` (asked once per worker). */
+const holders = new WeakMap();
+function workerHolds(worker, name) {
+  let byName = holders.get(worker);
+  if (!byName) holders.set(worker, (byName = new Map()));
+  if (!byName.has(name)) {
+    byName.set(name, new Promise((resolve) => {
+      const channel = new MessageChannel();
+      const timer = setTimeout(() => resolve(false), 500);
+      channel.port1.onmessage = (e) => {
+        clearTimeout(timer);
+        resolve(e.data?.holds === true);
+      };
+      worker.postMessage({ type: 'marksync:ping', name }, [channel.port2]);
+    }));
+  }
+  return byName.get(name);
+}
+
 /**
- * Asks for a sync: through Background Sync when a Service Worker controls
- * the page and the browser has it, else as a message to the worker, else
- * right here in the page. Resolves with `{ via }` (and the report when the
- * page synced itself).
+ * Asks for a sync: through Background Sync when a Service Worker that holds
+ * this database's queue controls the page and the browser has it, else as a
+ * message to that worker, else right here in the page. Resolves with
+ * `{ via }` (and the report when the page synced itself).
  */
 Native.prototype.requestSync = async function requestSync() {
   const state = pageSide.get(this);
   const name = state?.name ?? 'marksync';
   const c = controller();
-  if (c) {
+  if (c && (await workerHolds(c, name))) {
     try {
       const reg = await navigator.serviceWorker.ready;
       if (reg.sync) {

@@ -87,7 +87,9 @@ export function installSyncWorker(scope, { endpoint, name = 'marksync', token } 
   scope.addEventListener('message', (event) => {
     const m = event.data;
     if (!m || m.name !== name) return;
-    if (m.type === 'marksync:token' && typeof m.token === 'string') {
+    if (m.type === 'marksync:ping') {
+      event.ports[0]?.postMessage({ holds: true });
+    } else if (m.type === 'marksync:token' && typeof m.token === 'string') {
       stored = m.token;
       calls = 0;
       waiting.forEach((w) => w(m.token));

@@ -137,6 +137,14 @@ extern "C" {
     fn register_background_sync(tag: &str);
 }
 
+/// Whether the browser knows it is offline (`navigator.onLine === false`).
+fn offline() -> bool {
+    Reflect::get(&js_sys::global(), &"navigator".into())
+        .and_then(|n| Reflect::get(&n, &"onLine".into()))
+        .map(|v| v == JsValue::FALSE)
+        .unwrap_or(false)
+}
+
 /// A listener for "rows changed".
 pub type Listener = Rc<dyn Fn()>;
 
@@ -354,6 +362,13 @@ impl<T: Transport + 'static> Client<T> {
     /// Only one cycle runs at a time in this context; another call waits for it.
     pub async fn sync(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
         self.check_open()?;
+        if offline() {
+            // Nothing is sent, so nothing is in doubt: rows stay `pending`. The
+            // `online` event (page) or Background Sync (worker) starts the next cycle.
+            register_background_sync(&format!("marksync:{}", self.name));
+            let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
+            return Ok(SyncOutcome { report, ok: false, retry_at: None, error: Some("offline".into()) });
+        }
         while self.syncing.get() {
             gloo_timers::future::TimeoutFuture::new(10).await;
         }

@@ -6,6 +6,8 @@
 // The build (demo/vite.config.js) fills in VERSION and PRECACHE; the copy in
 // demo/ is the template.
 
+import { installSyncWorker } from './marksync/sw.js';
+
 const VERSION = /*__VERSION__*/ 'dev';
 const PRECACHE = /*__PRECACHE__*/ [];
 
@@ -105,23 +107,10 @@ function offlinePage() {
 }
 
 // ---- marksync sync worker ---------------------------------------------------
-// TODO(sync-worker): wire marksync's Service Worker here. The build copies
-// www/sw.js, www/index.js and www/pkg/ to /marksync/, so the wiring will be:
-//
-//   import { installSyncWorker } from './marksync/sw.js';
-//   installSyncWorker(self, { endpoint: self.location.origin, name: 'workout-' + user });
-//
-// (the token reaches the worker from the pages: index.js posts `marksync:token`.)
-// Open question: the database name is per user ('workout-' + user, the page's
-// ?user= or localStorage) and installSyncWorker needs it when this script is
-// evaluated, which a worker cannot read from localStorage. One way: register
-// '/service-worker.js?user=' + user and read it here from self.location.
-//
-// Until then the page does not rely on this worker for sync: it asks, and
-// "Sync now" syncs in the page when SYNC_WORKER is false (demo/src/sync.js).
-const SYNC_WORKER = typeof installSyncWorker === 'function';
-
-self.addEventListener('message', (event) => {
-  if (event.data?.type === 'workout:capabilities') event.ports[0]?.postMessage({ syncWorker: SYNC_WORKER });
-});
-// -----------------------------------------------------------------------------
+// The queue lives here too: marksync pushes and pulls on Background Sync, on
+// the pages' messages and when the network returns. The database is per user
+// ('workout-' + user); the page registers this worker as
+// /service-worker.js?user=<user> so the worker knows which one to hold. The
+// token reaches the worker from the pages (marksync posts it).
+const user = new URL(self.location.href).searchParams.get('user') || 'demo';
+installSyncWorker(self, { endpoint: self.location.origin, name: 'workout-' + user });

@@ -41,6 +41,8 @@ function demoFiles() {
       for (const f of readdirSync(join(www, 'pkg'))) {
         if (f.endsWith('.js') || f.endsWith('.wasm')) cpSync(join(www, 'pkg', f), join(lib, 'pkg', f));
       }
+      // wasm-bindgen's inline JS (Web Locks, Background Sync) lives in pkg/snippets/.
+      if (existsSync(join(www, 'pkg', 'snippets'))) cpSync(join(www, 'pkg', 'snippets'), join(lib, 'pkg', 'snippets'), { recursive: true });
 
       const shell = walk(outDir)
         .filter((f) => f !== 'service-worker.js' && !f.startsWith('marksync/'))

@@ -87,7 +87,9 @@ for (const backend of backends()) {
       await page.evaluate(async () => {
         for (let i = 0; i < 3; i++) await db.change('sets', db.newRowId(), { exercise: 'pushup', weightKg: 0, reps: 20 + i });
       });
-      await until(() => page.evaluate(() => db.rows('sets').some((r) => db.status('sets', r._id).phase === 'unknown-outcome')), 'a failed attempt');
+      const r = await page.evaluate(() => db.sync());
+      assert.equal(r.error, 'offline');
+      assert.deepEqual(await page.evaluate(() => [...new Set(db.rows('sets').map((x) => db.status('sets', x._id).phase))]), ['pending']);
       await d.context.setOffline(false);
       // The sync registered while offline fires when the network is back.
       await until(async () => (await server.rows(user)).size === 3, 'the queue to reach the server');

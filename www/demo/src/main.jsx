@@ -38,7 +38,7 @@ Marksync.open({ endpoint: location.origin, token: 'dev:' + user, name: 'workout-
 );
 
 if (import.meta.env.PROD && 'serviceWorker' in navigator) {
-  navigator.serviceWorker.register('/service-worker.js', { type: 'module' }).catch((e) => {
+  navigator.serviceWorker.register(`/service-worker.js?user=${encodeURIComponent(user)}`, { type: 'module' }).catch((e) => {
     console.warn('service worker not registered:', e);
   });
 }
