@@ -168,6 +168,7 @@ pub struct Client<T: Transport> {
     reserving: Cell<bool>,
     last_outcome: RefCell<Option<SyncOutcome>>,
     name: String,
+    config: Config,
 }
 
 impl<T: Transport + 'static> Client<T> {
@@ -181,7 +182,7 @@ impl<T: Transport + 'static> Client<T> {
         }
         let snapshot = store.open(Meta::fresh(device_id_from(random))).await?;
         config.seed = entropy();
-        let engine = Engine::open(snapshot, config)?;
+        let engine = Engine::open(snapshot, config.clone())?;
         let channel = web_sys::BroadcastChannel::new(&format!("marksync:{name}")).ok();
         let client = Rc::new(Client {
             engine: RefCell::new(engine),
@@ -199,6 +200,7 @@ impl<T: Transport + 'static> Client<T> {
             reserving: Cell::new(false),
             last_outcome: RefCell::new(None),
             name: name.to_owned(),
+            config,
         });
         client.store.reserve(&client.engine).await?;
         client.listen_to_other_contexts();
@@ -340,7 +342,7 @@ impl<T: Transport + 'static> Client<T> {
             Err(e) => {
                 let reopened = self.store.open(Meta::fresh(String::new())).await;
                 match reopened.map_err(ClientError::from).and_then(|s| {
-                    let config = Config { seed: entropy(), ..Config::default() };
+                    let config = Config { seed: entropy(), ..self.config.clone() };
                     Engine::open(s, config).map_err(ClientError::from)
                 }) {
                     Ok(engine) => {

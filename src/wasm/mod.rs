@@ -109,7 +109,8 @@ impl Marksync {
         let persist: bool = opt(&options, "persist").unwrap_or(true);
         let token = token_source(Reflect::get(&options, &"token".into()).unwrap_or(JsValue::UNDEFINED))?;
         let transport = FetchTransport::new(&endpoint, token, timeout_ms);
-        let config = Config { schema, ..Config::default() };
+        // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
+        let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, ..Config::default() };
         let inner = Client::open(&name, transport, config, auto_sync).await.map_err(client_error)?;
         if persist {
             if let Some(storage) = storage_manager() {
