@@ -99,8 +99,11 @@ port = $port
 unix_socket_directories = '$dir/run'
 max_connections = 300
 shared_buffers = 256MB
+# Durable commits, as in production; fewer, longer checkpoints for write-heavy tests and benchmarks.
 fsync = on
 synchronous_commit = on
+max_wal_size = 4GB
+checkpoint_timeout = 15min
 CONF
   cat >"$dir/data/pg_hba.conf" <<HBA
 local all all trust

@@ -8,7 +8,7 @@
 //! ```
 //!
 //! Environment: `LOAD_USERS` (20), `LOAD_PUSHES` (pushes per user, batched
-//! judge: 10), `LOAD_PER_OP_PUSHES` (per-op judge: 2), `LOAD_PACED_MS`
+//! judge: 10), `LOAD_PER_OP_PUSHES` (per-op judge: 2 per user; twice that for the single user), `LOAD_PACED_MS`
 //! (interval between one user's pushes in the paced run: 1000),
 //! `LOAD_PACED_PUSHES` (5), `LOAD_BACKENDS` (`sqlite,postgres`). Without `MARKSYNC_TEST_POSTGRES_URL` only SQLite runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -46,6 +46,21 @@ async fn fresh_database(backend: &str) -> Option<String> {
     c.close().await.ok();
     let base = &url[..url.rfind('/').unwrap()];
     Some(format!("{base}/{name}"))
+}
+
+/// Drops a benchmark's Postgres database (its data is not needed afterwards).
+async fn drop_database(database: &str) {
+    if let (Some(slash), Ok(admin)) = (database.rfind('/'), std::env::var("MARKSYNC_TEST_POSTGRES_URL")) {
+        if database.starts_with("postgres") {
+            let name = &database[slash + 1..];
+            let mut c = sqlx::PgConnection::connect(&admin).await.unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\"")))
+                .execute(&mut c)
+                .await
+                .unwrap();
+            c.close().await.ok();
+        }
+    }
 }
 
 /// The body of push `p` of `user`: 1000 ops; after the first push, half
@@ -193,6 +208,7 @@ async fn run(database: &str, per_op: bool, users: usize, pushes: usize, pace: Op
     }
     let pull_wall = pull_started.elapsed();
     server.stop().await.unwrap();
+    drop_database(database).await;
     latencies.sort();
     if std::env::var_os("LOAD_VERBOSE").is_some() {
         let tail: Vec<u128> = latencies.iter().rev().take(8).map(|d| d.as_millis()).collect();
@@ -243,7 +259,7 @@ async fn main() {
         let db = fresh_database(backend).await.unwrap();
         let batched_1 = report(&format!("{backend} batched, 1 user"), &run(&db, false, 1, pushes, None).await);
         let db = fresh_database(backend).await.unwrap();
-        let per_op_1 = report(&format!("{backend} per-op,  1 user"), &run(&db, true, 1, per_op_pushes, None).await);
+        let per_op_1 = report(&format!("{backend} per-op,  1 user"), &run(&db, true, 1, per_op_pushes * 2, None).await);
         let db = fresh_database(backend).await.unwrap();
         report(
             &format!("{backend} batched, {users} users paced"),

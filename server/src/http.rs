@@ -48,7 +48,11 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
     if !config.cors_origin.is_empty() {
         r = r.layer(cors(&config.cors_origin)?);
     }
-    Ok(r.layer(TraceLayer::new_for_http()))
+    // Spans name the path only: `/v1/events?token=…` must not put tokens in logs.
+    let trace = TraceLayer::new_for_http().make_span_with(
+        |req: &Request| tracing::debug_span!("request", method = %req.method(), path = %req.uri().path()),
+    );
+    Ok(r.layer(trace))
 }
 
 fn cors(origins: &[String]) -> Result<CorsLayer, ServerError> {
@@ -98,24 +102,50 @@ fn rate(app: &App, user: &str) -> Result<(), ApiError> {
     }
 }
 
+/// How much of a too-large body is still read (and thrown away) before the 413
+/// is sent, as a multiple of the limit: a client that is still sending when the
+/// server answers and closes gets a broken pipe instead of the 413. Beyond
+/// this (or after [`DRAIN_TIME`]) the server answers anyway and closes.
+const DRAIN_FACTOR: u64 = 16;
+/// The longest time spent draining a too-large body.
+const DRAIN_TIME: Duration = Duration::from_secs(10);
+
 /// Reads the body, counting the bytes actually received (never trusting
 /// Content-Length alone): more than `limit` is 413 `payload_too_large`.
 async fn read_body(headers: &HeaderMap, mut body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let too_large = || ApiError::new(ErrorCode::PayloadTooLarge, format!("the body is larger than {limit} bytes"));
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    let drain_cap = (limit as u64).saturating_mul(DRAIN_FACTOR);
+    if declared.is_some_and(|n| n > drain_cap) {
         return Err(too_large());
     }
-    let mut buf: Vec<u8> = Vec::with_capacity(declared.map_or(8192, |n| n as usize));
-    while let Some(frame) = body.frame().await {
+    let mut buf: Vec<u8> = Vec::with_capacity(declared.map_or(8192, |n| n.min(limit as u64) as usize));
+    let mut seen: u64 = 0;
+    let drain_until = tokio::time::Instant::now() + DRAIN_TIME;
+    loop {
+        let next = if seen > limit as u64 {
+            match tokio::time::timeout_at(drain_until, body.frame()).await {
+                Ok(f) => f,
+                Err(_) => return Err(too_large()),
+            }
+        } else {
+            body.frame().await
+        };
+        let Some(frame) = next else { break };
         let frame = frame.map_err(|_| ApiError::bad_request("the body could not be read"))?;
         if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > limit {
+            seen += data.len() as u64;
+            if seen > drain_cap {
                 return Err(too_large());
             }
-            buf.extend_from_slice(&data);
+            if seen <= limit as u64 {
+                buf.extend_from_slice(&data);
+            }
         }
+    }
+    if seen > limit as u64 {
+        return Err(too_large());
     }
     Ok(Bytes::from(buf))
 }

@@ -115,7 +115,7 @@ both!(every_bad_input_is_refused_whole_and_writes_nothing);
 async fn chunked_push(t: &TestServer, user: &str, size: usize) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(t.server.addr).await.unwrap();
     let head = format!(
-        "POST /v1/push HTTP/1.1\r\nhost: x\r\nauthorization: Bearer dev:{user}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+        "POST /v1/push HTTP/1.1\r\nhost: x\r\nauthorization: Bearer dev:{user}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
     );
     s.write_all(head.as_bytes()).await.unwrap();
     let chunk = vec![b' '; 64 * 1024];
@@ -168,6 +168,7 @@ async fn dev_auth_is_off_by_default_and_loopback_only(b: Backend) {
     let (_tx, rx) = tokio::sync::watch::channel(false);
     let err = marksync_server::App::build(&config(&database), "0.0.0.0:8787".parse().unwrap(), rx).await.unwrap_err();
     assert!(err.to_string().contains("--dev-auth"), "{err}");
+    drop_database(&database).await;
 }
 both!(dev_auth_is_off_by_default_and_loopback_only);
 
@@ -198,10 +199,8 @@ async fn an_event_poke_arrives_after_a_push(b: Backend) {
     // Open event streams end on shutdown; they do not hold the server up.
     drop(other);
     tokio::time::timeout(Duration::from_secs(10), t.stop()).await.expect("stops with a stream open");
-    let rest = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Ok(Some(_)) = events.chunk().await {}
-    })
-    .await;
+    let rest =
+        tokio::time::timeout(Duration::from_secs(10), async { while let Ok(Some(_)) = events.chunk().await {} }).await;
     assert!(rest.is_ok(), "the stream ended");
 }
 both!(an_event_poke_arrives_after_a_push);
@@ -258,14 +257,14 @@ both!(fail_before_commit_is_a_500_and_writes_nothing);
 
 /// Graceful shutdown: a push in flight when the server is told to stop finishes and commits.
 async fn an_in_flight_push_finishes_on_shutdown(b: Backend) {
-    let Some(t) = TestServer::new(b).await else { return };
+    let Some(database) = fresh_database(b).await else { return };
+    let t = TestServer::start(config(&database)).await;
     assert_eq!(t.faults(json!({"delayMs": 500})).await, 200);
     let raw = body(json!([full("d:1", "d-1", 10, 5)]));
     let http = t.http.clone();
     let url = t.url("/v1/push");
     let push = tokio::spawn(async move { http.post(url).bearer_auth("dev:u").body(raw).send().await });
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let database = t.database.clone();
     t.stop().await;
     let resp = push.await.unwrap().expect("answered before the server stopped");
     assert_eq!(resp.status().as_u16(), 200);
@@ -274,6 +273,7 @@ async fn an_in_flight_push_finishes_on_shutdown(b: Backend) {
     let t = TestServer::start(config(&database)).await;
     assert_eq!(t.counts("u").await, Counts { verdicts: 1, rows: 1, head: 1 });
     t.stop().await;
+    drop_database(&database).await;
 }
 both!(an_in_flight_push_finishes_on_shutdown);
 
@@ -283,7 +283,7 @@ async fn the_rate_limit_answers_429_with_retry_after(b: Backend) {
     let mut c = config(&database);
     c.rate_limit = 0.5;
     c.rate_burst = Some(2.0);
-    let t = TestServer::start(c).await;
+    let t = TestServer::start(c).await.owning_database();
     assert_eq!(t.push("u", &[full("d:1", "d-1", 10, 5)]).await.0, 200);
     assert_eq!(t.pull_raw("u", "cursor=0").await.0, 200);
     let r = t
@@ -309,7 +309,7 @@ async fn health_metrics_and_routes(b: Backend) {
     let Some(database) = fresh_database(b).await else { return };
     let mut c = config(&database);
     c.enable_faults = false;
-    let t = TestServer::start(c).await;
+    let t = TestServer::start(c).await.owning_database();
     let h = t.http.get(t.url("/healthz")).send().await.unwrap();
     assert_eq!(h.status().as_u16(), 200);
     assert_eq!(t.faults(json!({"loseResponses": 1})).await, 404);
@@ -340,9 +340,9 @@ async fn static_files_spa_fallback_and_cors() {
     std::fs::write(dir.join("index.html"), "<!doctype html><title>app</title>").unwrap();
     std::fs::write(dir.join("assets/app.js"), "console.log(1)").unwrap();
     let mut c = config(&database);
-    c.static_dir = Some(dir);
+    c.static_dir = Some(dir.clone());
     c.cors_origin = vec!["http://localhost:5173".into()];
-    let t = TestServer::start(c).await;
+    let t = TestServer::start(c).await.owning_database();
     let get = |p: &str| t.http.get(t.url(p)).send();
     assert_eq!(get("/assets/app.js").await.unwrap().text().await.unwrap(), "console.log(1)");
     assert!(get("/").await.unwrap().text().await.unwrap().contains("<title>app</title>"));
@@ -368,6 +368,7 @@ async fn static_files_spa_fallback_and_cors() {
         .unwrap();
     assert!(other.headers().get("access-control-allow-origin").is_none());
     t.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `--schema FILE` is read at start; a bad file stops the start.
@@ -398,4 +399,6 @@ async fn a_schema_file_is_loaded() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let err = marksync_server::start(c, listener).await.unwrap_err();
     assert!(err.to_string().contains("schema file"), "{err}");
+    drop_database(&database).await;
+    let _ = std::fs::remove_dir_all(dir);
 }

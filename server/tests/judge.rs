@@ -68,6 +68,7 @@ async fn a_rejected_op_replayed_after_a_relaxing_release_stays_rejected(b: Backe
     let d1 = rows.iter().find(|c| c["rowId"] == "d-1").unwrap();
     assert_eq!(d1["fields"]["reps"], 5);
     t.stop().await;
+    drop_database(&database).await;
 }
 both!(a_rejected_op_replayed_after_a_relaxing_release_stays_rejected);
 
@@ -86,6 +87,7 @@ async fn the_write_before_remember_sabotage_is_caught(b: Backend) {
     assert_eq!(again[0]["status"], "applied", "the broken order answers differently");
     assert_eq!(t.counts("u").await.rows, 1, "and writes the row the user was told was refused");
     t.stop().await;
+    drop_database(&database).await;
 }
 both!(the_write_before_remember_sabotage_is_caught);
 

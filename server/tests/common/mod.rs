@@ -102,18 +102,40 @@ pub fn config(database: &str) -> Config {
     c
 }
 
+/// Removes a database made by [`fresh_database`] (its temp directory, or the Postgres database).
+pub async fn drop_database(database: &str) {
+    if let Some(file) = database.strip_prefix("sqlite://") {
+        if let Some(dir) = std::path::Path::new(file).parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    } else if let (Ok(admin), Some(slash)) = (std::env::var("MARKSYNC_TEST_POSTGRES_URL"), database.rfind('/')) {
+        let name = database[slash + 1..].split('?').next().unwrap_or_default().to_owned();
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")))
+                .execute(&mut conn)
+                .await;
+            let _ = conn.close().await;
+        }
+    }
+}
+
 /// A server of this process and a client for it.
 pub struct TestServer {
     pub server: RunningServer,
     pub http: reqwest::Client,
     pub database: String,
+    /// Drop the database on `stop` (it was made for this server alone).
+    owns_database: bool,
 }
 
 impl TestServer {
     /// A fresh database and a server on it (dev auth, faults on); `None` = skip.
+    /// The database is removed when the server stops.
     pub async fn new(backend: Backend) -> Option<TestServer> {
         let database = fresh_database(backend).await?;
-        Some(TestServer::start(config(&database)).await)
+        let mut t = TestServer::start(config(&database)).await;
+        t.owns_database = true;
+        Some(t)
     }
 
     /// A server with exactly this configuration.
@@ -122,7 +144,13 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server = marksync_server::start(config, listener).await.expect("server starts");
         let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
-        TestServer { server, http, database }
+        TestServer { server, http, database, owns_database: false }
+    }
+
+    /// Drop the database when this server stops.
+    pub fn owning_database(mut self) -> Self {
+        self.owns_database = true;
+        self
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -210,6 +238,9 @@ impl TestServer {
 
     pub async fn stop(self) {
         self.server.stop().await.unwrap();
+        if self.owns_database {
+            drop_database(&self.database).await;
+        }
     }
 }
 
