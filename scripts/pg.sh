@@ -14,6 +14,8 @@
 # the locale is generated when missing; if that cannot be done, C.UTF-8 is used and
 # a warning says so. The cluster's directory is a `mktemp -d`, recorded in
 # $MARKSYNC_PG_STATE (default: .pg/state in the repository, ignored by git).
+# When no PostgreSQL is installed and we are root with apt-get (a fresh CI machine),
+# `start` installs Debian's postgresql and locales first (no default cluster).
 # Environment: PG_BIN (default: the newest /usr/lib/postgresql/*/bin), PG_PORT (default: a free port).
 set -euo pipefail
 
@@ -28,10 +30,25 @@ find_bin() {
   local d
   d="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)"
   if [[ -z "$d" ]]; then
+    install_pg
+    d="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)"
+  fi
+  if [[ -z "$d" ]]; then
     echo "pg.sh: no PostgreSQL server binaries (install: apt-get install -y postgresql)" >&2
     exit 1
   fi
   echo "$d"
+}
+
+# As root with apt-get (a fresh CI machine): installs Debian's postgresql and
+# locales, without the default cluster (we start our own).
+install_pg() {
+  if [[ "$(id -u)" -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then return 0; fi
+  echo "pg.sh: installing postgresql and locales with apt-get" >&2
+  mkdir -p /etc/postgresql-common
+  [[ -f /etc/postgresql-common/createcluster.conf ]] || echo 'create_main_cluster = false' >/etc/postgresql-common/createcluster.conf
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Dpkg::Options::=--force-confold postgresql locales >&2
 }
 
 # Runs a command as the postgres user (or as ourselves when we are not root).

@@ -67,6 +67,7 @@ pub struct Config {
     pub schema_value: Option<Schema>,
 
     /// Deliberate breakage, to prove the tests catch it. Never set it.
+    #[doc(hidden)]
     #[arg(skip)]
     pub sabotage: Sabotage,
 

@@ -90,6 +90,7 @@ pub struct PushControl {
 
 /// Deliberately broken behaviours, used once to prove that the tests catch
 /// them. Never set outside tests; `None` in every real server.
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Sabotage {
     /// The real judge.
