@@ -205,3 +205,151 @@ async fn a_late_answer_to_an_old_attempt_changes_nothing_on_disk() {
     assert!(snap.base.is_empty());
     c.store.commit(&Txn::default()).await.unwrap();
 }
+
+fn base_row(at: u64, reps: f64) -> marksync::protocol::Row {
+    let mut r = marksync::protocol::Row::default();
+    let mark = marksync::protocol::Mark { at, op_id: marksync::protocol::OpId::new(format!("srv:{at}")) };
+    r.cells.insert("reps".into(), marksync::protocol::Cell { value: Value::Number(reps), mark: mark.clone() });
+    r.cells.insert("note".into(), marksync::protocol::Cell { value: Value::from(format!("row at {at} \"quoted\" é")), mark });
+    r
+}
+
+type Base = std::collections::BTreeMap<RowKey, marksync::protocol::Row>;
+
+async fn reopened_base(name: &str) -> Base {
+    let store = IdbStore::connect(name).await.unwrap();
+    let snap = store.open(Meta::fresh("x".into())).await.unwrap();
+    store.close();
+    let n = snap.base.len();
+    let base: Base = snap.base.into_iter().collect();
+    assert_eq!(base.len(), n, "each row once in the snapshot");
+    base
+}
+
+async fn put_rows(store: &IdbStore, expected: &mut Base, rows: Vec<(RowKey, marksync::protocol::Row)>) {
+    for (k, r) in &rows {
+        expected.insert(k.clone(), r.clone());
+    }
+    store.commit(&Txn { put_base: rows, ..Txn::default() }).await.unwrap();
+}
+
+#[wasm_bindgen_test]
+async fn compaction_keeps_every_row() {
+    let name = unique("compact");
+    let store = IdbStore::connect(&name).await.unwrap();
+    store.open(Meta::fresh("dev".into())).await.unwrap();
+    let mut expected = Base::new();
+    // 5,000 rows in pages (more than one chunk holds), two tables sharing rowIds.
+    for page in 0..5u64 {
+        let rows = (0..1000u64)
+            .map(|i| {
+                let table = if i % 2 == 0 { "sets" } else { "notes" };
+                (RowKey::new(table, format!("dev-{}", page * 1000 + i)), base_row(page * 1000 + i + 1, i as f64))
+            })
+            .collect();
+        put_rows(&store, &mut expected, rows).await;
+    }
+    assert_eq!(reopened_base(&name).await, expected, "before compaction: all deltas");
+    // Crossing the threshold in commits has already started compactions on its own.
+    store.compact().await.unwrap();
+    let (chunks, deltas) = store.layout().await.unwrap();
+    assert!(chunks >= 3 && deltas == 0, "5,000 rows in several chunks, no delta left: {chunks}, {deltas}");
+    assert_eq!(reopened_base(&name).await, expected, "after the first compaction");
+    // Deltas into existing chunks, before the first chunk and after the last, then fold again.
+    let mut rows: Vec<_> = (0..300u64).map(|i| (RowKey::new("sets", format!("dev-{}", i * 16)), base_row(10_000 + i, -1.0))).collect();
+    rows.push((RowKey::new("aaa", "first"), base_row(20_000, 1.0)));
+    rows.push((RowKey::new("zzz", "last"), base_row(20_001, 2.0)));
+    put_rows(&store, &mut expected, rows).await;
+    assert_eq!(reopened_base(&name).await, expected, "deltas win over chunk rows");
+    assert_eq!(store.compact().await.unwrap(), 302);
+    assert_eq!(store.compact().await.unwrap(), 0, "nothing left to fold");
+    assert_eq!(store.layout().await.unwrap().1, 0);
+    assert_eq!(reopened_base(&name).await, expected, "after the second compaction");
+    // Crossing the threshold in commits starts a compaction by itself.
+    let rows = (0..(marksync::wasm::idb_store::COMPACT_AFTER as u64 + 10))
+        .map(|i| (RowKey::new("sets", format!("late-{i}")), base_row(30_000 + i, 3.0)))
+        .collect();
+    put_rows(&store, &mut expected, rows).await;
+    for _ in 0..200 {
+        if !store.needs_compaction() {
+            break;
+        }
+        gloo_timers::future::TimeoutFuture::new(20).await;
+    }
+    assert!(!store.needs_compaction(), "a background compaction folded the deltas");
+    assert_eq!(store.compact().await.unwrap(), 0, "the background compaction folded everything");
+    store.close();
+    assert_eq!(reopened_base(&name).await, expected, "after the background compaction");
+}
+
+#[wasm_bindgen_test]
+async fn a_row_updated_after_compaction_reads_back_its_latest_value() {
+    let name = unique("update");
+    let store = IdbStore::connect(&name).await.unwrap();
+    store.open(Meta::fresh("dev".into())).await.unwrap();
+    let key = RowKey::new("sets", "dev-7");
+    let mut expected = Base::new();
+    put_rows(&store, &mut expected, vec![(key.clone(), base_row(1, 5.0)), (RowKey::new("sets", "dev-8"), base_row(2, 6.0))]).await;
+    store.compact().await.unwrap();
+    put_rows(&store, &mut expected, vec![(key.clone(), base_row(3, 7.0))]).await;
+    let got = reopened_base(&name).await;
+    assert_eq!(got.get(&key).and_then(|r| r.get("reps")), Some(&Value::Number(7.0)), "the delta wins");
+    assert_eq!(got, expected);
+    store.compact().await.unwrap();
+    put_rows(&store, &mut expected, vec![(key.clone(), base_row(4, 8.0))]).await;
+    store.compact().await.unwrap();
+    let got = reopened_base(&name).await;
+    assert_eq!(got.get(&key).and_then(|r| r.get("reps")), Some(&Value::Number(8.0)), "the latest fold wins");
+    assert_eq!(got, expected);
+    store.close();
+}
+
+#[wasm_bindgen_test]
+async fn an_old_layout_database_opens_after_the_upgrade() {
+    use idb::{Factory, ObjectStoreParams, TransactionMode};
+    use wasm_bindgen::JsValue;
+    let name = unique("legacy");
+    // Write a database as layout version 1 did: one `base` record per row.
+    let factory = Factory::new().unwrap();
+    let mut req = factory.open(&name, Some(1)).unwrap();
+    req.on_upgrade_needed(|event| {
+        let db = idb::DatabaseEvent::database(&event).unwrap();
+        for s in ["meta", "base", "pending", "rejections"] {
+            db.create_object_store(s, ObjectStoreParams::new()).unwrap();
+        }
+    });
+    let db = req.await.unwrap();
+    let mut meta = Meta::fresh("old-device".into());
+    meta.counter = 128;
+    meta.cursor = 9;
+    let rows: Vec<_> = (0..50u64).map(|i| (RowKey::new("sets", format!("old-{i}")), base_row(i + 1, i as f64))).collect();
+    let op = marksync::workload::set_op("old-device", 100, 1, 77);
+    let tx = db.transaction(&["meta", "base", "pending"], TransactionMode::ReadWrite).unwrap();
+    let put = |store: &str, v: String, k: JsValue| {
+        tx.object_store(store).unwrap().put(&JsValue::from_str(&v), Some(&k)).unwrap();
+    };
+    put("meta", serde_json::to_string(&meta).unwrap(), JsValue::from_str("meta"));
+    for (k, r) in &rows {
+        let key = js_sys::Array::of2(&JsValue::from_str(&k.table), &JsValue::from_str(&k.row_id)).into();
+        put("base", serde_json::to_string(&(k, r)).unwrap(), key);
+    }
+    put("pending", serde_json::to_string(&op).unwrap(), JsValue::from_f64(op.at as f64));
+    tx.await.unwrap();
+    db.close();
+
+    let expected: Base = rows.into_iter().collect();
+    let store = IdbStore::connect(&name).await.unwrap();
+    let snap = store.open(Meta::fresh("new-device".into())).await.unwrap();
+    assert_eq!(snap.meta.as_ref(), Some(&meta), "the old meta record is kept");
+    assert_eq!(snap.pending, vec![op.clone()]);
+    assert_eq!(snap.base.into_iter().collect::<Base>(), expected, "old per-row records read as deltas");
+    assert_eq!(store.compact().await.unwrap(), 50);
+    store.close();
+    assert_eq!(reopened_base(&name).await, expected, "folded into chunks");
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let c = client(&name, &server).await;
+    assert_eq!(c.engine.borrow().device_id(), "old-device");
+    assert_eq!(c.engine.borrow().pending_len(), 1);
+    assert!(c.engine.borrow().meta().counter > 128, "the counter goes on from the old one");
+    c.close();
+}

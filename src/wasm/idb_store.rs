@@ -1,12 +1,29 @@
-//! The device's state in IndexedDB: `meta`, `base`, `pending`, `rejections`.
+//! The device's state in IndexedDB: `meta`, `base_chunks`, `base_delta`,
+//! `pending`, `rejections`.
 //!
 //! Every logical step is ONE IndexedDB transaction: recording an op with the
 //! counter and clock; applying a push answer's verdicts; applying a pull page
-//! with the cursor. Records are JSON strings (compact, fast to read back in
-//! bulk at open); keys: `"meta"`, `[table, rowId]`, `at` (a number, so the
-//! outbox reads back in record order), `opId`.
+//! with the cursor. Records are JSON strings; keys: `"meta"`, `[table, rowId]`,
+//! `at` (a number, so the outbox reads back in record order), `opId`.
+//!
+//! Base rows live in two stores, so that open reads a few large records
+//! instead of one per row: `base_chunks`, compacted snapshot chunks of many
+//! rows each ([`super::idb_chunks`]), and `base_delta`, the rows put since the
+//! last compaction, one record per row keyed by `[table, rowId]` (a delta
+//! wins over a chunk's copy of its row). Once more than [`COMPACT_AFTER`]
+//! deltas are counted, [`IdbStore::compact`] folds them into the chunks in one
+//! transaction that reads what it folds, so commits of other tabs and workers
+//! serialize around it. Schema version 1 kept one `base` record per row in the
+//! delta's format: the upgrade renames that store to `base_delta`, and the
+//! first compaction folds it.
 
-use idb::{Database, DatabaseEvent, Factory, ObjectStoreParams, Query, TransactionMode, TransactionResult};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use idb::{
+    Database, DatabaseEvent, Event, Factory, ObjectStoreParams, Query, Request, TransactionMode, TransactionResult,
+};
 use js_sys::Array;
 use wasm_bindgen::JsValue;
 
@@ -15,17 +32,28 @@ use crate::ids::IdBlock;
 use crate::protocol::{Op, Row, RowKey};
 use crate::store::{LocalStore, Meta, Rejection, Snapshot, StoreError, Txn};
 
+use super::idb_chunks::{chunk_of, decode_chunk, encode_chunks, fold, overlay};
+
 const META: &str = "meta";
-const BASE: &str = "base";
+const CHUNKS: &str = "base_chunks";
+const DELTA: &str = "base_delta";
 const PENDING: &str = "pending";
 const REJECTIONS: &str = "rejections";
-const ALL: [&str; 4] = [META, BASE, PENDING, REJECTIONS];
-const VERSION: u32 = 1;
+/// Schema version 1's per-row base store (renamed to [`DELTA`] by the upgrade).
+const LEGACY_BASE: &str = "base";
+const ALL: [&str; 5] = [META, CHUNKS, DELTA, PENDING, REJECTIONS];
+const VERSION: u32 = 2;
+
+/// Compaction starts once more base deltas than this are counted.
+pub const COMPACT_AFTER: usize = 2_000;
 
 /// A local store in IndexedDB.
 pub struct IdbStore {
-    db: Database,
+    db: Rc<Database>,
     name: String,
+    /// Base deltas written since the last compaction, as far as this context knows.
+    deltas: Rc<Cell<usize>>,
+    compacting: Rc<Cell<bool>>,
 }
 
 fn failed(e: impl std::fmt::Display) -> StoreError {
@@ -49,6 +77,66 @@ fn row_key(k: &RowKey) -> JsValue {
     Array::of2(&JsValue::from_str(&k.table), &JsValue::from_str(&k.row_id)).into()
 }
 
+fn key_of(v: &JsValue) -> Result<RowKey, StoreError> {
+    let a = Array::from(v);
+    match (a.length(), a.get(0).as_string(), a.get(1).as_string()) {
+        (2, Some(table), Some(row_id)) => Ok(RowKey { table, row_id }),
+        _ => Err(corrupt("a base chunk key is not [table, rowId]")),
+    }
+}
+
+/// Folds every base delta into the chunks, in one transaction; returns how
+/// many deltas were folded. Only the chunks that receive a delta are read
+/// and rewritten (split when they grow past the limits).
+async fn compact_db(db: &Database) -> Result<usize, StoreError> {
+    let tx = db.transaction(&[CHUNKS, DELTA], TransactionMode::ReadWrite).map_err(failed)?;
+    let chunks = tx.object_store(CHUNKS).map_err(failed)?;
+    let delta = tx.object_store(DELTA).map_err(failed)?;
+    let deltas_req = delta.get_all(None, None).map_err(failed)?;
+    let keys_req = chunks.get_all_keys(None, None).map_err(failed)?;
+    let deltas_v = deltas_req.await.map_err(failed)?;
+    let keys_v = keys_req.await.map_err(failed)?;
+    let folded = deltas_v.len();
+    if folded > 0 {
+        let mut firsts = keys_v.iter().map(key_of).collect::<Result<Vec<_>, _>>()?;
+        firsts.sort();
+        let mut groups: BTreeMap<Option<usize>, Vec<(RowKey, Row)>> = BTreeMap::new();
+        for v in &deltas_v {
+            let (k, r) = parse::<(RowKey, Row)>(v)?;
+            groups.entry(chunk_of(&firsts, &k)).or_default().push((k, r));
+        }
+        let mut reads = Vec::with_capacity(groups.len());
+        for (at, rows) in groups {
+            let req = match at {
+                Some(i) => Some(chunks.get(Query::Key(row_key(&firsts[i]))).map_err(failed)?),
+                None => None,
+            };
+            reads.push((at, req, rows));
+        }
+        for (at, req, rows) in reads {
+            let old = match req {
+                Some(req) => match req.await.map_err(failed)? {
+                    Some(v) => decode_chunk(&v.as_string().ok_or_else(|| corrupt("a base chunk is not a string"))?)?,
+                    None => return Err(failed("a base chunk vanished during compaction")),
+                },
+                None => Vec::new(),
+            };
+            let pieces = encode_chunks(&fold(old, rows))?;
+            if let Some(i) = at {
+                chunks.delete(Query::Key(row_key(&firsts[i]))).map_err(failed)?;
+            }
+            for c in pieces {
+                chunks.put(&JsValue::from_str(&c.text), Some(&row_key(&c.first))).map_err(failed)?;
+            }
+        }
+        delta.clear().map_err(failed)?;
+    }
+    match tx.await.map_err(failed)? {
+        TransactionResult::Committed => Ok(folded),
+        TransactionResult::Aborted => Err(failed("compaction was aborted")),
+    }
+}
+
 impl IdbStore {
     /// Opens (creating if needed) the database `name`.
     pub async fn connect(name: &str) -> Result<IdbStore, StoreError> {
@@ -56,15 +144,34 @@ impl IdbStore {
         let mut req = factory.open(name, Some(VERSION)).map_err(|e| StoreError::Unavailable(e.to_string()))?;
         req.on_upgrade_needed(|event| {
             let Ok(db) = event.database() else { return };
-            let names = db.store_names();
+            let has = |s: &str| db.store_names().iter().any(|n| n == s);
+            if has(LEGACY_BASE) && !has(DELTA) {
+                // Version 1's per-row base records are deltas already: same key, same value.
+                if let Some(tx) = event.target().ok().and_then(|r| r.transaction()) {
+                    if let Ok(s) = tx.object_store(LEGACY_BASE) {
+                        s.set_name(DELTA);
+                    }
+                }
+            }
             for s in ALL {
-                if !names.iter().any(|n| n == s) {
+                if !has(s) {
                     let _ = db.create_object_store(s, ObjectStoreParams::new());
                 }
             }
         });
         let db = req.await.map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        Ok(IdbStore { db, name: name.to_owned() })
+        let names = db.store_names();
+        if names.iter().any(|n| n == LEGACY_BASE) || !ALL.iter().all(|s| names.iter().any(|n| n == s)) {
+            db.close();
+            return Err(StoreError::Unavailable(format!("database {name} did not upgrade to layout {VERSION}")));
+        }
+        let store = IdbStore {
+            db: Rc::new(db),
+            name: name.to_owned(),
+            deltas: Rc::new(Cell::new(0)),
+            compacting: Rc::new(Cell::new(false)),
+        };
+        Ok(store)
     }
 
     /// The database name.
@@ -81,6 +188,46 @@ impl IdbStore {
     pub async fn delete(name: &str) -> Result<(), StoreError> {
         let factory = Factory::new().map_err(|e| StoreError::Unavailable(e.to_string()))?;
         factory.delete(name).map_err(failed)?.await.map_err(failed)
+    }
+
+    /// Folds every base delta into the base chunks now, in one transaction
+    /// (other tabs' commits wait for it or go first). Returns how many deltas
+    /// were folded.
+    pub async fn compact(&self) -> Result<usize, StoreError> {
+        let n = compact_db(&self.db).await?;
+        self.deltas.set(self.deltas.get().saturating_sub(n));
+        Ok(n)
+    }
+
+    /// How many base chunks and base deltas are stored (tests, diagnostics).
+    pub async fn layout(&self) -> Result<(u32, u32), StoreError> {
+        let tx = self.db.transaction(&[CHUNKS, DELTA], TransactionMode::ReadOnly).map_err(failed)?;
+        let chunks = tx.object_store(CHUNKS).map_err(failed)?.count(None).map_err(failed)?;
+        let deltas = tx.object_store(DELTA).map_err(failed)?.count(None).map_err(failed)?;
+        let counts = (chunks.await.map_err(failed)?, deltas.await.map_err(failed)?);
+        tx.await.map_err(failed)?;
+        Ok(counts)
+    }
+
+    /// Whether enough base deltas were counted to make compaction worth it.
+    pub fn needs_compaction(&self) -> bool {
+        self.deltas.get() > COMPACT_AFTER
+    }
+
+    /// Starts a compaction in the background when one is due and none runs.
+    /// Never awaited by a caller: a failed one is tried again after a later commit.
+    fn compact_soon(&self) {
+        if !self.needs_compaction() || self.compacting.get() {
+            return;
+        }
+        self.compacting.set(true);
+        let (db, deltas, compacting) = (self.db.clone(), self.deltas.clone(), self.compacting.clone());
+        wasm_bindgen_futures::spawn_local(async move {
+            if let Ok(n) = compact_db(&db).await {
+                deltas.set(deltas.get().saturating_sub(n));
+            }
+            compacting.set(false);
+        });
     }
 
     async fn read_meta(store: &idb::ObjectStore) -> Result<Option<Meta>, StoreError> {
@@ -136,7 +283,7 @@ impl IdbStore {
             store(META)?.put(&json(m)?, Some(&JsValue::from_str(META))).map_err(failed)?;
         }
         if !txn.put_base.is_empty() {
-            let s = store(BASE)?;
+            let s = store(DELTA)?;
             for (k, r) in &txn.put_base {
                 s.put(&json(&(k, r))?, Some(&row_key(k))).map_err(failed)?;
             }
@@ -168,7 +315,7 @@ impl IdbStore {
             v.push(META);
         }
         if !txn.put_base.is_empty() {
-            v.push(BASE);
+            v.push(DELTA);
         }
         if !txn.delete_pending.is_empty() || !txn.put_pending.is_empty() {
             v.push(PENDING);
@@ -203,17 +350,26 @@ impl LocalStore for IdbStore {
         let get_all = |name: &str| -> Result<_, StoreError> {
             tx.object_store(name).map_err(failed)?.get_all(None, None).map_err(failed)
         };
-        let (base_req, pending_req, rej_req) = (get_all(BASE)?, get_all(PENDING)?, get_all(REJECTIONS)?);
-        let base_v = base_req.await.map_err(failed)?;
+        let (chunks_req, delta_req) = (get_all(CHUNKS)?, get_all(DELTA)?);
+        let (pending_req, rej_req) = (get_all(PENDING)?, get_all(REJECTIONS)?);
+        let chunks_v = chunks_req.await.map_err(failed)?;
+        let delta_v = delta_req.await.map_err(failed)?;
         let pending_v = pending_req.await.map_err(failed)?;
         let rej_v = rej_req.await.map_err(failed)?;
-        let base = base_v.iter().map(parse::<(RowKey, Row)>).collect::<Result<Vec<_>, _>>()?;
+        let committed = tx.await.map_err(failed)?;
+        if committed != TransactionResult::Committed {
+            return Err(failed("open was aborted"));
+        }
+        let mut rows = Vec::new();
+        for v in &chunks_v {
+            rows.extend(decode_chunk(&v.as_string().ok_or_else(|| corrupt("a base chunk is not a string"))?)?);
+        }
+        let deltas = delta_v.iter().map(parse::<(RowKey, Row)>).collect::<Result<Vec<_>, _>>()?;
         let pending = pending_v.iter().map(parse::<Op>).collect::<Result<Vec<_>, _>>()?;
         let rejections = rej_v.iter().map(parse::<Rejection>).collect::<Result<Vec<_>, _>>()?;
-        match tx.await.map_err(failed)? {
-            TransactionResult::Committed => Ok(Snapshot { meta: Some(meta), base, pending, rejections }),
-            TransactionResult::Aborted => Err(failed("open was aborted")),
-        }
+        self.deltas.set(deltas.len());
+        self.compact_soon();
+        Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections })
     }
 
     async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {
@@ -224,7 +380,13 @@ impl LocalStore for IdbStore {
         let tx = self.db.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
         Self::write(&tx, txn)?;
         match tx.await.map_err(failed)? {
-            TransactionResult::Committed => Ok(()),
+            TransactionResult::Committed => {
+                if !txn.put_base.is_empty() {
+                    self.deltas.set(self.deltas.get() + txn.put_base.len());
+                    self.compact_soon();
+                }
+                Ok(())
+            }
             TransactionResult::Aborted => Err(failed("the transaction was aborted")),
         }
     }

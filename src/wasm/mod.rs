@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod client;
+pub mod idb_chunks;
 pub mod idb_store;
 pub mod transport;
 
