@@ -353,3 +353,29 @@ async fn an_old_layout_database_opens_after_the_upgrade() {
     assert!(c.engine.borrow().meta().counter > 128, "the counter goes on from the old one");
     c.close();
 }
+
+#[wasm_bindgen_test]
+async fn a_chunk_stored_as_text_in_the_first_encoding_still_reads() {
+    use wasm_bindgen::JsValue;
+    let name = unique("textchunk");
+    let store = IdbStore::connect(&name).await.unwrap();
+    store.open(Meta::fresh("dev".into())).await.unwrap();
+    store.close();
+    let db = idb::Factory::new().unwrap().open(&name, None).unwrap().await.unwrap();
+    let tx = db.transaction(&["base_chunks"], idb::TransactionMode::ReadWrite).unwrap();
+    let key: JsValue = js_sys::Array::of2(&"sets".into(), &"a".into()).into();
+    let text = r#"[["sets","a",[["note","x",1,"s:1"],["reps",5.0,2,"s:2"]]]]"#;
+    tx.object_store("base_chunks").unwrap().put(&JsValue::from_str(text), Some(&key)).unwrap();
+    tx.await.unwrap();
+    db.close();
+    let got = reopened_base(&name).await;
+    let a = got.get(&RowKey::new("sets", "a")).unwrap();
+    assert_eq!((a.get("reps"), a.get("note")), (Some(&Value::Number(5.0)), Some(&Value::from("x"))));
+    assert_eq!(a.cells["reps"].mark.at, 2);
+    let store = IdbStore::connect(&name).await.unwrap();
+    let mut expected = got.clone();
+    put_rows(&store, &mut expected, vec![(RowKey::new("sets", "b"), base_row(3, 1.0))]).await;
+    store.compact().await.unwrap();
+    store.close();
+    assert_eq!(reopened_base(&name).await, expected, "rewritten in the current encoding");
+}

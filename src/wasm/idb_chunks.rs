@@ -1,12 +1,14 @@
 //! Base rows as compacted snapshot chunks: the encoding and the folding rules
 //! of [`super::idb_store`], with no IndexedDB in them.
 //!
-//! A chunk is one record holding many rows, sorted by key, encoded as a JSON
-//! array of `[table, rowId, [[field, value, at, opId], …]]` — no repeated
-//! object keys. Its IndexedDB key is its first row's `[table, rowId]`, so the
+//! A chunk is one record holding many rows, sorted by key, encoded as the
+//! UTF-8 bytes of a JSON array of `[table, rowId, [[at, opId, [[field,
+//! value], …]], …]]`: no repeated object keys, and the cells one op set share
+//! one mark (and one opId allocation once decoded). Its IndexedDB key is its first row's `[table, rowId]`, so the
 //! chunk keys alone tell which chunk a row belongs to: the chunk with the
 //! greatest first key at or below the row's key (or the first chunk).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -24,16 +26,23 @@ const FILL_ROWS: usize = MAX_ROWS / 2;
 const FILL_BYTES: usize = MAX_BYTES / 2;
 
 #[derive(Serialize)]
-struct CellOut<'a>(&'a str, &'a Value, u64, &'a OpId);
+struct GroupOut<'a>(u64, &'a OpId, Vec<(&'a str, &'a Value)>);
 
 #[derive(Serialize)]
-struct RowOut<'a>(&'a str, &'a str, Vec<CellOut<'a>>);
+struct RowOut<'a>(&'a str, &'a str, Vec<GroupOut<'a>>);
 
 #[derive(Deserialize)]
-struct CellIn(String, Value, u64, OpId);
+struct GroupIn<'a>(u64, #[serde(borrow)] Cow<'a, str>, Vec<(String, Value)>);
 
 #[derive(Deserialize)]
-struct RowIn(String, String, Vec<CellIn>);
+struct RowIn<'a>(String, String, #[serde(borrow)] Vec<GroupIn<'a>>);
+
+/// The first encoding (one `[field, value, at, opId]` per cell), still read.
+#[derive(Deserialize)]
+struct CellV1(String, Value, u64, OpId);
+
+#[derive(Deserialize)]
+struct RowV1(String, String, Vec<CellV1>);
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("base chunk: {e}"))
@@ -41,19 +50,42 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
 
 /// The compact encoding of one row (an element of a chunk's array).
 pub fn encode_row(key: &RowKey, row: &Row) -> Result<String, StoreError> {
-    let cells = row.cells.iter().map(|(f, c)| CellOut(f, &c.value, c.mark.at, &c.mark.op_id)).collect();
-    serde_json::to_string(&RowOut(&key.table, &key.row_id, cells)).map_err(corrupt)
+    let mut groups: Vec<GroupOut<'_>> = Vec::new();
+    for (f, c) in &row.cells {
+        match groups.iter_mut().find(|g| g.0 == c.mark.at && *g.1 == c.mark.op_id) {
+            Some(g) => g.2.push((f, &c.value)),
+            None => groups.push(GroupOut(c.mark.at, &c.mark.op_id, vec![(f, &c.value)])),
+        }
+    }
+    serde_json::to_string(&RowOut(&key.table, &key.row_id, groups)).map_err(corrupt)
 }
 
-/// Decodes a chunk's JSON text into its rows, in stored order.
-pub fn decode_chunk(text: &str) -> Result<Vec<(RowKey, Row)>, StoreError> {
-    let rows: Vec<RowIn> = serde_json::from_str(text).map_err(corrupt)?;
+/// Decodes a chunk (the UTF-8 bytes of its JSON array) into its rows, in stored order.
+pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
+    let rows: Vec<RowIn<'_>> = serde_json::from_slice(bytes).map_err(corrupt)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for RowIn(table, row_id, groups) in rows {
+        let mut cells = BTreeMap::new();
+        for GroupIn(at, op_id, fields) in groups {
+            let op_id = OpId::new(op_id.as_ref());
+            for (f, value) in fields {
+                cells.insert(f, Cell { value, mark: Mark { at, op_id: op_id.clone() } });
+            }
+        }
+        out.push((RowKey { table, row_id }, Row { cells }));
+    }
+    Ok(out)
+}
+
+/// Decodes a chunk stored as JSON text in the first encoding.
+pub fn decode_chunk_v1(text: &str) -> Result<Vec<(RowKey, Row)>, StoreError> {
+    let rows: Vec<RowV1> = serde_json::from_str(text).map_err(corrupt)?;
     Ok(rows
         .into_iter()
-        .map(|RowIn(table, row_id, cells)| {
+        .map(|RowV1(table, row_id, cells)| {
             let cells = cells
                 .into_iter()
-                .map(|CellIn(f, value, at, op_id)| (f, Cell { value, mark: Mark { at, op_id } }))
+                .map(|CellV1(f, value, at, op_id)| (f, Cell { value, mark: Mark { at, op_id } }))
                 .collect();
             (RowKey { table, row_id }, Row { cells })
         })

@@ -3,7 +3,7 @@
 //!
 //! Every logical step is ONE IndexedDB transaction: recording an op with the
 //! counter and clock; applying a push answer's verdicts; applying a pull page
-//! with the cursor. Records are JSON strings; keys: `"meta"`, `[table, rowId]`,
+//! with the cursor. Records are JSON strings (chunks: UTF-8 JSON bytes); keys: `"meta"`, `[table, rowId]`,
 //! `at` (a number, so the outbox reads back in record order), `opId`.
 //!
 //! Base rows live in two stores, so that open reads a few large records
@@ -24,15 +24,15 @@ use std::rc::Rc;
 use idb::{
     Database, DatabaseEvent, Event, Factory, ObjectStoreParams, Query, Request, TransactionMode, TransactionResult,
 };
-use js_sys::Array;
-use wasm_bindgen::JsValue;
+use js_sys::{Array, Uint8Array};
+use wasm_bindgen::{JsCast, JsValue};
 
 use crate::engine::{Draft, Engine, Recorded};
 use crate::ids::IdBlock;
 use crate::protocol::{Op, Row, RowKey};
 use crate::store::{LocalStore, Meta, Rejection, Snapshot, StoreError, Txn};
 
-use super::idb_chunks::{chunk_of, decode_chunk, encode_chunks, fold, overlay};
+use super::idb_chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, fold, overlay};
 
 const META: &str = "meta";
 const CHUNKS: &str = "base_chunks";
@@ -77,6 +77,17 @@ fn row_key(k: &RowKey) -> JsValue {
     Array::of2(&JsValue::from_str(&k.table), &JsValue::from_str(&k.row_id)).into()
 }
 
+/// A stored chunk's rows: UTF-8 JSON bytes, or JSON text in the first encoding.
+fn chunk_rows(v: &JsValue) -> Result<Vec<(RowKey, Row)>, StoreError> {
+    if let Some(bytes) = v.dyn_ref::<Uint8Array>() {
+        return decode_chunk(&bytes.to_vec());
+    }
+    match v.as_string() {
+        Some(text) => decode_chunk_v1(&text),
+        None => Err(corrupt("a base chunk is neither bytes nor text")),
+    }
+}
+
 fn key_of(v: &JsValue) -> Result<RowKey, StoreError> {
     let a = Array::from(v);
     match (a.length(), a.get(0).as_string(), a.get(1).as_string()) {
@@ -116,7 +127,7 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
         for (at, req, rows) in reads {
             let old = match req {
                 Some(req) => match req.await.map_err(failed)? {
-                    Some(v) => decode_chunk(&v.as_string().ok_or_else(|| corrupt("a base chunk is not a string"))?)?,
+                    Some(v) => chunk_rows(&v)?,
                     None => return Err(failed("a base chunk vanished during compaction")),
                 },
                 None => Vec::new(),
@@ -126,7 +137,7 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
                 chunks.delete(Query::Key(row_key(&firsts[i]))).map_err(failed)?;
             }
             for c in pieces {
-                chunks.put(&JsValue::from_str(&c.text), Some(&row_key(&c.first))).map_err(failed)?;
+                chunks.put(&Uint8Array::from(c.text.as_bytes()).into(), Some(&row_key(&c.first))).map_err(failed)?;
             }
         }
         delta.clear().map_err(failed)?;
@@ -362,7 +373,7 @@ impl LocalStore for IdbStore {
         }
         let mut rows = Vec::new();
         for v in &chunks_v {
-            rows.extend(decode_chunk(&v.as_string().ok_or_else(|| corrupt("a base chunk is not a string"))?)?);
+            rows.extend(chunk_rows(v)?);
         }
         let deltas = delta_v.iter().map(parse::<(RowKey, Row)>).collect::<Result<Vec<_>, _>>()?;
         let pending = pending_v.iter().map(parse::<Op>).collect::<Result<Vec<_>, _>>()?;
