@@ -110,6 +110,12 @@ impl Metrics {
         );
         let _ = writeln!(s, "# TYPE marksync_push_concurrent_same_user_max gauge");
         let _ = writeln!(s, "marksync_push_concurrent_same_user_max {}", self.same_user.max());
+        let _ = writeln!(
+            s,
+            "# HELP marksync_push_judged_again_total Pushes judged again after another writer remembered one of their ops first (0 when the lock holds)."
+        );
+        let _ = writeln!(s, "# TYPE marksync_push_judged_again_total counter");
+        let _ = writeln!(s, "marksync_push_judged_again_total {}", self.same_user.judged_again_total());
         s
     }
 }
@@ -120,6 +126,7 @@ impl Metrics {
 pub struct SameUserProbe {
     inside: Mutex<HashMap<String, u32>>,
     max: AtomicU64,
+    judged_again: AtomicU64,
 }
 
 impl SameUserProbe {
@@ -138,6 +145,17 @@ impl SameUserProbe {
     /// The most pushes of one user ever inside the lock at once.
     pub fn max(&self) -> u64 {
         self.max.load(Ordering::Relaxed)
+    }
+
+    /// Counts a push judged again because its verdict insert met verdicts
+    /// written by another transaction (never happens while the lock holds).
+    pub fn judged_again(&self) {
+        self.judged_again.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many times pushes were judged again.
+    pub fn judged_again_total(&self) -> u64 {
+        self.judged_again.load(Ordering::Relaxed)
     }
 }
 

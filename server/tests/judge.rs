@@ -358,3 +358,32 @@ async fn a_partial_op_is_validated_against_the_row_after_it(b: Backend) {
     t.stop().await;
 }
 both!(a_partial_op_is_validated_against_the_row_after_it);
+
+/// Without the lock (Postgres, deliberately broken) pushes of one user overlap —
+/// and the verdict insert still catches it: fewer rows come back than were
+/// sent, the push is rolled back and judged again, and every op is still
+/// answered once. This runs the "judge again" path, which the lock otherwise
+/// never lets happen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lock_conflicting_verdicts_are_judged_again() {
+    let Some(database) = fresh_database(Backend::Postgres).await else { return };
+    let mut c = config(&database);
+    c.sabotage = marksync_server::Sabotage::NoLock;
+    let t = TestServer::start(c).await.owning_database();
+    t.push_ok("u", &[full("w:1", "w-1", 1, 5)]).await;
+    assert_eq!(t.faults(json!({"delayMs": 200})).await, 200);
+    let batch: Vec<Value> = (0..20).map(|i| full(&format!("d:{i}"), &format!("d-{i}"), 10, 5)).collect();
+    let answers = futures_util::future::join_all((0..3).map(|_| t.push("u", &batch))).await;
+    let mut applied = 0;
+    for (status, body) in &answers {
+        assert_eq!(*status, 200, "{body}");
+        let s = statuses(body["verdicts"].as_array().unwrap());
+        assert!(s.iter().all(|x| *x == s[0]), "a whole batch is applied or duplicate: {s:?}");
+        applied += usize::from(s[0] == "applied");
+    }
+    assert_eq!(applied, 1, "exactly one copy applied");
+    assert_eq!(t.counts("u").await, marksync_server::store::Counts { verdicts: 21, rows: 21, head: 21 });
+    assert!(t.metric("marksync_push_concurrent_same_user_max").await >= 2.0, "the pushes did overlap");
+    assert!(t.metric("marksync_push_judged_again_total").await >= 1.0, "and were judged again");
+    t.stop().await;
+}

@@ -78,7 +78,7 @@ impl From<sqlx::Error> for PushError {
 /// What a push may be asked to do besides judging (fault injection, probes).
 #[derive(Debug, Clone, Default)]
 pub struct PushControl {
-    /// Hold the user's lock this long before judging (`delayMs` fault).
+    /// Hold the user's lock this long, after loading and before judging (`delayMs` fault).
     pub hold_lock_for: Duration,
     /// Roll back instead of committing and fail (`failBeforeCommit` fault).
     pub fail_before_commit: bool,
@@ -99,6 +99,9 @@ pub enum Sabotage {
     /// "write → remember": forget the saved verdicts and write the rows
     /// even when the verdict insert says the op was answered before.
     WriteBeforeRemember,
+    /// Postgres: read the head without `FOR UPDATE` — no per-user lock. The
+    /// verdict insert then finds conflicts, and the push is judged again.
+    NoLock,
 }
 
 /// What a user has stored, for tests and diagnostics.

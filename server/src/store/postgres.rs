@@ -25,6 +25,8 @@ const MIGRATION_LOCK: i64 = 0x6d61_726b_7379_6e63; // "marksync"
 mod sql {
     pub const ENSURE_HEAD: &str = "INSERT INTO heads (user_id, seq) VALUES ($1, 0) ON CONFLICT (user_id) DO NOTHING";
     pub const LOCK_HEAD: &str = "SELECT seq FROM heads WHERE user_id = $1 FOR UPDATE";
+    /// Only for [`super::Sabotage::NoLock`].
+    pub const READ_HEAD_UNLOCKED: &str = "SELECT seq FROM heads WHERE user_id = $1";
     /// Written as a join from the (distinct) keys, so that every plan — custom or
     /// the generic plan of a prepared statement — probes the primary key per key.
     /// (`op_id = ANY($2)` under a generic plan scanned all of the user's verdicts
@@ -116,11 +118,9 @@ impl PgStore {
             let mut tx = self.pool.begin().await?;
             // 1. lock: the head row, created if missing, locked until commit.
             sqlx::query(sql::ENSURE_HEAD).bind(user).execute(&mut *tx).await?;
-            let head: i64 = sqlx::query_scalar(sql::LOCK_HEAD).bind(user).fetch_one(&mut *tx).await?;
+            let lock = if ctl.sabotage == Sabotage::NoLock { sql::READ_HEAD_UNLOCKED } else { sql::LOCK_HEAD };
+            let head: i64 = sqlx::query_scalar(lock).bind(user).fetch_one(&mut *tx).await?;
             let inside = ctl.probe.as_ref().map(|p| p.enter(user));
-            if !ctl.hold_lock_for.is_zero() {
-                tokio::time::sleep(ctl.hold_lock_for).await;
-            }
             // 2. load: one query for the rows, one for the verdicts.
             let stored: Vec<(String, String, String, String)> =
                 sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(&tables).bind(&row_ids).fetch_all(&mut *tx).await?;
@@ -134,6 +134,10 @@ impl PgStore {
                 known.verdicts = known_verdicts(saved)?;
             }
             let old_head = known.head;
+            // The `delayMs` fault: hold the lock, with the batch loaded, before judging.
+            if !ctl.hold_lock_for.is_zero() {
+                tokio::time::sleep(ctl.hold_lock_for).await;
+            }
             // 3. judge: every rule is in the core.
             let judgement = judge_batch(schema, batch, known)?;
             // 4. remember, before any row is written.
@@ -155,6 +159,9 @@ impl PgStore {
                         inserted,
                         "verdicts answered by another writer; judging again"
                     );
+                    if let Some(p) = &ctl.probe {
+                        p.judged_again();
+                    }
                     drop(inside);
                     tx.rollback().await?;
                     continue;

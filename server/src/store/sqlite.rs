@@ -129,9 +129,6 @@ impl SqliteStore {
             sqlx::query(sql::ENSURE_HEAD).bind(user).execute(&mut *tx).await?;
             let head: i64 = sqlx::query_scalar(sql::READ_HEAD).bind(user).fetch_one(&mut *tx).await?;
             let inside = ctl.probe.as_ref().map(|p| p.enter(user));
-            if !ctl.hold_lock_for.is_zero() {
-                tokio::time::sleep(ctl.hold_lock_for).await;
-            }
             // 2. load: one query for the rows, one for the verdicts.
             let stored: Vec<(String, String, String, String)> =
                 sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(&keys_json).fetch_all(&mut *tx).await?;
@@ -145,6 +142,10 @@ impl SqliteStore {
                 known.verdicts = known_verdicts(saved)?;
             }
             let old_head = known.head;
+            // The `delayMs` fault: hold the lock, with the batch loaded, before judging.
+            if !ctl.hold_lock_for.is_zero() {
+                tokio::time::sleep(ctl.hold_lock_for).await;
+            }
             // 3. judge: every rule is in the core.
             let judgement = judge_batch(schema, batch, known)?;
             // 4. remember, before any row is written.
@@ -170,6 +171,9 @@ impl SqliteStore {
                         inserted = back.len(),
                         "verdicts answered by another writer; judging again"
                     );
+                    if let Some(p) = &ctl.probe {
+                        p.judged_again();
+                    }
                     drop(inside);
                     tx.rollback().await?;
                     continue;
