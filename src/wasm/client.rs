@@ -413,6 +413,23 @@ impl<T: Transport + 'static> Client<T> {
         }
     }
 
+    /// The engine's step, or — when it ignored what it was given (an answer
+    /// to something no longer in flight) — a fresh start of the cycle.
+    fn or_restart(&self, step: Option<Step>) -> Step {
+        step.unwrap_or_else(|| self.engine.borrow_mut().start_sync(now()))
+    }
+
+    /// Commits an answer's txn and returns the next step (see [`Client::or_restart`]).
+    async fn take(&self, out: Option<(Txn, Step)>) -> Result<Step, ClientError> {
+        match out {
+            Some((txn, next)) => {
+                self.commit(&txn).await?;
+                Ok(next)
+            }
+            None => Ok(self.or_restart(None)),
+        }
+    }
+
     async fn cycle(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
         let mut step = self.engine.borrow_mut().start_sync(now());
         let mut refreshed = false;
@@ -425,14 +442,7 @@ impl<T: Transport + 'static> Client<T> {
                     match self.transport.push(&req).await {
                         Ok(resp) => {
                             let out = self.engine.borrow_mut().on_push_response(resp, now());
-                            match out {
-                                Some((txn, next)) => {
-                                    self.commit(&txn).await?;
-                                    next
-                                }
-                                // Not the attempt in flight: ignored. Start over.
-                                None => self.engine.borrow_mut().start_sync(now()),
-                            }
+                            self.take(out).await?
                         }
                         Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
                             refreshed = true;
@@ -441,34 +451,22 @@ impl<T: Transport + 'static> Client<T> {
                         }
                         Err(f) => {
                             let next = self.engine.borrow_mut().on_push_failed(&key, f, now());
-                            match next {
-                                Some(s) => s,
-                                None => self.engine.borrow_mut().start_sync(now()),
-                            }
+                            self.or_restart(next)
                         }
                     }
                 }
                 Step::Pull { cursor, limit } => match self.transport.pull(cursor, limit).await {
                     Ok(page) => {
                         let out = self.engine.borrow_mut().on_pull_response(cursor, page, now());
-                        match out {
-                            Some((txn, next)) => {
-                                self.commit(&txn).await?;
-                                next
-                            }
-                            None => self.engine.borrow_mut().start_sync(now()),
-                        }
+                        self.take(out).await?
                     }
                     Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
                         refreshed = true;
-                        self.engine.borrow_mut().start_sync(now())
+                        self.or_restart(None)
                     }
                     Err(f) => {
                         let next = self.engine.borrow_mut().on_pull_failed(cursor, f, now());
-                        match next {
-                            Some(s) => s,
-                            None => self.engine.borrow_mut().start_sync(now()),
-                        }
+                        self.or_restart(next)
                     }
                 },
                 Step::Done(report) => {
