@@ -10,7 +10,7 @@
 //! Environment: `LOAD_USERS` (20), `LOAD_PUSHES` (pushes per user, batched
 //! judge: 10), `LOAD_PER_OP_PUSHES` (per-op judge: 2 per user; twice that for the single user), `LOAD_PACED_MS`
 //! (interval between one user's pushes in the paced run: 1000),
-//! `LOAD_PACED_PUSHES` (5), `LOAD_BACKENDS` (`sqlite,postgres`). Without `MARKSYNC_TEST_POSTGRES_URL` only SQLite runs.
+//! `LOAD_PACED_PUSHES` (5), `LOAD_BACKENDS` (`sqlite,postgres`), `LOAD_VERBOSE` (slowest pushes, per-push times of the 1-user runs, CPU split). Without `MARKSYNC_TEST_POSTGRES_URL` only SQLite runs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,7 +83,30 @@ fn batch(user: usize, p: usize) -> String {
     json!({"attemptKey": format!("dev{user}:a{p}"), "batch": ops}).to_string()
 }
 
+/// CPU seconds used so far: (this process, the whole machine), from /proc (Linux; zeros elsewhere).
+fn cpu_seconds() -> (f64, f64) {
+    let ticks = 100.0; // USER_HZ on Linux
+    let own = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+            Some((rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?) / ticks)
+        })
+        .unwrap_or(0.0);
+    let all = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            let f: Vec<f64> = s.lines().next()?.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+            // user nice system idle iowait irq softirq steal: busy = all but idle and iowait
+            Some(f.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, v)| v).sum::<f64>() / ticks)
+        })
+        .unwrap_or(0.0);
+    (own, all)
+}
+
 struct Run {
+    cpu_own: f64,
+    cpu_all: f64,
     ops: usize,
     wall: Duration,
     latencies: Vec<Duration>,
@@ -126,6 +149,7 @@ async fn run(database: &str, per_op: bool, users: usize, pushes: usize, pace: Op
         })
         .collect();
     futures_util::future::join_all(warm).await;
+    let (own0, all0) = cpu_seconds();
     let started = Instant::now();
     let tasks: Vec<_> = bodies
         .into_iter()
@@ -177,6 +201,7 @@ async fn run(database: &str, per_op: bool, users: usize, pushes: usize, pace: Op
         latencies.extend(l);
     }
     let wall = started.elapsed();
+    let (own1, all1) = cpu_seconds();
     // Every user pulls everything, in pages of 1000, concurrently.
     let pull_started = Instant::now();
     let pulls: Vec<_> = (0..users)
@@ -214,7 +239,7 @@ async fn run(database: &str, per_op: bool, users: usize, pushes: usize, pace: Op
         let tail: Vec<u128> = latencies.iter().rev().take(8).map(|d| d.as_millis()).collect();
         println!("  slowest pushes (ms): {tail:?}");
     }
-    Run { ops, wall, latencies, pulled, pull_wall }
+    Run { cpu_own: own1 - own0, cpu_all: all1 - all0, ops, wall, latencies, pulled, pull_wall }
 }
 
 /// Prints one line; returns (judged ops/s, push p50 in seconds).
@@ -231,6 +256,14 @@ fn report(label: &str, r: &Run) -> (f64, f64) {
         r.pull_wall.as_secs_f64(),
         r.pulled as f64 / r.pull_wall.as_secs_f64(),
     );
+    if std::env::var_os("LOAD_VERBOSE").is_some() {
+        println!(
+            "  pushes used {:.2} CPU-s in this process (server + load generator), {:.2} CPU-s elsewhere (the database, other work), of {:.2} available",
+            r.cpu_own,
+            (r.cpu_all - r.cpu_own).max(0.0),
+            r.wall.as_secs_f64() * std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
+        );
+    }
     (rate, pct(&r.latencies, 0.50).as_secs_f64())
 }
 
