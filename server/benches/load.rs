@@ -48,8 +48,12 @@ async fn fresh_database(backend: &str) -> Option<String> {
     Some(format!("{base}/{name}"))
 }
 
-/// Drops a benchmark's Postgres database (its data is not needed afterwards).
+/// Drops a benchmark's database (its data is not needed afterwards).
 async fn drop_database(database: &str) {
+    if let Some(dir) = database.strip_prefix("sqlite://").and_then(|f| std::path::Path::new(f).parent()) {
+        let _ = std::fs::remove_dir_all(dir);
+        return;
+    }
     if let (Some(slash), Ok(admin)) = (database.rfind('/'), std::env::var("MARKSYNC_TEST_POSTGRES_URL")) {
         if database.starts_with("postgres") {
             let name = &database[slash + 1..];
