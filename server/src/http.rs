@@ -158,6 +158,9 @@ async fn push(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<
     let req: PushRequest = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("the body is not a push request: {e}")))?;
     req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
+    // Held until the answer leaves: how many pushes of this device overlap.
+    let device = req.attempt_key.split(':').next().unwrap_or_default();
+    let _in_flight = app.metrics.same_device.enter(&format!("{user}/{device}"));
     if req.batch.is_empty() {
         return Ok(Json(PushResponse { attempt_key: req.attempt_key, verdicts: Vec::new() }).into_response());
     }

@@ -35,6 +35,10 @@ pub struct Metrics {
     latency_sum_us: AtomicU64,
     /// The probe of pushes of one user inside the lock at once.
     pub same_user: Arc<SameUserProbe>,
+    /// The probe of push requests of one device (user + the deviceId of the
+    /// attemptKey) in flight at once, from arrival to answer: a client keeps
+    /// one sync cycle at a time across its tabs and worker, so this stays 1.
+    pub same_device: Arc<SameUserProbe>,
 }
 
 impl Metrics {
@@ -116,6 +120,12 @@ impl Metrics {
         );
         let _ = writeln!(s, "# TYPE marksync_push_judged_again_total counter");
         let _ = writeln!(s, "marksync_push_judged_again_total {}", self.same_user.judged_again_total());
+        let _ = writeln!(
+            s,
+            "# HELP marksync_push_concurrent_same_device_max Most push requests of one device ever in flight at once, arrival to answer (1 when clients keep one cycle at a time)."
+        );
+        let _ = writeln!(s, "# TYPE marksync_push_concurrent_same_device_max gauge");
+        let _ = writeln!(s, "marksync_push_concurrent_same_device_max {}", self.same_device.max());
         s
     }
 }
