@@ -481,8 +481,9 @@ impl Engine {
         self.in_flight = None;
         self.backoff.reset();
         let mut txn = Txn::default();
+        let mut base_at: HashMap<RowKey, usize> = HashMap::new();
         for v in resp.verdicts {
-            self.apply_verdict(v.op_id, v.outcome, &mut txn);
+            self.apply_verdict(v.op_id, v.outcome, &mut txn, &mut base_at);
         }
         if !txn.is_empty() {
             txn.meta = Some(self.meta.clone());
@@ -490,7 +491,18 @@ impl Engine {
         Some((txn, self.next_step()))
     }
 
-    fn apply_verdict(&mut self, op_id: OpId, outcome: Outcome, txn: &mut Txn) {
+    /// Puts `row` as the base row of `key` in `txn`, once per key (`at` indexes `txn.put_base`).
+    fn put_base(txn: &mut Txn, at: &mut HashMap<RowKey, usize>, key: RowKey, row: Row) {
+        match at.get(&key) {
+            Some(i) => txn.put_base[*i].1 = row,
+            None => {
+                at.insert(key.clone(), txn.put_base.len());
+                txn.put_base.push((key, row));
+            }
+        }
+    }
+
+    fn apply_verdict(&mut self, op_id: OpId, outcome: Outcome, txn: &mut Txn, base_at: &mut HashMap<RowKey, usize>) {
         self.op_state.remove(&op_id);
         let Some(op) = self.outbox.remove(&op_id) else { return };
         txn.delete_pending.push(op.at);
@@ -506,8 +518,7 @@ impl Engine {
                 }
                 let still = self.outbox.has_row(&key);
                 let base = self.replica.fold(&op, still);
-                txn.put_base.retain(|(k, _)| k != &key);
-                txn.put_base.push((key, base));
+                Self::put_base(txn, base_at, key, base);
             }
             Outcome::Rejected { reason, code, row } => {
                 self.report.rejected += 1;
@@ -519,8 +530,7 @@ impl Engine {
                 }
                 let remain: Vec<Op> = self.outbox.on_row(&key).cloned().collect();
                 if let Some(base) = self.replica.reject(&key, row.as_ref(), remain.iter()) {
-                    txn.put_base.retain(|(k, _)| k != &key);
-                    txn.put_base.push((key, base));
+                    Self::put_base(txn, base_at, key, base);
                 }
                 let rej = Rejection { op, reason, code };
                 txn.put_rejections.push(rej.clone());
@@ -607,19 +617,13 @@ impl Engine {
         self.pull_in_flight = None;
         self.backoff.reset();
         let mut txn = Txn::default();
-        let mut seen: HashMap<RowKey, usize> = HashMap::new();
+        let mut base_at: HashMap<RowKey, usize> = HashMap::new();
         for change in &page.changes {
             for c in change.row.cells.values() {
                 self.meta.clock.observe(c.mark.at);
             }
             if let Some(base) = self.replica.merge_remote(&change.key, &change.row) {
-                match seen.get(&change.key) {
-                    Some(i) => txn.put_base[*i].1 = base,
-                    None => {
-                        seen.insert(change.key.clone(), txn.put_base.len());
-                        txn.put_base.push((change.key.clone(), base));
-                    }
-                }
+                Self::put_base(&mut txn, &mut base_at, change.key.clone(), base);
             }
         }
         self.meta.cursor = self.meta.cursor.max(page.cursor);
