@@ -190,7 +190,11 @@ pub struct Engine {
     attempt_seq: u64,
     report: SyncReport,
     metrics: Metrics,
+    empty_answers: u32,
 }
+
+/// How many "nothing judged, call again now" answers in a row before backing off.
+const MAX_EMPTY_ANSWERS: u32 = 3;
 
 impl Engine {
     /// Opens an engine on a loaded snapshot.
@@ -219,6 +223,7 @@ impl Engine {
             rng,
             attempt_seq,
             metrics: Metrics::default(),
+            empty_answers: 0,
         })
     }
 
@@ -434,6 +439,7 @@ impl Engine {
         self.retry_at = None;
         self.in_flight = None;
         self.pull_in_flight = None;
+        self.empty_answers = 0;
         self.next_step()
     }
 
@@ -477,6 +483,17 @@ impl Engine {
             let key = flight.key.clone();
             let step = self.on_push_failed(&key, Failure::BadResponse("verdicts do not match the batch".into()), now)?;
             return Some((Txn::default(), step));
+        }
+        if resp.verdicts.is_empty() {
+            // "Nothing judged, call again now" — but not forever.
+            self.empty_answers += 1;
+            if self.empty_answers > MAX_EMPTY_ANSWERS {
+                let key = flight.key.clone();
+                let step = self.on_push_failed(&key, Failure::BadResponse("the server judged nothing, repeatedly".into()), now)?;
+                return Some((Txn::default(), step));
+            }
+        } else {
+            self.empty_answers = 0;
         }
         self.in_flight = None;
         self.backoff.reset();
@@ -919,6 +936,21 @@ mod tests {
         let Step::Push(r) = e2.start_sync(0) else { panic!() };
         let Some(Step::Push(r2)) = e2.on_push_failed(&r.attempt_key, Failure::PayloadTooLarge, 0) else { panic!() };
         assert_eq!(r2.batch.len(), 4);
+    }
+
+    #[test]
+    fn empty_answers_are_called_again_at_once_then_backed_off() {
+        let mut e = engine("d");
+        record(&mut e, "d-1", set(5), 10);
+        let Step::Push(mut req) = e.start_sync(0) else { panic!() };
+        for _ in 0..MAX_EMPTY_ANSWERS {
+            let empty = PushResponse { attempt_key: req.attempt_key.clone(), verdicts: vec![] };
+            let Some((_, Step::Push(next))) = e.on_push_response(empty, 0) else { panic!("call again now") };
+            req = next;
+        }
+        let empty = PushResponse { attempt_key: req.attempt_key.clone(), verdicts: vec![] };
+        assert!(matches!(e.on_push_response(empty, 0), Some((_, Step::Wait { .. }))));
+        assert_eq!(e.pending_len(), 1, "nothing lost");
     }
 
     #[test]
