@@ -125,8 +125,9 @@ export interface Database {
   /** The pending ops, in the order they will be sent. */
   pending(): Op[];
   /**
-   * Asks for a sync: Background Sync when a Service Worker controls the page,
-   * else a message to the worker, else a sync in the page.
+   * Asks for a sync: when a Service Worker holds this database's queue, a
+   * message to it plus a Background Sync registration where available; else
+   * a sync in the page.
    */
   requestSync(): Promise<{ via: 'background-sync' | 'worker' | 'page'; report?: SyncReport }>;
   /** Runs a sync cycle now. Rejects with code `recovery_required` when sync cannot go on alone. */

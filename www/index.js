@@ -94,24 +94,28 @@ function workerHolds(worker, name) {
 }
 
 /**
- * Asks for a sync: through Background Sync when a Service Worker that holds
- * this database's queue controls the page and the browser has it, else as a
- * message to that worker, else right here in the page. Resolves with
- * `{ via }` (and the report when the page synced itself).
+ * Asks for a sync. When a Service Worker that holds this database's queue
+ * controls the page: a message to it (now) and, where the browser has it, a
+ * Background Sync registration (which survives the page). Else a sync right
+ * here in the page. Resolves with `{ via }` (and the report when the page
+ * synced itself).
  */
 Native.prototype.requestSync = async function requestSync() {
   const state = pageSide.get(this);
   const name = state?.name ?? 'marksync';
   const c = controller();
   if (c && (await workerHolds(c, name))) {
+    // Now, by message; and, where the browser has Background Sync, also as a
+    // registered sync that survives this page (the worker's cycles take turns
+    // under the database's Web Lock, so a second one only finds less to do).
+    c.postMessage({ type: 'marksync:sync', name });
     try {
       const reg = await navigator.serviceWorker.ready;
       if (reg.sync) {
         await reg.sync.register(`marksync:${name}`);
         return { via: 'background-sync' };
       }
-    } catch { /* fall through */ }
-    c.postMessage({ type: 'marksync:sync', name });
+    } catch { /* the message is enough */ }
     return { via: 'worker' };
   }
   return { via: 'page', report: await this.sync() };

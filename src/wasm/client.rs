@@ -137,9 +137,16 @@ extern "C" {
     fn register_background_sync(tag: &str);
 }
 
-/// Whether the browser knows it is offline (`navigator.onLine === false`).
+/// Whether a page knows it is offline (`navigator.onLine === false`). Only
+/// pages skip their attempts: they hear `online` and try again at once. A
+/// worker's view of `onLine` can lag behind the network coming back, and a
+/// Background Sync event only fires when the browser is online anyway.
 fn offline() -> bool {
-    Reflect::get(&js_sys::global(), &"navigator".into())
+    let global = js_sys::global();
+    if Reflect::get(&global, &"document".into()).map_or(true, |d| d.is_undefined()) {
+        return false;
+    }
+    Reflect::get(&global, &"navigator".into())
         .and_then(|n| Reflect::get(&n, &"onLine".into()))
         .map(|v| v == JsValue::FALSE)
         .unwrap_or(false)
