@@ -25,7 +25,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::attempt::{Backoff, Failure, InFlight, Phase, Recovery, RowStatus};
 use crate::ids::{self, IdBlock, SplitMix};
-use crate::order::merge;
 use crate::protocol::{
     check_fields, check_row_id, check_table, Fields, Op, OpId, Outcome, PullResponse, PushRequest, PushResponse, Row,
     RowKey, ShapeError, Value, DEFAULT_PULL_LIMIT, DELETED, MAX_JUDGED_PER_PUSH,
@@ -704,15 +703,6 @@ impl Engine {
         }
     }
 
-    /// The ops this engine would merge into a row, for checks: the row's base
-    /// with every pending op merged, recomputed from scratch.
-    pub fn recompute(&self, key: &RowKey) -> Option<Row> {
-        let mut row = self.replica.base(key).cloned();
-        for op in self.outbox.on_row(key) {
-            merge(row.get_or_insert_with(Row::default), op);
-        }
-        row
-    }
 }
 
 #[cfg(test)]

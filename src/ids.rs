@@ -32,11 +32,6 @@ pub fn row_id(device: &str, n: u64) -> String {
     format!("{device}-{n}")
 }
 
-/// The counter number inside an opId of this device, if it is one.
-pub fn number_of(device: &str, op: &OpId) -> Option<u64> {
-    op.as_str().strip_prefix(device)?.strip_prefix(':')?.parse().ok()
-}
-
 /// A block of reserved counter numbers `next..=last` (empty when `next > last`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IdBlock {
@@ -126,10 +121,8 @@ mod tests {
     }
 
     #[test]
-    fn numbers_come_back_out_of_op_ids() {
-        let id = op_id("dev", 42);
-        assert_eq!(number_of("dev", &id), Some(42));
-        assert_eq!(number_of("other", &id), None);
+    fn op_and_row_ids_are_named_from_the_device() {
+        assert_eq!(op_id("dev", 42).as_str(), "dev:42");
         assert_eq!(row_id("dev", 7), "dev-7");
     }
 }

@@ -150,10 +150,6 @@ impl Replica {
         out
     }
 
-    /// How many base rows there are.
-    pub fn base_len(&self) -> usize {
-        self.base.len()
-    }
 }
 
 #[cfg(test)]

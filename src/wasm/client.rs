@@ -16,7 +16,7 @@ use wasm_bindgen::JsCast;
 use crate::attempt::{Failure, Recovery};
 use crate::engine::{Config, Engine, EngineError, Step, SyncReport};
 use crate::ids::{device_id_from, BLOCK};
-use crate::protocol::{Fields, OpId, RowKey};
+use crate::protocol::{Fields, OpId};
 use crate::store::{LocalStore, Meta, StoreError, Txn};
 
 use super::idb_store::IdbStore;
@@ -173,7 +173,6 @@ pub struct Client<T: Transport> {
     channel: Option<web_sys::BroadcastChannel>,
     _on_message: RefCell<Option<Closure<dyn FnMut(web_sys::MessageEvent)>>>,
     reserving: Cell<bool>,
-    last_outcome: RefCell<Option<SyncOutcome>>,
     name: String,
     config: Config,
 }
@@ -205,7 +204,6 @@ impl<T: Transport + 'static> Client<T> {
             channel,
             _on_message: RefCell::new(None),
             reserving: Cell::new(false),
-            last_outcome: RefCell::new(None),
             name: name.to_owned(),
             config,
         });
@@ -385,15 +383,7 @@ impl<T: Transport + 'static> Client<T> {
         self.retry_timer.borrow_mut().take();
         let r = self.cycle_under_lock().await;
         self.syncing.set(false);
-        if let Ok(o) = &r {
-            *self.last_outcome.borrow_mut() = Some(o.clone());
-        }
         r
-    }
-
-    /// The outcome of the last finished sync cycle.
-    pub fn last_outcome(&self) -> Option<SyncOutcome> {
-        self.last_outcome.borrow().clone()
     }
 
     /// One cycle at a time per database across tabs and workers: the cycle runs
@@ -516,11 +506,6 @@ impl<T: Transport + 'static> Client<T> {
         }
         self.listeners.borrow_mut().clear();
         self.store.close();
-    }
-
-    /// The row keys of a table (for callers that need keys only).
-    pub fn keys(&self, table: &str) -> Vec<RowKey> {
-        self.engine.borrow().rows(table).into_iter().map(|(k, _)| k.clone()).collect()
     }
 
     /// Calls a JS listener function (helper for the bindings).

@@ -66,11 +66,6 @@ impl FetchTransport {
         *self.token.borrow_mut() = None;
     }
 
-    /// The server's base address.
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
     /// The current token, asking the source if none is cached.
     pub async fn token(&self) -> Option<String> {
         if let Some(t) = self.token.borrow().clone() {
