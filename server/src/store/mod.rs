@@ -261,6 +261,51 @@ pub(crate) fn verdict_columns(j: &Judgement) -> VerdictColumns {
     cols
 }
 
+/// A stored row as loaded: (table, rowId, fields JSON, marks JSON).
+pub(crate) type StoredRow = (String, String, String, String);
+/// A saved verdict as loaded: (opId, status, reason, code).
+pub(crate) type SavedVerdict = (String, String, Option<String>, Option<String>);
+
+/// Steps 2–3 once a backend has loaded, under the lock, the user's head, the
+/// batch's stored rows and its saved verdicts: builds [`marksync::judge::Known`],
+/// applies the `delayMs` fault (the lock held with the batch loaded) and judges
+/// in the core. Returns the judgement and the head it started from.
+pub(crate) async fn judge_loaded(
+    schema: &Schema,
+    batch: &[Op],
+    head: i64,
+    stored: Vec<StoredRow>,
+    saved: Vec<SavedVerdict>,
+    ctl: &PushControl,
+) -> Result<(Judgement, u64), PushError> {
+    let mut known = marksync::judge::Known { head: codec::seq_from_db(head)?, ..Default::default() };
+    for (t, r, f, m) in stored {
+        known.rows.insert(marksync::RowKey::new(t, r), codec::decode_row(&f, &m)?);
+    }
+    if ctl.sabotage != Sabotage::WriteBeforeRemember {
+        known.verdicts = known_verdicts(saved)?;
+    }
+    let old_head = known.head;
+    if !ctl.hold_lock_for.is_zero() {
+        tokio::time::sleep(ctl.hold_lock_for).await;
+    }
+    Ok((marksync::judge::judge_batch(schema, batch, known)?, old_head))
+}
+
+/// Step 4's check: whether the verdict insert met verdicts another writer
+/// remembered first (fewer rows back than sent), so the push must be judged
+/// again. Logs it and counts it on the probe.
+pub(crate) fn answered_by_another_writer(ctl: &PushControl, user: &str, sent: usize, inserted: usize) -> bool {
+    if inserted == sent || ctl.sabotage == Sabotage::WriteBeforeRemember {
+        return false;
+    }
+    tracing::warn!(user, sent, inserted, "verdicts answered by another writer; judging again");
+    if let Some(p) = &ctl.probe {
+        p.judged_again();
+    }
+    true
+}
+
 /// Builds [`marksync::judge::Known::verdicts`] from stored columns.
 pub(crate) fn known_verdicts(
     rows: impl IntoIterator<Item = (String, String, Option<String>, Option<String>)>,

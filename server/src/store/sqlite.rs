@@ -8,16 +8,18 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use marksync::judge::{judge_batch, Judgement, Known};
-use marksync::protocol::{Op, PullResponse, RowKey};
+use marksync::judge::Judgement;
+use marksync::protocol::{Op, PullResponse};
 use marksync::schema::Schema;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
-use super::codec::{decode_row, encode_row, seq_from_db, seq_to_db};
+#[cfg(feature = "bench-per-op")]
+use super::codec::{decode_row, seq_from_db};
+use super::codec::{encode_row, seq_to_db};
 use super::postgres::page;
 use super::{
-    batch_keys, known_verdicts, now_ms, verdict_columns, Counts, PushControl, PushError, Sabotage, StoreError,
-    MAX_JUDGE_ATTEMPTS,
+    answered_by_another_writer, batch_keys, judge_loaded, now_ms, verdict_columns, Counts, PushControl, PushError,
+    SavedVerdict, StoreError, StoredRow, MAX_JUDGE_ATTEMPTS,
 };
 
 /// Migrations, in order: (version, SQL). Applied once each, inside `BEGIN IMMEDIATE`.
@@ -130,24 +132,12 @@ impl SqliteStore {
             let head: i64 = sqlx::query_scalar(sql::READ_HEAD).bind(user).fetch_one(&mut *tx).await?;
             let inside = ctl.probe.as_ref().map(|p| p.enter(user));
             // 2. load: one query for the rows, one for the verdicts.
-            let stored: Vec<(String, String, String, String)> =
+            let stored: Vec<StoredRow> =
                 sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(&keys_json).fetch_all(&mut *tx).await?;
-            let saved: Vec<(String, String, Option<String>, Option<String>)> =
+            let saved: Vec<SavedVerdict> =
                 sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(&ops_json).fetch_all(&mut *tx).await?;
-            let mut known = Known { head: seq_from_db(head)?, ..Known::default() };
-            for (t, r, f, m) in stored {
-                known.rows.insert(RowKey::new(t, r), decode_row(&f, &m)?);
-            }
-            if ctl.sabotage != Sabotage::WriteBeforeRemember {
-                known.verdicts = known_verdicts(saved)?;
-            }
-            let old_head = known.head;
-            // The `delayMs` fault: hold the lock, with the batch loaded, before judging.
-            if !ctl.hold_lock_for.is_zero() {
-                tokio::time::sleep(ctl.hold_lock_for).await;
-            }
             // 3. judge: every rule is in the core.
-            let judgement = judge_batch(schema, batch, known)?;
+            let (judgement, old_head) = judge_loaded(schema, batch, head, stored, saved, ctl).await?;
             // 4. remember, before any row is written.
             if !judgement.remember.is_empty() {
                 let (ids, statuses, reasons, codes) = verdict_columns(&judgement);
@@ -164,16 +154,7 @@ impl SqliteStore {
                     .bind(now_ms())
                     .fetch_all(&mut *tx)
                     .await?;
-                if back.len() != sent && ctl.sabotage != Sabotage::WriteBeforeRemember {
-                    tracing::warn!(
-                        user,
-                        sent,
-                        inserted = back.len(),
-                        "verdicts answered by another writer; judging again"
-                    );
-                    if let Some(p) = &ctl.probe {
-                        p.judged_again();
-                    }
+                if answered_by_another_writer(ctl, user, sent, back.len()) {
                     drop(inside);
                     tx.rollback().await?;
                     continue;
