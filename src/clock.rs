@@ -69,7 +69,10 @@ mod tests {
 
     #[test]
     fn at_never_exceeds_the_safe_integer() {
-        let mut c = Clock { last_at: MAX_SAFE_INTEGER, max_seen_at: 0 };
+        let mut c = Clock {
+            last_at: MAX_SAFE_INTEGER,
+            max_seen_at: 0,
+        };
         assert_eq!(c.advance(0), MAX_SAFE_INTEGER);
     }
 }

@@ -111,6 +111,12 @@ export interface Database {
   newRowId(): string;
   /** Records `table/rowId: fields`. Resolves with the opId once the op is in IndexedDB. */
   change(table: string, rowId: string, fields: Fields): Promise<string>;
+  /**
+   * Records many edits in one IndexedDB transaction, all or none (every edit is checked first). Resolves with the opIds, in order.
+   * For many new rows at once, name them yourself (any unique rowId): `newRowId()` hands out a reserved block of ids and
+   * throws `ids_exhausted` when called many times without an await.
+   */
+  changeMany(edits: readonly { table: string; rowId: string; fields: Fields }[]): Promise<string[]>;
   /** Deletes a row (a tombstone). Resolves with the opId. */
   remove(table: string, rowId: string): Promise<string>;
   /** Restores a deleted row. Resolves with the opId. */

@@ -169,9 +169,9 @@ for (const backend of backends()) {
       const user = newUser('drain');
       const a = await open(user);
       const r = await a.run(async () => {
-        for (let i = 0; i < 1200; i++) {
-          await db.change('sets', db.newRowId(), { exercise: 'plank', weightKg: 0, reps: 1 + (i % 100) });
-        }
+        // One transaction for all 1200 (changeMany), numbers from many id blocks.
+        const ids = await db.changeMany(Array.from({ length: 1200 }, (_, i) => ({ table: 'sets', rowId: `bulk-${i}`, fields: { exercise: 'plank', weightKg: 0, reps: 1 + (i % 100) } })));
+        if (new Set(ids).size !== 1200) throw new Error('opIds not unique');
         const before = db.metrics().attempts;
         const r = await db.sync();
         return { ...r, attempts: db.metrics().attempts - before, pending: db.pending().length };
@@ -196,6 +196,19 @@ for (const backend of backends()) {
       });
       assert.deepEqual(errs.out, Array(5).fill('true:bad_input'));
       assert.equal(errs.pending, 0);
+      // changeMany: one bad edit refuses the whole list, names it, and records nothing.
+      const many = await a.run(async () => {
+        const good = { table: 'sets', rowId: 'x-2', fields: { exercise: 'a', weightKg: 1, reps: 1 } };
+        const out = [];
+        for (const edits of [[good, { table: 'sets', rowId: 'x-3', fields: { _secret: 1 } }], [good, { table: 'sets', rowId: 'x-3' }], 'nope']) {
+          try { await db.changeMany(edits); out.push('accepted'); } catch (e) { out.push(`${e.code}:${e.message}`); }
+        }
+        return { out, pending: db.pending().length };
+      });
+      assert.match(many.out[0], /^bad_input:edits\[1\]/);
+      assert.match(many.out[1], /^bad_input:edits\[1\]\.fields/);
+      assert.match(many.out[2], /^bad_input:/);
+      assert.equal(many.pending, 0);
       await a.close();
     });
 
