@@ -27,9 +27,7 @@ fn bench_judge(c: &mut Criterion) {
     let batch: Vec<_> = (0..1000).map(|i| set_op("dev", i, i % 700, 10 + i as u64)).collect();
     let mut g = c.benchmark_group("judge");
     g.throughput(Throughput::Elements(1000));
-    g.bench_function("1000-op batch in memory", |b| {
-        b.iter(|| black_box(judge_batch(&schema, &batch, Known::default()).map(|j| j.head)))
-    });
+    g.bench_function("1000-op batch in memory", |b| b.iter(|| black_box(judge_batch(&schema, &batch, Known::default()).map(|j| j.head))));
     g.finish();
 }
 

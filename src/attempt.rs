@@ -62,19 +62,13 @@ pub enum Failure {
 impl Failure {
     /// Classifies an HTTP answer that is not a 200. `body` is the parsed error
     /// body if there is one; `retry_after_ms` comes from `Retry-After`.
-    pub fn from_http(
-        status: u16,
-        body: Option<&ErrorBody>,
-        retry_after_ms: Option<u64>,
-    ) -> Failure {
+    pub fn from_http(status: u16, body: Option<&ErrorBody>, retry_after_ms: Option<u64>) -> Failure {
         let message = body.map(|b| b.error.message.clone()).unwrap_or_default();
         match (status, body.map(|b| b.error.code)) {
             (_, Some(ErrorCode::SchemaTooNew)) | (409, None) => Failure::SchemaTooNew(message),
             (401, _) | (_, Some(ErrorCode::Unauthorized)) => Failure::Unauthorized(message),
             (413, _) | (_, Some(ErrorCode::PayloadTooLarge)) => Failure::PayloadTooLarge,
-            (429, _) | (_, Some(ErrorCode::RateLimited)) => Failure::RateLimited {
-                retry_after_ms: retry_after_ms.unwrap_or(1000),
-            },
+            (429, _) | (_, Some(ErrorCode::RateLimited)) => Failure::RateLimited { retry_after_ms: retry_after_ms.unwrap_or(1000) },
             (s, _) if s >= 500 => Failure::Server { status: s, message },
             (408, _) => Failure::Timeout,
             (s, _) => Failure::Refused(format!("{s}: {message}")),
@@ -84,13 +78,7 @@ impl Failure {
     /// Whether the failure leaves the outcome of a push unknown (it may have
     /// been committed): the ops stay queued and are retried under the same opIds.
     pub fn outcome_unknown(&self) -> bool {
-        matches!(
-            self,
-            Failure::Network(_)
-                | Failure::Timeout
-                | Failure::Server { .. }
-                | Failure::BadResponse(_)
-        )
+        matches!(self, Failure::Network(_) | Failure::Timeout | Failure::Server { .. } | Failure::BadResponse(_))
     }
 
     /// The recovery this failure requires, if the engine cannot go on alone.
@@ -101,10 +89,7 @@ impl Failure {
             Failure::Refused(_) => "refused",
             _ => return None,
         };
-        Some(Recovery {
-            code: code.into(),
-            message: self.to_string(),
-        })
+        Some(Recovery { code: code.into(), message: self.to_string() })
     }
 }
 
@@ -132,11 +117,7 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff {
-            base_ms: 1_000,
-            cap_ms: 300_000,
-            failures: 0,
-        }
+        Backoff { base_ms: 1_000, cap_ms: 300_000, failures: 0 }
     }
 }
 
@@ -215,10 +196,7 @@ mod tests {
         assert_eq!(&ceilings[..4], &[1_000, 2_000, 4_000, 8_000]);
         assert_eq!(*ceilings.last().unwrap(), 300_000);
         let draws: Vec<u64> = (0..200).map(|_| b.next_delay(&mut rng)).collect();
-        assert!(
-            draws.iter().any(|d| *d < 30_000),
-            "full jitter reaches low values"
-        );
+        assert!(draws.iter().any(|d| *d < 30_000), "full jitter reaches low values");
         assert!(draws.iter().any(|d| *d > 270_000), "and high ones");
         b.reset();
         assert_eq!(b.ceiling(), 1_000);
@@ -229,24 +207,11 @@ mod tests {
         let body = |c| ErrorBody::new(c, "m");
         assert!(Failure::from_http(503, None, None).outcome_unknown());
         assert!(Failure::from_http(500, Some(&body(ErrorCode::Internal)), None).outcome_unknown());
-        assert_eq!(
-            Failure::from_http(413, None, None),
-            Failure::PayloadTooLarge
-        );
-        assert_eq!(
-            Failure::from_http(429, None, Some(3000)),
-            Failure::RateLimited {
-                retry_after_ms: 3000
-            }
-        );
+        assert_eq!(Failure::from_http(413, None, None), Failure::PayloadTooLarge);
+        assert_eq!(Failure::from_http(429, None, Some(3000)), Failure::RateLimited { retry_after_ms: 3000 });
         let f = Failure::from_http(409, Some(&body(ErrorCode::SchemaTooNew)), None);
         assert_eq!(f.recovery().map(|r| r.code), Some("schema_too_new".into()));
-        assert_eq!(
-            Failure::from_http(401, None, None)
-                .recovery()
-                .map(|r| r.code),
-            Some("unauthorized".into())
-        );
+        assert_eq!(Failure::from_http(401, None, None).recovery().map(|r| r.code), Some("unauthorized".into()));
         assert!(!Failure::from_http(400, None, None).outcome_unknown());
     }
 }

@@ -21,9 +21,7 @@ impl Clock {
     /// The `at` for the next op: `max(now, lastAt + 1, maxSeenAt + 1)`, capped at 2^53-1.
     /// Does not change the clock: see [`Clock::advance`].
     pub fn peek(&self, now: u64) -> u64 {
-        now.max(self.last_at.saturating_add(1))
-            .max(self.max_seen_at.saturating_add(1))
-            .min(MAX_SAFE_INTEGER)
+        now.max(self.last_at.saturating_add(1)).max(self.max_seen_at.saturating_add(1)).min(MAX_SAFE_INTEGER)
     }
 
     /// Takes the `at` for the next op and remembers it as `lastAt`.
@@ -69,10 +67,7 @@ mod tests {
 
     #[test]
     fn at_never_exceeds_the_safe_integer() {
-        let mut c = Clock {
-            last_at: MAX_SAFE_INTEGER,
-            max_seen_at: 0,
-        };
+        let mut c = Clock { last_at: MAX_SAFE_INTEGER, max_seen_at: 0 };
         assert_eq!(c.advance(0), MAX_SAFE_INTEGER);
     }
 }

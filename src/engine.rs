@@ -27,8 +27,8 @@ use crate::attempt::{Backoff, Failure, InFlight, Phase, Recovery, RowStatus};
 use crate::ids::{self, IdBlock, SplitMix};
 use crate::outbox::Outbox;
 use crate::protocol::{
-    check_fields, check_row_id, check_table, Fields, Op, OpId, Outcome, PullResponse, PushRequest,
-    PushResponse, Row, RowKey, ShapeError, Value, DEFAULT_PULL_LIMIT, DELETED, MAX_JUDGED_PER_PUSH,
+    check_fields, check_row_id, check_table, Fields, Op, OpId, Outcome, PullResponse, PushRequest, PushResponse, Row, RowKey, ShapeError,
+    Value, DEFAULT_PULL_LIMIT, DELETED, MAX_JUDGED_PER_PUSH,
 };
 use crate::replica::Replica;
 use crate::store::{Meta, Rejection, Snapshot, Txn};
@@ -201,18 +201,11 @@ impl Engine {
         let meta = snapshot.meta.ok_or(EngineError::NoMeta)?;
         let replica = Replica::new(snapshot.base, &snapshot.pending);
         let outbox = Outbox::new(snapshot.pending);
-        let rejections = snapshot
-            .rejections
-            .into_iter()
-            .map(|r| (r.op.op_id.clone(), r))
-            .collect();
+        let rejections = snapshot.rejections.into_iter().map(|r| (r.op.op_id.clone(), r)).collect();
         let mut rng = SplitMix::new(config.seed);
         let attempt_seq = rng.next_u64() >> 40;
         Ok(Engine {
-            report: SyncReport {
-                cursor: meta.cursor,
-                ..SyncReport::default()
-            },
+            report: SyncReport { cursor: meta.cursor, ..SyncReport::default() },
             meta,
             ids: IdBlock::default(),
             replica,
@@ -221,11 +214,7 @@ impl Engine {
             in_flight: None,
             pull_in_flight: None,
             op_state: HashMap::new(),
-            backoff: Backoff {
-                base_ms: config.retry_base_ms,
-                cap_ms: config.retry_cap_ms,
-                failures: 0,
-            },
+            backoff: Backoff { base_ms: config.retry_base_ms, cap_ms: config.retry_cap_ms, failures: 0 },
             retry_at: None,
             recovery: None,
             max_batch: config.max_batch.clamp(1, MAX_JUDGED_PER_PUSH),
@@ -264,13 +253,7 @@ impl Engine {
         let mut meta = self.meta.join(stored);
         let mut block = IdBlock::default();
         meta.counter = block.reserve_after(meta.counter);
-        (
-            Txn {
-                meta: Some(meta),
-                ..Txn::default()
-            },
-            block,
-        )
+        (Txn { meta: Some(meta), ..Txn::default() }, block)
     }
 
     /// The reservation committed: the block is this engine's.
@@ -290,27 +273,15 @@ impl Engine {
 
     /// Checks an edit's shapes (PROTOCOL §1–2). Changes nothing.
     pub fn draft(&self, table: &str, row_id: &str, fields: Fields) -> Result<Draft, EngineError> {
-        let path = |p: &str, what: &str| ShapeError {
-            path: p.into(),
-            problem: what.into(),
-        };
+        let path = |p: &str, what: &str| ShapeError { path: p.into(), problem: what.into() };
         check_table(table).map_err(|w| path("table", w))?;
         check_row_id(row_id).map_err(|w| path("rowId", w))?;
         check_fields(&fields).map_err(|e| path(&format!("fields{}", e.path), &e.problem))?;
-        Ok(Draft {
-            table: table.into(),
-            row_id: row_id.into(),
-            fields,
-        })
+        Ok(Draft { table: table.into(), row_id: row_id.into(), fields })
     }
 
     /// A draft that marks a row deleted (`true`) or restores it (`false`).
-    pub fn draft_deleted(
-        &self,
-        table: &str,
-        row_id: &str,
-        deleted: bool,
-    ) -> Result<Draft, EngineError> {
+    pub fn draft_deleted(&self, table: &str, row_id: &str, deleted: bool) -> Result<Draft, EngineError> {
         let mut f = Fields::new();
         f.insert(DELETED.into(), Value::Bool(deleted));
         self.draft(table, row_id, f)
@@ -332,11 +303,7 @@ impl Engine {
         let mut ops = Vec::with_capacity(drafts.len());
         for draft in drafts {
             // Numbers of the engine's block first, then of blocks reserved in this step.
-            let n = match self
-                .ids
-                .take()
-                .or_else(|| block.as_mut().and_then(IdBlock::take))
-            {
+            let n = match self.ids.take().or_else(|| block.as_mut().and_then(IdBlock::take)) {
                 Some(n) => n,
                 None => {
                     let mut b = IdBlock::default();
@@ -356,11 +323,7 @@ impl Engine {
                 schema: self.config.schema,
             });
         }
-        let txn = Txn {
-            meta: Some(meta.clone()),
-            put_pending: ops.clone(),
-            ..Txn::default()
-        };
+        let txn = Txn { meta: Some(meta.clone()), put_pending: ops.clone(), ..Txn::default() };
         (txn, Recorded { ops, meta, block })
     }
 
@@ -385,11 +348,7 @@ impl Engine {
 
     /// The visible rows of a table, tombstones hidden, in rowId order.
     pub fn rows(&self, table: &str) -> Vec<(&RowKey, &Row)> {
-        self.replica
-            .table(table)
-            .into_iter()
-            .filter(|(_, r)| !r.is_deleted())
-            .collect()
+        self.replica.table(table).into_iter().filter(|(_, r)| !r.is_deleted()).collect()
     }
 
     /// Every visible row, tombstones included (for checks).
@@ -445,48 +404,24 @@ impl Engine {
     /// The sync status of one row (PROTOCOL §7).
     pub fn status(&self, key: &RowKey) -> RowStatus {
         let ops: Vec<&Op> = self.outbox.on_row(key).collect();
-        let attempts = ops
-            .iter()
-            .filter_map(|o| self.op_state.get(&o.op_id))
-            .map(|s| s.attempts)
-            .max()
-            .unwrap_or(0);
-        let mut st = RowStatus {
-            phase: Phase::Synced,
-            reason: None,
-            code: None,
-            pending_ops: ops.len(),
-            attempts,
-            next_retry_at: None,
-        };
+        let attempts = ops.iter().filter_map(|o| self.op_state.get(&o.op_id)).map(|s| s.attempts).max().unwrap_or(0);
+        let mut st = RowStatus { phase: Phase::Synced, reason: None, code: None, pending_ops: ops.len(), attempts, next_retry_at: None };
         if !ops.is_empty() {
             st.next_retry_at = self.retry_at;
             if let Some(r) = &self.recovery {
                 st.phase = Phase::RecoveryRequired;
                 st.reason = Some(r.message.clone());
                 st.code = Some(r.code.clone());
-            } else if self
-                .in_flight
-                .as_ref()
-                .is_some_and(|f| ops.iter().any(|o| f.op_ids.contains(&o.op_id)))
-            {
+            } else if self.in_flight.as_ref().is_some_and(|f| ops.iter().any(|o| f.op_ids.contains(&o.op_id))) {
                 st.phase = Phase::AwaitingAck;
-            } else if ops
-                .iter()
-                .any(|o| self.op_state.get(&o.op_id).is_some_and(|s| s.unknown))
-            {
+            } else if ops.iter().any(|o| self.op_state.get(&o.op_id).is_some_and(|s| s.unknown)) {
                 st.phase = Phase::UnknownOutcome;
             } else {
                 st.phase = Phase::Pending;
             }
             return st;
         }
-        if let Some(r) = self
-            .rejections
-            .values()
-            .rev()
-            .find(|r| &r.op.row_key() == key)
-        {
+        if let Some(r) = self.rejections.values().rev().find(|r| &r.op.row_key() == key) {
             st.phase = Phase::Rejected;
             st.reason = Some(r.reason.clone());
             st.code = Some(r.code.clone());
@@ -497,10 +432,7 @@ impl Engine {
     /// Dismisses a rejection (the user has seen it).
     pub fn dismiss(&mut self, op_id: &OpId) -> Option<Txn> {
         self.rejections.remove(op_id)?;
-        Some(Txn {
-            delete_rejections: vec![op_id.clone()],
-            ..Txn::default()
-        })
+        Some(Txn { delete_rejections: vec![op_id.clone()], ..Txn::default() })
     }
 
     // ----- sync ------------------------------------------------------------
@@ -508,10 +440,7 @@ impl Engine {
     /// Starts a sync cycle now (whatever the backoff says: the caller decided).
     pub fn start_sync(&mut self, now: u64) -> Step {
         let _ = now;
-        self.report = SyncReport {
-            cursor: self.meta.cursor,
-            ..SyncReport::default()
-        };
+        self.report = SyncReport { cursor: self.meta.cursor, ..SyncReport::default() };
         self.retry_at = None;
         self.in_flight = None;
         self.pull_in_flight = None;
@@ -528,10 +457,7 @@ impl Engine {
             return Step::Push(self.new_attempt());
         }
         self.pull_in_flight = Some(self.meta.cursor);
-        Step::Pull {
-            cursor: self.meta.cursor,
-            limit: self.config.pull_limit,
-        }
+        Step::Pull { cursor: self.meta.cursor, limit: self.config.pull_limit }
     }
 
     fn new_attempt(&mut self) -> PushRequest {
@@ -543,42 +469,22 @@ impl Engine {
         }
         self.metrics.attempts += 1;
         self.report.pushed += batch.len();
-        self.in_flight = Some(InFlight {
-            key: key.clone(),
-            op_ids: batch.iter().map(|o| o.op_id.clone()).collect(),
-        });
-        PushRequest {
-            attempt_key: key,
-            batch,
-        }
+        self.in_flight = Some(InFlight { key: key.clone(), op_ids: batch.iter().map(|o| o.op_id.clone()).collect() });
+        PushRequest { attempt_key: key, batch }
     }
 
     /// A push answer arrived. `None`: it answers an attempt that is not the one
     /// in flight, and was ignored (nothing changed). Otherwise commit the txn,
     /// then do the step.
     pub fn on_push_response(&mut self, resp: PushResponse, now: u64) -> Option<(Txn, Step)> {
-        let Some(flight) = self
-            .in_flight
-            .as_ref()
-            .filter(|f| f.key == resp.attempt_key)
-        else {
+        let Some(flight) = self.in_flight.as_ref().filter(|f| f.key == resp.attempt_key) else {
             self.metrics.stale_acks_ignored += 1;
             self.report.ignored_stale_acks += 1;
             return None;
         };
-        if resp.verdicts.len() > flight.op_ids.len()
-            || resp
-                .verdicts
-                .iter()
-                .zip(&flight.op_ids)
-                .any(|(v, id)| &v.op_id != id)
-        {
+        if resp.verdicts.len() > flight.op_ids.len() || resp.verdicts.iter().zip(&flight.op_ids).any(|(v, id)| &v.op_id != id) {
             let key = flight.key.clone();
-            let step = self.on_push_failed(
-                &key,
-                Failure::BadResponse("verdicts do not match the batch".into()),
-                now,
-            )?;
+            let step = self.on_push_failed(&key, Failure::BadResponse("verdicts do not match the batch".into()), now)?;
             return Some((Txn::default(), step));
         }
         if resp.verdicts.is_empty() {
@@ -586,11 +492,7 @@ impl Engine {
             self.empty_answers += 1;
             if self.empty_answers > MAX_EMPTY_ANSWERS {
                 let key = flight.key.clone();
-                let step = self.on_push_failed(
-                    &key,
-                    Failure::BadResponse("the server judged nothing, repeatedly".into()),
-                    now,
-                )?;
+                let step = self.on_push_failed(&key, Failure::BadResponse("the server judged nothing, repeatedly".into()), now)?;
                 return Some((Txn::default(), step));
             }
         } else {
@@ -620,13 +522,7 @@ impl Engine {
         }
     }
 
-    fn apply_verdict(
-        &mut self,
-        op_id: OpId,
-        outcome: Outcome,
-        txn: &mut Txn,
-        base_at: &mut HashMap<RowKey, usize>,
-    ) {
+    fn apply_verdict(&mut self, op_id: OpId, outcome: Outcome, txn: &mut Txn, base_at: &mut HashMap<RowKey, usize>) {
         self.op_state.remove(&op_id);
         let Some(op) = self.outbox.remove(&op_id) else {
             return;
@@ -668,11 +564,7 @@ impl Engine {
     /// The server refused the attempt in flight without judging it (e.g. a 401
     /// that a fresh token fixes): drop it and send the ops again in a new attempt.
     pub fn abandon_attempt(&mut self, attempt_key: &str) -> Step {
-        if self
-            .in_flight
-            .as_ref()
-            .is_some_and(|f| f.key == attempt_key)
-        {
+        if self.in_flight.as_ref().is_some_and(|f| f.key == attempt_key) {
             self.in_flight = None;
         }
         self.next_step()
@@ -680,12 +572,7 @@ impl Engine {
 
     /// A push got no usable answer. `None` if `attempt_key` is not the attempt in
     /// flight (ignored). The ops stay queued, same opIds.
-    pub fn on_push_failed(
-        &mut self,
-        attempt_key: &str,
-        failure: Failure,
-        now: u64,
-    ) -> Option<Step> {
+    pub fn on_push_failed(&mut self, attempt_key: &str, failure: Failure, now: u64) -> Option<Step> {
         let flight = self.in_flight.take_if(|f| f.key == attempt_key)?;
         if failure.outcome_unknown() {
             self.metrics.unknown_outcomes += 1;
@@ -720,10 +607,7 @@ impl Engine {
     fn wait(&mut self, until: u64) -> Step {
         self.retry_at = Some(until);
         self.report.cursor = self.meta.cursor;
-        Step::Wait {
-            until,
-            report: self.report.clone(),
-        }
+        Step::Wait { until, report: self.report.clone() }
     }
 
     /// Marks sync as blocked until the user acts (also for storage failures
@@ -747,12 +631,7 @@ impl Engine {
     /// A pull page arrived. `None` if no pull from that cursor is in flight
     /// (a late page: ignored). Otherwise commit the txn (rows and cursor
     /// together), then do the step.
-    pub fn on_pull_response(
-        &mut self,
-        cursor: u64,
-        page: PullResponse,
-        now: u64,
-    ) -> Option<(Txn, Step)> {
+    pub fn on_pull_response(&mut self, cursor: u64, page: PullResponse, now: u64) -> Option<(Txn, Step)> {
         let _ = now;
         if self.pull_in_flight != Some(cursor) {
             return None;
@@ -776,10 +655,7 @@ impl Engine {
         self.report.cursor = self.meta.cursor;
         let step = if page.has_more && page.cursor > cursor {
             self.pull_in_flight = Some(self.meta.cursor);
-            Step::Pull {
-                cursor: self.meta.cursor,
-                limit: self.config.pull_limit,
-            }
+            Step::Pull { cursor: self.meta.cursor, limit: self.config.pull_limit }
         } else if !self.outbox.is_empty() && self.recovery.is_none() {
             // Edits made during the pull: push them in this cycle too.
             Step::Push(self.new_attempt())
@@ -841,26 +717,16 @@ mod tests {
     use crate::schema::Schema;
 
     fn engine(dev: &str) -> Engine {
-        let snap = Snapshot {
-            meta: Some(Meta::fresh(dev.into())),
-            ..Snapshot::default()
-        };
+        let snap = Snapshot { meta: Some(Meta::fresh(dev.into())), ..Snapshot::default() };
         Engine::open(snap, Config::default()).unwrap()
     }
 
     fn fields(pairs: &[(&str, Value)]) -> Fields {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
     }
 
     fn set(reps: i64) -> Fields {
-        fields(&[
-            ("exercise", "squat".into()),
-            ("weightKg", 80.0.into()),
-            ("reps", reps.into()),
-        ])
+        fields(&[("exercise", "squat".into()), ("weightKg", 80.0.into()), ("reps", reps.into())])
     }
 
     /// Records without a store (the meta the engine knows is the stored one).
@@ -882,11 +748,7 @@ mod tests {
                     let resp = s.push("u", &req).unwrap();
                     e.on_push_response(resp, now).unwrap().1
                 }
-                Step::Pull { cursor, limit } => {
-                    e.on_pull_response(cursor, s.pull("u", cursor, limit), now)
-                        .unwrap()
-                        .1
-                }
+                Step::Pull { cursor, limit } => e.on_pull_response(cursor, s.pull("u", cursor, limit), now).unwrap().1,
                 Step::Done(r) => return r,
                 other => panic!("{other:?}"),
             }
@@ -896,17 +758,9 @@ mod tests {
     #[test]
     fn bad_input_is_refused_and_changes_nothing() {
         let e = engine("d");
-        assert!(matches!(
-            e.draft("Sets", "r", set(1)),
-            Err(EngineError::BadInput(_))
-        ));
-        let err = e
-            .draft("sets", "r", fields(&[("_x", 1.0.into())]))
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "invalid edit: fields._x: field names starting with _ are reserved"
-        );
+        assert!(matches!(e.draft("Sets", "r", set(1)), Err(EngineError::BadInput(_))));
+        let err = e.draft("sets", "r", fields(&[("_x", 1.0.into())])).unwrap_err();
+        assert_eq!(err.to_string(), "invalid edit: fields._x: field names starting with _ are reserved");
         assert_eq!(e.pending_len(), 0);
         assert_eq!(e.meta().counter, 0);
     }
@@ -934,10 +788,7 @@ mod tests {
             let (txn, rec) = e.plan_record(d, &stored, i);
             stored = txn.meta.clone().unwrap();
             assert!(seen.insert(rec.ops[0].op_id.clone()), "number reused");
-            assert!(
-                seen.insert(OpId::new(format!("at{}", rec.ops[0].at))),
-                "at reused"
-            );
+            assert!(seen.insert(OpId::new(format!("at{}", rec.ops[0].at))), "at reused");
             e.recorded(rec);
         }
     }
@@ -949,48 +800,23 @@ mod tests {
         let mut stored = a.meta().clone();
         let mut seen = std::collections::HashSet::new();
         let mut last_at = 0;
-        for (round, n) in [
-            (0u64, 5usize),
-            (1, 3 * ids::BLOCK as usize + 7),
-            (2, 1),
-            (3, ids::BLOCK as usize),
-        ] {
+        for (round, n) in [(0u64, 5usize), (1, 3 * ids::BLOCK as usize + 7), (2, 1), (3, ids::BLOCK as usize)] {
             let e = if round % 2 == 0 { &mut a } else { &mut b };
-            let drafts = (0..n)
-                .map(|_| e.draft("sets", "r", set(1)).unwrap())
-                .collect();
+            let drafts = (0..n).map(|_| e.draft("sets", "r", set(1)).unwrap()).collect();
             let (txn, rec) = e.plan_records(drafts, &stored, 10);
             stored = txn.meta.clone().unwrap();
             assert_eq!(txn.put_pending, rec.ops);
             assert_eq!(rec.ops.len(), n);
             for op in &rec.ops {
-                assert!(
-                    seen.insert(op.op_id.clone()),
-                    "number reused: {}",
-                    op.op_id.as_str()
-                );
-                let num: u64 = op
-                    .op_id
-                    .as_str()
-                    .rsplit(':')
-                    .next()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
-                assert!(
-                    num <= stored.counter,
-                    "number {num} beyond the stored counter {}",
-                    stored.counter
-                );
+                assert!(seen.insert(op.op_id.clone()), "number reused: {}", op.op_id.as_str());
+                let num: u64 = op.op_id.as_str().rsplit(':').next().unwrap().parse().unwrap();
+                assert!(num <= stored.counter, "number {num} beyond the stored counter {}", stored.counter);
                 assert!(op.at > last_at, "at not increasing");
                 last_at = op.at;
             }
             e.recorded(rec);
         }
-        assert_eq!(
-            a.pending_len() + b.pending_len(),
-            5 + 3 * ids::BLOCK as usize + 7 + 1 + ids::BLOCK as usize
-        );
+        assert_eq!(a.pending_len() + b.pending_len(), 5 + 3 * ids::BLOCK as usize + 7 + 1 + ids::BLOCK as usize);
     }
 
     #[test]
@@ -998,32 +824,19 @@ mod tests {
         let mut e = engine("d");
         let mut s = MemoryServer::new(Schema::workout());
         record(&mut e, "d-1", set(5), 10);
-        let Step::Push(first) = e.start_sync(0) else {
-            panic!()
-        };
+        let Step::Push(first) = e.start_sync(0) else { panic!() };
         let late = s.push("u", &first).unwrap();
         // The first attempt times out; a new attempt goes out.
-        assert!(matches!(
-            e.on_push_failed(&first.attempt_key, Failure::Timeout, 0),
-            Some(Step::Wait { .. })
-        ));
-        assert_eq!(
-            e.status(&RowKey::new("sets", "d-1")).phase,
-            Phase::UnknownOutcome
-        );
-        let Step::Push(second) = e.start_sync(5_000) else {
-            panic!()
-        };
+        assert!(matches!(e.on_push_failed(&first.attempt_key, Failure::Timeout, 0), Some(Step::Wait { .. })));
+        assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::UnknownOutcome);
+        let Step::Push(second) = e.start_sync(5_000) else { panic!() };
         assert_ne!(first.attempt_key, second.attempt_key);
         assert_eq!(first.batch, second.batch, "same ops, same opIds");
         let before = (e.pending_len(), e.all_visible());
         assert!(e.on_push_response(late, 5_001).is_none());
         assert_eq!((e.pending_len(), e.all_visible()), before);
         assert_eq!(e.metrics().stale_acks_ignored, 1);
-        assert_eq!(
-            e.status(&RowKey::new("sets", "d-1")).phase,
-            Phase::AwaitingAck
-        );
+        assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::AwaitingAck);
         let resp = s.push("u", &second).unwrap();
         assert_eq!(resp.verdicts[0].outcome, Outcome::Duplicate);
         e.on_push_response(resp, 5_002).unwrap();
@@ -1040,28 +853,14 @@ mod tests {
         record(&mut e, "d-1", fields(&[("reps", 500i64.into())]), 20);
         record(&mut e, "d-1", fields(&[("weightKg", 90.0.into())]), 21);
         let key = RowKey::new("sets", "d-1");
-        assert_eq!(
-            e.row(&key).unwrap().get("reps"),
-            Some(&Value::Number(500.0))
-        );
+        assert_eq!(e.row(&key).unwrap().get("reps"), Some(&Value::Number(500.0)));
         let r = sync(&mut e, &mut s, 22);
         assert_eq!((r.applied, r.rejected), (1, 1));
         let row = e.row(&key).unwrap();
-        assert_eq!(
-            row.get("reps"),
-            Some(&Value::Number(5.0)),
-            "the rejected op is not visible"
-        );
-        assert_eq!(
-            row.get("weightKg"),
-            Some(&Value::Number(90.0)),
-            "the op after it stays"
-        );
+        assert_eq!(row.get("reps"), Some(&Value::Number(5.0)), "the rejected op is not visible");
+        assert_eq!(row.get("weightKg"), Some(&Value::Number(90.0)), "the op after it stays");
         let st = e.status(&key);
-        assert_eq!(
-            (st.phase, st.reason.as_deref()),
-            (Phase::Rejected, Some("reps must be at most 100"))
-        );
+        assert_eq!((st.phase, st.reason.as_deref()), (Phase::Rejected, Some("reps must be at most 100")));
         let id = e.rejections().next().unwrap().op.op_id.clone();
         assert!(e.dismiss(&id).is_some());
         assert_eq!(e.status(&key).phase, Phase::Synced);
@@ -1093,10 +892,7 @@ mod tests {
         record(&mut b, "a-1", fields(&[("reps", 6i64.into())]), 10); // b's clock is far behind
         sync(&mut b, &mut s, 0);
         sync(&mut a, &mut s, 0);
-        assert_eq!(
-            a.row(&RowKey::new("sets", "a-1")).unwrap().get("reps"),
-            Some(&Value::Number(6.0))
-        );
+        assert_eq!(a.row(&RowKey::new("sets", "a-1")).unwrap().get("reps"), Some(&Value::Number(6.0)));
     }
 
     #[test]
@@ -1112,10 +908,7 @@ mod tests {
         sync(&mut a, &mut s, 12);
         sync(&mut b, &mut s, 12);
         assert!(b.rows("sets").is_empty());
-        assert!(
-            b.all_visible().values().next().unwrap().is_deleted(),
-            "the tombstone travelled"
-        );
+        assert!(b.all_visible().values().next().unwrap().is_deleted(), "the tombstone travelled");
         let d = b.draft_deleted("sets", "a-1", false).unwrap();
         let m = b.meta().clone();
         let (_, rec) = b.plan_record(d, &m, 13);
@@ -1127,26 +920,13 @@ mod tests {
     fn failures_back_off_and_auth_and_schema_require_recovery() {
         let mut e = engine("d");
         record(&mut e, "d-1", set(5), 10);
-        let Step::Push(req) = e.start_sync(0) else {
-            panic!()
-        };
-        let Some(Step::Wait { until, .. }) =
-            e.on_push_failed(&req.attempt_key, Failure::Network("offline".into()), 1000)
-        else {
-            panic!()
-        };
+        let Step::Push(req) = e.start_sync(0) else { panic!() };
+        let Some(Step::Wait { until, .. }) = e.on_push_failed(&req.attempt_key, Failure::Network("offline".into()), 1000) else { panic!() };
         assert!((1000..=2000).contains(&until));
-        let Step::Push(req) = e.start_sync(until) else {
-            panic!()
-        };
-        let step = e
-            .on_push_failed(&req.attempt_key, Failure::SchemaTooNew("v2".into()), until)
-            .unwrap();
+        let Step::Push(req) = e.start_sync(until) else { panic!() };
+        let step = e.on_push_failed(&req.attempt_key, Failure::SchemaTooNew("v2".into()), until).unwrap();
         assert!(matches!(step, Step::Blocked(ref r) if r.code == "schema_too_new"));
-        assert_eq!(
-            e.status(&RowKey::new("sets", "d-1")).phase,
-            Phase::RecoveryRequired
-        );
+        assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::RecoveryRequired);
         assert!(matches!(e.start_sync(0), Step::Blocked(_)));
         assert_eq!(e.pending_len(), 1, "nothing lost");
         e.clear_recovery();
@@ -1159,37 +939,20 @@ mod tests {
         for i in 0..10 {
             record(&mut e, &format!("d-{i}"), set(5), 10 + i);
         }
-        let Step::Push(req) = e.start_sync(0) else {
-            panic!()
-        };
+        let Step::Push(req) = e.start_sync(0) else { panic!() };
         assert_eq!(req.batch.len(), 10);
-        let Some(Step::Push(req2)) =
-            e.on_push_failed(&req.attempt_key, Failure::PayloadTooLarge, 0)
-        else {
-            panic!()
-        };
+        let Some(Step::Push(req2)) = e.on_push_failed(&req.attempt_key, Failure::PayloadTooLarge, 0) else { panic!() };
         assert_eq!(req2.batch.len(), 500.min(10));
         let mut e2 = Engine::open(
-            Snapshot {
-                meta: Some(Meta::fresh("x".into())),
-                ..Snapshot::default()
-            },
-            Config {
-                max_batch: 8,
-                ..Config::default()
-            },
+            Snapshot { meta: Some(Meta::fresh("x".into())), ..Snapshot::default() },
+            Config { max_batch: 8, ..Config::default() },
         )
         .unwrap();
         for i in 0..10 {
             record(&mut e2, &format!("x-{i}"), set(5), 10 + i);
         }
-        let Step::Push(r) = e2.start_sync(0) else {
-            panic!()
-        };
-        let Some(Step::Push(r2)) = e2.on_push_failed(&r.attempt_key, Failure::PayloadTooLarge, 0)
-        else {
-            panic!()
-        };
+        let Step::Push(r) = e2.start_sync(0) else { panic!() };
+        let Some(Step::Push(r2)) = e2.on_push_failed(&r.attempt_key, Failure::PayloadTooLarge, 0) else { panic!() };
         assert_eq!(r2.batch.len(), 4);
     }
 
@@ -1197,27 +960,14 @@ mod tests {
     fn empty_answers_are_called_again_at_once_then_backed_off() {
         let mut e = engine("d");
         record(&mut e, "d-1", set(5), 10);
-        let Step::Push(mut req) = e.start_sync(0) else {
-            panic!()
-        };
+        let Step::Push(mut req) = e.start_sync(0) else { panic!() };
         for _ in 0..MAX_EMPTY_ANSWERS {
-            let empty = PushResponse {
-                attempt_key: req.attempt_key.clone(),
-                verdicts: vec![],
-            };
-            let Some((_, Step::Push(next))) = e.on_push_response(empty, 0) else {
-                panic!("call again now")
-            };
+            let empty = PushResponse { attempt_key: req.attempt_key.clone(), verdicts: vec![] };
+            let Some((_, Step::Push(next))) = e.on_push_response(empty, 0) else { panic!("call again now") };
             req = next;
         }
-        let empty = PushResponse {
-            attempt_key: req.attempt_key.clone(),
-            verdicts: vec![],
-        };
-        assert!(matches!(
-            e.on_push_response(empty, 0),
-            Some((_, Step::Wait { .. }))
-        ));
+        let empty = PushResponse { attempt_key: req.attempt_key.clone(), verdicts: vec![] };
+        assert!(matches!(e.on_push_response(empty, 0), Some((_, Step::Wait { .. }))));
         assert_eq!(e.pending_len(), 1, "nothing lost");
     }
 
@@ -1236,11 +986,7 @@ mod tests {
                     pushes += 1;
                     e.on_push_response(s.push("u", &req).unwrap(), 0).unwrap().1
                 }
-                Step::Pull { cursor, limit } => {
-                    e.on_pull_response(cursor, s.pull("u", cursor, limit), 0)
-                        .unwrap()
-                        .1
-                }
+                Step::Pull { cursor, limit } => e.on_pull_response(cursor, s.pull("u", cursor, limit), 0).unwrap().1,
                 Step::Done(_) => break,
                 other => panic!("{other:?}"),
             }
@@ -1270,9 +1016,7 @@ mod tests {
                     st
                 }
                 Step::Pull { cursor, limit } => {
-                    let (t, st) = b
-                        .on_pull_response(cursor, s.pull("u", cursor, limit), 0)
-                        .unwrap();
+                    let (t, st) = b.on_pull_response(cursor, s.pull("u", cursor, limit), 0).unwrap();
                     txns.push(t);
                     st
                 }

@@ -48,17 +48,10 @@ impl Remembered {
     }
 
     /// Rebuilds a remembered verdict from its stored columns.
-    pub fn from_columns(
-        status: &str,
-        reason: Option<String>,
-        code: Option<String>,
-    ) -> Option<Remembered> {
+    pub fn from_columns(status: &str, reason: Option<String>, code: Option<String>) -> Option<Remembered> {
         match status {
             "applied" => Some(Remembered::Applied),
-            "rejected" => Some(Remembered::Rejected {
-                reason: reason.unwrap_or_default(),
-                code: code.unwrap_or_default(),
-            }),
+            "rejected" => Some(Remembered::Rejected { reason: reason.unwrap_or_default(), code: code.unwrap_or_default() }),
             _ => None,
         }
     }
@@ -68,11 +61,9 @@ impl Remembered {
     pub fn replay(&self, current: Option<&Row>) -> Outcome {
         match self {
             Remembered::Applied => Outcome::Duplicate,
-            Remembered::Rejected { reason, code } => Outcome::Rejected {
-                reason: reason.clone(),
-                code: code.clone(),
-                row: current.cloned(),
-            },
+            Remembered::Rejected { reason, code } => {
+                Outcome::Rejected { reason: reason.clone(), code: code.clone(), row: current.cloned() }
+            }
         }
     }
 }
@@ -108,10 +99,7 @@ pub fn decide(schema: &Schema, op: &Op, current: Option<&Row>) -> Decision {
     }
     match schema.check_row(&op.table, &row) {
         Ok(()) => Decision::Apply { row, moved },
-        Err(refusal) => Decision::Reject {
-            code: refusal.code.as_str().to_owned(),
-            reason: refusal.reason,
-        },
+        Err(refusal) => Decision::Reject { code: refusal.code.as_str().to_owned(), reason: refusal.reason },
     }
 }
 
@@ -173,20 +161,13 @@ pub enum JudgeError {
 /// Stops before the first op whose schema is newer than `schema.version`;
 /// if that is the first op, nothing is judged and the whole request fails.
 pub fn judge_batch(schema: &Schema, batch: &[Op], known: Known) -> Result<Judgement, JudgeError> {
-    let Known {
-        mut rows,
-        mut verdicts,
-        mut head,
-    } = known;
+    let Known { mut rows, mut verdicts, mut head } = known;
     let mut out = Judgement::default();
     let mut written: HashMap<RowKey, u64> = HashMap::new();
     for (i, op) in batch.iter().take(MAX_JUDGED_PER_PUSH).enumerate() {
         if op.schema > schema.version {
             if i == 0 {
-                return Err(JudgeError::SchemaTooNew {
-                    op: op.schema,
-                    server: schema.version,
-                });
+                return Err(JudgeError::SchemaTooNew { op: op.schema, server: schema.version });
             }
             out.stopped_at_schema = Some(op.schema);
             break;
@@ -194,10 +175,7 @@ pub fn judge_batch(schema: &Schema, batch: &[Op], known: Known) -> Result<Judgem
         let key = op.row_key();
         let current = rows.get(&key);
         if let Some(saved) = verdicts.get(&op.op_id) {
-            out.verdicts.push(Verdict {
-                op_id: op.op_id.clone(),
-                outcome: saved.replay(current),
-            });
+            out.verdicts.push(Verdict { op_id: op.op_id.clone(), outcome: saved.replay(current) });
             continue;
         }
         let (outcome, remembered) = match decide(schema, op, current) {
@@ -211,25 +189,16 @@ pub fn judge_batch(schema: &Schema, batch: &[Op], known: Known) -> Result<Judgem
                 (Outcome::Applied, Remembered::Applied)
             }
             Decision::Reject { code, reason } => {
-                let outcome = Outcome::Rejected {
-                    reason: reason.clone(),
-                    code: code.clone(),
-                    row: current.cloned(),
-                };
+                let outcome = Outcome::Rejected { reason: reason.clone(), code: code.clone(), row: current.cloned() };
                 (outcome, Remembered::Rejected { reason, code })
             }
         };
         verdicts.insert(op.op_id.clone(), remembered.clone());
         out.remember.push((op.op_id.clone(), remembered));
-        out.verdicts.push(Verdict {
-            op_id: op.op_id.clone(),
-            outcome,
-        });
+        out.verdicts.push(Verdict { op_id: op.op_id.clone(), outcome });
     }
-    let mut writes: Vec<RowWrite> = written
-        .into_iter()
-        .filter_map(|(key, seq)| rows.remove(&key).map(|row| RowWrite { key, row, seq }))
-        .collect();
+    let mut writes: Vec<RowWrite> =
+        written.into_iter().filter_map(|(key, seq)| rows.remove(&key).map(|row| RowWrite { key, row, seq })).collect();
     writes.sort_by_key(|w| w.seq);
     out.writes = writes;
     out.head = head;
@@ -246,26 +215,14 @@ mod tests {
             op_id: OpId::new(id),
             table: "sets".into(),
             row_id: row.into(),
-            fields: fields
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect::<Fields>(),
+            fields: fields.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<Fields>(),
             at,
             schema: 1,
         }
     }
 
     fn full(id: &str, row: &str, at: u64, reps: i64) -> Op {
-        op(
-            id,
-            row,
-            at,
-            &[
-                ("exercise", "squat".into()),
-                ("weightKg", 80.0.into()),
-                ("reps", reps.into()),
-            ],
-        )
+        op(id, row, at, &[("exercise", "squat".into()), ("weightKg", 80.0.into()), ("reps", reps.into())])
     }
 
     fn apply(known: &mut Known, j: &Judgement) {
@@ -298,13 +255,8 @@ mod tests {
         let mut k = Known::default();
         let b = vec![full("d:1", "d-1", 10, 500)];
         let j = judge_batch(&s, &b, k.clone()).unwrap();
-        let Outcome::Rejected { reason, code, row } = &j.verdicts[0].outcome else {
-            panic!("{j:?}")
-        };
-        assert_eq!(
-            (reason.as_str(), code.as_str(), row),
-            ("reps must be at most 100", "out_of_range", &None)
-        );
+        let Outcome::Rejected { reason, code, row } = &j.verdicts[0].outcome else { panic!("{j:?}") };
+        assert_eq!((reason.as_str(), code.as_str(), row), ("reps must be at most 100", "out_of_range", &None));
         assert!(j.writes.is_empty());
         apply(&mut k, &j);
         let j2 = judge_batch(&s, &b, k).unwrap();
@@ -320,11 +272,7 @@ mod tests {
         let j = judge_batch(&strict, &b, k.clone()).unwrap();
         apply(&mut k, &j);
         let mut relaxed = Schema::workout();
-        if let Some(r) = relaxed
-            .tables
-            .get_mut("sets")
-            .and_then(|t| t.fields.get_mut("reps"))
-        {
+        if let Some(r) = relaxed.tables.get_mut("sets").and_then(|t| t.fields.get_mut("reps")) {
             r.max = Some(1000.0);
         }
         let j2 = judge_batch(&relaxed, &b, k).unwrap();
@@ -340,11 +288,7 @@ mod tests {
         let j = judge_batch(&s, &[full("d:2", "d-1", 20, 5)], k.clone()).unwrap();
         apply(&mut k, &j);
         let j2 = judge_batch(&s, &[op("e:1", "d-1", 10, &[("reps", 500i64.into())])], k).unwrap();
-        assert_eq!(
-            j2.verdicts[0].outcome,
-            Outcome::Applied,
-            "no validation when nothing moved"
-        );
+        assert_eq!(j2.verdicts[0].outcome, Outcome::Applied, "no validation when nothing moved");
         assert_eq!((j2.head, j2.writes.len(), j2.remember.len()), (1, 0, 1));
     }
 
@@ -354,27 +298,16 @@ mod tests {
         let mut k = Known::default();
         let j = judge_batch(&s, &[full("d:1", "d-1", 10, 5)], k.clone()).unwrap();
         apply(&mut k, &j);
-        let j = judge_batch(
-            &s,
-            &[op("d:2", "d-1", 11, &[("reps", 6i64.into())])],
-            k.clone(),
-        )
-        .unwrap();
+        let j = judge_batch(&s, &[op("d:2", "d-1", 11, &[("reps", 6i64.into())])], k.clone()).unwrap();
         assert_eq!(j.verdicts[0].outcome, Outcome::Applied);
         let j = judge_batch(&s, &[op("d:3", "d-2", 11, &[("reps", 6i64.into())])], k).unwrap();
-        assert!(
-            matches!(&j.verdicts[0].outcome, Outcome::Rejected { code, .. } if code == "missing_fields")
-        );
+        assert!(matches!(&j.verdicts[0].outcome, Outcome::Rejected { code, .. } if code == "missing_fields"));
     }
 
     #[test]
     fn ops_on_one_row_in_one_batch_see_each_other_and_the_row_gets_the_last_seq() {
         let s = Schema::workout();
-        let b = vec![
-            full("d:1", "d-1", 10, 5),
-            op("d:2", "d-1", 11, &[("reps", 7i64.into())]),
-            full("d:3", "d-2", 12, 1),
-        ];
+        let b = vec![full("d:1", "d-1", 10, 5), op("d:2", "d-1", 11, &[("reps", 7i64.into())]), full("d:3", "d-2", 12, 1)];
         let j = judge_batch(&s, &b, Known::default()).unwrap();
         assert!(j.verdicts.iter().all(|v| v.outcome == Outcome::Applied));
         assert_eq!(j.head, 3);
@@ -386,12 +319,7 @@ mod tests {
     #[test]
     fn an_op_id_repeated_in_one_batch_is_a_replay_of_its_first() {
         let s = Schema::workout();
-        let b = vec![
-            full("d:1", "d-1", 10, 5),
-            full("d:1", "d-1", 10, 5),
-            full("d:2", "d-2", 10, 0),
-            full("d:2", "d-2", 10, 0),
-        ];
+        let b = vec![full("d:1", "d-1", 10, 5), full("d:1", "d-1", 10, 5), full("d:2", "d-2", 10, 0), full("d:2", "d-2", 10, 0)];
         let j = judge_batch(&s, &b, Known::default()).unwrap();
         assert_eq!(j.verdicts[1].outcome, Outcome::Duplicate);
         assert_eq!(j.verdicts[3].outcome, j.verdicts[2].outcome);
@@ -401,14 +329,9 @@ mod tests {
     #[test]
     fn a_rejected_op_carries_the_current_row() {
         let s = Schema::workout();
-        let b = vec![
-            full("d:1", "d-1", 10, 5),
-            op("d:2", "d-1", 11, &[("reps", 0i64.into())]),
-        ];
+        let b = vec![full("d:1", "d-1", 10, 5), op("d:2", "d-1", 11, &[("reps", 0i64.into())])];
         let j = judge_batch(&s, &b, Known::default()).unwrap();
-        let Outcome::Rejected { row: Some(row), .. } = &j.verdicts[1].outcome else {
-            panic!()
-        };
+        let Outcome::Rejected { row: Some(row), .. } = &j.verdicts[1].outcome else { panic!() };
         assert_eq!(row.get("reps"), Some(&Value::Number(5.0)));
     }
 
@@ -417,16 +340,8 @@ mod tests {
         let s = Schema::workout();
         let mut newer = full("d:2", "d-2", 10, 5);
         newer.schema = 2;
-        assert_eq!(
-            judge_batch(&s, std::slice::from_ref(&newer), Known::default()),
-            Err(JudgeError::SchemaTooNew { op: 2, server: 1 })
-        );
-        let j = judge_batch(
-            &s,
-            &[full("d:1", "d-1", 10, 5), newer, full("d:3", "d-3", 10, 5)],
-            Known::default(),
-        )
-        .unwrap();
+        assert_eq!(judge_batch(&s, std::slice::from_ref(&newer), Known::default()), Err(JudgeError::SchemaTooNew { op: 2, server: 1 }));
+        let j = judge_batch(&s, &[full("d:1", "d-1", 10, 5), newer, full("d:3", "d-3", 10, 5)], Known::default()).unwrap();
         assert_eq!(j.verdicts.len(), 1);
         assert_eq!(j.stopped_at_schema, Some(2));
     }
@@ -434,9 +349,7 @@ mod tests {
     #[test]
     fn at_most_1000_ops_are_judged() {
         let s = Schema::workout();
-        let b: Vec<Op> = (0..1200)
-            .map(|i| full(&format!("d:{i}"), &format!("d-{i}"), 10, 5))
-            .collect();
+        let b: Vec<Op> = (0..1200).map(|i| full(&format!("d:{i}"), &format!("d-{i}"), 10, 5)).collect();
         let j = judge_batch(&s, &b, Known::default()).unwrap();
         assert_eq!(j.verdicts.len(), 1000);
         assert_eq!(j.head, 1000);
@@ -445,12 +358,7 @@ mod tests {
     #[test]
     fn tombstones_pass_without_the_required_fields() {
         let s = Schema::workout();
-        let j = judge_batch(
-            &s,
-            &[op("d:1", "d-9", 10, &[("_deleted", true.into())])],
-            Known::default(),
-        )
-        .unwrap();
+        let j = judge_batch(&s, &[op("d:1", "d-9", 10, &[("_deleted", true.into())])], Known::default()).unwrap();
         assert_eq!(j.verdicts[0].outcome, Outcome::Applied);
     }
 }

@@ -7,10 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::judge::{judge_batch, JudgeError, Known, Remembered};
-use crate::protocol::{
-    Change, ErrorBody, ErrorCode, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey,
-    MAX_PULL_LIMIT,
-};
+use crate::protocol::{Change, ErrorBody, ErrorCode, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, MAX_PULL_LIMIT};
 use crate::schema::Schema;
 
 /// One user's data: remembered verdicts, rows with their seq, the head.
@@ -42,21 +39,14 @@ pub struct MemoryServer {
 impl MemoryServer {
     /// An empty server with `schema`.
     pub fn new(schema: Schema) -> Self {
-        MemoryServer {
-            schema,
-            users: HashMap::new(),
-        }
+        MemoryServer { schema, users: HashMap::new() }
     }
 
     /// `POST /v1/push` for `user`: shape check, judge, remember, write.
     pub fn push(&mut self, user: &str, req: &PushRequest) -> Result<PushResponse, ErrorBody> {
-        req.check_shape()
-            .map_err(|e| ErrorBody::new(ErrorCode::BadRequest, e.to_string()))?;
+        req.check_shape().map_err(|e| ErrorBody::new(ErrorCode::BadRequest, e.to_string()))?;
         let data = self.users.entry(user.to_owned()).or_default();
-        let mut known = Known {
-            head: data.head,
-            ..Known::default()
-        };
+        let mut known = Known { head: data.head, ..Known::default() };
         for op in &req.batch {
             let key = op.row_key();
             if let Some((row, _)) = data.rows.get(&key) {
@@ -67,9 +57,7 @@ impl MemoryServer {
             }
         }
         let j = judge_batch(&self.schema, &req.batch, known).map_err(|e| match e {
-            JudgeError::SchemaTooNew { .. } => {
-                ErrorBody::new(ErrorCode::SchemaTooNew, e.to_string())
-            }
+            JudgeError::SchemaTooNew { .. } => ErrorBody::new(ErrorCode::SchemaTooNew, e.to_string()),
         })?;
         for (id, v) in j.remember {
             *data.verdict_count.entry(id.clone()).or_default() += 1;
@@ -86,40 +74,25 @@ impl MemoryServer {
             data.rows.insert(w.key, (w.row, w.seq));
         }
         data.head = j.head;
-        Ok(PushResponse {
-            attempt_key: req.attempt_key.clone(),
-            verdicts: j.verdicts,
-        })
+        Ok(PushResponse { attempt_key: req.attempt_key.clone(), verdicts: j.verdicts })
     }
 
     /// `GET /v1/pull?cursor&limit` for `user`: rows changed after `cursor`, in seq order.
     pub fn pull(&self, user: &str, cursor: u64, limit: usize) -> PullResponse {
         let limit = limit.clamp(1, MAX_PULL_LIMIT);
         let Some(data) = self.users.get(user) else {
-            return PullResponse {
-                changes: vec![],
-                cursor,
-                has_more: false,
-            };
+            return PullResponse { changes: vec![], cursor, has_more: false };
         };
         let mut changes = Vec::new();
         let mut range = data.by_seq.range(cursor + 1..);
         for (seq, key) in range.by_ref().take(limit) {
             if let Some((row, _)) = data.rows.get(key) {
-                changes.push(Change {
-                    key: key.clone(),
-                    row: row.clone(),
-                    seq: *seq,
-                });
+                changes.push(Change { key: key.clone(), row: row.clone(), seq: *seq });
             }
         }
         let has_more = range.next().is_some();
         let cursor = changes.last().map_or(cursor, |c| c.seq);
-        PullResponse {
-            changes,
-            cursor,
-            has_more,
-        }
+        PullResponse { changes, cursor, has_more }
     }
 
     /// The user's head seq.
@@ -129,15 +102,7 @@ impl MemoryServer {
 
     /// A user's rows, for checks.
     pub fn rows(&self, user: &str) -> BTreeMap<RowKey, Row> {
-        self.users
-            .get(user)
-            .map(|d| {
-                d.rows
-                    .iter()
-                    .map(|(k, (r, _))| (k.clone(), r.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.users.get(user).map(|d| d.rows.iter().map(|(k, (r, _))| (k.clone(), r.clone())).collect()).unwrap_or_default()
     }
 }
 
@@ -151,24 +116,17 @@ mod tests {
             op_id: OpId::new(id),
             table: "sets".into(),
             row_id: row.into(),
-            fields: [
-                ("exercise", Value::from("row")),
-                ("weightKg", 10.0.into()),
-                ("reps", 3i64.into()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
+            fields: [("exercise", Value::from("row")), ("weightKg", 10.0.into()), ("reps", 3i64.into())]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
             at: 5,
             schema: 1,
         }
     }
 
     fn req(key: &str, batch: Vec<Op>) -> PushRequest {
-        PushRequest {
-            attempt_key: key.into(),
-            batch,
-        }
+        PushRequest { attempt_key: key.into(), batch }
     }
 
     #[test]
@@ -177,11 +135,7 @@ mod tests {
         let r = req("d:a1", vec![op("d:1", "d-1")]);
         for i in 0..3 {
             let resp = s.push("u", &r).unwrap();
-            let want = if i == 0 {
-                Outcome::Applied
-            } else {
-                Outcome::Duplicate
-            };
+            let want = if i == 0 { Outcome::Applied } else { Outcome::Duplicate };
             assert_eq!(resp.verdicts[0].outcome, want);
         }
         assert_eq!(s.head("u"), 1);
@@ -192,14 +146,8 @@ mod tests {
     fn two_users_with_the_same_op_ids_are_judged_apart() {
         let mut s = MemoryServer::new(Schema::workout());
         let r = req("d:a1", vec![op("d:1", "d-1")]);
-        assert_eq!(
-            s.push("alice", &r).unwrap().verdicts[0].outcome,
-            Outcome::Applied
-        );
-        assert_eq!(
-            s.push("bob", &r).unwrap().verdicts[0].outcome,
-            Outcome::Applied
-        );
+        assert_eq!(s.push("alice", &r).unwrap().verdicts[0].outcome, Outcome::Applied);
+        assert_eq!(s.push("bob", &r).unwrap().verdicts[0].outcome, Outcome::Applied);
         assert_eq!(s.pull("alice", 0, 10).changes.len(), 1);
         assert_eq!(s.pull("bob", 0, 10).changes.len(), 1);
         assert_eq!(s.pull("carol", 0, 10).changes.len(), 0);
@@ -208,9 +156,7 @@ mod tests {
     #[test]
     fn pull_pages_in_seq_order_each_row_once_at_its_latest_seq() {
         let mut s = MemoryServer::new(Schema::workout());
-        let batch: Vec<Op> = (0..25)
-            .map(|i| op(&format!("d:{i}"), &format!("d-{i}")))
-            .collect();
+        let batch: Vec<Op> = (0..25).map(|i| op(&format!("d:{i}"), &format!("d-{i}"))).collect();
         s.push("u", &req("d:a1", batch)).unwrap();
         let mut again = op("d:99", "d-0");
         again.at = 6;
@@ -237,9 +183,7 @@ mod tests {
         let mut s = MemoryServer::new(Schema::workout());
         let mut bad = op("d:1", "d-1");
         bad.op_id = OpId::new("é:1");
-        let e = s
-            .push("u", &req("d:a1", vec![op("d:0", "d-0"), bad]))
-            .unwrap_err();
+        let e = s.push("u", &req("d:a1", vec![op("d:0", "d-0"), bad])).unwrap_err();
         assert_eq!(e.error.code, ErrorCode::BadRequest);
         assert_eq!(s.head("u"), 0);
         assert!(s.users.get("u").is_none_or(|d| d.verdicts.is_empty()));

@@ -33,23 +33,11 @@ fn merge_parts(row: &mut Row, field: &str, value: &Value, at: u64, op_id: &OpId)
                 return false;
             }
             cell.value = value.clone();
-            cell.mark = Mark {
-                at,
-                op_id: op_id.clone(),
-            };
+            cell.mark = Mark { at, op_id: op_id.clone() };
             true
         }
         None => {
-            row.cells.insert(
-                field.to_owned(),
-                Cell {
-                    value: value.clone(),
-                    mark: Mark {
-                        at,
-                        op_id: op_id.clone(),
-                    },
-                },
-            );
+            row.cells.insert(field.to_owned(), Cell { value: value.clone(), mark: Mark { at, op_id: op_id.clone() } });
             true
         }
     }
@@ -91,10 +79,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn mark(at: u64, id: &str) -> Mark {
-        Mark {
-            at,
-            op_id: OpId::new(id),
-        }
+        Mark { at, op_id: OpId::new(id) }
     }
 
     fn op(id: &str, at: u64, fields: &[(&str, Value)]) -> Op {
@@ -102,10 +87,7 @@ mod tests {
             op_id: OpId::new(id),
             table: "t".into(),
             row_id: "r".into(),
-            fields: fields
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect::<Fields>(),
+            fields: fields.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<Fields>(),
             at,
             schema: 1,
         }
@@ -145,14 +127,8 @@ mod tests {
     #[test]
     fn older_field_loses_newer_field_wins_per_field() {
         let mut row = Row::default();
-        merge(
-            &mut row,
-            &op("d:2", 20, &[("a", 1.0.into()), ("b", 1.0.into())]),
-        );
-        let moved = merge(
-            &mut row,
-            &op("e:1", 15, &[("a", 2.0.into()), ("c", 2.0.into())]),
-        );
+        merge(&mut row, &op("d:2", 20, &[("a", 1.0.into()), ("b", 1.0.into())]));
+        let moved = merge(&mut row, &op("e:1", 15, &[("a", 2.0.into()), ("c", 2.0.into())]));
         assert!(moved, "c is new");
         assert_eq!(row.get("a"), Some(&Value::Number(1.0)));
         assert_eq!(row.get("c"), Some(&Value::Number(2.0)));
@@ -161,20 +137,14 @@ mod tests {
     }
 
     fn arb_op() -> impl Strategy<Value = Op> {
-        (
-            0u64..4,
-            0u8..3,
-            prop::collection::btree_map("[abc]", -2i64..3, 1..3),
-            "[aBz]",
-        )
-            .prop_map(|(at, n, f, dev)| Op {
-                op_id: OpId::new(format!("{dev}:{n}")),
-                table: "t".into(),
-                row_id: "r".into(),
-                fields: f.into_iter().map(|(k, v)| (k, Value::from(v))).collect(),
-                at,
-                schema: 1,
-            })
+        (0u64..4, 0u8..3, prop::collection::btree_map("[abc]", -2i64..3, 1..3), "[aBz]").prop_map(|(at, n, f, dev)| Op {
+            op_id: OpId::new(format!("{dev}:{n}")),
+            table: "t".into(),
+            row_id: "r".into(),
+            fields: f.into_iter().map(|(k, v)| (k, Value::from(v))).collect(),
+            at,
+            schema: 1,
+        })
     }
 
     proptest! {

@@ -64,11 +64,7 @@ impl Outbox {
 
     /// The pending ops on one row, in order.
     pub fn on_row<'a>(&'a self, key: &RowKey) -> impl Iterator<Item = &'a Op> + 'a {
-        self.by_row
-            .get(key)
-            .into_iter()
-            .flatten()
-            .filter_map(|at| self.ops.get(at))
+        self.by_row.get(key).into_iter().flatten().filter_map(|at| self.ops.get(at))
     }
 
     /// Whether the row has pending ops.
@@ -100,24 +96,13 @@ mod tests {
     fn op(n: u64, at: u64, row: &str) -> Op {
         let mut f = Fields::new();
         f.insert("a".into(), Value::Null);
-        Op {
-            op_id: crate::ids::op_id("d", n),
-            table: "t".into(),
-            row_id: row.into(),
-            fields: f,
-            at,
-            schema: 1,
-        }
+        Op { op_id: crate::ids::op_id("d", n), table: "t".into(), row_id: row.into(), fields: f, at, schema: 1 }
     }
 
     #[test]
     fn batches_follow_record_order_not_op_id_text() {
         let o = Outbox::new([op(10, 3, "x"), op(9, 2, "y"), op(100, 1, "x")]);
-        let ids: Vec<String> = o
-            .next_batch(2)
-            .iter()
-            .map(|o| o.op_id.to_string())
-            .collect();
+        let ids: Vec<String> = o.next_batch(2).iter().map(|o| o.op_id.to_string()).collect();
         assert_eq!(ids, vec!["d:100", "d:9"]);
         assert_eq!(o.on_row(&RowKey::new("t", "x")).count(), 2);
     }

@@ -43,10 +43,7 @@ pub struct ShapeError {
 
 impl ShapeError {
     fn new(path: impl Into<String>, problem: impl Into<String>) -> Self {
-        ShapeError {
-            path: path.into(),
-            problem: problem.into(),
-        }
+        ShapeError { path: path.into(), problem: problem.into() }
     }
 }
 
@@ -145,9 +142,7 @@ impl Serialize for Value {
             Value::Bool(b) => s.serialize_bool(*b),
             // Integral numbers leave as integers (`5`, not `5.0`), so a value
             // reads back the same in every JSON parser.
-            Value::Number(n) if n.fract() == 0.0 && n.abs() <= MAX_SAFE_INTEGER as f64 => {
-                s.serialize_i64(*n as i64)
-            }
+            Value::Number(n) if n.fract() == 0.0 && n.abs() <= MAX_SAFE_INTEGER as f64 => s.serialize_i64(*n as i64),
             Value::Number(n) => s.serialize_f64(*n),
             Value::String(v) => s.serialize_str(v),
         }
@@ -224,10 +219,7 @@ fn default_schema() -> u32 {
 impl Op {
     /// This op's mark: `{at, opId}`.
     pub fn mark(&self) -> Mark {
-        Mark {
-            at: self.at,
-            op_id: self.op_id.clone(),
-        }
+        Mark { at: self.at, op_id: self.op_id.clone() }
     }
 
     /// The key of the row this op edits.
@@ -241,13 +233,9 @@ impl Op {
         check_table(&self.table).map_err(|p| ShapeError::new(format!("{path}.table"), p))?;
         check_row_id(&self.row_id).map_err(|p| ShapeError::new(format!("{path}.rowId"), p))?;
         if self.at > MAX_SAFE_INTEGER {
-            return Err(ShapeError::new(
-                format!("{path}.at"),
-                "must be at most 2^53-1",
-            ));
+            return Err(ShapeError::new(format!("{path}.at"), "must be at most 2^53-1"));
         }
-        check_fields(&self.fields)
-            .map_err(|e| ShapeError::new(format!("{path}.fields{}", e.path), e.problem))
+        check_fields(&self.fields).map_err(|e| ShapeError::new(format!("{path}.fields{}", e.path), e.problem))
     }
 }
 
@@ -265,10 +253,7 @@ fn check_name(s: &str, max: usize) -> Result<(), &'static str> {
     if s.is_empty() || s.len() > max {
         return Err("must be 1 to 128 characters");
     }
-    if !s
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'.' | b'_' | b'-'))
-    {
+    if !s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'.' | b'_' | b'-')) {
         return Err("may only contain A-Z a-z 0-9 : . _ -");
     }
     Ok(())
@@ -280,8 +265,7 @@ pub fn check_table(s: &str) -> Result<(), &'static str> {
     let ok = !b.is_empty()
         && b.len() <= 64
         && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_');
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_');
     if ok {
         Ok(())
     } else {
@@ -318,10 +302,7 @@ pub fn check_fields(fields: &Fields) -> Result<(), ShapeError> {
         check_field_key(k).map_err(|p| ShapeError::new(format!(".{k}"), p))?;
         match v {
             Value::String(s) if s.len() > MAX_STRING_BYTES => {
-                return Err(ShapeError::new(
-                    format!(".{k}"),
-                    "a string may hold at most 4096 bytes",
-                ));
+                return Err(ShapeError::new(format!(".{k}"), "a string may hold at most 4096 bytes"));
             }
             Value::Number(n) if !n.is_finite() => {
                 return Err(ShapeError::new(format!(".{k}"), "a number must be finite"));
@@ -329,10 +310,7 @@ pub fn check_fields(fields: &Fields) -> Result<(), ShapeError> {
             _ => {}
         }
         if k == DELETED && !matches!(v, Value::Bool(_)) {
-            return Err(ShapeError::new(
-                format!(".{k}"),
-                "_deleted must be true or false",
-            ));
+            return Err(ShapeError::new(format!(".{k}"), "_deleted must be true or false"));
         }
     }
     Ok(())
@@ -377,19 +355,14 @@ impl Row {
 
     /// The row's fields, without marks.
     pub fn fields(&self) -> Fields {
-        self.cells
-            .iter()
-            .map(|(k, c)| (k.clone(), c.value.clone()))
-            .collect()
+        self.cells.iter().map(|(k, c)| (k.clone(), c.value.clone())).collect()
     }
 
     /// Builds a row from its wire halves; every field needs a mark and vice versa.
     pub fn from_parts(fields: Fields, mut marks: BTreeMap<String, Mark>) -> Result<Row, String> {
         let mut cells = BTreeMap::new();
         for (k, value) in fields {
-            let mark = marks
-                .remove(&k)
-                .ok_or_else(|| format!("field {k} has no mark"))?;
+            let mark = marks.remove(&k).ok_or_else(|| format!("field {k} has no mark"))?;
             cells.insert(k, Cell { value, mark });
         }
         if let Some(k) = marks.keys().next() {
@@ -421,10 +394,7 @@ impl Serialize for MarksOf<'_> {
 }
 
 /// Serializes `cells` as the two wire maps `fields` and `marks` into an open map.
-fn serialize_cells<M: SerializeMap>(
-    m: &mut M,
-    cells: &BTreeMap<String, Cell>,
-) -> Result<(), M::Error> {
+fn serialize_cells<M: SerializeMap>(m: &mut M, cells: &BTreeMap<String, Cell>) -> Result<(), M::Error> {
     m.serialize_entry("fields", &FieldsOf(cells))?;
     m.serialize_entry("marks", &MarksOf(cells))
 }
@@ -464,10 +434,7 @@ pub struct RowKey {
 impl RowKey {
     /// A key from its parts.
     pub fn new(table: impl Into<String>, row_id: impl Into<String>) -> Self {
-        RowKey {
-            table: table.into(),
-            row_id: row_id.into(),
-        }
+        RowKey { table: table.into(), row_id: row_id.into() }
     }
 }
 
@@ -570,14 +537,7 @@ impl<'de> Deserialize<'de> for Change {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = ChangeWire::deserialize(d)?;
         let row = Row::from_parts(w.fields, w.marks).map_err(de::Error::custom)?;
-        Ok(Change {
-            key: RowKey {
-                table: w.table,
-                row_id: w.row_id,
-            },
-            row,
-            seq: w.seq,
-        })
+        Ok(Change { key: RowKey { table: w.table, row_id: w.row_id }, row, seq: w.seq })
     }
 }
 
@@ -655,12 +615,7 @@ pub struct ErrorDetail {
 impl ErrorBody {
     /// An error body from a code and a message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        ErrorBody {
-            error: ErrorDetail {
-                code,
-                message: message.into(),
-            },
-        }
+        ErrorBody { error: ErrorDetail { code, message: message.into() } }
     }
 }
 
@@ -743,25 +698,11 @@ mod tests {
 
     #[test]
     fn verdicts_serialize_flat() {
-        let v = Verdict {
-            op_id: "d:1".into(),
-            outcome: Outcome::Rejected {
-                reason: "r".into(),
-                code: "c".into(),
-                row: None,
-            },
-        };
+        let v = Verdict { op_id: "d:1".into(), outcome: Outcome::Rejected { reason: "r".into(), code: "c".into(), row: None } };
         let j = serde_json::to_value(&v).unwrap();
-        assert_eq!(
-            j,
-            json!({"opId": "d:1", "status": "rejected", "reason": "r", "code": "c", "row": null})
-        );
+        assert_eq!(j, json!({"opId": "d:1", "status": "rejected", "reason": "r", "code": "c", "row": null}));
         assert_eq!(serde_json::from_value::<Verdict>(j).unwrap(), v);
-        let a = serde_json::to_value(Verdict {
-            op_id: "d:2".into(),
-            outcome: Outcome::Applied,
-        })
-        .unwrap();
+        let a = serde_json::to_value(Verdict { op_id: "d:2".into(), outcome: Outcome::Applied }).unwrap();
         assert_eq!(a, json!({"opId": "d:2", "status": "applied"}));
     }
 

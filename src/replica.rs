@@ -20,10 +20,7 @@ pub struct Replica {
 impl Replica {
     /// A replica from stored base rows and pending ops.
     pub fn new(base: impl IntoIterator<Item = (RowKey, Row)>, pending: &[Op]) -> Self {
-        let mut r = Replica {
-            base: base.into_iter().collect(),
-            overlay: BTreeMap::new(),
-        };
+        let mut r = Replica { base: base.into_iter().collect(), overlay: BTreeMap::new() };
         for op in pending {
             r.add_pending(op);
         }
@@ -70,12 +67,7 @@ impl Replica {
     /// An op was rejected: the base takes the server's row, and the visible row
     /// is rebuilt from the base and the ops that `remain` on the row.
     /// Returns the new base row, if there is one.
-    pub fn reject<'a>(
-        &mut self,
-        key: &RowKey,
-        server_row: Option<&Row>,
-        remain: impl IntoIterator<Item = &'a Op>,
-    ) -> Option<Row> {
+    pub fn reject<'a>(&mut self, key: &RowKey, server_row: Option<&Row>, remain: impl IntoIterator<Item = &'a Op>) -> Option<Row> {
         if let Some(server) = server_row {
             merge_row(self.base.entry(key.clone()).or_default(), server);
         }
@@ -121,11 +113,7 @@ impl Replica {
     pub fn table<'a>(&'a self, table: &str) -> Vec<(&'a RowKey, &'a Row)> {
         let start = RowKey::new(table, "");
         let in_table = |(k, _): &(&RowKey, &Row)| k.table == table;
-        let mut base = self
-            .base
-            .range(start.clone()..)
-            .take_while(in_table)
-            .peekable();
+        let mut base = self.base.range(start.clone()..).take_while(in_table).peekable();
         let mut over = self.overlay.range(start..).take_while(in_table).peekable();
         let mut out = Vec::new();
         loop {
@@ -173,10 +161,7 @@ mod tests {
             op_id: OpId::new(id),
             table: "sets".into(),
             row_id: row.into(),
-            fields: f
-                .iter()
-                .map(|(k, v)| (k.to_string(), Value::Number(*v)))
-                .collect::<Fields>(),
+            fields: f.iter().map(|(k, v)| (k.to_string(), Value::Number(*v))).collect::<Fields>(),
             at,
             schema: 1,
         }
@@ -190,23 +175,11 @@ mod tests {
     fn visible_is_base_plus_pending() {
         let mut r = Replica::default();
         let mut server = Row::default();
-        server.cells.insert(
-            "a".into(),
-            Cell {
-                value: Value::Number(1.0),
-                mark: Mark {
-                    at: 5,
-                    op_id: "s:1".into(),
-                },
-            },
-        );
+        server.cells.insert("a".into(), Cell { value: Value::Number(1.0), mark: Mark { at: 5, op_id: "s:1".into() } });
         r.merge_remote(&key("x"), &server);
         r.add_pending(&op("d:1", "x", 6, &[("b", 2.0)]));
         let v = r.visible(&key("x")).unwrap();
-        assert_eq!(
-            (v.get("a"), v.get("b")),
-            (Some(&Value::Number(1.0)), Some(&Value::Number(2.0)))
-        );
+        assert_eq!((v.get("a"), v.get("b")), (Some(&Value::Number(1.0)), Some(&Value::Number(2.0))));
         assert_eq!(r.base(&key("x")).unwrap().get("b"), None);
     }
 
@@ -217,10 +190,7 @@ mod tests {
         let bad = op("d:2", "x", 11, &[("a", 99.0), ("b", 99.0)]);
         r.add_pending(&keep);
         r.add_pending(&bad);
-        assert_eq!(
-            r.visible(&key("x")).unwrap().get("a"),
-            Some(&Value::Number(99.0))
-        );
+        assert_eq!(r.visible(&key("x")).unwrap().get("a"), Some(&Value::Number(99.0)));
         r.reject(&key("x"), None, [&keep]);
         let v = r.visible(&key("x")).unwrap();
         assert_eq!((v.get("a"), v.get("b")), (Some(&Value::Number(1.0)), None));
@@ -234,10 +204,7 @@ mod tests {
         let o = op("d:1", "x", 10, &[("a", 1.0)]);
         r.add_pending(&o);
         let base = r.fold(&o, false);
-        assert!(
-            r.merge_remote(&key("x"), &base).is_none(),
-            "an echo moves no mark"
-        );
+        assert!(r.merge_remote(&key("x"), &base).is_none(), "an echo moves no mark");
         assert_eq!(r.visible(&key("x")), Some(&base));
     }
 
@@ -246,25 +213,10 @@ mod tests {
         let mut r = Replica::default();
         r.add_pending(&op("d:1", "x", 10, &[("a", 1.0)]));
         let mut remote = Row::default();
-        remote.cells.insert(
-            "a".into(),
-            Cell {
-                value: Value::Number(7.0),
-                mark: Mark {
-                    at: 9,
-                    op_id: "e:1".into(),
-                },
-            },
-        );
+        remote.cells.insert("a".into(), Cell { value: Value::Number(7.0), mark: Mark { at: 9, op_id: "e:1".into() } });
         r.merge_remote(&key("x"), &remote);
-        assert_eq!(
-            r.visible(&key("x")).unwrap().get("a"),
-            Some(&Value::Number(1.0))
-        );
-        assert_eq!(
-            r.base(&key("x")).unwrap().get("a"),
-            Some(&Value::Number(7.0))
-        );
+        assert_eq!(r.visible(&key("x")).unwrap().get("a"), Some(&Value::Number(1.0)));
+        assert_eq!(r.base(&key("x")).unwrap().get("a"), Some(&Value::Number(7.0)));
     }
 
     #[test]
@@ -272,16 +224,7 @@ mod tests {
         let mut r = Replica::default();
         r.merge_remote(&key("b"), &{
             let mut x = Row::default();
-            x.cells.insert(
-                "a".into(),
-                Cell {
-                    value: Value::Null,
-                    mark: Mark {
-                        at: 1,
-                        op_id: "s:1".into(),
-                    },
-                },
-            );
+            x.cells.insert("a".into(), Cell { value: Value::Null, mark: Mark { at: 1, op_id: "s:1".into() } });
             x
         });
         r.add_pending(&op("d:1", "a", 10, &[("a", 1.0)]));
@@ -290,11 +233,7 @@ mod tests {
         let mut other = op("d:4", "a", 10, &[("a", 1.0)]);
         other.table = "zzz".into();
         r.add_pending(&other);
-        let ids: Vec<&str> = r
-            .table("sets")
-            .iter()
-            .map(|(k, _)| k.row_id.as_str())
-            .collect();
+        let ids: Vec<&str> = r.table("sets").iter().map(|(k, _)| k.row_id.as_str()).collect();
         assert_eq!(ids, vec!["a", "b", "c"]);
         assert_eq!(r.table("sets")[1].1.get("a"), Some(&Value::Number(1.0)));
     }

@@ -125,10 +125,7 @@ impl Schema {
             "weightKg": {"type": "number", "required": true, "min": 0, "max": 1000},
             "reps": {"type": "integer", "required": true, "min": 1, "max": 100}}}}}"#;
         // The text above is a constant checked by the `workout_schema_parses` test.
-        serde_json::from_str(json).unwrap_or_else(|_| Schema {
-            version: 1,
-            tables: BTreeMap::new(),
-        })
+        serde_json::from_str(json).unwrap_or_else(|_| Schema { version: 1, tables: BTreeMap::new() })
     }
 
     /// Parses a schema file.
@@ -154,17 +151,12 @@ impl Schema {
         let missing: Vec<&str> = rules
             .fields
             .iter()
-            .filter(|(name, rule)| {
-                rule.required && matches!(row.get(name), None | Some(Value::Null))
-            })
+            .filter(|(name, rule)| rule.required && matches!(row.get(name), None | Some(Value::Null)))
             .map(|(name, _)| name.as_str())
             .collect();
         if !missing.is_empty() {
             let s = if missing.len() == 1 { "" } else { "s" };
-            return refuse(
-                RefusalCode::MissingFields,
-                format!("missing field{s}: {}", missing.join(", ")),
-            );
+            return refuse(RefusalCode::MissingFields, format!("missing field{s}: {}", missing.join(", ")));
         }
         for (name, rule) in &rules.fields {
             match row.get(name) {
@@ -183,18 +175,13 @@ impl FieldRule {
             (FieldType::String, Value::String(s)) => {
                 if let Some(max) = self.max_length {
                     if s.chars().count() > max {
-                        return refuse(
-                            RefusalCode::TooLong,
-                            format!("{name} must be at most {max} characters"),
-                        );
+                        return refuse(RefusalCode::TooLong, format!("{name} must be at most {max} characters"));
                     }
                 }
                 Ok(())
             }
             (FieldType::Number, Value::Number(n)) => self.check_range(name, *n),
-            (FieldType::Integer, Value::Number(n)) if n.fract() == 0.0 => {
-                self.check_range(name, *n)
-            }
+            (FieldType::Integer, Value::Number(n)) if n.fract() == 0.0 => self.check_range(name, *n),
             (FieldType::Boolean, Value::Bool(_)) => Ok(()),
             (FieldType::String, _) => wrong("a string"),
             (FieldType::Number, _) => wrong("a number"),
@@ -206,18 +193,12 @@ impl FieldRule {
     fn check_range(&self, name: &str, n: f64) -> Result<(), Refusal> {
         if let Some(min) = self.min {
             if n < min {
-                return refuse(
-                    RefusalCode::OutOfRange,
-                    format!("{name} must be at least {}", num(min)),
-                );
+                return refuse(RefusalCode::OutOfRange, format!("{name} must be at least {}", num(min)));
             }
         }
         if let Some(max) = self.max {
             if n > max {
-                return refuse(
-                    RefusalCode::OutOfRange,
-                    format!("{name} must be at most {}", num(max)),
-                );
+                return refuse(RefusalCode::OutOfRange, format!("{name} must be at most {}", num(max)));
             }
         }
         Ok(())
@@ -230,32 +211,12 @@ mod tests {
     use crate::protocol::{Cell, Mark, OpId};
 
     fn row(fields: &[(&str, Value)]) -> Row {
-        let mark = Mark {
-            at: 1,
-            op_id: OpId::new("d:1"),
-        };
-        Row {
-            cells: fields
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.to_string(),
-                        Cell {
-                            value: v.clone(),
-                            mark: mark.clone(),
-                        },
-                    )
-                })
-                .collect(),
-        }
+        let mark = Mark { at: 1, op_id: OpId::new("d:1") };
+        Row { cells: fields.iter().map(|(k, v)| (k.to_string(), Cell { value: v.clone(), mark: mark.clone() })).collect() }
     }
 
     fn full() -> Vec<(&'static str, Value)> {
-        vec![
-            ("exercise", "squat".into()),
-            ("weightKg", 82.5.into()),
-            ("reps", 5i64.into()),
-        ]
+        vec![("exercise", "squat".into()), ("weightKg", 82.5.into()), ("reps", 5i64.into())]
     }
 
     #[test]
@@ -275,20 +236,11 @@ mod tests {
         let s = Schema::workout();
         let check = |fields: Vec<(&str, Value)>| s.check_row("sets", &row(&fields)).unwrap_err();
         let e = check(vec![("reps", 5i64.into())]);
-        assert_eq!(
-            (e.code, e.reason.as_str()),
-            (
-                RefusalCode::MissingFields,
-                "missing fields: exercise, weightKg"
-            )
-        );
+        assert_eq!((e.code, e.reason.as_str()), (RefusalCode::MissingFields, "missing fields: exercise, weightKg"));
         let mut f = full();
         f[2].1 = 101i64.into();
         let e = check(f);
-        assert_eq!(
-            (e.code, e.reason.as_str()),
-            (RefusalCode::OutOfRange, "reps must be at most 100")
-        );
+        assert_eq!((e.code, e.reason.as_str()), (RefusalCode::OutOfRange, "reps must be at most 100"));
         let mut f = full();
         f[2].1 = 5.5.into();
         assert_eq!(check(f).code, RefusalCode::WrongType);
@@ -311,10 +263,7 @@ mod tests {
     #[test]
     fn tombstones_are_not_checked() {
         let s = Schema::workout();
-        s.check_row("sets", &row(&[(DELETED, true.into())]))
-            .unwrap();
-        assert!(s
-            .check_row("sets", &row(&[(DELETED, false.into())]))
-            .is_err());
+        s.check_row("sets", &row(&[(DELETED, true.into())])).unwrap();
+        assert!(s.check_row("sets", &row(&[(DELETED, false.into())])).is_err());
     }
 }

@@ -28,9 +28,7 @@ use crate::engine::{Config, Engine, Step};
 use crate::judge::Remembered;
 use crate::memory_server::MemoryServer;
 use crate::order::newer;
-use crate::protocol::{
-    Fields, Mark, Op, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, Value,
-};
+use crate::protocol::{Fields, Mark, Op, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, Value};
 use crate::schema::Schema;
 use crate::store::{LocalStore, MemoryStore, Meta, Txn};
 
@@ -83,10 +81,7 @@ pub fn workout_edit(rng: &mut Rng, _table: &str, row: Option<&Row>) -> Fields {
     };
     match row {
         None => {
-            f.insert(
-                "exercise".into(),
-                Value::from(exercises[rng.usize(..exercises.len())]),
-            );
+            f.insert("exercise".into(), Value::from(exercises[rng.usize(..exercises.len())]));
             f.insert("weightKg".into(), Value::from(rng.u32(0..400) as f64 / 2.0));
             if rng.u8(..12) != 0 {
                 f.insert("reps".into(), reps(rng));
@@ -169,14 +164,8 @@ enum Req {
 
 #[derive(Debug, Clone)]
 enum Resp {
-    Push {
-        key: String,
-        result: Result<PushResponse, Failure>,
-    },
-    Pull {
-        cursor: u64,
-        page: Result<PullResponse, Failure>,
-    },
+    Push { key: String, result: Result<PushResponse, Failure> },
+    Pull { cursor: u64, page: Result<PullResponse, Failure> },
 }
 
 #[derive(Debug, Clone)]
@@ -239,14 +228,8 @@ impl Sim {
                 let store = MemoryStore::new();
                 let id = format!("dev{i}{}", ["a", "B", "c", "D"][rng.usize(..4)]);
                 let snap = block(store.open(Meta::fresh(id))).ok();
-                let engine =
-                    snap.and_then(|s| Engine::open(s, engine_config(&cfg, rng.u64(..))).ok());
-                Device {
-                    store,
-                    engine,
-                    awaiting: None,
-                    life: 0,
-                }
+                let engine = snap.and_then(|s| Engine::open(s, engine_config(&cfg, rng.u64(..))).ok());
+                Device { store, engine, awaiting: None, life: 0 }
             })
             .collect();
         Sim {
@@ -265,20 +248,14 @@ impl Sim {
     }
 
     fn fail(&self, problem: impl Into<String>) -> SimFailure {
-        SimFailure {
-            seed: self.seed,
-            problem: problem.into(),
-            log: self.log.clone(),
-        }
+        SimFailure { seed: self.seed, problem: problem.into(), log: self.log.clone() }
     }
 
     fn reopen(&mut self, d: usize) -> Result<(), SimFailure> {
         let seed = self.rng.u64(..);
         let dev = &mut self.devices[d];
-        let snap = block(dev.store.open(Meta::fresh("unused".into())))
-            .map_err(|e| self.fail(e.to_string()))?;
-        let engine = Engine::open(snap, engine_config(&self.cfg, seed))
-            .map_err(|e| self.fail(e.to_string()))?;
+        let snap = block(dev.store.open(Meta::fresh("unused".into()))).map_err(|e| self.fail(e.to_string()))?;
+        let engine = Engine::open(snap, engine_config(&self.cfg, seed)).map_err(|e| self.fail(e.to_string()))?;
         let dev = &mut self.devices[d];
         dev.engine = Some(engine);
         dev.awaiting = None;
@@ -330,13 +307,11 @@ impl Sim {
         let Some(engine) = dev.engine.as_mut() else {
             return Ok(());
         };
-        let draft = engine
-            .draft(&table, &row_id, fields)
-            .map_err(|e| SimFailure {
-                seed: self.seed,
-                problem: format!("the edit generator made a bad edit: {e}"),
-                log: self.log.clone(),
-            })?;
+        let draft = engine.draft(&table, &row_id, fields).map_err(|e| SimFailure {
+            seed: self.seed,
+            problem: format!("the edit generator made a bad edit: {e}"),
+            log: self.log.clone(),
+        })?;
         let key = RowKey::new(table.as_str(), row_id.as_str());
         let visible = engine.all_visible().get(&key).cloned().unwrap_or_default();
         let stored = dev.store.tables().meta.ok_or_else(|| SimFailure {
@@ -351,19 +326,11 @@ impl Sim {
             dev.store.fail_next_commits(1);
         }
         if block(dev.store.commit(&txn)).is_err() {
-            self.log
-                .push(format!("dev{d} edit {} failed to commit", op.op_id));
+            self.log.push(format!("dev{d} edit {} failed to commit", op.op_id));
             return Ok(());
         }
-        let seen = op
-            .fields
-            .keys()
-            .filter_map(|k| visible.cells.get(k).map(|c| (k.clone(), c.mark.clone())))
-            .collect();
-        self.log.push(format!(
-            "dev{d} edit {} {}/{} {:?} at {}",
-            op.op_id, op.table, op.row_id, op.fields, op.at
-        ));
+        let seen = op.fields.keys().filter_map(|k| visible.cells.get(k).map(|c| (k.clone(), c.mark.clone()))).collect();
+        self.log.push(format!("dev{d} edit {} {}/{} {:?} at {}", op.op_id, op.table, op.row_id, op.fields, op.at));
         self.recorded.push(RecordedOp { dev: d, op, seen });
         self.stats.ops += 1;
         // A crash between the commit and the engine hearing of it.
@@ -383,25 +350,13 @@ impl Sim {
         match step {
             Step::Push(req) => {
                 dev.awaiting = Some(Awaiting::Push(req.attempt_key.clone()));
-                self.log.push(format!(
-                    "dev{d} push {} ({} ops)",
-                    req.attempt_key,
-                    req.batch.len()
-                ));
-                self.net.push(Msg::ToServer {
-                    dev: d,
-                    life,
-                    req: Req::Push(req),
-                });
+                self.log.push(format!("dev{d} push {} ({} ops)", req.attempt_key, req.batch.len()));
+                self.net.push(Msg::ToServer { dev: d, life, req: Req::Push(req) });
             }
             Step::Pull { cursor, limit } => {
                 dev.awaiting = Some(Awaiting::Pull(cursor));
                 self.log.push(format!("dev{d} pull from {cursor}"));
-                self.net.push(Msg::ToServer {
-                    dev: d,
-                    life,
-                    req: Req::Pull { cursor, limit },
-                });
+                self.net.push(Msg::ToServer { dev: d, life, req: Req::Pull { cursor, limit } });
             }
             Step::Done(_) => {
                 dev.awaiting = None;
@@ -435,19 +390,10 @@ impl Sim {
         match req {
             Req::Push(p) => {
                 self.stats.pushes += 1;
-                let result = self
-                    .server
-                    .push(USER, p)
-                    .map_err(|e| Failure::from_http(e.error.code.http_status(), Some(&e), None));
-                Resp::Push {
-                    key: p.attempt_key.clone(),
-                    result,
-                }
+                let result = self.server.push(USER, p).map_err(|e| Failure::from_http(e.error.code.http_status(), Some(&e), None));
+                Resp::Push { key: p.attempt_key.clone(), result }
             }
-            Req::Pull { cursor, limit } => Resp::Pull {
-                cursor: *cursor,
-                page: Ok(self.server.pull(USER, *cursor, *limit)),
-            },
+            Req::Pull { cursor, limit } => Resp::Pull { cursor: *cursor, page: Ok(self.server.pull(USER, *cursor, *limit)) },
         }
     }
 
@@ -471,22 +417,9 @@ impl Sim {
         }
         let out: Option<(Txn, Step)> = match resp {
             Resp::Push { result: Ok(r), .. } => engine.on_push_response(r, now),
-            Resp::Push {
-                key,
-                result: Err(f),
-            } => engine
-                .on_push_failed(&key, f, now)
-                .map(|s| (Txn::default(), s)),
-            Resp::Pull {
-                cursor,
-                page: Ok(p),
-            } => engine.on_pull_response(cursor, p, now),
-            Resp::Pull {
-                cursor,
-                page: Err(f),
-            } => engine
-                .on_pull_failed(cursor, f, now)
-                .map(|s| (Txn::default(), s)),
+            Resp::Push { key, result: Err(f) } => engine.on_push_failed(&key, f, now).map(|s| (Txn::default(), s)),
+            Resp::Pull { cursor, page: Ok(p) } => engine.on_pull_response(cursor, p, now),
+            Resp::Pull { cursor, page: Err(f) } => engine.on_pull_failed(cursor, f, now).map(|s| (Txn::default(), s)),
         };
         let Some((txn, step)) = out else {
             self.log.push(format!("dev{d} ignored a stale answer"));
@@ -497,9 +430,7 @@ impl Sim {
                 dev.store.fail_next_commits(1);
             }
             if block(dev.store.commit(&txn)).is_err() {
-                self.log.push(format!(
-                    "dev{d} failed to commit an answer: reopen from disk"
-                ));
+                self.log.push(format!("dev{d} failed to commit an answer: reopen from disk"));
                 self.crash(d);
                 return Ok(());
             }
@@ -545,31 +476,21 @@ impl Sim {
                         1 => {
                             self.stats.lost_answers += 1;
                             self.serve(&req);
-                            self.log
-                                .push(format!("server commits, answer to dev{dev} lost"));
+                            self.log.push(format!("server commits, answer to dev{dev} lost"));
                         }
                         2 => {
                             self.stats.duplicated_requests += 1;
                             let a = self.serve(&req);
                             let b = self.serve(&req);
-                            self.log
-                                .push(format!("net duplicates a request of dev{dev}"));
+                            self.log.push(format!("net duplicates a request of dev{dev}"));
                             self.net.push(Msg::ToDevice { dev, life, resp: a });
                             self.net.push(Msg::ToDevice { dev, life, resp: b });
                         }
                         3 if matches!(req, Req::Push(_)) => {
-                            self.log.push(format!(
-                                "server fails dev{dev}'s push with 503 before commit"
-                            ));
-                            let f = Failure::Server {
-                                status: 503,
-                                message: "unavailable".into(),
-                            };
+                            self.log.push(format!("server fails dev{dev}'s push with 503 before commit"));
+                            let f = Failure::Server { status: 503, message: "unavailable".into() };
                             let Req::Push(p) = &req else { return Ok(()) };
-                            let resp = Resp::Push {
-                                key: p.attempt_key.clone(),
-                                result: Err(f),
-                            };
+                            let resp = Resp::Push { key: p.attempt_key.clone(), result: Err(f) };
                             self.net.push(Msg::ToDevice { dev, life, resp });
                         }
                         _ => {
@@ -653,21 +574,15 @@ impl Sim {
         let server_rows = self.server.rows(USER);
         let data = self.server.users.get(USER).cloned().unwrap_or_default();
         for (d, dev) in self.devices.iter().enumerate() {
-            let engine = dev
-                .engine
-                .as_ref()
-                .ok_or_else(|| self.fail(format!("dev{d} is down after heal")))?;
+            let engine = dev.engine.as_ref().ok_or_else(|| self.fail(format!("dev{d} is down after heal")))?;
             if engine.pending_len() != 0 {
-                return Err(self.fail(format!(
-                    "dev{d}: outbox not empty ({} ops)",
-                    engine.pending_len()
-                )));
+                return Err(self.fail(format!("dev{d}: outbox not empty ({} ops)", engine.pending_len())));
             }
             let visible = engine.all_visible();
             if visible != server_rows {
-                return Err(self.fail(format!(
-                    "dev{d}: visible rows differ from the server's\n device: {visible:?}\n server: {server_rows:?}"
-                )));
+                return Err(
+                    self.fail(format!("dev{d}: visible rows differ from the server's\n device: {visible:?}\n server: {server_rows:?}"))
+                );
             }
             let stored = dev.store.tables();
             if stored.base != server_rows {
@@ -679,34 +594,21 @@ impl Sim {
                 return Err(self.fail(format!("op {id} got {n} verdicts or seqs")));
             }
         }
-        let all_marks: Vec<&OpId> = server_rows
-            .values()
-            .flat_map(|r| r.cells.values().map(|c| &c.mark.op_id))
-            .collect();
+        let all_marks: Vec<&OpId> = server_rows.values().flat_map(|r| r.cells.values().map(|c| &c.mark.op_id)).collect();
         for r in &self.recorded {
             let op = &r.op;
             match data.verdicts.get(&op.op_id) {
                 None => return Err(self.fail(format!("op {} was lost: never judged", op.op_id))),
                 Some(Remembered::Applied) => {
-                    let row = server_rows
-                        .get(&op.row_key())
-                        .ok_or_else(|| self.fail(format!("applied {} has no row", op.op_id)))?;
+                    let row = server_rows.get(&op.row_key()).ok_or_else(|| self.fail(format!("applied {} has no row", op.op_id)))?;
                     let mark = op.mark();
                     for (field, value) in &op.fields {
-                        let cell = row.cells.get(field).ok_or_else(|| {
-                            self.fail(format!("applied {} lost field {field}", op.op_id))
-                        })?;
+                        let cell = row.cells.get(field).ok_or_else(|| self.fail(format!("applied {} lost field {field}", op.op_id)))?;
                         if newer(&mark, &cell.mark) {
-                            return Err(self.fail(format!(
-                                "applied {} lost to an older mark on {field}",
-                                op.op_id
-                            )));
+                            return Err(self.fail(format!("applied {} lost to an older mark on {field}", op.op_id)));
                         }
                         if cell.mark == mark && &cell.value != value {
-                            return Err(self.fail(format!(
-                                "{} won {field} but shows another value",
-                                op.op_id
-                            )));
+                            return Err(self.fail(format!("{} won {field} but shows another value", op.op_id)));
                         }
                         if let Some(seen) = r.seen.get(field) {
                             if &cell.mark == seen {
@@ -722,18 +624,9 @@ impl Sim {
                     if all_marks.contains(&&op.op_id) {
                         return Err(self.fail(format!("rejected {} is visible", op.op_id)));
                     }
-                    let engine = self.devices[r.dev]
-                        .engine
-                        .as_ref()
-                        .ok_or_else(|| self.fail("device down"))?;
-                    if !engine
-                        .rejections()
-                        .any(|x| x.op.op_id == op.op_id && &x.reason == reason)
-                    {
-                        return Err(self.fail(format!(
-                            "dev{}: rejected {} has no recorded reason",
-                            r.dev, op.op_id
-                        )));
+                    let engine = self.devices[r.dev].engine.as_ref().ok_or_else(|| self.fail("device down"))?;
+                    if !engine.rejections().any(|x| x.op.op_id == op.op_id && &x.reason == reason) {
+                        return Err(self.fail(format!("dev{}: rejected {} has no recorded reason", r.dev, op.op_id)));
                     }
                 }
             }
@@ -743,12 +636,7 @@ impl Sim {
 }
 
 fn engine_config(cfg: &SimConfig, seed: u64) -> Config {
-    Config {
-        max_batch: cfg.max_batch,
-        pull_limit: cfg.pull_limit,
-        seed,
-        ..Config::default()
-    }
+    Config { max_batch: cfg.max_batch, pull_limit: cfg.pull_limit, seed, ..Config::default() }
 }
 
 /// Runs one seeded schedule and checks every promise. `Err` carries the
@@ -761,18 +649,9 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Result<SimStats, SimFailure> {
     sim.heal()?;
     sim.check()?;
     let mut stats = sim.stats.clone();
-    stats.rejected = sim.server.users.get(USER).map_or(0, |d| {
-        d.verdicts
-            .values()
-            .filter(|v| matches!(v, Remembered::Rejected { .. }))
-            .count()
-    });
-    stats.stale_ignored = sim
-        .devices
-        .iter()
-        .filter_map(|d| d.engine.as_ref())
-        .map(|e| e.metrics().stale_acks_ignored)
-        .sum();
+    stats.rejected =
+        sim.server.users.get(USER).map_or(0, |d| d.verdicts.values().filter(|v| matches!(v, Remembered::Rejected { .. })).count());
+    stats.stale_ignored = sim.devices.iter().filter_map(|d| d.engine.as_ref()).map(|e| e.metrics().stale_acks_ignored).sum();
     Ok(stats)
 }
 

@@ -18,11 +18,7 @@ pub fn field_ops(n: usize, rows: usize) -> (Vec<Op>, Vec<usize>) {
             x ^= x >> 7;
             x ^= x << 17;
             let field = FIELDS[(x % 3) as usize];
-            let value = if field == "exercise" {
-                Value::from("squat")
-            } else {
-                Value::from(((x >> 8) % 100 + 1) as i64)
-            };
+            let value = if field == "exercise" { Value::from("squat") } else { Value::from(((x >> 8) % 100 + 1) as i64) };
             let mut fields = Fields::new();
             fields.insert(field.to_owned(), value);
             let row = (x >> 20) as usize % rows;
@@ -56,14 +52,7 @@ pub fn set_op(device: &str, n: usize, row: usize, at: u64) -> Op {
     fields.insert("exercise".into(), Value::from("squat"));
     fields.insert("weightKg".into(), Value::from(80.0));
     fields.insert("reps".into(), Value::from((n % 100 + 1) as i64));
-    Op {
-        op_id: OpId::new(format!("{device}:{n}")),
-        table: "sets".into(),
-        row_id: format!("{device}-{row}"),
-        fields,
-        at,
-        schema: 1,
-    }
+    Op { op_id: OpId::new(format!("{device}:{n}")), table: "sets".into(), row_id: format!("{device}-{row}"), fields, at, schema: 1 }
 }
 
 /// `n` server-known rows of the workout table.
@@ -71,21 +60,8 @@ pub fn base_rows(n: usize) -> Vec<(RowKey, Row)> {
     (0..n)
         .map(|i| {
             let mut r = Row::default();
-            for (k, v) in [
-                ("exercise", Value::from("squat")),
-                ("weightKg", 80.0.into()),
-                ("reps", 5i64.into()),
-            ] {
-                r.cells.insert(
-                    k.into(),
-                    Cell {
-                        value: v,
-                        mark: Mark {
-                            at: i as u64,
-                            op_id: OpId::new(format!("srv:{i}")),
-                        },
-                    },
-                );
+            for (k, v) in [("exercise", Value::from("squat")), ("weightKg", 80.0.into()), ("reps", 5i64.into())] {
+                r.cells.insert(k.into(), Cell { value: v, mark: Mark { at: i as u64, op_id: OpId::new(format!("srv:{i}")) } });
             }
             (RowKey::new("sets", format!("r{i}")), r)
         })

@@ -12,11 +12,7 @@ fn now_ms() -> f64 {
     js_sys::Reflect::get(&js_sys::global(), &"performance".into())
         .ok()
         .and_then(|p| js_sys::Reflect::get(&p, &"now".into()).ok().map(|f| (p, f)))
-        .and_then(|(p, f)| {
-            f.dyn_into::<js_sys::Function>()
-                .ok()
-                .and_then(|f| f.call0(&p).ok())
-        })
+        .and_then(|(p, f)| f.dyn_into::<js_sys::Function>().ok().and_then(|f| f.call0(&p).ok()))
         .and_then(|v| v.as_f64())
         .unwrap_or_else(js_sys::Date::now)
 }
@@ -35,35 +31,20 @@ pub fn bench_merge(n: usize, rows: usize) -> f64 {
 /// Fills database `name` with `rows` base rows and `pending` pending ops, in one transaction.
 #[wasm_bindgen(js_name = "__seedDatabase")]
 pub async fn seed_database(name: String, rows: usize, pending: usize) -> Result<(), JsValue> {
-    let store = IdbStore::connect(&name)
-        .await
-        .map_err(|e| JsValue::from_str(&e.to_string()))?;
-    let snap = store
-        .open(Meta::fresh("bench-device".into()))
-        .await
-        .map_err(|e| JsValue::from_str(&e.to_string()))?;
-    let mut meta = snap
-        .meta
-        .unwrap_or_else(|| Meta::fresh("bench-device".into()));
+    let store = IdbStore::connect(&name).await.map_err(|e| JsValue::from_str(&e.to_string()))?;
+    let snap = store.open(Meta::fresh("bench-device".into())).await.map_err(|e| JsValue::from_str(&e.to_string()))?;
+    let mut meta = snap.meta.unwrap_or_else(|| Meta::fresh("bench-device".into()));
     meta.counter = pending as u64 + 1;
     meta.clock.last_at = 1_000_000 + pending as u64;
     let txn = Txn {
         meta: Some(meta),
         put_base: base_rows(rows),
-        put_pending: (0..pending)
-            .map(|i| set_op("bench-device", i + 1, i, 1_000_000 + i as u64))
-            .collect(),
+        put_pending: (0..pending).map(|i| set_op("bench-device", i + 1, i, 1_000_000 + i as u64)).collect(),
         ..Txn::default()
     };
-    store
-        .commit(&txn)
-        .await
-        .map_err(|e| JsValue::from_str(&e.to_string()))?;
+    store.commit(&txn).await.map_err(|e| JsValue::from_str(&e.to_string()))?;
     // As a long-lived database would be: base rows compacted into chunks.
-    store
-        .compact()
-        .await
-        .map_err(|e| JsValue::from_str(&e.to_string()))?;
+    store.compact().await.map_err(|e| JsValue::from_str(&e.to_string()))?;
     store.close();
     Ok(())
 }
@@ -86,13 +67,7 @@ impl BenchDoc {
     /// A device named `device` with no rows.
     #[wasm_bindgen(constructor)]
     pub fn new(device: String) -> BenchDoc {
-        BenchDoc {
-            device,
-            counter: 0,
-            clock: crate::clock::Clock::default(),
-            rows: Default::default(),
-            log: Vec::new(),
-        }
+        BenchDoc { device, counter: 0, clock: crate::clock::Clock::default(), rows: Default::default(), log: Vec::new() }
     }
 
     /// Records one op `row_id.field = value` (table `t`), merges it, logs it.
@@ -116,25 +91,18 @@ impl BenchDoc {
     /// The logged ops as a push body (JSON).
     #[wasm_bindgen(js_name = "exportOps")]
     pub fn export_ops(&self) -> Result<Vec<u8>, JsValue> {
-        let body = crate::protocol::PushRequest {
-            attempt_key: "bench".into(),
-            batch: self.log.clone(),
-        };
+        let body = crate::protocol::PushRequest { attempt_key: "bench".into(), batch: self.log.clone() };
         serde_json::to_vec(&body).map_err(|e| JsValue::from_str(&e.to_string()))
     }
 
     /// Decodes a push body and merges every op; returns how many fields moved.
     #[wasm_bindgen(js_name = "importOps")]
     pub fn import_ops(&mut self, bytes: &[u8]) -> Result<u32, JsValue> {
-        let body: crate::protocol::PushRequest =
-            serde_json::from_slice(bytes).map_err(|e| JsValue::from_str(&e.to_string()))?;
+        let body: crate::protocol::PushRequest = serde_json::from_slice(bytes).map_err(|e| JsValue::from_str(&e.to_string()))?;
         let mut moved = 0;
         for op in &body.batch {
             self.clock.observe(op.at);
-            moved += u32::from(crate::order::merge(
-                self.rows.entry(op.row_id.clone()).or_default(),
-                op,
-            ));
+            moved += u32::from(crate::order::merge(self.rows.entry(op.row_id.clone()).or_default(), op));
         }
         Ok(moved)
     }
@@ -142,11 +110,8 @@ impl BenchDoc {
     /// The rows with marks, as the client's snapshot chunks (one JSON array).
     #[wasm_bindgen(js_name = "exportState")]
     pub fn export_state(&self) -> Result<Vec<u8>, JsValue> {
-        let mut rows: Vec<(crate::protocol::RowKey, crate::protocol::Row)> = self
-            .rows
-            .iter()
-            .map(|(id, r)| (crate::protocol::RowKey::new("t", id.as_str()), r.clone()))
-            .collect();
+        let mut rows: Vec<(crate::protocol::RowKey, crate::protocol::Row)> =
+            self.rows.iter().map(|(id, r)| (crate::protocol::RowKey::new("t", id.as_str()), r.clone())).collect();
         rows.sort_by(|a, b| a.0.cmp(&b.0));
         let mut out = Vec::new();
         out.push(b'[');
@@ -154,11 +119,7 @@ impl BenchDoc {
             if i > 0 {
                 out.push(b',');
             }
-            out.extend_from_slice(
-                super::idb_chunks::encode_row(k, r)
-                    .map_err(|e| JsValue::from_str(&e.to_string()))?
-                    .as_bytes(),
-            );
+            out.extend_from_slice(super::idb_chunks::encode_row(k, r).map_err(|e| JsValue::from_str(&e.to_string()))?.as_bytes());
         }
         out.push(b']');
         Ok(out)
@@ -167,8 +128,7 @@ impl BenchDoc {
     /// Decodes a snapshot and merges its rows; returns how many fields moved.
     #[wasm_bindgen(js_name = "importState")]
     pub fn import_state(&mut self, bytes: &[u8]) -> Result<u32, JsValue> {
-        let rows = super::idb_chunks::decode_chunk(bytes)
-            .map_err(|e| JsValue::from_str(&e.to_string()))?;
+        let rows = super::idb_chunks::decode_chunk(bytes).map_err(|e| JsValue::from_str(&e.to_string()))?;
         let mut moved = 0;
         for (k, r) in rows {
             for c in r.cells.values() {

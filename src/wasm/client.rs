@@ -108,8 +108,7 @@ pub fn entropy() -> u64 {
     if fill_random(&mut b) {
         return u64::from_le_bytes(b);
     }
-    ((js_sys::Math::random() * 4294967296.0) as u64) << 32
-        | (js_sys::Math::random() * 4294967296.0) as u64
+    ((js_sys::Math::random() * 4294967296.0) as u64) << 32 | (js_sys::Math::random() * 4294967296.0) as u64
 }
 
 fn fill_random(buf: &mut [u8]) -> bool {
@@ -184,12 +183,7 @@ pub struct Client<T: Transport> {
 
 impl<T: Transport + 'static> Client<T> {
     /// Opens (or creates) the local database `name` and loads it.
-    pub async fn open(
-        name: &str,
-        transport: T,
-        mut config: Config,
-        auto_sync: bool,
-    ) -> Result<Rc<Self>, ClientError> {
+    pub async fn open(name: &str, transport: T, mut config: Config, auto_sync: bool) -> Result<Rc<Self>, ClientError> {
         let store = IdbStore::connect(name).await?;
         let mut random = [0u8; 16];
         if !fill_random(&mut random) {
@@ -225,17 +219,16 @@ impl<T: Transport + 'static> Client<T> {
     fn listen_to_other_contexts(self: &Rc<Self>) {
         let Some(ch) = &self.channel else { return };
         let weak: Weak<Self> = Rc::downgrade(self);
-        let cb =
-            Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
-                let Some(me) = weak.upgrade() else { return };
-                let Some(text) = ev.data().as_string() else {
-                    return;
-                };
-                if let Ok(txn) = serde_json::from_str::<Txn>(&text) {
-                    me.engine.borrow_mut().absorb(&txn);
-                    me.changed(false, None);
-                }
-            });
+        let cb = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
+            let Some(me) = weak.upgrade() else { return };
+            let Some(text) = ev.data().as_string() else {
+                return;
+            };
+            if let Ok(txn) = serde_json::from_str::<Txn>(&text) {
+                me.engine.borrow_mut().absorb(&txn);
+                me.changed(false, None);
+            }
+        });
         ch.set_onmessage(Some(cb.as_ref().unchecked_ref()));
         *self._on_message.borrow_mut() = Some(cb);
     }
@@ -250,12 +243,7 @@ impl<T: Transport + 'static> Client<T> {
                 }
             }
         }
-        let ls: Vec<Listener> = self
-            .listeners
-            .borrow()
-            .iter()
-            .map(|(_, l)| l.clone())
-            .collect();
+        let ls: Vec<Listener> = self.listeners.borrow().iter().map(|(_, l)| l.clone()).collect();
         for l in ls {
             l();
         }
@@ -303,12 +291,7 @@ impl<T: Transport + 'static> Client<T> {
     }
 
     /// Records `table/row_id: fields`; resolves once the op is in IndexedDB.
-    pub async fn change(
-        self: &Rc<Self>,
-        table: &str,
-        row_id: &str,
-        fields: Fields,
-    ) -> Result<OpId, ClientError> {
+    pub async fn change(self: &Rc<Self>, table: &str, row_id: &str, fields: Fields) -> Result<OpId, ClientError> {
         self.check_open()?;
         let draft = self.engine.borrow().draft(table, row_id, fields)?;
         self.record_one(draft).await
@@ -317,21 +300,14 @@ impl<T: Transport + 'static> Client<T> {
     /// Records many edits `(table, row_id, fields)` in one IndexedDB
     /// transaction: all or none. Every edit is checked before anything is
     /// written; resolves with the opIds, in order.
-    pub async fn change_many(
-        self: &Rc<Self>,
-        edits: Vec<(String, String, Fields)>,
-    ) -> Result<Vec<OpId>, ClientError> {
+    pub async fn change_many(self: &Rc<Self>, edits: Vec<(String, String, Fields)>) -> Result<Vec<OpId>, ClientError> {
         self.check_open()?;
         let drafts = {
             let engine = self.engine.borrow();
             edits
                 .into_iter()
                 .enumerate()
-                .map(|(i, (t, r, f))| {
-                    engine
-                        .draft(&t, &r, f)
-                        .map_err(|e| ClientError::BadInput(format!("edits[{i}]: {e}")))
-                })
+                .map(|(i, (t, r, f))| engine.draft(&t, &r, f).map_err(|e| ClientError::BadInput(format!("edits[{i}]: {e}"))))
                 .collect::<Result<Vec<_>, _>>()?
         };
         if drafts.is_empty() {
@@ -341,12 +317,7 @@ impl<T: Transport + 'static> Client<T> {
     }
 
     /// Marks a row deleted (`true`) or restores it (`false`).
-    pub async fn set_deleted(
-        self: &Rc<Self>,
-        table: &str,
-        row_id: &str,
-        deleted: bool,
-    ) -> Result<OpId, ClientError> {
+    pub async fn set_deleted(self: &Rc<Self>, table: &str, row_id: &str, deleted: bool) -> Result<OpId, ClientError> {
         self.check_open()?;
         let draft = self.engine.borrow().draft_deleted(table, row_id, deleted)?;
         self.record_one(draft).await
@@ -354,20 +325,13 @@ impl<T: Transport + 'static> Client<T> {
 
     async fn record_one(self: &Rc<Self>, draft: crate::engine::Draft) -> Result<OpId, ClientError> {
         let mut ids = self.record(vec![draft]).await?;
-        ids.pop()
-            .ok_or_else(|| ClientError::StorageFailed("no op recorded".into()))
+        ids.pop().ok_or_else(|| ClientError::StorageFailed("no op recorded".into()))
     }
 
-    async fn record(
-        self: &Rc<Self>,
-        drafts: Vec<crate::engine::Draft>,
-    ) -> Result<Vec<OpId>, ClientError> {
+    async fn record(self: &Rc<Self>, drafts: Vec<crate::engine::Draft>) -> Result<Vec<OpId>, ClientError> {
         let ops = self.store.record(&self.engine, drafts, now()).await?;
         let ids = ops.iter().map(|op| op.op_id.clone()).collect();
-        let txn = Txn {
-            put_pending: ops,
-            ..Txn::default()
-        };
+        let txn = Txn { put_pending: ops, ..Txn::default() };
         self.changed(true, Some(&txn));
         if self.auto_sync {
             self.schedule_sync(0);
@@ -414,10 +378,7 @@ impl<T: Transport + 'static> Client<T> {
             Err(e) => {
                 let reopened = self.store.open(Meta::fresh(String::new())).await;
                 match reopened.map_err(ClientError::from).and_then(|s| {
-                    let config = Config {
-                        seed: entropy(),
-                        ..self.config.clone()
-                    };
+                    let config = Config { seed: entropy(), ..self.config.clone() };
                     Engine::open(s, config).map_err(ClientError::from)
                 }) {
                     Ok(engine) => {
@@ -426,10 +387,7 @@ impl<T: Transport + 'static> Client<T> {
                         Err(e.into())
                     }
                     Err(e2) => {
-                        self.engine.borrow_mut().require_recovery(Recovery {
-                            code: "storage".into(),
-                            message: e2.to_string(),
-                        });
+                        self.engine.borrow_mut().require_recovery(Recovery { code: "storage".into(), message: e2.to_string() });
                         self.changed(false, None);
                         Err(e2)
                     }
@@ -446,16 +404,8 @@ impl<T: Transport + 'static> Client<T> {
             // Nothing is sent, so nothing is in doubt: rows stay `pending`. The
             // `online` event (page) or Background Sync (worker) starts the next cycle.
             register_background_sync(&format!("marksync:{}", self.name));
-            let report = SyncReport {
-                cursor: self.engine.borrow().cursor(),
-                ..SyncReport::default()
-            };
-            return Ok(SyncOutcome {
-                report,
-                ok: false,
-                retry_at: None,
-                error: Some("offline".into()),
-            });
+            let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
+            return Ok(SyncOutcome { report, ok: false, retry_at: None, error: Some("offline".into()) });
         }
         while self.syncing.get() {
             gloo_timers::future::TimeoutFuture::new(10).await;
@@ -470,8 +420,7 @@ impl<T: Transport + 'static> Client<T> {
     /// One cycle at a time per database across tabs and workers: the cycle runs
     /// under the Web Lock `marksync:<name>` (where Web Locks exist).
     async fn cycle_under_lock(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
-        let out: Rc<RefCell<Option<Result<SyncOutcome, ClientError>>>> =
-            Rc::new(RefCell::new(None));
+        let out: Rc<RefCell<Option<Result<SyncOutcome, ClientError>>>> = Rc::new(RefCell::new(None));
         let (me, slot) = (self.clone(), out.clone());
         let f = Closure::<dyn FnMut() -> js_sys::Promise>::new(move || {
             let (me, slot) = (me.clone(), slot.clone());
@@ -487,10 +436,7 @@ impl<T: Transport + 'static> Client<T> {
         let r = out.borrow_mut().take();
         match (r, waited) {
             (Some(r), _) => r,
-            (None, Err(e)) => Err(ClientError::StorageFailed(format!(
-                "sync lock failed: {}",
-                super::transport::js_text(&e)
-            ))),
+            (None, Err(e)) => Err(ClientError::StorageFailed(format!("sync lock failed: {}", super::transport::js_text(&e)))),
             (None, Ok(_)) => Err(ClientError::Closed),
         }
     }
@@ -526,9 +472,7 @@ impl<T: Transport + 'static> Client<T> {
                             let out = self.engine.borrow_mut().on_push_response(resp, now());
                             self.take(out).await?
                         }
-                        Err(Failure::Unauthorized(_))
-                            if !refreshed && self.transport.refresh_auth().await =>
-                        {
+                        Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
                             refreshed = true;
                             let next = self.engine.borrow_mut().abandon_attempt(&key);
                             next
@@ -541,15 +485,10 @@ impl<T: Transport + 'static> Client<T> {
                 }
                 Step::Pull { cursor, limit } => match self.transport.pull(cursor, limit).await {
                     Ok(page) => {
-                        let out = self
-                            .engine
-                            .borrow_mut()
-                            .on_pull_response(cursor, page, now());
+                        let out = self.engine.borrow_mut().on_pull_response(cursor, page, now());
                         self.take(out).await?
                     }
-                    Err(Failure::Unauthorized(_))
-                        if !refreshed && self.transport.refresh_auth().await =>
-                    {
+                    Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
                         refreshed = true;
                         self.or_restart(None)
                     }
@@ -560,12 +499,7 @@ impl<T: Transport + 'static> Client<T> {
                 },
                 Step::Done(report) => {
                     self.changed(false, None);
-                    return Ok(SyncOutcome {
-                        report,
-                        ok: true,
-                        retry_at: None,
-                        error: None,
-                    });
+                    return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
                 }
                 Step::Wait { until, report } => {
                     self.changed(false, None);
@@ -574,19 +508,11 @@ impl<T: Transport + 'static> Client<T> {
                     }
                     // Let the Service Worker push when the network is back, even if this page is gone.
                     register_background_sync(&format!("marksync:{}", self.name));
-                    return Ok(SyncOutcome {
-                        report,
-                        ok: false,
-                        retry_at: Some(until),
-                        error: Some("retrying".into()),
-                    });
+                    return Ok(SyncOutcome { report, ok: false, retry_at: Some(until), error: Some("retrying".into()) });
                 }
                 Step::Blocked(r) => {
                     self.changed(false, None);
-                    return Err(ClientError::RecoveryRequired {
-                        code: r.code,
-                        message: r.message,
-                    });
+                    return Err(ClientError::RecoveryRequired { code: r.code, message: r.message });
                 }
             };
         }

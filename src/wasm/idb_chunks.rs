@@ -52,10 +52,7 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
 pub fn encode_row(key: &RowKey, row: &Row) -> Result<String, StoreError> {
     let mut groups: Vec<GroupOut<'_>> = Vec::new();
     for (f, c) in &row.cells {
-        match groups
-            .iter_mut()
-            .find(|g| g.0 == c.mark.at && *g.1 == c.mark.op_id)
-        {
+        match groups.iter_mut().find(|g| g.0 == c.mark.at && *g.1 == c.mark.op_id) {
             Some(g) => g.2.push((f, &c.value)),
             None => groups.push(GroupOut(c.mark.at, &c.mark.op_id, vec![(f, &c.value)])),
         }
@@ -72,16 +69,7 @@ pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
         for GroupIn(at, op_id, fields) in groups {
             let op_id = OpId::new(op_id.as_ref());
             for (f, value) in fields {
-                cells.insert(
-                    f,
-                    Cell {
-                        value,
-                        mark: Mark {
-                            at,
-                            op_id: op_id.clone(),
-                        },
-                    },
-                );
+                cells.insert(f, Cell { value, mark: Mark { at, op_id: op_id.clone() } });
             }
         }
         out.push((RowKey { table, row_id }, Row { cells }));
@@ -95,18 +83,7 @@ pub fn decode_chunk_v1(text: &str) -> Result<Vec<(RowKey, Row)>, StoreError> {
     Ok(rows
         .into_iter()
         .map(|RowV1(table, row_id, cells)| {
-            let cells = cells
-                .into_iter()
-                .map(|CellV1(f, value, at, op_id)| {
-                    (
-                        f,
-                        Cell {
-                            value,
-                            mark: Mark { at, op_id },
-                        },
-                    )
-                })
-                .collect();
+            let cells = cells.into_iter().map(|CellV1(f, value, at, op_id)| (f, Cell { value, mark: Mark { at, op_id } })).collect();
             (RowKey { table, row_id }, Row { cells })
         })
         .collect())
@@ -124,25 +101,15 @@ pub struct ChunkOut {
 /// Encodes sorted rows as one chunk, or as several when they exceed the
 /// limits. Returns no chunk for no rows.
 pub fn encode_chunks(rows: &[(RowKey, Row)]) -> Result<Vec<ChunkOut>, StoreError> {
-    let encoded = rows
-        .iter()
-        .map(|(k, r)| encode_row(k, r))
-        .collect::<Result<Vec<_>, _>>()?;
+    let encoded = rows.iter().map(|(k, r)| encode_row(k, r)).collect::<Result<Vec<_>, _>>()?;
     let total: usize = encoded.iter().map(|s| s.len() + 1).sum();
-    let (max_rows, max_bytes) = if rows.len() <= MAX_ROWS && total <= MAX_BYTES {
-        (MAX_ROWS, MAX_BYTES)
-    } else {
-        (FILL_ROWS, FILL_BYTES)
-    };
+    let (max_rows, max_bytes) = if rows.len() <= MAX_ROWS && total <= MAX_BYTES { (MAX_ROWS, MAX_BYTES) } else { (FILL_ROWS, FILL_BYTES) };
     let mut out = Vec::new();
     let mut start = 0;
     while start < rows.len() {
         let mut end = start;
         let mut bytes = 2;
-        while end < rows.len()
-            && (end == start
-                || (end - start < max_rows && bytes + encoded[end].len() + 1 <= max_bytes))
-        {
+        while end < rows.len() && (end == start || (end - start < max_rows && bytes + encoded[end].len() + 1 <= max_bytes)) {
             bytes += encoded[end].len() + 1;
             end += 1;
         }
@@ -150,10 +117,7 @@ pub fn encode_chunks(rows: &[(RowKey, Row)]) -> Result<Vec<ChunkOut>, StoreError
         text.push('[');
         text.push_str(&encoded[start..end].join(","));
         text.push(']');
-        out.push(ChunkOut {
-            first: rows[start].0.clone(),
-            text,
-        });
+        out.push(ChunkOut { first: rows[start].0.clone(), text });
         start = end;
     }
     Ok(out)
@@ -170,10 +134,7 @@ pub fn chunk_of(firsts: &[RowKey], key: &RowKey) -> Option<usize> {
 }
 
 /// Folds `deltas` (latest wins) into the rows of one chunk; returns all rows sorted.
-pub fn fold(
-    chunk: Vec<(RowKey, Row)>,
-    deltas: impl IntoIterator<Item = (RowKey, Row)>,
-) -> Vec<(RowKey, Row)> {
+pub fn fold(chunk: Vec<(RowKey, Row)>, deltas: impl IntoIterator<Item = (RowKey, Row)>) -> Vec<(RowKey, Row)> {
     let mut rows: BTreeMap<RowKey, Row> = chunk.into_iter().collect();
     rows.extend(deltas);
     rows.into_iter().collect()
@@ -185,10 +146,7 @@ pub fn overlay(chunks: Vec<(RowKey, Row)>, deltas: Vec<(RowKey, Row)>) -> Vec<(R
         return chunks;
     }
     let newer: BTreeMap<RowKey, Row> = deltas.into_iter().collect();
-    let mut base: Vec<(RowKey, Row)> = chunks
-        .into_iter()
-        .filter(|(k, _)| !newer.contains_key(k))
-        .collect();
+    let mut base: Vec<(RowKey, Row)> = chunks.into_iter().filter(|(k, _)| !newer.contains_key(k)).collect();
     base.extend(newer);
     base
 }

@@ -21,10 +21,7 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use idb::{
-    Database, DatabaseEvent, Event, Factory, ObjectStoreParams, Query, Request, TransactionMode,
-    TransactionResult,
-};
+use idb::{Database, DatabaseEvent, Event, Factory, ObjectStoreParams, Query, Request, TransactionMode, TransactionResult};
 use js_sys::{Array, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 
@@ -66,15 +63,11 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Result<JsValue, StoreError> {
-    serde_json::to_string(v)
-        .map(|s| JsValue::from_str(&s))
-        .map_err(corrupt)
+    serde_json::to_string(v).map(|s| JsValue::from_str(&s)).map_err(corrupt)
 }
 
 fn parse<T: serde::de::DeserializeOwned>(v: &JsValue) -> Result<T, StoreError> {
-    let s = v
-        .as_string()
-        .ok_or_else(|| corrupt("a record is not a string"))?;
+    let s = v.as_string().ok_or_else(|| corrupt("a record is not a string"))?;
     serde_json::from_str(&s).map_err(corrupt)
 }
 
@@ -105,9 +98,7 @@ fn key_of(v: &JsValue) -> Result<RowKey, StoreError> {
 /// many deltas were folded. Only the chunks that receive a delta are read
 /// and rewritten (split when they grow past the limits).
 async fn compact_db(db: &Database) -> Result<usize, StoreError> {
-    let tx = db
-        .transaction(&[CHUNKS, DELTA], TransactionMode::ReadWrite)
-        .map_err(failed)?;
+    let tx = db.transaction(&[CHUNKS, DELTA], TransactionMode::ReadWrite).map_err(failed)?;
     let chunks = tx.object_store(CHUNKS).map_err(failed)?;
     let delta = tx.object_store(DELTA).map_err(failed)?;
     let deltas_req = delta.get_all(None, None).map_err(failed)?;
@@ -121,19 +112,12 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
         let mut groups: BTreeMap<Option<usize>, Vec<(RowKey, Row)>> = BTreeMap::new();
         for v in &deltas_v {
             let (k, r) = parse::<(RowKey, Row)>(v)?;
-            groups
-                .entry(chunk_of(&firsts, &k))
-                .or_default()
-                .push((k, r));
+            groups.entry(chunk_of(&firsts, &k)).or_default().push((k, r));
         }
         let mut reads = Vec::with_capacity(groups.len());
         for (at, rows) in groups {
             let req = match at {
-                Some(i) => Some(
-                    chunks
-                        .get(Query::Key(row_key(&firsts[i])))
-                        .map_err(failed)?,
-                ),
+                Some(i) => Some(chunks.get(Query::Key(row_key(&firsts[i]))).map_err(failed)?),
                 None => None,
             };
             reads.push((at, req, rows));
@@ -148,17 +132,10 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
             };
             let pieces = encode_chunks(&fold(old, rows))?;
             if let Some(i) = at {
-                chunks
-                    .delete(Query::Key(row_key(&firsts[i])))
-                    .map_err(failed)?;
+                chunks.delete(Query::Key(row_key(&firsts[i]))).map_err(failed)?;
             }
             for c in pieces {
-                chunks
-                    .put(
-                        &Uint8Array::from(c.text.as_bytes()).into(),
-                        Some(&row_key(&c.first)),
-                    )
-                    .map_err(failed)?;
+                chunks.put(&Uint8Array::from(c.text.as_bytes()).into(), Some(&row_key(&c.first))).map_err(failed)?;
             }
         }
         delta.clear().map_err(failed)?;
@@ -173,9 +150,7 @@ impl IdbStore {
     /// Opens (creating if needed) the database `name`.
     pub async fn connect(name: &str) -> Result<IdbStore, StoreError> {
         let factory = Factory::new().map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let mut req = factory
-            .open(name, Some(VERSION))
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let mut req = factory.open(name, Some(VERSION)).map_err(|e| StoreError::Unavailable(e.to_string()))?;
         req.on_upgrade_needed(|event| {
             let Ok(db) = event.database() else { return };
             let has = |s: &str| db.store_names().iter().any(|n| n == s);
@@ -193,24 +168,14 @@ impl IdbStore {
                 }
             }
         });
-        let db = req
-            .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let db = req.await.map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let names = db.store_names();
-        if names.iter().any(|n| n == LEGACY_BASE)
-            || !ALL.iter().all(|s| names.iter().any(|n| n == s))
-        {
+        if names.iter().any(|n| n == LEGACY_BASE) || !ALL.iter().all(|s| names.iter().any(|n| n == s)) {
             db.close();
-            return Err(StoreError::Unavailable(format!(
-                "database {name} did not upgrade to layout {VERSION}"
-            )));
+            return Err(StoreError::Unavailable(format!("database {name} did not upgrade to layout {VERSION}")));
         }
-        let store = IdbStore {
-            db: Rc::new(db),
-            name: name.to_owned(),
-            deltas: Rc::new(Cell::new(0)),
-            compacting: Rc::new(Cell::new(false)),
-        };
+        let store =
+            IdbStore { db: Rc::new(db), name: name.to_owned(), deltas: Rc::new(Cell::new(0)), compacting: Rc::new(Cell::new(false)) };
         Ok(store)
     }
 
@@ -241,20 +206,9 @@ impl IdbStore {
 
     /// How many base chunks and base deltas are stored (tests, diagnostics).
     pub async fn layout(&self) -> Result<(u32, u32), StoreError> {
-        let tx = self
-            .db
-            .transaction(&[CHUNKS, DELTA], TransactionMode::ReadOnly)
-            .map_err(failed)?;
-        let chunks = tx
-            .object_store(CHUNKS)
-            .map_err(failed)?
-            .count(None)
-            .map_err(failed)?;
-        let deltas = tx
-            .object_store(DELTA)
-            .map_err(failed)?
-            .count(None)
-            .map_err(failed)?;
+        let tx = self.db.transaction(&[CHUNKS, DELTA], TransactionMode::ReadOnly).map_err(failed)?;
+        let chunks = tx.object_store(CHUNKS).map_err(failed)?.count(None).map_err(failed)?;
+        let deltas = tx.object_store(DELTA).map_err(failed)?.count(None).map_err(failed)?;
         let counts = (chunks.await.map_err(failed)?, deltas.await.map_err(failed)?);
         tx.await.map_err(failed)?;
         Ok(counts)
@@ -272,11 +226,7 @@ impl IdbStore {
             return;
         }
         self.compacting.set(true);
-        let (db, deltas, compacting) = (
-            self.db.clone(),
-            self.deltas.clone(),
-            self.compacting.clone(),
-        );
+        let (db, deltas, compacting) = (self.db.clone(), self.deltas.clone(), self.compacting.clone());
         wasm_bindgen_futures::spawn_local(async move {
             if let Ok(n) = compact_db(&db).await {
                 deltas.set(deltas.get().saturating_sub(n));
@@ -286,31 +236,17 @@ impl IdbStore {
     }
 
     async fn read_meta(store: &idb::ObjectStore) -> Result<Option<Meta>, StoreError> {
-        let v = store
-            .get(Query::Key(JsValue::from_str(META)))
-            .map_err(failed)?
-            .await
-            .map_err(failed)?;
+        let v = store.get(Query::Key(JsValue::from_str(META))).map_err(failed)?.await.map_err(failed)?;
         v.map(|v| parse::<Meta>(&v)).transpose()
     }
 
     /// Records ops: reads the stored meta, lets the engine plan the ops
     /// (numbers, `at`s), writes ops and meta — all in one transaction. The
     /// engine learns of the ops only once the transaction committed.
-    pub async fn record(
-        &self,
-        engine: &std::cell::RefCell<Engine>,
-        drafts: Vec<Draft>,
-        now: u64,
-    ) -> Result<Vec<Op>, StoreError> {
-        let tx = self
-            .db
-            .transaction(&[META, PENDING], TransactionMode::ReadWrite)
-            .map_err(failed)?;
+    pub async fn record(&self, engine: &std::cell::RefCell<Engine>, drafts: Vec<Draft>, now: u64) -> Result<Vec<Op>, StoreError> {
+        let tx = self.db.transaction(&[META, PENDING], TransactionMode::ReadWrite).map_err(failed)?;
         let meta_store = tx.object_store(META).map_err(failed)?;
-        let stored = Self::read_meta(&meta_store)
-            .await?
-            .ok_or_else(|| corrupt("no meta record"))?;
+        let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
         let (txn, rec): (Txn, Recorded) = engine.borrow_mut().plan_records(drafts, &stored, now);
         Self::write(&tx, &txn)?;
         match tx.await.map_err(failed)? {
@@ -325,14 +261,9 @@ impl IdbStore {
 
     /// Reserves a block of numbers for `newRowId` in its own transaction.
     pub async fn reserve(&self, engine: &std::cell::RefCell<Engine>) -> Result<(), StoreError> {
-        let tx = self
-            .db
-            .transaction(&[META], TransactionMode::ReadWrite)
-            .map_err(failed)?;
+        let tx = self.db.transaction(&[META], TransactionMode::ReadWrite).map_err(failed)?;
         let meta_store = tx.object_store(META).map_err(failed)?;
-        let stored = Self::read_meta(&meta_store)
-            .await?
-            .ok_or_else(|| corrupt("no meta record"))?;
+        let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
         let (txn, block): (Txn, IdBlock) = engine.borrow().plan_reserve(&stored);
         Self::write(&tx, &txn)?;
         match tx.await.map_err(failed)? {
@@ -354,9 +285,7 @@ impl IdbStore {
             tx.object_store(n).map_err(failed)
         };
         if let Some(m) = &txn.meta {
-            store(META)?
-                .put(&json(m)?, Some(&JsValue::from_str(META)))
-                .map_err(failed)?;
+            store(META)?.put(&json(m)?, Some(&JsValue::from_str(META))).map_err(failed)?;
         }
         if !txn.put_base.is_empty() {
             let s = store(DELTA)?;
@@ -367,23 +296,19 @@ impl IdbStore {
         if !txn.delete_pending.is_empty() || !txn.put_pending.is_empty() {
             let s = store(PENDING)?;
             for at in &txn.delete_pending {
-                s.delete(Query::Key(JsValue::from_f64(*at as f64)))
-                    .map_err(failed)?;
+                s.delete(Query::Key(JsValue::from_f64(*at as f64))).map_err(failed)?;
             }
             for op in &txn.put_pending {
-                s.put(&json(op)?, Some(&JsValue::from_f64(op.at as f64)))
-                    .map_err(failed)?;
+                s.put(&json(op)?, Some(&JsValue::from_f64(op.at as f64))).map_err(failed)?;
             }
         }
         if !txn.delete_rejections.is_empty() || !txn.put_rejections.is_empty() {
             let s = store(REJECTIONS)?;
             for id in &txn.delete_rejections {
-                s.delete(Query::Key(JsValue::from_str(id.as_str())))
-                    .map_err(failed)?;
+                s.delete(Query::Key(JsValue::from_str(id.as_str()))).map_err(failed)?;
             }
             for r in &txn.put_rejections {
-                s.put(&json(r)?, Some(&JsValue::from_str(r.op.op_id.as_str())))
-                    .map_err(failed)?;
+                s.put(&json(r)?, Some(&JsValue::from_str(r.op.op_id.as_str()))).map_err(failed)?;
             }
         }
         Ok(())
@@ -409,10 +334,7 @@ impl IdbStore {
     /// Commits a step and then aborts it on purpose: for tests of atomicity.
     pub async fn commit_then_abort(&self, txn: &Txn) -> Result<(), StoreError> {
         let stores = Self::stores_of(txn);
-        let tx = self
-            .db
-            .transaction(&stores, TransactionMode::ReadWrite)
-            .map_err(failed)?;
+        let tx = self.db.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
         Self::write(&tx, txn)?;
         tx.abort().map_err(failed)?;
         Ok(())
@@ -421,26 +343,16 @@ impl IdbStore {
 
 impl LocalStore for IdbStore {
     async fn open(&self, fresh: Meta) -> Result<Snapshot, StoreError> {
-        let tx = self
-            .db
-            .transaction(&ALL, TransactionMode::ReadWrite)
-            .map_err(failed)?;
+        let tx = self.db.transaction(&ALL, TransactionMode::ReadWrite).map_err(failed)?;
         let meta_store = tx.object_store(META).map_err(failed)?;
         let meta = match Self::read_meta(&meta_store).await? {
             Some(m) => m,
             None => {
-                meta_store
-                    .put(&json(&fresh)?, Some(&JsValue::from_str(META)))
-                    .map_err(failed)?;
+                meta_store.put(&json(&fresh)?, Some(&JsValue::from_str(META))).map_err(failed)?;
                 fresh
             }
         };
-        let get_all = |name: &str| -> Result<_, StoreError> {
-            tx.object_store(name)
-                .map_err(failed)?
-                .get_all(None, None)
-                .map_err(failed)
-        };
+        let get_all = |name: &str| -> Result<_, StoreError> { tx.object_store(name).map_err(failed)?.get_all(None, None).map_err(failed) };
         let (chunks_req, delta_req) = (get_all(CHUNKS)?, get_all(DELTA)?);
         let (pending_req, rej_req) = (get_all(PENDING)?, get_all(REJECTIONS)?);
         let chunks_v = chunks_req.await.map_err(failed)?;
@@ -455,26 +367,12 @@ impl LocalStore for IdbStore {
         for v in &chunks_v {
             rows.extend(chunk_rows(v)?);
         }
-        let deltas = delta_v
-            .iter()
-            .map(parse::<(RowKey, Row)>)
-            .collect::<Result<Vec<_>, _>>()?;
-        let pending = pending_v
-            .iter()
-            .map(parse::<Op>)
-            .collect::<Result<Vec<_>, _>>()?;
-        let rejections = rej_v
-            .iter()
-            .map(parse::<Rejection>)
-            .collect::<Result<Vec<_>, _>>()?;
+        let deltas = delta_v.iter().map(parse::<(RowKey, Row)>).collect::<Result<Vec<_>, _>>()?;
+        let pending = pending_v.iter().map(parse::<Op>).collect::<Result<Vec<_>, _>>()?;
+        let rejections = rej_v.iter().map(parse::<Rejection>).collect::<Result<Vec<_>, _>>()?;
         self.deltas.set(deltas.len());
         self.compact_soon();
-        Ok(Snapshot {
-            meta: Some(meta),
-            base: overlay(rows, deltas),
-            pending,
-            rejections,
-        })
+        Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections })
     }
 
     async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {
@@ -482,10 +380,7 @@ impl LocalStore for IdbStore {
         if stores.is_empty() {
             return Ok(());
         }
-        let tx = self
-            .db
-            .transaction(&stores, TransactionMode::ReadWrite)
-            .map_err(failed)?;
+        let tx = self.db.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
         Self::write(&tx, txn)?;
         match tx.await.map_err(failed)? {
             TransactionResult::Committed => {

@@ -88,12 +88,7 @@ impl FetchTransport {
         t
     }
 
-    async fn request(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<String>,
-    ) -> Result<String, Failure> {
+    async fn request(&self, method: &str, path: &str, body: Option<String>) -> Result<String, Failure> {
         let global = js_sys::global();
         let fetch: Function = Reflect::get(&global, &"fetch".into())
             .ok()
@@ -111,8 +106,7 @@ impl FetchTransport {
             set(&init, "body", &b.into());
         }
         set(&init, "cache", &"no-store".into());
-        let controller =
-            web_sys::AbortController::new().map_err(|e| Failure::Network(js_text(&e)))?;
+        let controller = web_sys::AbortController::new().map_err(|e| Failure::Network(js_text(&e)))?;
         set(&init, "signal", &controller.signal());
         let abort = controller.clone();
         let timer = gloo_timers::callback::Timeout::new(self.timeout_ms, move || abort.abort());
@@ -125,43 +119,22 @@ impl FetchTransport {
                 .map_err(|_| Failure::Network("fetch returned no promise".into()))?;
             let resp: web_sys::Response = JsFuture::from(p)
                 .await
-                .map_err(|e| {
-                    if controller.signal().aborted() {
-                        Failure::Timeout
-                    } else {
-                        Failure::Network(js_text(&e))
-                    }
-                })?
+                .map_err(|e| if controller.signal().aborted() { Failure::Timeout } else { Failure::Network(js_text(&e)) })?
                 .dyn_into()
                 .map_err(|_| Failure::Network("not a Response".into()))?;
             let status = resp.status();
-            let retry_after = resp
-                .headers()
-                .get("Retry-After")
-                .ok()
-                .flatten()
-                .and_then(|s| s.trim().parse::<u64>().ok());
+            let retry_after = resp.headers().get("Retry-After").ok().flatten().and_then(|s| s.trim().parse::<u64>().ok());
             let text_promise = resp.text().map_err(|e| Failure::Network(js_text(&e)))?;
             let text = JsFuture::from(text_promise)
                 .await
-                .map_err(|e| {
-                    if controller.signal().aborted() {
-                        Failure::Timeout
-                    } else {
-                        Failure::Network(js_text(&e))
-                    }
-                })?
+                .map_err(|e| if controller.signal().aborted() { Failure::Timeout } else { Failure::Network(js_text(&e)) })?
                 .as_string()
                 .unwrap_or_default();
             if status == 200 {
                 return Ok(text);
             }
             let body: Option<ErrorBody> = serde_json::from_str(&text).ok();
-            Err(Failure::from_http(
-                status,
-                body.as_ref(),
-                retry_after.map(|s| s * 1000),
-            ))
+            Err(Failure::from_http(status, body.as_ref(), retry_after.map(|s| s * 1000)))
         }
         .await;
         drop(timer);
@@ -174,10 +147,7 @@ pub fn js_text(v: &JsValue) -> String {
     if let Some(s) = v.as_string() {
         return s;
     }
-    Reflect::get(v, &"message".into())
-        .ok()
-        .and_then(|m| m.as_string())
-        .unwrap_or_else(|| format!("{v:?}"))
+    Reflect::get(v, &"message".into()).ok().and_then(|m| m.as_string()).unwrap_or_else(|| format!("{v:?}"))
 }
 
 impl Transport for FetchTransport {
@@ -188,13 +158,7 @@ impl Transport for FetchTransport {
     }
 
     async fn pull(&self, cursor: u64, limit: usize) -> Result<PullResponse, Failure> {
-        let text = self
-            .request(
-                "GET",
-                &format!("/v1/pull?cursor={cursor}&limit={limit}"),
-                None,
-            )
-            .await?;
+        let text = self.request("GET", &format!("/v1/pull?cursor={cursor}&limit={limit}"), None).await?;
         serde_json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
     }
 
