@@ -4,6 +4,7 @@
 //! between JS and Rust and turns errors into JS `Error` objects with a stable
 //! `code`. No rule of the protocol is written here.
 
+#[cfg(feature = "bench-exports")]
 pub mod bench;
 pub mod client;
 pub mod idb_chunks;
@@ -40,8 +41,7 @@ fn client_error(e: ClientError) -> JsValue {
 }
 
 fn to_js<T: Serialize>(v: &T) -> JsValue {
-    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .unwrap_or(JsValue::NULL)
+    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).unwrap_or(JsValue::NULL)
 }
 
 fn value_to_js(v: &Value) -> JsValue {
@@ -68,22 +68,13 @@ fn row_to_js(key: &RowKey, row: &Row) -> JsValue {
 
 fn fields_from_js(v: JsValue) -> Result<Fields, JsValue> {
     if !v.is_object() || Array::is_array(&v) {
-        return Err(js_error(
-            "bad_input",
-            "fields must be an object of field → value",
-        ));
+        return Err(js_error("bad_input", "fields must be an object of field → value"));
     }
-    serde_wasm_bindgen::from_value::<Fields>(v)
-        .map_err(|e| js_error("bad_input", &format!("fields: {e}")))
+    serde_wasm_bindgen::from_value::<Fields>(v).map_err(|e| js_error("bad_input", &format!("fields: {e}")))
 }
 
 fn edits_from_js(v: JsValue) -> Result<Vec<(String, String, Fields)>, JsValue> {
-    let list: Array = v.dyn_into().map_err(|_| {
-        js_error(
-            "bad_input",
-            "edits must be an array of { table, rowId, fields }",
-        )
-    })?;
+    let list: Array = v.dyn_into().map_err(|_| js_error("bad_input", "edits must be an array of { table, rowId, fields }"))?;
     let mut out = Vec::with_capacity(list.length() as usize);
     for (i, e) in list.iter().enumerate() {
         let text = |k: &str| -> Result<String, JsValue> {
@@ -95,13 +86,10 @@ fn edits_from_js(v: JsValue) -> Result<Vec<(String, String, Fields)>, JsValue> {
         let (table, row_id) = (text("table")?, text("rowId")?);
         let fields = Reflect::get(&e, &"fields".into()).unwrap_or(JsValue::UNDEFINED);
         if !fields.is_object() || Array::is_array(&fields) {
-            return Err(js_error(
-                "bad_input",
-                &format!("edits[{i}].fields must be an object of field → value"),
-            ));
+            return Err(js_error("bad_input", &format!("edits[{i}].fields must be an object of field → value")));
         }
-        let fields = serde_wasm_bindgen::from_value::<Fields>(fields)
-            .map_err(|e| js_error("bad_input", &format!("edits[{i}].fields: {e}")))?;
+        let fields =
+            serde_wasm_bindgen::from_value::<Fields>(fields).map_err(|e| js_error("bad_input", &format!("edits[{i}].fields: {e}")))?;
         out.push((table, row_id, fields));
     }
     Ok(out)
@@ -135,29 +123,18 @@ impl Marksync {
         if !options.is_object() {
             return Err(js_error("bad_input", "open() takes an options object"));
         }
-        let endpoint: String = opt(&options, "endpoint").ok_or_else(|| {
-            js_error(
-                "bad_input",
-                "options.endpoint (the server's base URL) is required",
-            )
-        })?;
+        let endpoint: String =
+            opt(&options, "endpoint").ok_or_else(|| js_error("bad_input", "options.endpoint (the server's base URL) is required"))?;
         let name: String = opt(&options, "name").unwrap_or_else(|| "marksync".to_owned());
         let auto_sync: bool = opt(&options, "autoSync").unwrap_or(true);
         let timeout_ms: u32 = opt(&options, "timeoutMs").unwrap_or(15_000);
         let schema: u32 = opt(&options, "schema").unwrap_or(1);
         let persist: bool = opt(&options, "persist").unwrap_or(true);
-        let token =
-            token_source(Reflect::get(&options, &"token".into()).unwrap_or(JsValue::UNDEFINED))?;
+        let token = token_source(Reflect::get(&options, &"token".into()).unwrap_or(JsValue::UNDEFINED))?;
         let transport = FetchTransport::new(&endpoint, token, timeout_ms);
         // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
-        let config = Config {
-            schema,
-            pull_limit: crate::protocol::MAX_PULL_LIMIT,
-            ..Config::default()
-        };
-        let inner = Client::open(&name, transport, config, auto_sync)
-            .await
-            .map_err(client_error)?;
+        let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, ..Config::default() };
+        let inner = Client::open(&name, transport, config, auto_sync).await.map_err(client_error)?;
         if persist {
             if let Some(storage) = storage_manager() {
                 if let Ok(p) = storage.persist() {
@@ -168,10 +145,7 @@ impl Marksync {
         if auto_sync {
             inner.schedule_sync(0);
         }
-        Ok(Marksync {
-            inner,
-            cache: Rc::new(RefCell::new((0, HashMap::new()))),
-        })
+        Ok(Marksync { inner, cache: Rc::new(RefCell::new((0, HashMap::new()))) })
     }
 
     /// This device's id (random UUID v4, born at the first open).
@@ -192,10 +166,7 @@ impl Marksync {
         let inner = self.inner.clone();
         future_to_promise(async move {
             let fields = fields_from_js(fields)?;
-            let id = inner
-                .change(&table, &row_id, fields)
-                .await
-                .map_err(client_error)?;
+            let id = inner.change(&table, &row_id, fields).await.map_err(client_error)?;
             Ok(JsValue::from_str(id.as_str()))
         })
     }
@@ -209,11 +180,7 @@ impl Marksync {
         future_to_promise(async move {
             let edits = edits_from_js(edits)?;
             let ids = inner.change_many(edits).await.map_err(client_error)?;
-            Ok(ids
-                .iter()
-                .map(|id| JsValue::from_str(id.as_str()))
-                .collect::<Array>()
-                .into())
+            Ok(ids.iter().map(|id| JsValue::from_str(id.as_str())).collect::<Array>().into())
         })
     }
 
@@ -230,10 +197,7 @@ impl Marksync {
     fn deleted(&self, table: String, row_id: String, deleted: bool) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
-            let id = inner
-                .set_deleted(&table, &row_id, deleted)
-                .await
-                .map_err(client_error)?;
+            let id = inner.set_deleted(&table, &row_id, deleted).await.map_err(client_error)?;
             Ok(JsValue::from_str(id.as_str()))
         })
     }
@@ -271,9 +235,7 @@ impl Marksync {
     /// Calls `listener()` after every change of rows or statuses. Returns a
     /// function that unsubscribes.
     pub fn subscribe(&self, listener: Function) -> Function {
-        let id = self
-            .inner
-            .subscribe(Client::<FetchTransport>::js_listener(listener));
+        let id = self.inner.subscribe(Client::<FetchTransport>::js_listener(listener));
         let weak = Rc::downgrade(&self.inner);
         let cb = Closure::once_into_js(move || {
             if let Some(c) = weak.upgrade() {
@@ -285,13 +247,7 @@ impl Marksync {
 
     /// The sync status of a row: `{ phase, reason, code, pendingOps, attempts, nextRetryAt }`.
     pub fn status(&self, table: String, row_id: String) -> JsValue {
-        to_js(
-            &self
-                .inner
-                .engine
-                .borrow()
-                .status(&RowKey::new(table, row_id)),
-        )
+        to_js(&self.inner.engine.borrow().status(&RowKey::new(table, row_id)))
     }
 
     /// The pending ops, in the order they will be sent.
@@ -332,16 +288,9 @@ impl Marksync {
     pub fn metrics(&self) -> JsValue {
         let e = self.inner.engine.borrow();
         let v = to_js(e.metrics());
-        let _ = Reflect::set(
-            &v,
-            &"pendingOps".into(),
-            &JsValue::from_f64(e.pending_len() as f64),
-        );
+        let _ = Reflect::set(&v, &"pendingOps".into(), &JsValue::from_f64(e.pending_len() as f64));
         let _ = Reflect::set(&v, &"cursor".into(), &JsValue::from_f64(e.cursor() as f64));
-        let rec = e
-            .recovery()
-            .map(|r| JsValue::from_str(&r.code))
-            .unwrap_or(JsValue::NULL);
+        let rec = e.recovery().map(|r| JsValue::from_str(&r.code)).unwrap_or(JsValue::NULL);
         let _ = Reflect::set(&v, &"recovery".into(), &rec);
         v
     }
@@ -360,11 +309,7 @@ impl Marksync {
             if let Ok(p) = sm.estimate() {
                 if let Ok(est) = JsFuture::from(p).await {
                     for k in ["usage", "quota"] {
-                        let _ = Reflect::set(
-                            &o,
-                            &k.into(),
-                            &Reflect::get(&est, &k.into()).unwrap_or(JsValue::NULL),
-                        );
+                        let _ = Reflect::set(&o, &k.into(), &Reflect::get(&est, &k.into()).unwrap_or(JsValue::NULL));
                     }
                 }
             }
@@ -396,10 +341,7 @@ fn token_source(v: JsValue) -> Result<TokenSource, JsValue> {
     if v.is_function() {
         return Ok(TokenSource::Function(v.unchecked_into()));
     }
-    Err(js_error(
-        "bad_input",
-        "token must be a string or a function",
-    ))
+    Err(js_error("bad_input", "token must be a string or a function"))
 }
 
 fn storage_manager() -> Option<web_sys::StorageManager> {

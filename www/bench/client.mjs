@@ -1,5 +1,5 @@
 // Browser benchmarks of the client (headless Chromium, real IndexedDB, the
-// real server): `node www/bench/client.mjs` after `scripts/build-www.sh --pkg-only`
+// real server): `node www/bench/client.mjs` after `scripts/build-www.sh --pkg-only --bench-exports`
 // and `cargo build --release -p marksync-server --example merge_speed`.
 // Prints one JSON object; BENCHMARKS.md quotes it.
 import { execFileSync } from 'node:child_process';
@@ -40,7 +40,7 @@ try {
 
   // Merge: the same workload as the native example, inside wasm.
   const wasmMs = [];
-  for (let i = 0; i < 5; i++) wasmMs.push(await page.evaluate(async () => (await import('/pkg/marksync.js')).__benchMerge(1_000_000, 10_000)));
+  for (let i = 0; i < 5; i++) wasmMs.push(await page.evaluate(async () => { const m = await import('/pkg-bench/marksync.js'); await m.default(); return m.__benchMerge(1_000_000, 10_000); }));
   out.merge = {
     wasmMedianMs: median(wasmMs),
     nativeMedianMs: native.mergeMedianMs,
@@ -79,7 +79,7 @@ try {
   await other.context.close();
 
   // Cold open: 100k rows + 1k pending already in IndexedDB; a fresh page opens it.
-  await page.evaluate(async () => (await import('/pkg/marksync.js')).__seedDatabase('bench-open', 100_000, 1_000));
+  await page.evaluate(async () => { const m = await import('/pkg-bench/marksync.js'); await m.default(); await m.__seedDatabase('bench-open', 100_000, 1_000); });
   const opens = [];
   for (let i = 0; i < 5; i++) {
     const p = await context.newPage();
