@@ -4,15 +4,34 @@
 //!
 //! ```text
 //! scripts/pg.sh start && export MARKSYNC_TEST_POSTGRES_URL="$(scripts/pg.sh url)"
-//! cargo bench -p marksync-server --features bench-per-op --bench load
+//! LOAD_JSON=bench/results/server.json cargo bench -p marksync-server --features bench-per-op --bench load
 //! ```
 //!
-//! Environment: `LOAD_USERS` (20), `LOAD_PUSHES` (pushes per user, batched
-//! judge: 10), `LOAD_PER_OP_PUSHES` (per-op judge: 2 per user; twice that for the single user), `LOAD_PACED_MS`
-//! (interval between one user's pushes in the paced run: 1000),
-//! `LOAD_PACED_PUSHES` (5), `LOAD_BACKENDS` (`sqlite,postgres`), `LOAD_VERBOSE` (slowest pushes, per-push times of the 1-user runs, CPU split). Without `MARKSYNC_TEST_POSTGRES_URL` only SQLite runs.
+//! The matrix, per backend: for each number of users in `LOAD_USERS_LIST`
+//! (`1,8,64`), that many distinct users, each one client (one connection)
+//! pushing back to back ("saturating"), with the batched judge and with the
+//! per-op judge; then "hot user": `LOAD_HOT_CLIENTS` (8) clients pushing back
+//! to back for the SAME user (they serialise on the user's lock), both judges;
+//! then "paced": `LOAD_USERS` (20) users, each one push every `LOAD_PACED_MS`
+//! (1000), `LOAD_PACED_PUSHES` (5) each, batched judge. After the pushes of a
+//! scenario every user pulls everything (pages of 1000).
+//!
+//! Pushes per scenario: a saturating or hot-user scenario pushes about
+//! 8 × `LOAD_PUSHES` (10) batches in all with the batched judge, and
+//! 8 × `LOAD_PER_OP_PUSHES` (2) with the per-op judge (about 10× slower),
+//! split over its clients, at least 2 per client (so 1 user pushes 80, 8 users
+//! 10 each, 64 users 2 each; per-op: 16, 2 each, 2 each).
+//!
+//! Other environment: `LOAD_BACKENDS` (`sqlite,postgres`), `LOAD_JSON` (write
+//! every result there as a JSON array of `{backend, judge, users, clients,
+//! scenario, opsPerSec, p50Ms, p99Ms, pushes, pullRowsPerSec}`; a relative path
+//! is taken from the workspace root, its directory is created), `LOAD_VERBOSE`
+//! (slowest pushes, per-push times of 1-client runs, CPU split). Without
+//! `MARKSYNC_TEST_POSTGRES_URL` only SQLite runs. A markdown table of all
+//! results, and the batched / per-op ratios, go to stdout at the end.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -67,24 +86,24 @@ async fn drop_database(database: &str) {
     }
 }
 
-/// The body of push `p` of `user`: 1000 ops; after the first push, half
-/// insert new rows and half update rows that the previous push inserted
-/// (so stored rows are read back and merged).
-fn batch(user: usize, p: usize) -> String {
+/// The body of push `p` of device `dev`: 1000 ops; after the first push,
+/// half insert new rows and half update rows that the device's previous push
+/// inserted (so stored rows are read back and merged).
+fn batch(dev: usize, p: usize) -> String {
     let ops: Vec<_> = (0..OPS_PER_PUSH)
         .map(|i| {
             let row = if i % 2 == 0 && p > 0 { (p - 1) * OPS_PER_PUSH + i + 1 } else { p * OPS_PER_PUSH + i };
             let at = 1_757_577_000_000u64 + (p * OPS_PER_PUSH + i) as u64;
             if row < p * OPS_PER_PUSH {
-                json!({"opId": format!("dev{user}:{}", p * OPS_PER_PUSH + i), "table": "sets", "rowId": format!("dev{user}-{row}"),
+                json!({"opId": format!("dev{dev}:{}", p * OPS_PER_PUSH + i), "table": "sets", "rowId": format!("dev{dev}-{row}"),
                        "at": at, "fields": {"reps": (i % 100) + 1}})
             } else {
-                json!({"opId": format!("dev{user}:{}", p * OPS_PER_PUSH + i), "table": "sets", "rowId": format!("dev{user}-{row}"),
+                json!({"opId": format!("dev{dev}:{}", p * OPS_PER_PUSH + i), "table": "sets", "rowId": format!("dev{dev}-{row}"),
                        "at": at, "fields": {"exercise": "squat", "weightKg": 82.5, "reps": (i % 100) + 1}})
             }
         })
         .collect();
-    json!({"attemptKey": format!("dev{user}:a{p}"), "batch": ops}).to_string()
+    json!({"attemptKey": format!("dev{dev}:a{p}"), "batch": ops}).to_string()
 }
 
 /// CPU seconds used so far: (this process, the whole machine), from /proc (Linux; zeros elsewhere).
@@ -112,10 +131,14 @@ struct Run {
     cpu_own: f64,
     cpu_all: f64,
     ops: usize,
+    pushes: usize,
     wall: Duration,
     latencies: Vec<Duration>,
     pulled: usize,
     pull_wall: Duration,
+    /// From `/metrics` after the pushes: most pushes of one user inside its lock at once, pushes judged again.
+    same_user_max: u64,
+    judged_again: u64,
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -126,62 +149,70 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
-/// `users` users each push `pushes` batches (back to back — "saturating" — or
-/// one every `pace` — "paced"), then every user pulls everything.
-async fn run(database: &str, per_op: bool, users: usize, pushes: usize, pace: Option<Duration>) -> Run {
+/// One value of the server's `/metrics` (0 if absent).
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0)
+}
+
+/// `clients` clients, each its own HTTP client (one connection), push
+/// `pushes` batches each (back to back — "saturating" — or one every `pace` —
+/// "paced"); client `c` pushes for user `c % users` (so `users == clients`:
+/// distinct users; `users == 1`: one hot user). Then every user pulls
+/// everything.
+async fn run(database: &str, per_op: bool, users: usize, clients: usize, pushes: usize, pace: Option<Duration>) -> Run {
     let mut config = Config::with_database(database);
     config.dev_auth = true;
     config.rate_limit = 0.0;
     config.listen = "127.0.0.1:0".parse().unwrap();
-    config.db_max_connections = (users as u32 + 4).min(32);
+    config.db_max_connections = (clients as u32 + 4).min(32);
     config.per_op_judge = per_op;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = marksync_server::start(config, listener).await.unwrap();
     let base = server.url();
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(300)).build().unwrap();
-    // Bodies are built before the clock starts.
-    let bodies: Vec<Vec<String>> = (0..users).map(|u| (0..pushes).map(|p| batch(u, p)).collect()).collect();
-    // Warm up: every user's first contact (head row, pool connections, statement caches) is not timed.
-    let warm: Vec<_> = (0..users)
-        .map(|u| {
+    let client = || reqwest::Client::builder().timeout(Duration::from_secs(600)).build().unwrap();
+    let https: Vec<reqwest::Client> = (0..clients).map(|_| client()).collect();
+    // Bodies are built before the clock starts; client c is device c.
+    let bodies: Vec<Vec<String>> = (0..clients).map(|c| (0..pushes).map(|p| batch(c, p)).collect()).collect();
+    // Warm up: every client's first contact (its connection, the user's head
+    // row, pool connections, statement caches) is not timed.
+    let warm: Vec<_> = https
+        .iter()
+        .enumerate()
+        .map(|(c, http)| {
             let req = http
                 .post(format!("{base}/v1/push"))
-                .header("authorization", format!("Bearer dev:user{u}"))
-                .body(json!({"attemptKey": "w", "batch": [{"opId": format!("warm{u}:1"), "table": "sets", "rowId": format!("warm{u}-1"),
+                .header("authorization", format!("Bearer dev:user{}", c % users))
+                .body(json!({"attemptKey": format!("w{c}"), "batch": [{"opId": format!("warm{c}:1"), "table": "sets", "rowId": format!("warm{c}-1"),
                     "at": 1, "fields": {"exercise": "warm-up", "weightKg": 1, "reps": 1}}]}).to_string());
             async move { assert_eq!(req.send().await.unwrap().status().as_u16(), 200) }
         })
         .collect();
     futures_util::future::join_all(warm).await;
+    let verbose = std::env::var_os("LOAD_VERBOSE").is_some();
     let (own0, all0) = cpu_seconds();
     let started = Instant::now();
     let tasks: Vec<_> = bodies
         .into_iter()
+        .zip(https)
         .enumerate()
-        .map(|(u, bodies)| {
-            let http = http.clone();
+        .map(|(c, (bodies, http))| {
             let url = format!("{base}/v1/push");
+            let auth = format!("Bearer dev:user{}", c % users);
             tokio::spawn(async move {
                 if let Some(pace) = pace {
-                    // Stagger the users over one interval.
-                    tokio::time::sleep(pace.mul_f64(u as f64 / users as f64)).await;
+                    // Stagger the clients over one interval.
+                    tokio::time::sleep(pace.mul_f64(c as f64 / clients as f64)).await;
                 }
                 let mut lat = Vec::new();
                 let mut ops = 0;
                 for body in bodies {
                     let t0 = Instant::now();
-                    let r = http
-                        .post(&url)
-                        .header("authorization", format!("Bearer dev:user{u}"))
-                        .body(body)
-                        .send()
-                        .await
-                        .unwrap();
+                    let r = http.post(&url).header("authorization", &auth).body(body).send().await.unwrap();
                     assert_eq!(r.status().as_u16(), 200);
                     let resp: PushResponse = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
                     let took = t0.elapsed();
                     lat.push(took);
-                    if std::env::var_os("LOAD_VERBOSE").is_some() && users == 1 {
+                    if verbose && clients == 1 {
                         println!("  push {} took {} ms", lat.len(), took.as_millis());
                     }
                     assert_eq!(resp.verdicts.len(), OPS_PER_PUSH);
@@ -206,6 +237,8 @@ async fn run(database: &str, per_op: bool, users: usize, pushes: usize, pace: Op
     }
     let wall = started.elapsed();
     let (own1, all1) = cpu_seconds();
+    let http = client();
+    let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
     // Every user pulls everything, in pages of 1000, concurrently.
     let pull_started = Instant::now();
     let pulls: Vec<_> = (0..users)
@@ -239,26 +272,74 @@ async fn run(database: &str, per_op: bool, users: usize, pushes: usize, pace: Op
     server.stop().await.unwrap();
     drop_database(database).await;
     latencies.sort();
-    if std::env::var_os("LOAD_VERBOSE").is_some() {
+    if verbose {
         let tail: Vec<u128> = latencies.iter().rev().take(8).map(|d| d.as_millis()).collect();
         println!("  slowest pushes (ms): {tail:?}");
     }
-    Run { cpu_own: own1 - own0, cpu_all: all1 - all0, ops, wall, latencies, pulled, pull_wall }
+    Run {
+        cpu_own: own1 - own0,
+        cpu_all: all1 - all0,
+        ops,
+        pushes: latencies.len(),
+        wall,
+        latencies,
+        pulled,
+        pull_wall,
+        same_user_max: metric(&metrics, "marksync_push_concurrent_same_user_max"),
+        judged_again: metric(&metrics, "marksync_push_judged_again_total"),
+    }
 }
 
-/// Prints one line; returns (judged ops/s, push p50 in seconds).
-fn report(label: &str, r: &Run) -> (f64, f64) {
-    let rate = r.ops as f64 / r.wall.as_secs_f64();
+/// One scenario's figures.
+struct Row {
+    backend: &'static str,
+    judge: &'static str,
+    users: usize,
+    clients: usize,
+    /// `saturating`, `hot-user` or `paced`.
+    scenario: &'static str,
+    ops_per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    pushes: usize,
+    pull_rows_per_sec: f64,
+}
+
+/// Prints one line as the run goes; returns the row.
+fn report(
+    backend: &'static str,
+    judge: &'static str,
+    scenario: &'static str,
+    users: usize,
+    clients: usize,
+    r: &Run,
+) -> Row {
+    let row = Row {
+        backend,
+        judge,
+        users,
+        clients,
+        scenario,
+        ops_per_sec: r.ops as f64 / r.wall.as_secs_f64(),
+        p50_ms: pct(&r.latencies, 0.50).as_secs_f64() * 1e3,
+        p99_ms: pct(&r.latencies, 0.99).as_secs_f64() * 1e3,
+        pushes: r.pushes,
+        pull_rows_per_sec: r.pulled as f64 / r.pull_wall.as_secs_f64(),
+    };
+    let label = format!("{backend} {judge} {scenario}, {users} users / {clients} clients");
     println!(
-        "{label:<32} {:>7} ops in {:>6.2} s = {:>8.0} judged ops/s | push p50 {:>6.1} ms p99 {:>6.1} ms | pull {} rows in {:.2} s = {:.0} rows/s",
+        "{label:<46} {:>4} pushes, {:>7} ops in {:>6.2} s = {:>7.0} judged ops/s | push p50 {:>7.1} ms p99 {:>7.1} ms | pull {} rows in {:.2} s = {:.0} rows/s | same-user max {}, judged again {}",
+        r.pushes,
         r.ops,
         r.wall.as_secs_f64(),
-        rate,
-        pct(&r.latencies, 0.50).as_secs_f64() * 1e3,
-        pct(&r.latencies, 0.99).as_secs_f64() * 1e3,
+        row.ops_per_sec,
+        row.p50_ms,
+        row.p99_ms,
         r.pulled,
         r.pull_wall.as_secs_f64(),
-        r.pulled as f64 / r.pull_wall.as_secs_f64(),
+        row.pull_rows_per_sec,
+        r.same_user_max,
+        r.judged_again,
     );
     if std::env::var_os("LOAD_VERBOSE").is_some() {
         println!(
@@ -268,45 +349,148 @@ fn report(label: &str, r: &Run) -> (f64, f64) {
             r.wall.as_secs_f64() * std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
         );
     }
-    (rate, pct(&r.latencies, 0.50).as_secs_f64())
+    row
+}
+
+fn backend_name(b: &str) -> &'static str {
+    if b == "sqlite" {
+        "SQLite"
+    } else {
+        "PostgreSQL"
+    }
+}
+
+/// The markdown tables: every scenario, then batched / per-op per (backend, users).
+fn markdown(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "| backend | judge | scenario | users | clients | pushes | judged ops/s | push p50 (ms) | push p99 (ms) | pull rows/s |");
+    let _ = writeln!(s, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.0} |",
+            backend_name(r.backend),
+            r.judge,
+            r.scenario,
+            r.users,
+            r.clients,
+            r.pushes,
+            r.ops_per_sec,
+            r.p50_ms,
+            r.p99_ms,
+            r.pull_rows_per_sec
+        );
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "| backend | scenario | users | clients | batched ops/s | per-op ops/s | batched / per-op ops/s | per-op / batched push p50 |");
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|");
+    for b in rows.iter().filter(|r| r.judge == "batched") {
+        let Some(p) = rows.iter().find(|p| {
+            p.judge == "per-op"
+                && p.backend == b.backend
+                && p.scenario == b.scenario
+                && p.users == b.users
+                && p.clients == b.clients
+        }) else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {:.0} | {:.0} | {:.1}× | {:.1}× |",
+            backend_name(b.backend),
+            b.scenario,
+            b.users,
+            b.clients,
+            b.ops_per_sec,
+            p.ops_per_sec,
+            b.ops_per_sec / p.ops_per_sec,
+            p.p50_ms / b.p50_ms
+        );
+    }
+    s
+}
+
+fn write_json(path: &str, rows: &[Row]) {
+    // Written by hand to keep the fields in this order (serde_json's map sorts them).
+    let items: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "  {{\"backend\": \"{}\", \"judge\": \"{}\", \"users\": {}, \"clients\": {}, \"scenario\": \"{}\", \"opsPerSec\": {}, \"p50Ms\": {:.1}, \"p99Ms\": {:.1}, \"pushes\": {}, \"pullRowsPerSec\": {}}}",
+                r.backend,
+                r.judge,
+                r.users,
+                r.clients,
+                r.scenario,
+                r.ops_per_sec.round() as u64,
+                r.p50_ms,
+                r.p99_ms,
+                r.pushes,
+                r.pull_rows_per_sec.round() as u64,
+            )
+        })
+        .collect();
+    let text = format!("[\n{}\n]\n", items.join(",\n"));
+    assert!(serde_json::from_str::<serde_json::Value>(&text).is_ok());
+    // `cargo bench` runs this in the package directory: relative paths are taken from the workspace root.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(&path, text).unwrap();
+    println!("wrote {}", path.display());
 }
 
 #[tokio::main]
 async fn main() {
     // `cargo bench` passes `--bench`; nothing else is expected.
-    let users = env("LOAD_USERS", 20);
-    let pushes = env("LOAD_PUSHES", 10);
-    let per_op_pushes = env("LOAD_PER_OP_PUSHES", 2);
+    let users_list: Vec<usize> = std::env::var("LOAD_USERS_LIST")
+        .unwrap_or_else(|_| "1,8,64".into())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .filter(|&n| n > 0)
+        .collect();
+    let hot_clients = env("LOAD_HOT_CLIENTS", 8);
+    let paced_users = env("LOAD_USERS", 20);
+    let total = |per_user_at_8: usize| per_user_at_8 * 8;
+    let batched_total = total(env("LOAD_PUSHES", 10));
+    let per_op_total = total(env("LOAD_PER_OP_PUSHES", 2));
+    // Pushes per client: the scenario's total split over its clients, at least 2 each.
+    let per_client = |total: usize, clients: usize| total.div_ceil(clients).max(2);
     let paced_pushes = env("LOAD_PACED_PUSHES", 5);
     let pace = Duration::from_millis(env("LOAD_PACED_MS", 1000) as u64);
     println!(
-        "marksync-server load: {users} users, {OPS_PER_PUSH}-op pushes; cores: {}",
+        "marksync-server load: {OPS_PER_PUSH}-op pushes; users {users_list:?}, hot user with {hot_clients} clients, {paced_users} users paced; cores: {}",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let backends = std::env::var("LOAD_BACKENDS").unwrap_or_else(|_| "sqlite,postgres".into());
+    let mut rows = Vec::new();
     for backend in ["sqlite", "postgres"].into_iter().filter(|b| backends.contains(b)) {
-        let Some(db) = fresh_database(backend).await else {
+        if backend == "postgres" && std::env::var_os("MARKSYNC_TEST_POSTGRES_URL").is_none() {
             println!("{backend}: skipped (MARKSYNC_TEST_POSTGRES_URL is not set)");
             continue;
-        };
-        let batched = report(&format!("{backend} batched, {users} users"), &run(&db, false, users, pushes, None).await);
-        let db = fresh_database(backend).await.unwrap();
-        let per_op =
-            report(&format!("{backend} per-op,  {users} users"), &run(&db, true, users, per_op_pushes, None).await);
-        let db = fresh_database(backend).await.unwrap();
-        let batched_1 = report(&format!("{backend} batched, 1 user"), &run(&db, false, 1, pushes, None).await);
-        let db = fresh_database(backend).await.unwrap();
-        let per_op_1 = report(&format!("{backend} per-op,  1 user"), &run(&db, true, 1, per_op_pushes * 2, None).await);
-        let db = fresh_database(backend).await.unwrap();
-        report(
-            &format!("{backend} batched, {users} users paced"),
-            &run(&db, false, users, paced_pushes, Some(pace)).await,
-        );
-        println!(
-            "{backend}: batched / per-op = {:.1}x judged ops/s with {users} users, {:.1}x with 1 user, {:.1}x push p50 latency with 1 user",
-            batched.0 / per_op.0,
-            batched_1.0 / per_op_1.0,
-            per_op_1.1 / batched_1.1
-        );
+        }
+        // (scenario, users, clients): distinct users, then one hot user.
+        let mut shapes: Vec<(&'static str, usize, usize)> = users_list.iter().map(|&n| ("saturating", n, n)).collect();
+        if hot_clients > 0 {
+            shapes.push(("hot-user", 1, hot_clients));
+        }
+        for (scenario, users, clients) in shapes {
+            for (judge, per_op, total) in [("batched", false, batched_total), ("per-op", true, per_op_total)] {
+                let db = fresh_database(backend).await.unwrap();
+                let r = run(&db, per_op, users, clients, per_client(total, clients), None).await;
+                rows.push(report(backend, judge, scenario, users, clients, &r));
+            }
+        }
+        if paced_users > 0 && paced_pushes > 0 {
+            let db = fresh_database(backend).await.unwrap();
+            let r = run(&db, false, paced_users, paced_users, paced_pushes, Some(pace)).await;
+            rows.push(report(backend, "batched", "paced", paced_users, paced_users, &r));
+        }
+    }
+    println!();
+    print!("{}", markdown(&rows));
+    if let Some(path) = std::env::var("LOAD_JSON").ok().filter(|p| !p.is_empty()) {
+        write_json(&path, &rows);
     }
 }
