@@ -5,10 +5,12 @@
 const systems = {
   marksync: () => import('./systems/marksync.js'),
   loro: () => import('./systems/loro.js'),
+  'loro-shallow': () => import('./systems/loro-shallow.js'),
   yjs: () => import('./systems/yjs.js'),
   automerge: () => import('./systems/automerge.js'),
   dexie: () => import('./systems/dexie.js'),
   idb: () => import('./systems/idb.js'),
+  'idb-strict': () => import('./systems/idb-strict.js'),
 };
 
 async function system(name) {

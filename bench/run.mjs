@@ -7,9 +7,10 @@
 //
 // Knobs (environment):
 //   BENCH_ROUNDS=5        rounds per workload (≥ 5 for a real run)
-//   BENCH_QUICK=1         small sizes, 2 rounds: a smoke run (< 2 min); writes browser-quick.{json,md}
+//   BENCH_QUICK=1         small sizes, 1 round: a smoke run (< 2 min); writes browser-quick.{json,md}
 //   BENCH_WORKLOADS=1,2   only these workloads (1 map sets, 2 trace, 3 writes, 4 cold open, 5 size)
-//   BENCH_SYSTEMS=a,b     only these systems (marksync, loro, yjs, automerge, dexie, idb)
+//   BENCH_SYSTEMS=a,b     only these systems (marksync, loro, loro-shallow, yjs, automerge, dexie, idb, idb-strict)
+//   BENCH_INCOGNITO=1     an incognito context instead of a persistent profile (Chromium keeps its IndexedDB in memory)
 //   BENCH_NO_BUILD=1      reuse bench/dist
 //   CHROMIUM=/path        the browser (default /usr/bin/chromium)
 import { createServer } from 'node:http';
@@ -25,19 +26,20 @@ import { build } from 'vite';
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, '..');
 const QUICK = process.env.BENCH_QUICK === '1';
-const ROUNDS = Number(process.env.BENCH_ROUNDS || (QUICK ? 2 : 5));
+const INCOGNITO = process.env.BENCH_INCOGNITO === '1';
+const ROUNDS = Number(process.env.BENCH_ROUNDS || (QUICK ? 1 : 5));
 const WORKLOADS = new Set((process.env.BENCH_WORKLOADS || '1,2,3,4,5').split(',').map((s) => s.trim()));
 const ONLY = process.env.BENCH_SYSTEMS ? new Set(process.env.BENCH_SYSTEMS.split(',').map((s) => s.trim())) : null;
 const SEED = 20261130;
 const sz = QUICK
-  ? { w1Sets: 10_000, w1Keys: 1000, w2Edits: 20_000, w2Rows: 1000, w3N: 300, w4Rows: 5_000 }
+  ? { w1Sets: 5_000, w1Keys: 1000, w2Edits: 10_000, w2Rows: 1000, w3N: 300, w4Rows: 2_000 }
   : { w1Sets: 100_000, w1Keys: 1000, w2Edits: 259_778, w2Rows: 1000, w3N: 10_000, w4Rows: 100_000 };
 
 const VERSIONS = JSON.parse(readFileSync(join(here, 'package.json'), 'utf8')).devDependencies;
 const PEER_PKG = { loro: 'loro-crdt', yjs: 'yjs', automerge: '@automerge/automerge', dexie: 'dexie' };
 const pick = (xs) => xs.filter((s) => !ONLY || ONLY.has(s));
 const CRDTS = pick(['marksync', 'loro', 'yjs', 'automerge']);
-const STORES = pick(['marksync', 'dexie', 'idb']);
+const STORES = pick(['marksync', 'dexie', 'idb', 'idb-strict']);
 const OPENERS = pick(['marksync', 'dexie', 'idb', 'loro', 'yjs', 'automerge']);
 
 const median = (xs) => {
@@ -78,15 +80,16 @@ async function main() {
   if (process.env.BENCH_NO_BUILD !== '1') {
     await build({ configFile: join(here, 'vite.config.js'), logLevel: 'warn' });
   }
-  const pkgJs = readFileSync(join(root, 'www', 'pkg', 'marksync.js'), 'utf8');
-  const hasBenchDoc = pkgJs.includes('__BenchDoc');
+  const benchPkg = join(root, 'www', 'pkg-bench', 'marksync.js');
+  const hasBenchDoc = existsSync(benchPkg) && readFileSync(benchPkg, 'utf8').includes('__BenchDoc');
   const out = {
     date: new Date().toISOString(),
     machine: { cpus: cpus().length, cpu: cpus()[0]?.model, loadavgAtStart: loadavg().map(r2) },
     quick: QUICK, rounds: ROUNDS, seed: SEED, sizes: sz, versions: VERSIONS,
     notes: [], workloads: {},
   };
-  if (!hasBenchDoc) out.notes.push('www/pkg/marksync.js has no __BenchDoc export: marksync skipped in workloads 1-2');
+  if (!hasBenchDoc) out.notes.push('no www/pkg-bench with __BenchDoc (scripts/build-www.sh --pkg-only --bench-exports): marksync skipped in workloads 1-2, and 4 fails');
+  else out.notes.push('the page\'s marksync is www/pkg-bench (www/pkg + the hidden bench exports); workload 5 measures www/pkg');
 
   const needPage = ['1', '2', '3', '4'].some((w) => WORKLOADS.has(w));
   let server;
@@ -95,15 +98,23 @@ async function main() {
   if (needPage) {
     server = await serve(dist);
     const url = `http://127.0.0.1:${server.address().port}/`;
-    profile = mkdtempSync(join(tmpdir(), 'marksync-bench-profile-'));
-    context = await chromium.launchPersistentContext(profile, {
+    const launch = {
       executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
       headless: true,
       args: ['--enable-precise-memory-info', '--js-flags=--expose-gc', '--no-sandbox', '--disable-gpu',
         '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync',
         '--disable-dev-shm-usage'],
-    });
+    };
+    profile = mkdtempSync(join(tmpdir(), 'marksync-bench-profile-'));
+    if (INCOGNITO) {
+      const browser = await chromium.launch(launch);
+      context = await browser.newContext();
+      out.notes.push('BENCH_INCOGNITO=1: an incognito context, IndexedDB in memory (not on disk)');
+    } else {
+      context = await chromium.launchPersistentContext(profile, launch);
+    }
     out.machine.browser = context.browser()?.version() ?? 'chromium';
+    out.machine.indexedDB = INCOGNITO ? 'in memory (incognito context)' : 'on disk (persistent profile in a temp dir)';
     const versionPage = await context.newPage();
     await versionPage.goto(url);
     Object.assign(out.machine, await versionPage.evaluate(() => ({ userAgent: navigator.userAgent, crossOriginIsolated, preciseMemory: !!performance.memory, gc: typeof gc === 'function' })));
@@ -157,7 +168,8 @@ async function main() {
       }
     }
     if (WORKLOADS.has('2')) {
-      await rounds('w2', 'w2', crdts1, () => ({ edits: sz.w2Edits, rows: sz.w2Rows, seed: SEED + 2 }),
+      const w2systems = [...crdts1, ...pick(['loro-shallow'])];
+      await rounds('w2', 'w2', w2systems, () => ({ edits: sz.w2Edits, rows: sz.w2Rows, seed: SEED + 2 }),
         `2. Editing trace: ${sz.w2Edits} field sets over ${sz.w2Rows} rows, one replica`);
     }
     if (WORKLOADS.has('3')) {
@@ -180,7 +192,9 @@ async function main() {
       }
       await inPage('deleteDatabases', null, null);
     }
+    const b = INCOGNITO ? context.browser() : null;
     await context.close();
+    await b?.close();
     server.close();
     rmSync(profile, { recursive: true, force: true });
   }
@@ -298,7 +312,7 @@ function markdown(o) {
     const w = W.w2;
     L.push('', `## ${w.title}`, '');
     L.push('Loro/Yjs/Automerge: a map of 1,000 nested maps (created first, not timed); Automerge in changes of 1,000 edits; Loro one commit at the end; Yjs one transaction per edit. '
-      + 'marksync\'s snapshot = its rows with marks (exportState), not history. Decode = load into a fresh doc + read every row into plain objects (checked equal to the trace\'s final state). Memory = growth after apply.', '');
+      + 'marksync\'s snapshot = its rows with marks (exportState), not history; loro-shallow = Loro\'s shallow snapshot (state without history), the like-for-like line. Decode = load into a fresh doc + read every row into plain objects (checked equal to the trace\'s final state). Memory = growth after apply.', '');
     L.push('| system | apply ms | encode ms | decode ms (load + read) | load ms | snapshot bytes | gzip bytes | memory MB | apply vs marksync | decode vs marksync | size vs marksync |');
     L.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     const m = w.systems.marksync?.median;
@@ -312,8 +326,8 @@ function markdown(o) {
   if (W.w3) {
     const w = W.w3;
     L.push('', `## ${w.title}`, '');
-    L.push('A fresh IndexedDB database per system and run, on disk (a persistent Chromium profile). (a) marksync `await db.change()`, Dexie `await table.put()`, raw IndexedDB one readwrite transaction per put awaiting `oncomplete` (default durability). '
-      + '(b) marksync `changeMany`, Dexie `bulkPut`, raw IndexedDB one transaction of all puts.', '');
+    L.push(`A fresh IndexedDB database per system and run, ${o.machine.indexedDB ?? ''}.` + ' (a) marksync `await db.change()`, Dexie `await table.put()`, raw IndexedDB one readwrite transaction per put awaiting `oncomplete` (default durability). '
+      + '(b) marksync `changeMany`, Dexie `bulkPut`, raw IndexedDB one transaction of all puts. idb-strict = raw IndexedDB with `{ durability: \'strict\' }` (Chromium\'s default durability is relaxed: not flushed to disk before `complete`).', '');
     L.push('| system | (a) p50 ms | (a) p99 ms | (a) total ms | (b) bulk total ms | p50 vs marksync | bulk vs marksync | goal: marksync change p50 ≤ 1 ms |');
     L.push('|---|---:|---:|---:|---:|---:|---:|---|');
     const m = w.systems.marksync?.median;
