@@ -8,6 +8,7 @@
 // Knobs (environment):
 //   BENCH_ROUNDS=5        rounds per workload (≥ 5 for a real run)
 //   BENCH_QUICK=1         small sizes, 1 round: a smoke run (< 2 min); writes browser-quick.{json,md}
+//   (only a full run writes browser.{json,md}; partial ones write browser-partial.*, browser-incognito.*)
 //   BENCH_WORKLOADS=1,2   only these workloads (1 map sets, 2 trace, 3 writes, 4 cold open, 5 size)
 //   BENCH_SYSTEMS=a,b     only these systems (marksync, loro, loro-shallow, yjs, automerge, dexie, idb, idb-strict)
 //   BENCH_INCOGNITO=1     an incognito context instead of a persistent profile (Chromium keeps its IndexedDB in memory)
@@ -204,7 +205,9 @@ async function main() {
   const md = markdown(out);
   const dir = join(here, 'results');
   mkdirSync(dir, { recursive: true });
-  const base = QUICK ? 'browser-quick' : 'browser';
+  // Only a full run (every workload and system, ≥ 5 rounds, on disk) writes browser.{json,md}.
+  const partial = process.env.BENCH_WORKLOADS || ONLY || ROUNDS < 5;
+  const base = `browser${QUICK ? '-quick' : ''}${INCOGNITO ? '-incognito' : ''}${!QUICK && partial ? '-partial' : ''}`;
   writeFileSync(join(dir, `${base}.json`), `${JSON.stringify(out, null, 1)}\n`);
   writeFileSync(join(dir, `${base}.md`), md);
   console.log(md);
@@ -342,14 +345,16 @@ function markdown(o) {
   if (W.w4) {
     const w = W.w4;
     L.push('', `## ${w.title}`, '');
-    L.push('The library is loaded before the clock starts; open = from nothing in memory to every row as plain JS objects. Memory = growth after open.', '');
-    L.push('| system | what is stored and read | open ms | rows | memory MB | vs marksync | goal: marksync open ≤ 200 ms |');
-    L.push('|---|---|---:|---:|---:|---:|---|');
+    L.push('The library is loaded before the clock starts; open = from nothing in memory to every row as plain JS objects (the goal\'s measure), split into "store open" '
+      + '(marksync: `Marksync.open` resolved, as `www/bench/client.mjs` times it; Dexie/IDB: database open; Loro/Yjs/Automerge: blob read + decoded) and "rows to JS" '
+      + '(`db.rows()`, `toArray()`/`getAll()`, `toJSON()`/`toJS()`). Memory = growth after open.', '');
+    L.push('| system | what is stored and read | open ms (to every row in JS) | store open ms | rows to JS ms | rows | memory MB | vs marksync | goal: marksync open ≤ 200 ms |');
+    L.push('|---|---|---:|---:|---:|---:|---:|---:|---|');
     const m = w.systems.marksync?.median;
     for (const [s, v] of Object.entries(w.systems)) {
       const x = v.median || {};
-      const goal = s === 'marksync' && x.openMs != null ? yes(x.openMs <= 200) : '';
-      L.push(`| ${s} | ${v.seed?.note ?? ''} | ${fmt(x.openMs)} | ${x.rows ?? '—'} | ${fmt(x.memMB)} | ${ratio(x.openMs, m?.openMs)} | ${goal} |`);
+      const goal = s === 'marksync' && x.openMs != null ? `${yes(x.openMs <= 200)} (store open alone: ${x.openOnlyMs <= 200 ? 'met' : 'not met'})` : '';
+      L.push(`| ${s} | ${v.seed?.note ?? ''} | ${fmt(x.openMs)} | ${fmt(x.openOnlyMs)} | ${fmt(x.readRowsMs)} | ${x.rows ?? '—'} | ${fmt(x.memMB)} | ${ratio(x.openMs, m?.openMs)} | ${goal} |`);
     }
     L.push(...errs(w));
   }

@@ -72,9 +72,10 @@ function build(n) {
 export const w4 = {
   note: 'one document (save) stored as one IndexedDB value; open = read it + load + toJS(doc).sets',
   seed: (name, n) => seedBlob(name, build(n)),
-  async open(name) {
+  async open(name, mark) {
     const bytes = await readBlob(name);
     const doc = A.load(bytes);
+    mark();
     const rows = A.toJS(doc).sets;
     return { n: Object.keys(rows).length, close: () => A.free(doc), keep: rows };
   },

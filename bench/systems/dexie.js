@@ -32,8 +32,9 @@ export const w4 = {
     await db.sets.bulkPut(Array.from({ length: n }, (_, i) => row(`r${i}`, 5)));
     db.close();
   },
-  async open(name) {
+  async open(name, mark) {
     const db = await openDb(name);
+    mark();
     const rows = await db.sets.toArray();
     return { n: rows.length, close: () => db.close(), keep: rows };
   },

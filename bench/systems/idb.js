@@ -43,8 +43,9 @@ export const w4 = {
     await done(tx);
     db.close();
   },
-  async open(name) {
+  async open(name, mark) {
     const db = await idbOpen(name, upgrade);
+    mark();
     const tx = db.transaction('sets', 'readonly');
     const r = tx.objectStore('sets').getAll();
     await done(tx);

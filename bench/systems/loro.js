@@ -64,9 +64,10 @@ function build(n) {
 export const w4 = {
   note: 'one snapshot (export mode "snapshot") stored as one IndexedDB value; open = read it + LoroDoc.fromSnapshot + getMap("sets").toJSON()',
   seed: (name, n) => seedBlob(name, build(n)),
-  async open(name) {
+  async open(name, mark) {
     const bytes = await readBlob(name);
     const doc = LoroDoc.fromSnapshot(bytes);
+    mark();
     const rows = doc.getMap('sets').toJSON();
     return { n: Object.keys(rows).length, close: () => doc.free(), keep: rows };
   },

@@ -92,8 +92,9 @@ export const w4 = {
   note: 'IndexedDB seeded by __seedDatabase (the rows as base rows in compacted chunks + 1,000 pending ops on new rows); Marksync.open until db.rows("sets") has them all',
   extraRows: 1000,
   seed: (name, n) => pkg.__seedDatabase(name, n, 1000),
-  async open(name) {
+  async open(name, mark) {
     const db = await openDb(name);
+    mark();
     const rows = db.rows('sets');
     return { n: rows.length, close: () => db.close(), keep: rows };
   },

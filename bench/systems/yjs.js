@@ -74,10 +74,11 @@ function build(n) {
 export const w4 = {
   note: 'one update (encodeStateAsUpdate) stored as one IndexedDB value; open = read it + applyUpdate into a new Y.Doc + getMap("sets").toJSON()',
   seed: (name, n) => seedBlob(name, build(n)),
-  async open(name) {
+  async open(name, mark) {
     const bytes = await readBlob(name);
     const doc = new Y.Doc();
     Y.applyUpdate(doc, bytes);
+    mark();
     const rows = doc.getMap('sets').toJSON();
     return { n: Object.keys(rows).length, close: () => doc.destroy(), keep: rows };
   },
