@@ -20,7 +20,7 @@
 //! 8 × `LOAD_PUSHES` (10) batches in all with the batched judge, and
 //! 8 × `LOAD_PER_OP_PUSHES` (2) with the per-op judge (about 10× slower),
 //! split over its clients, at least 2 per client (so 1 user pushes 80, 8 users
-//! 10 each, 64 users 2 each; per-op: 16, 2 each, 2 each).
+//! 10 each, 64 users 2 each; per-op: 16, 2 each, 2 each). 0 skips that judge.
 //!
 //! Other environment: `LOAD_BACKENDS` (`sqlite,postgres`), `LOAD_JSON` (write
 //! every result there as a JSON array of `{backend, judge, users, clients,
@@ -477,6 +477,9 @@ async fn main() {
         }
         for (scenario, users, clients) in shapes {
             for (judge, per_op, total) in [("batched", false, batched_total), ("per-op", true, per_op_total)] {
+                if total == 0 {
+                    continue;
+                }
                 let db = fresh_database(backend).await.unwrap();
                 let r = run(&db, per_op, users, clients, per_client(total, clients), None).await;
                 rows.push(report(backend, judge, scenario, users, clients, &r));
