@@ -4,5 +4,5 @@ demo:   ## set up and run the server with the demo app (SQLite), http://127.0.0.
 	scripts/demo.sh
 test:   ## set up and run every test
 	scripts/test.sh
-bench:  ## run the benchmarks (see BENCHMARKS.md)
-	cargo bench --bench core
+bench:  ## run every benchmark, print the summary, write BENCHMARKS.md's generated part
+	scripts/bench.sh

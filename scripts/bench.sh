@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every benchmark — core (native), client (Chromium + IndexedDB + the
+# real server), side by side with Loro, Yjs, Automerge, Dexie and raw
+# IndexedDB, and the server under load — then prints the summary and writes
+# the generated part of BENCHMARKS.md. ~25 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+scripts/setup.sh all
+
+scripts/build-www.sh --pkg-only --bench-exports
+cargo build --release -p marksync-server
+cargo build --release --example merge_speed
+mkdir -p bench/results
+
+scripts/pg.sh start
+trap 'scripts/pg.sh stop' EXIT
+export MARKSYNC_TEST_POSTGRES_URL="$(scripts/pg.sh url)"
+uptime > bench/results/load-before.txt
+
+echo "== 1/4 core, native (criterion)"
+cargo bench --bench core -- --noplot
+
+echo "== 2/4 client: change(), drain + pull, cold open, wasm vs native merge, size"
+node www/bench/client.mjs > bench/results/client.json
+
+echo "== 3/4 side by side with the peers (Chromium)"
+(cd bench && { [[ -d node_modules ]] && npm ls --depth=0 >/dev/null 2>&1 || npm ci --no-audit --no-fund; } && node run.mjs)
+
+echo "== 4/4 server: batched vs per-op, SQLite and PostgreSQL, 1/8/64 users, hot user"
+LOAD_JSON=bench/results/server.json cargo bench -p marksync-server --features bench-per-op --bench load
+
+uptime > bench/results/load-after.txt
+node bench/report.mjs
