@@ -2,11 +2,13 @@
 //!
 //! - merge: 1M field-ops into 10k rows (goal ≥ 10M field-ops/s);
 //! - judge: a 1000-op batch in memory (goal ≥ 1M ops/s);
-//! - replica: rebuild 100k base rows + 1k pending ops (what `open` does).
+//! - replica: rebuild 100k base rows + 1k pending ops (what `open` does);
+//! - chunks: decode 100k stored base rows (the other half of `open`).
 //!
 //! The workloads come from `marksync::workload`, shared with the browser benchmarks.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use marksync::chunks::{decode_chunk, encode_chunks};
 use marksync::judge::{judge_batch, Known};
 use marksync::replica::Replica;
 use marksync::schema::Schema;
@@ -42,5 +44,18 @@ fn bench_replica(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_merge, bench_judge, bench_replica);
+fn bench_chunks(c: &mut Criterion) {
+    let mut rows = base_rows(100_000);
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    let chunks: Vec<Vec<u8>> = encode_chunks(&rows).unwrap().into_iter().map(|c| c.bytes).collect();
+    let mut g = c.benchmark_group("chunks");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(rows.len() as u64));
+    g.bench_function("decode 100k rows", |b| {
+        b.iter(|| black_box(chunks.iter().map(|c| decode_chunk(c).map(|r| r.len()).unwrap_or(0)).sum::<usize>()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_merge, bench_judge, bench_replica, bench_chunks);
 criterion_main!(benches);

@@ -30,6 +30,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod attempt;
+pub mod chunks;
 pub mod clock;
 pub mod engine;
 pub mod ids;

@@ -107,28 +107,19 @@ impl BenchDoc {
         Ok(moved)
     }
 
-    /// The rows with marks, as the client's snapshot chunks (one JSON array).
+    /// The rows with marks, encoded as the client's stored chunks (one chunk).
     #[wasm_bindgen(js_name = "exportState")]
     pub fn export_state(&self) -> Result<Vec<u8>, JsValue> {
         let mut rows: Vec<(crate::protocol::RowKey, crate::protocol::Row)> =
             self.rows.iter().map(|(id, r)| (crate::protocol::RowKey::new("t", id.as_str()), r.clone())).collect();
         rows.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut out = Vec::new();
-        out.push(b'[');
-        for (i, (k, r)) in rows.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(super::idb_chunks::encode_row(k, r).map_err(|e| JsValue::from_str(&e.to_string()))?.as_bytes());
-        }
-        out.push(b']');
-        Ok(out)
+        crate::chunks::encode_snapshot(&rows).map_err(|e| JsValue::from_str(&e.to_string()))
     }
 
     /// Decodes a snapshot and merges its rows; returns how many fields moved.
     #[wasm_bindgen(js_name = "importState")]
     pub fn import_state(&mut self, bytes: &[u8]) -> Result<u32, JsValue> {
-        let rows = super::idb_chunks::decode_chunk(bytes).map_err(|e| JsValue::from_str(&e.to_string()))?;
+        let rows = crate::chunks::decode_chunk(bytes).map_err(|e| JsValue::from_str(&e.to_string()))?;
         let mut moved = 0;
         for (k, r) in rows {
             for c in r.cells.values() {

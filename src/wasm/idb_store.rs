@@ -3,12 +3,12 @@
 //!
 //! Every logical step is ONE IndexedDB transaction: recording an op with the
 //! counter and clock; applying a push answer's verdicts; applying a pull page
-//! with the cursor. Records are JSON strings (chunks: UTF-8 JSON bytes); keys: `"meta"`, `[table, rowId]`,
+//! with the cursor. Records are JSON strings (chunks: binary, see [`crate::chunks`]); keys: `"meta"`, `[table, rowId]`,
 //! `at` (a number, so the outbox reads back in record order), `opId`.
 //!
 //! Base rows live in two stores, so that open reads a few large records
 //! instead of one per row: `base_chunks`, compacted snapshot chunks of many
-//! rows each ([`super::idb_chunks`]), and `base_delta`, the rows put since the
+//! rows each ([`crate::chunks`]), and `base_delta`, the rows put since the
 //! last compaction, one record per row keyed by `[table, rowId]` (a delta
 //! wins over a chunk's copy of its row). Once more than [`COMPACT_AFTER`]
 //! deltas are counted, [`IdbStore::compact`] folds them into the chunks in one
@@ -30,7 +30,7 @@ use crate::ids::IdBlock;
 use crate::protocol::{Op, Row, RowKey};
 use crate::store::{LocalStore, Meta, Rejection, Snapshot, StoreError, Txn};
 
-use super::idb_chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, fold, overlay};
+use crate::chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, fold, overlay};
 
 const META: &str = "meta";
 const CHUNKS: &str = "base_chunks";
@@ -135,7 +135,7 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
                 chunks.delete(Query::Key(row_key(&firsts[i]))).map_err(failed)?;
             }
             for c in pieces {
-                chunks.put(&Uint8Array::from(c.text.as_bytes()).into(), Some(&row_key(&c.first))).map_err(failed)?;
+                chunks.put(&Uint8Array::from(c.bytes.as_slice()).into(), Some(&row_key(&c.first))).map_err(failed)?;
             }
         }
         delta.clear().map_err(failed)?;

@@ -7,7 +7,6 @@
 #[cfg(feature = "bench-exports")]
 pub mod bench;
 pub mod client;
-pub mod idb_chunks;
 pub mod idb_store;
 pub mod transport;
 

@@ -1,0 +1,301 @@
+//! Base rows as compacted snapshot chunks: the encoding and the folding rules
+//! of the browser store, with no IndexedDB in them (pure, tested natively).
+//!
+//! A chunk is one record holding many rows, sorted by key. Its IndexedDB key
+//! is its first row's `[table, rowId]`, so the chunk keys alone tell which
+//! chunk a row belongs to: the chunk with the greatest first key at or below
+//! the row's key (or the first chunk).
+//!
+//! Encoding 3 (written now): the bytes `FF 03`, then a [postcard] sequence of
+//! rows `(table, rowId, [(at, opId, [(field, value), …]), …])` — the cells one
+//! op set share one mark (one opId allocation once decoded); strings are
+//! length-prefixed, numbers binary, so decoding is a copy, not a parse.
+//! Still read: encoding 2 (the UTF-8 bytes of the same shape as a JSON array)
+//! and encoding 1 (JSON text, one `[field, value, at, opId]` per cell).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{Cell, Mark, OpId, Row, RowKey, Value};
+use crate::store::StoreError;
+
+/// The first two bytes of an encoding-3 chunk (never the start of JSON text).
+pub const MAGIC: [u8; 2] = [0xFF, 0x03];
+
+/// A chunk is split once it holds more rows than this.
+pub const MAX_ROWS: usize = 2_000;
+/// A chunk is split once its encoding is longer than this (bytes).
+pub const MAX_BYTES: usize = 1 << 20;
+/// Chunks born of a split are filled to about half the limits, so that rows
+/// added later rewrite one chunk instead of splitting again at once.
+const FILL_ROWS: usize = MAX_ROWS / 2;
+const FILL_BYTES: usize = MAX_BYTES / 2;
+
+/// A field value in encoding 3 (postcard needs a tagged enum).
+#[derive(Serialize, Deserialize)]
+enum ValueBin<'a> {
+    Null,
+    Bool(bool),
+    Number(f64),
+    String(#[serde(borrow)] Cow<'a, str>),
+}
+
+#[derive(Serialize, Deserialize)]
+struct GroupBin<'a>(u64, #[serde(borrow)] Cow<'a, str>, #[serde(borrow)] Vec<(Cow<'a, str>, ValueBin<'a>)>);
+
+#[derive(Serialize, Deserialize)]
+struct RowBin<'a>(#[serde(borrow)] Cow<'a, str>, #[serde(borrow)] Cow<'a, str>, #[serde(borrow)] Vec<GroupBin<'a>>);
+
+/// Encoding 2, still read.
+#[derive(Deserialize)]
+struct GroupV2<'a>(u64, #[serde(borrow)] Cow<'a, str>, Vec<(String, Value)>);
+
+#[derive(Deserialize)]
+struct RowV2<'a>(String, String, #[serde(borrow)] Vec<GroupV2<'a>>);
+
+/// Encoding 1, still read.
+#[derive(Deserialize)]
+struct CellV1(String, Value, u64, OpId);
+
+#[derive(Deserialize)]
+struct RowV1(String, String, Vec<CellV1>);
+
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("base chunk: {e}"))
+}
+
+/// The encoding of one row (an element of a chunk's sequence).
+pub fn encode_row(key: &RowKey, row: &Row) -> Result<Vec<u8>, StoreError> {
+    let mut groups: Vec<GroupBin<'_>> = Vec::new();
+    for (f, c) in &row.cells {
+        let value = match &c.value {
+            Value::Null => ValueBin::Null,
+            Value::Bool(b) => ValueBin::Bool(*b),
+            Value::Number(n) => ValueBin::Number(*n),
+            Value::String(s) => ValueBin::String(Cow::Borrowed(s)),
+        };
+        match groups.iter_mut().find(|g| g.0 == c.mark.at && g.1 == c.mark.op_id.as_str()) {
+            Some(g) => g.2.push((Cow::Borrowed(f), value)),
+            None => groups.push(GroupBin(c.mark.at, Cow::Borrowed(c.mark.op_id.as_str()), vec![(Cow::Borrowed(f), value)])),
+        }
+    }
+    postcard::to_allocvec(&RowBin(Cow::Borrowed(&key.table), Cow::Borrowed(&key.row_id), groups)).map_err(corrupt)
+}
+
+/// Joins encoded rows into one chunk: the magic bytes, the count, the rows.
+fn join(rows: &[Vec<u8>]) -> Result<Vec<u8>, StoreError> {
+    let count = postcard::to_allocvec(&rows.len()).map_err(corrupt)?;
+    let mut out = Vec::with_capacity(MAGIC.len() + count.len() + rows.iter().map(Vec::len).sum::<usize>());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&count);
+    for r in rows {
+        out.extend_from_slice(r);
+    }
+    Ok(out)
+}
+
+/// Encodes sorted rows as one chunk with no size limit (a snapshot).
+pub fn encode_snapshot(rows: &[(RowKey, Row)]) -> Result<Vec<u8>, StoreError> {
+    join(&rows.iter().map(|(k, r)| encode_row(k, r)).collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Decodes a chunk stored as bytes (encoding 3, or 2) into its rows, in stored order.
+pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
+    let Some(body) = bytes.strip_prefix(&MAGIC) else { return decode_chunk_v2(bytes) };
+    let rows: Vec<RowBin<'_>> = postcard::from_bytes(body).map_err(corrupt)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for RowBin(table, row_id, groups) in rows {
+        let mut cells = BTreeMap::new();
+        for GroupBin(at, op_id, fields) in groups {
+            let op_id = OpId::new(op_id.as_ref());
+            for (f, v) in fields {
+                let value = match v {
+                    ValueBin::Null => Value::Null,
+                    ValueBin::Bool(b) => Value::Bool(b),
+                    ValueBin::Number(n) if n.is_finite() => Value::Number(n),
+                    ValueBin::Number(_) => return Err(corrupt("a number is not finite")),
+                    ValueBin::String(s) => Value::String(s.into_owned()),
+                };
+                cells.insert(f.into_owned(), Cell { value, mark: Mark { at, op_id: op_id.clone() } });
+            }
+        }
+        out.push((RowKey { table: table.into_owned(), row_id: row_id.into_owned() }, Row { cells }));
+    }
+    Ok(out)
+}
+
+/// Decodes a chunk in encoding 2 (the UTF-8 bytes of a JSON array).
+fn decode_chunk_v2(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
+    let rows: Vec<RowV2<'_>> = serde_json::from_slice(bytes).map_err(corrupt)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for RowV2(table, row_id, groups) in rows {
+        let mut cells = BTreeMap::new();
+        for GroupV2(at, op_id, fields) in groups {
+            let op_id = OpId::new(op_id.as_ref());
+            for (f, value) in fields {
+                cells.insert(f, Cell { value, mark: Mark { at, op_id: op_id.clone() } });
+            }
+        }
+        out.push((RowKey { table, row_id }, Row { cells }));
+    }
+    Ok(out)
+}
+
+/// Decodes a chunk stored as JSON text in the first encoding.
+pub fn decode_chunk_v1(text: &str) -> Result<Vec<(RowKey, Row)>, StoreError> {
+    let rows: Vec<RowV1> = serde_json::from_str(text).map_err(corrupt)?;
+    Ok(rows
+        .into_iter()
+        .map(|RowV1(table, row_id, cells)| {
+            let cells = cells.into_iter().map(|CellV1(f, value, at, op_id)| (f, Cell { value, mark: Mark { at, op_id } })).collect();
+            (RowKey { table, row_id }, Row { cells })
+        })
+        .collect())
+}
+
+/// One chunk to store: its key (its first row's) and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkOut {
+    /// The first row's key.
+    pub first: RowKey,
+    /// The encoded chunk.
+    pub bytes: Vec<u8>,
+}
+
+/// Encodes sorted rows as one chunk, or as several when they exceed the
+/// limits. Returns no chunk for no rows.
+pub fn encode_chunks(rows: &[(RowKey, Row)]) -> Result<Vec<ChunkOut>, StoreError> {
+    let encoded = rows.iter().map(|(k, r)| encode_row(k, r)).collect::<Result<Vec<_>, _>>()?;
+    let total: usize = encoded.iter().map(Vec::len).sum();
+    let (max_rows, max_bytes) = if rows.len() <= MAX_ROWS && total <= MAX_BYTES { (MAX_ROWS, MAX_BYTES) } else { (FILL_ROWS, FILL_BYTES) };
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < rows.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < rows.len() && (end == start || (end - start < max_rows && bytes + encoded[end].len() <= max_bytes)) {
+            bytes += encoded[end].len();
+            end += 1;
+        }
+        out.push(ChunkOut { first: rows[start].0.clone(), bytes: join(&encoded[start..end])? });
+        start = end;
+    }
+    Ok(out)
+}
+
+/// Which stored chunk a row belongs to: the index, in `firsts` (sorted), of
+/// the chunk with the greatest first key at or below `key`; the first chunk
+/// for keys below all of them. `None` when there are no chunks.
+pub fn chunk_of(firsts: &[RowKey], key: &RowKey) -> Option<usize> {
+    if firsts.is_empty() {
+        return None;
+    }
+    Some(firsts.partition_point(|f| f <= key).saturating_sub(1))
+}
+
+/// Folds `deltas` (latest wins) into the rows of one chunk; returns all rows sorted.
+pub fn fold(chunk: Vec<(RowKey, Row)>, deltas: impl IntoIterator<Item = (RowKey, Row)>) -> Vec<(RowKey, Row)> {
+    let mut rows: BTreeMap<RowKey, Row> = chunk.into_iter().collect();
+    rows.extend(deltas);
+    rows.into_iter().collect()
+}
+
+/// Base rows as loaded at open: every chunk row unless a delta replaces it, then the deltas.
+pub fn overlay(chunks: Vec<(RowKey, Row)>, deltas: Vec<(RowKey, Row)>) -> Vec<(RowKey, Row)> {
+    if deltas.is_empty() {
+        return chunks;
+    }
+    let newer: BTreeMap<RowKey, Row> = deltas.into_iter().collect();
+    let mut base: Vec<(RowKey, Row)> = chunks.into_iter().filter(|(k, _)| !newer.contains_key(k)).collect();
+    base.extend(newer);
+    base
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(cells: &[(&str, Value, u64, &str)]) -> Row {
+        Row {
+            cells: cells
+                .iter()
+                .map(|(f, v, at, op)| (f.to_string(), Cell { value: v.clone(), mark: Mark { at: *at, op_id: OpId::new(*op) } }))
+                .collect(),
+        }
+    }
+
+    fn sample(n: usize) -> Vec<(RowKey, Row)> {
+        let mut rows: Vec<_> = (0..n)
+            .map(|i| {
+                let r = row(&[
+                    ("exercise", Value::from(format!("squat é ✓ \"{i}\"")), 7, "a:1"),
+                    ("weightKg", Value::Number(82.5 + i as f64), 9, "b:2"),
+                    ("reps", Value::Number(-0.0), 7, "a:1"),
+                    ("note", Value::Null, 9, "b:2"),
+                    ("_deleted", Value::Bool(i % 2 == 0), 9_007_199_254_740_991, "c:3"),
+                ]);
+                (RowKey::new(if i % 3 == 0 { "sets" } else { "notes" }, format!("r{i}")), r)
+            })
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
+    }
+
+    #[test]
+    fn a_chunk_decodes_to_exactly_the_rows_encoded() {
+        let rows = sample(50);
+        let chunks = encode_chunks(&rows).unwrap();
+        assert_eq!(chunks.len(), 1);
+        assert!(chunks[0].bytes.starts_with(&MAGIC));
+        assert_eq!(chunks[0].first, rows[0].0);
+        assert_eq!(decode_chunk(&chunks[0].bytes).unwrap(), rows);
+        assert_eq!(decode_chunk(&encode_snapshot(&rows).unwrap()).unwrap(), rows);
+        assert_eq!(decode_chunk(&encode_snapshot(&[]).unwrap()).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn chunks_split_past_the_limits_and_keep_every_row_in_order() {
+        let rows = sample(MAX_ROWS + 1);
+        let chunks = encode_chunks(&rows).unwrap();
+        assert!(chunks.len() >= 2, "{} chunks", chunks.len());
+        assert!(chunks.iter().all(|c| c.bytes.len() <= MAX_BYTES + 16));
+        let back: Vec<_> = chunks.iter().flat_map(|c| decode_chunk(&c.bytes).unwrap()).collect();
+        assert_eq!(back, rows);
+        let firsts: Vec<_> = chunks.iter().map(|c| c.first.clone()).collect();
+        for (k, _) in &rows {
+            let i = chunk_of(&firsts, k).unwrap();
+            assert!(decode_chunk(&chunks[i].bytes).unwrap().iter().any(|(x, _)| x == k), "{k:?} not in the chunk chunk_of names");
+        }
+    }
+
+    #[test]
+    fn the_earlier_encodings_still_read() {
+        let v2 = br#"[["sets","r1",[[5,"a:1",[["exercise","squat"],["reps",5]]],[6,"b:1",[["weightKg",80.5]]]]]]"#;
+        let expected = vec![(
+            RowKey::new("sets", "r1"),
+            row(&[
+                ("exercise", "squat".into(), 5, "a:1"),
+                ("reps", Value::Number(5.0), 5, "a:1"),
+                ("weightKg", Value::Number(80.5), 6, "b:1"),
+            ]),
+        )];
+        assert_eq!(decode_chunk(v2).unwrap(), expected);
+        let v1 = r#"[["sets","r1",[["exercise","squat",5,"a:1"],["reps",5,5,"a:1"],["weightKg",80.5,6,"b:1"]]]]"#;
+        assert_eq!(decode_chunk_v1(v1).unwrap(), expected);
+    }
+
+    #[test]
+    fn damaged_bytes_are_an_error_not_a_panic() {
+        let bytes = encode_snapshot(&sample(3)).unwrap();
+        for cut in 0..bytes.len() {
+            let _ = decode_chunk(&bytes[..cut]);
+        }
+        assert!(matches!(decode_chunk(&bytes[..bytes.len() - 1]), Err(StoreError::Corrupt(_))));
+        let mut nan = encode_snapshot(&[(RowKey::new("t", "r"), row(&[("x", Value::Number(1.0), 1, "a:1")]))]).unwrap();
+        let at = nan.len() - 8;
+        nan[at..].copy_from_slice(&f64::NAN.to_le_bytes());
+        assert!(matches!(decode_chunk(&nan), Err(StoreError::Corrupt(_))));
+    }
+}
