@@ -89,6 +89,13 @@ async function main() {
     quick: QUICK, rounds: ROUNDS, seed: SEED, sizes: sz, versions: VERSIONS,
     notes: [], workloads: {},
   };
+  // Which marksync this run measures (www/pkg and www/pkg-bench are rebuilt by hand; record them).
+  const stamp = (f) => (existsSync(f) ? { bytes: statSync(f).size, modified: statSync(f).mtime.toISOString() } : null);
+  let head = null;
+  try { head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root }).toString().trim(); } catch { /* not a checkout */ }
+  out.marksync = { gitHead: head, pageWasm: stamp(join(root, 'www', 'pkg-bench', 'marksync_bg.wasm')), packageWasm: stamp(join(root, 'www', 'pkg', 'marksync_bg.wasm')) };
+  // Workload 5 first, from the same www/pkg the page was just built next to.
+  if (WORKLOADS.has('5')) out.workloads.w5 = await sizes();
   if (!hasBenchDoc) out.notes.push('no www/pkg-bench with __BenchDoc (scripts/build-www.sh --pkg-only --bench-exports): marksync skipped in workloads 1-2, and 4 fails');
   else out.notes.push('the page\'s marksync is www/pkg-bench (www/pkg + the hidden bench exports); workload 5 measures www/pkg');
 
@@ -199,7 +206,6 @@ async function main() {
     server.close();
     rmSync(profile, { recursive: true, force: true });
   }
-  if (WORKLOADS.has('5')) out.workloads.w5 = await sizes();
   out.machine.loadavgAtEnd = loadavg().map(r2);
 
   const md = markdown(out);
@@ -282,6 +288,7 @@ function markdown(o) {
   L.push(`${o.date}, ${o.machine.cpus} cores (${o.machine.cpu}), ${o.machine.browser ?? ''} headless, load average ${o.machine.loadavgAtStart?.join(' ')} → ${o.machine.loadavgAtEnd?.join(' ')}.`);
   L.push(`Medians of ${o.rounds} rounds${o.quick ? ' (QUICK: small sizes, a smoke run, not figures to quote)' : ''}; each run in a fresh page; systems alternate within each round. `
     + `Versions: ${Object.entries(o.versions).map(([k, v]) => `${k} ${v}`).join(', ')}. Ratio = peer ÷ marksync (> 1: marksync is faster/smaller).`);
+  if (o.marksync) L.push('', `marksync: git ${o.marksync.gitHead}; page wasm (www/pkg-bench) ${o.marksync.pageWasm?.bytes} bytes of ${o.marksync.pageWasm?.modified}; package wasm (www/pkg) ${o.marksync.packageWasm?.bytes} bytes of ${o.marksync.packageWasm?.modified}.`);
   for (const n of o.notes) L.push('', `Note: ${n}`);
   const W = o.workloads;
   const errs = (w) => Object.entries(w.systems).filter(([, v]) => v.errors).map(([s, v]) => `- ${s}: ${v.errors.join('; ')}`);
