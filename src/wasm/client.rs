@@ -447,30 +447,35 @@ impl<T: Transport + 'static> Client<T> {
         step.unwrap_or_else(|| self.engine.borrow_mut().start_sync(now()))
     }
 
-    /// Commits an answer's txn and returns the next step (see [`Client::or_restart`]).
-    async fn take(&self, out: Option<(Txn, Step)>) -> Result<Step, ClientError> {
-        match out {
-            Some((txn, next)) => {
-                self.commit(&txn).await?;
-                Ok(next)
-            }
-            None => Ok(self.or_restart(None)),
+    /// Commits an answer's txn, if any.
+    async fn commit_some(&self, txn: Option<Txn>) -> Result<(), ClientError> {
+        match txn {
+            Some(txn) => self.commit(&txn).await,
+            None => Ok(()),
         }
     }
 
+    /// One sync cycle. An answer's txn is committed while the next request
+    /// (of the same cycle) is on the wire: the request depends only on the
+    /// engine's memory, and a crash before the commit only means the answer
+    /// is asked for again — the server's remembered verdicts and idempotent
+    /// pulls make that safe. Still one request in flight at a time.
     async fn cycle(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
         let mut step = self.engine.borrow_mut().start_sync(now());
         let mut refreshed = false;
+        let mut unsaved: Option<Txn> = None;
         self.changed(false, None);
         loop {
             step = match step {
                 Step::Push(req) => {
                     self.changed(false, None);
                     let key = req.attempt_key.clone();
-                    match self.transport.push(&req).await {
+                    let (saved, sent) = futures_util::future::join(self.commit_some(unsaved.take()), self.transport.push(&req)).await;
+                    saved?;
+                    match sent {
                         Ok(resp) => {
                             let out = self.engine.borrow_mut().on_push_response(resp, now());
-                            self.take(out).await?
+                            self.next(out, &mut unsaved)
                         }
                         Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
                             refreshed = true;
@@ -483,25 +488,32 @@ impl<T: Transport + 'static> Client<T> {
                         }
                     }
                 }
-                Step::Pull { cursor, limit } => match self.transport.pull(cursor, limit).await {
-                    Ok(page) => {
-                        let out = self.engine.borrow_mut().on_pull_response(cursor, page, now());
-                        self.take(out).await?
+                Step::Pull { cursor, limit } => {
+                    let (saved, page) =
+                        futures_util::future::join(self.commit_some(unsaved.take()), self.transport.pull(cursor, limit)).await;
+                    saved?;
+                    match page {
+                        Ok(page) => {
+                            let out = self.engine.borrow_mut().on_pull_response(cursor, page, now());
+                            self.next(out, &mut unsaved)
+                        }
+                        Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
+                            refreshed = true;
+                            self.or_restart(None)
+                        }
+                        Err(f) => {
+                            let next = self.engine.borrow_mut().on_pull_failed(cursor, f, now());
+                            self.or_restart(next)
+                        }
                     }
-                    Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
-                        refreshed = true;
-                        self.or_restart(None)
-                    }
-                    Err(f) => {
-                        let next = self.engine.borrow_mut().on_pull_failed(cursor, f, now());
-                        self.or_restart(next)
-                    }
-                },
+                }
                 Step::Done(report) => {
+                    self.commit_some(unsaved.take()).await?;
                     self.changed(false, None);
                     return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
                 }
                 Step::Wait { until, report } => {
+                    self.commit_some(unsaved.take()).await?;
                     self.changed(false, None);
                     if self.auto_sync {
                         self.schedule_sync(until.saturating_sub(now()));
@@ -511,10 +523,23 @@ impl<T: Transport + 'static> Client<T> {
                     return Ok(SyncOutcome { report, ok: false, retry_at: Some(until), error: Some("retrying".into()) });
                 }
                 Step::Blocked(r) => {
+                    self.commit_some(unsaved.take()).await?;
                     self.changed(false, None);
                     return Err(ClientError::RecoveryRequired { code: r.code, message: r.message });
                 }
             };
+        }
+    }
+
+    /// An answer's txn (kept in `unsaved` until committed) and the next step
+    /// (see [`Client::or_restart`]).
+    fn next(&self, out: Option<(Txn, Step)>, unsaved: &mut Option<Txn>) -> Step {
+        match out {
+            Some((txn, next)) => {
+                *unsaved = Some(txn);
+                next
+            }
+            None => self.or_restart(None),
         }
     }
 
