@@ -290,9 +290,10 @@ async fn a_row_updated_after_compaction_reads_back_its_latest_value() {
     let mut expected = Base::new();
     put_rows(&store, &mut expected, vec![(key.clone(), base_row(1, 5.0)), (RowKey::new("sets", "dev-8"), base_row(2, 6.0))]).await;
     store.compact().await.unwrap();
+    put_rows(&store, &mut expected, vec![(key.clone(), base_row(3, 6.5))]).await;
     put_rows(&store, &mut expected, vec![(key.clone(), base_row(3, 7.0))]).await;
     let got = reopened_base(&name).await;
-    assert_eq!(got.get(&key).and_then(|r| r.get("reps")), Some(&Value::Number(7.0)), "the delta wins");
+    assert_eq!(got.get(&key).and_then(|r| r.get("reps")), Some(&Value::Number(7.0)), "the latest delta wins");
     assert_eq!(got, expected);
     store.compact().await.unwrap();
     put_rows(&store, &mut expected, vec![(key.clone(), base_row(4, 8.0))]).await;
@@ -336,13 +337,17 @@ async fn an_old_layout_database_opens_after_the_upgrade() {
     tx.await.unwrap();
     db.close();
 
-    let expected: Base = rows.into_iter().collect();
+    let mut expected: Base = rows.into_iter().collect();
     let store = IdbStore::connect(&name).await.unwrap();
     let snap = store.open(Meta::fresh("new-device".into())).await.unwrap();
     assert_eq!(snap.meta.as_ref(), Some(&meta), "the old meta record is kept");
     assert_eq!(snap.pending, vec![op.clone()]);
     assert_eq!(snap.base.into_iter().collect::<Base>(), expected, "old per-row records read as deltas");
-    assert_eq!(store.compact().await.unwrap(), 50);
+    let newer = (RowKey::new("sets", "old-3"), base_row(1_000, 99.0));
+    store.commit(&Txn { put_base: vec![newer.clone()], ..Txn::default() }).await.unwrap();
+    expected.insert(newer.0, newer.1);
+    assert_eq!(reopened_base(&name).await, expected, "a batch wins over an older per-row delta");
+    assert_eq!(store.compact().await.unwrap(), 51);
     store.close();
     assert_eq!(reopened_base(&name).await, expected, "folded into chunks");
     let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));

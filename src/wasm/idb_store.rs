@@ -6,16 +6,19 @@
 //! with the cursor. Records are JSON strings (chunks: binary, see [`crate::chunks`]); keys: `"meta"`, `[table, rowId]`,
 //! `at` (a number, so the outbox reads back in record order), `opId`.
 //!
-//! Base rows live in two stores, so that open reads a few large records
-//! instead of one per row: `base_chunks`, compacted snapshot chunks of many
-//! rows each ([`crate::chunks`]), and `base_delta`, the rows put since the
-//! last compaction, one record per row keyed by `[table, rowId]` (a delta
-//! wins over a chunk's copy of its row). Once more than [`COMPACT_AFTER`]
-//! deltas are counted, [`IdbStore::compact`] folds them into the chunks in one
-//! transaction that reads what it folds, so commits of other tabs and workers
-//! serialize around it. Schema version 1 kept one `base` record per row in the
-//! delta's format: the upgrade renames that store to `base_delta`, and the
-//! first compaction folds it.
+//! Base rows live in chunks plus a log, so that open reads a few large
+//! records instead of one per row: `base_chunks`, compacted snapshot chunks
+//! of many rows each ([`crate::chunks`]), and `base_batches`, the base rows
+//! of each committed step since the last compaction as one chunk-encoded
+//! record under an increasing key (a later batch's copy of a row wins over
+//! an earlier one and over the chunks'). Once more than [`COMPACT_AFTER`]
+//! rows are counted in batches, [`IdbStore::compact`] folds them into the
+//! chunks in one transaction that reads what it folds, so commits of other
+//! tabs and workers serialize around it. Older layouts still open: version 2
+//! kept one `base_delta` record per row keyed by `[table, rowId]`, version 1 a
+//! `base` store of the same records; the upgrade keeps them (renaming `base`
+//! to `base_delta`), they read as the oldest deltas, and the first compaction
+//! folds them.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -30,17 +33,20 @@ use crate::ids::IdBlock;
 use crate::protocol::{Op, Row, RowKey};
 use crate::store::{LocalStore, Meta, Rejection, Snapshot, StoreError, Txn};
 
-use crate::chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, fold, overlay};
+use crate::chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, encode_snapshot, fold, overlay};
 
 const META: &str = "meta";
 const CHUNKS: &str = "base_chunks";
 const DELTA: &str = "base_delta";
+/// Base rows put since the last compaction, one record per committed step
+/// (a chunk-encoded batch under an increasing key): layout 3.
+const BATCHES: &str = "base_batches";
 const PENDING: &str = "pending";
 const REJECTIONS: &str = "rejections";
 /// Schema version 1's per-row base store (renamed to [`DELTA`] by the upgrade).
 const LEGACY_BASE: &str = "base";
-const ALL: [&str; 5] = [META, CHUNKS, DELTA, PENDING, REJECTIONS];
-const VERSION: u32 = 2;
+const ALL: [&str; 6] = [META, CHUNKS, DELTA, BATCHES, PENDING, REJECTIONS];
+const VERSION: u32 = 3;
 
 /// Compaction starts once more base deltas than this are counted.
 pub const COMPACT_AFTER: usize = 2_000;
@@ -86,6 +92,17 @@ fn chunk_rows(v: &JsValue) -> Result<Vec<(RowKey, Row)>, StoreError> {
     }
 }
 
+/// Every base delta, oldest first (a later one of a row replaces an earlier):
+/// layout 2's per-row records, then the batches in key (commit) order.
+fn deltas_in_order(per_row: &[JsValue], batches: &[JsValue]) -> Result<Vec<(RowKey, Row)>, StoreError> {
+    let mut out = per_row.iter().map(parse::<(RowKey, Row)>).collect::<Result<Vec<_>, _>>()?;
+    for b in batches {
+        let bytes = b.dyn_ref::<Uint8Array>().ok_or_else(|| corrupt("a base batch is not bytes"))?;
+        out.extend(decode_chunk(&bytes.to_vec())?);
+    }
+    Ok(out)
+}
+
 fn key_of(v: &JsValue) -> Result<RowKey, StoreError> {
     let a = Array::from(v);
     match (a.length(), a.get(0).as_string(), a.get(1).as_string()) {
@@ -98,20 +115,23 @@ fn key_of(v: &JsValue) -> Result<RowKey, StoreError> {
 /// many deltas were folded. Only the chunks that receive a delta are read
 /// and rewritten (split when they grow past the limits).
 async fn compact_db(db: &Database) -> Result<usize, StoreError> {
-    let tx = db.transaction(&[CHUNKS, DELTA], TransactionMode::ReadWrite).map_err(failed)?;
+    let tx = db.transaction(&[CHUNKS, DELTA, BATCHES], TransactionMode::ReadWrite).map_err(failed)?;
     let chunks = tx.object_store(CHUNKS).map_err(failed)?;
     let delta = tx.object_store(DELTA).map_err(failed)?;
+    let batches = tx.object_store(BATCHES).map_err(failed)?;
     let deltas_req = delta.get_all(None, None).map_err(failed)?;
+    let batches_req = batches.get_all(None, None).map_err(failed)?;
     let keys_req = chunks.get_all_keys(None, None).map_err(failed)?;
     let deltas_v = deltas_req.await.map_err(failed)?;
+    let batches_v = batches_req.await.map_err(failed)?;
     let keys_v = keys_req.await.map_err(failed)?;
-    let folded = deltas_v.len();
+    let deltas = deltas_in_order(&deltas_v, &batches_v)?;
+    let folded = deltas.len();
     if folded > 0 {
         let mut firsts = keys_v.iter().map(key_of).collect::<Result<Vec<_>, _>>()?;
         firsts.sort();
         let mut groups: BTreeMap<Option<usize>, Vec<(RowKey, Row)>> = BTreeMap::new();
-        for v in &deltas_v {
-            let (k, r) = parse::<(RowKey, Row)>(v)?;
+        for (k, r) in deltas {
             groups.entry(chunk_of(&firsts, &k)).or_default().push((k, r));
         }
         let mut reads = Vec::with_capacity(groups.len());
@@ -139,6 +159,7 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
             }
         }
         delta.clear().map_err(failed)?;
+        batches.clear().map_err(failed)?;
     }
     match tx.await.map_err(failed)? {
         TransactionResult::Committed => Ok(folded),
@@ -164,7 +185,11 @@ impl IdbStore {
             }
             for s in ALL {
                 if !has(s) {
-                    let _ = db.create_object_store(s, ObjectStoreParams::new());
+                    let mut params = ObjectStoreParams::new();
+                    if s == BATCHES {
+                        params.auto_increment(true);
+                    }
+                    let _ = db.create_object_store(s, params);
                 }
             }
         });
@@ -204,12 +229,14 @@ impl IdbStore {
         Ok(n)
     }
 
-    /// How many base chunks and base deltas are stored (tests, diagnostics).
+    /// How many base chunks and base delta records (per-row deltas of
+    /// layout 2 and batches) are stored (tests, diagnostics).
     pub async fn layout(&self) -> Result<(u32, u32), StoreError> {
-        let tx = self.db.transaction(&[CHUNKS, DELTA], TransactionMode::ReadOnly).map_err(failed)?;
+        let tx = self.db.transaction(&[CHUNKS, DELTA, BATCHES], TransactionMode::ReadOnly).map_err(failed)?;
         let chunks = tx.object_store(CHUNKS).map_err(failed)?.count(None).map_err(failed)?;
         let deltas = tx.object_store(DELTA).map_err(failed)?.count(None).map_err(failed)?;
-        let counts = (chunks.await.map_err(failed)?, deltas.await.map_err(failed)?);
+        let batches = tx.object_store(BATCHES).map_err(failed)?.count(None).map_err(failed)?;
+        let counts = (chunks.await.map_err(failed)?, deltas.await.map_err(failed)? + batches.await.map_err(failed)?);
         tx.await.map_err(failed)?;
         Ok(counts)
     }
@@ -288,10 +315,9 @@ impl IdbStore {
             store(META)?.put(&json(m)?, Some(&JsValue::from_str(META))).map_err(failed)?;
         }
         if !txn.put_base.is_empty() {
-            let s = store(DELTA)?;
-            for (k, r) in &txn.put_base {
-                s.put(&json(&(k, r))?, Some(&row_key(k))).map_err(failed)?;
-            }
+            // One record for all the step's base rows: one put, not one per row.
+            let bytes = encode_snapshot(&txn.put_base)?;
+            store(BATCHES)?.put(&Uint8Array::from(bytes.as_slice()).into(), None).map_err(failed)?;
         }
         if !txn.delete_pending.is_empty() || !txn.put_pending.is_empty() {
             let s = store(PENDING)?;
@@ -320,7 +346,7 @@ impl IdbStore {
             v.push(META);
         }
         if !txn.put_base.is_empty() {
-            v.push(DELTA);
+            v.push(BATCHES);
         }
         if !txn.delete_pending.is_empty() || !txn.put_pending.is_empty() {
             v.push(PENDING);
@@ -353,10 +379,11 @@ impl LocalStore for IdbStore {
             }
         };
         let get_all = |name: &str| -> Result<_, StoreError> { tx.object_store(name).map_err(failed)?.get_all(None, None).map_err(failed) };
-        let (chunks_req, delta_req) = (get_all(CHUNKS)?, get_all(DELTA)?);
+        let (chunks_req, delta_req, batches_req) = (get_all(CHUNKS)?, get_all(DELTA)?, get_all(BATCHES)?);
         let (pending_req, rej_req) = (get_all(PENDING)?, get_all(REJECTIONS)?);
         let chunks_v = chunks_req.await.map_err(failed)?;
         let delta_v = delta_req.await.map_err(failed)?;
+        let batches_v = batches_req.await.map_err(failed)?;
         let pending_v = pending_req.await.map_err(failed)?;
         let rej_v = rej_req.await.map_err(failed)?;
         let committed = tx.await.map_err(failed)?;
@@ -367,7 +394,7 @@ impl LocalStore for IdbStore {
         for v in &chunks_v {
             rows.extend(chunk_rows(v)?);
         }
-        let deltas = delta_v.iter().map(parse::<(RowKey, Row)>).collect::<Result<Vec<_>, _>>()?;
+        let deltas = deltas_in_order(&delta_v, &batches_v)?;
         let pending = pending_v.iter().map(parse::<Op>).collect::<Result<Vec<_>, _>>()?;
         let rejections = rej_v.iter().map(parse::<Rejection>).collect::<Result<Vec<_>, _>>()?;
         self.deltas.set(deltas.len());
