@@ -383,3 +383,32 @@ async fn a_chunk_stored_as_text_in_the_first_encoding_still_reads() {
     store.close();
     assert_eq!(reopened_base(&name).await, expected, "rewritten in the current encoding");
 }
+
+#[wasm_bindgen_test]
+async fn acknowledged_ops_are_deleted_but_never_an_op_queued_in_between() {
+    let name = unique("rangedelete");
+    let store = IdbStore::connect(&name).await.unwrap();
+    store.open(Meta::fresh("dev".into())).await.unwrap();
+    let ops: Vec<_> = (1..=40u64).map(|i| marksync::workload::set_op("dev", i as usize, i as usize, 1_000 + i)).collect();
+    store.commit(&Txn { put_pending: ops.clone(), ..Txn::default() }).await.unwrap();
+    // An answer acknowledges 39 of them; the 20th (another tab's, say) is not among them.
+    let acked: Vec<u64> = ops.iter().map(|o| o.at).filter(|at| *at != 1_020).collect();
+    store.commit(&Txn { delete_pending: acked, ..Txn::default() }).await.unwrap();
+    store.close();
+    let pending = |name: String| async move {
+        let s = IdbStore::connect(&name).await.unwrap();
+        let snap = s.open(Meta::fresh("dev".into())).await.unwrap();
+        s.close();
+        snap.pending.iter().map(|o| o.at).collect::<Vec<_>>()
+    };
+    assert_eq!(pending(name.clone()).await, vec![1_020], "the op inside the range, not acknowledged, stays");
+    // Acknowledging a whole range (one key-range delete) leaves nothing.
+    let store = IdbStore::connect(&name).await.unwrap();
+    let more: Vec<_> = (41..=80u64).map(|i| marksync::workload::set_op("dev", i as usize, i as usize, 1_000 + i)).collect();
+    store.commit(&Txn { put_pending: more.clone(), ..Txn::default() }).await.unwrap();
+    let mut all: Vec<u64> = more.iter().map(|o| o.at).collect();
+    all.push(1_020);
+    store.commit(&Txn { delete_pending: all, ..Txn::default() }).await.unwrap();
+    store.close();
+    assert_eq!(pending(name).await, Vec::<u64>::new());
+}

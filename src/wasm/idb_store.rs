@@ -92,6 +92,29 @@ fn chunk_rows(v: &JsValue) -> Result<Vec<(RowKey, Row)>, StoreError> {
     }
 }
 
+/// Deletes outbox records by key (their `at`). Many at once (an answered
+/// push) go as one key-range delete when the range holds no other record —
+/// checked inside the same transaction, so an op another tab or the worker
+/// queued with an `at` inside the range is never deleted unsent; otherwise
+/// one delete per key.
+async fn delete_pending(store: &idb::ObjectStore, ats: &[u64]) -> Result<(), StoreError> {
+    if ats.len() >= 16 {
+        if let (Some(lo), Some(hi)) = (ats.iter().min(), ats.iter().max()) {
+            let range = idb::KeyRange::bound(&JsValue::from_f64(*lo as f64), &JsValue::from_f64(*hi as f64), None, None).map_err(failed)?;
+            let present = store.get_all_keys(Some(Query::KeyRange(range.clone())), None).map_err(failed)?.await.map_err(failed)?;
+            let mine: std::collections::HashSet<u64> = ats.iter().copied().collect();
+            if present.iter().all(|k| k.as_f64().is_some_and(|f| mine.contains(&(f as u64)))) {
+                store.delete(Query::KeyRange(range)).map_err(failed)?;
+                return Ok(());
+            }
+        }
+    }
+    for at in ats {
+        store.delete(Query::Key(JsValue::from_f64(*at as f64))).map_err(failed)?;
+    }
+    Ok(())
+}
+
 /// Every base delta, oldest first (a later one of a row replaces an earlier):
 /// layout 2's per-row records, then the batches in key (commit) order.
 fn deltas_in_order(per_row: &[JsValue], batches: &[JsValue]) -> Result<Vec<(RowKey, Row)>, StoreError> {
@@ -275,7 +298,7 @@ impl IdbStore {
         let meta_store = tx.object_store(META).map_err(failed)?;
         let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
         let (txn, rec): (Txn, Recorded) = engine.borrow_mut().plan_records(drafts, &stored, now);
-        Self::write(&tx, &txn)?;
+        Self::write(&tx, &txn).await?;
         match tx.await.map_err(failed)? {
             TransactionResult::Committed => {
                 let ops = rec.ops.clone();
@@ -292,7 +315,7 @@ impl IdbStore {
         let meta_store = tx.object_store(META).map_err(failed)?;
         let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
         let (txn, block): (Txn, IdBlock) = engine.borrow().plan_reserve(&stored);
-        Self::write(&tx, &txn)?;
+        Self::write(&tx, &txn).await?;
         match tx.await.map_err(failed)? {
             TransactionResult::Committed => {
                 engine.borrow_mut().reserved(block, &stored);
@@ -303,7 +326,7 @@ impl IdbStore {
     }
 
     /// Writes a step's puts and deletes into an open transaction.
-    fn write(tx: &idb::Transaction, txn: &Txn) -> Result<(), StoreError> {
+    async fn write(tx: &idb::Transaction, txn: &Txn) -> Result<(), StoreError> {
         let names = tx.store_names();
         let store = |n: &str| -> Result<idb::ObjectStore, StoreError> {
             if !names.iter().any(|x| x == n) {
@@ -321,9 +344,7 @@ impl IdbStore {
         }
         if !txn.delete_pending.is_empty() || !txn.put_pending.is_empty() {
             let s = store(PENDING)?;
-            for at in &txn.delete_pending {
-                s.delete(Query::Key(JsValue::from_f64(*at as f64))).map_err(failed)?;
-            }
+            delete_pending(&s, &txn.delete_pending).await?;
             for op in &txn.put_pending {
                 s.put(&json(op)?, Some(&JsValue::from_f64(op.at as f64))).map_err(failed)?;
             }
@@ -361,7 +382,7 @@ impl IdbStore {
     pub async fn commit_then_abort(&self, txn: &Txn) -> Result<(), StoreError> {
         let stores = Self::stores_of(txn);
         let tx = self.db.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
-        Self::write(&tx, txn)?;
+        Self::write(&tx, txn).await?;
         tx.abort().map_err(failed)?;
         Ok(())
     }
@@ -408,7 +429,7 @@ impl LocalStore for IdbStore {
             return Ok(());
         }
         let tx = self.db.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
-        Self::write(&tx, txn)?;
+        Self::write(&tx, txn).await?;
         match tx.await.map_err(failed)? {
             TransactionResult::Committed => {
                 if !txn.put_base.is_empty() {
