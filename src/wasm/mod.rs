@@ -65,6 +65,43 @@ fn row_to_js(key: &RowKey, row: &Row) -> JsValue {
     o.into()
 }
 
+/// A visible row as JSON: `{"_id": rowId, field: value, …}`.
+struct VisibleRow<'a>(&'a RowKey, &'a Row);
+
+impl Serialize for VisibleRow<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.1.cells.len() + 1))?;
+        m.serialize_entry("_id", &self.0.row_id)?;
+        for (k, c) in &self.1.cells {
+            m.serialize_entry(k, &c.value)?;
+        }
+        m.end()
+    }
+}
+
+/// Many visible rows as a frozen array of frozen objects (as [`row_to_js`]
+/// makes them), built by one `JSON.parse` of text written in Rust: one
+/// crossing of the boundary instead of several per row.
+fn rows_to_js<'a>(rows: impl Iterator<Item = (&'a RowKey, &'a Row)>) -> JsValue {
+    let mut text = String::from("[");
+    for (i, (k, r)) in rows.enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        if let Ok(s) = serde_json::to_string(&VisibleRow(k, r)) {
+            text.push_str(&s);
+        }
+    }
+    text.push(']');
+    let arr: Array = js_sys::JSON::parse(&text).ok().and_then(|v| v.dyn_into().ok()).unwrap_or_default();
+    for row in arr.iter() {
+        Object::freeze(row.unchecked_ref::<Object>());
+    }
+    Object::freeze(&arr);
+    arr.into()
+}
+
 fn fields_from_js(v: JsValue) -> Result<Fields, JsValue> {
     if !v.is_object() || Array::is_array(&v) {
         return Err(js_error("bad_input", "fields must be an object of field → value"));
@@ -212,12 +249,7 @@ impl Marksync {
         if let Some(v) = cache.1.get(&table) {
             return v.clone();
         }
-        let arr = Array::new();
-        for (k, r) in self.inner.engine.borrow().rows(&table) {
-            arr.push(&row_to_js(k, r));
-        }
-        Object::freeze(&arr);
-        let v: JsValue = arr.into();
+        let v = rows_to_js(self.inner.engine.borrow().rows(&table).into_iter());
         cache.1.insert(table, v.clone());
         v
     }
