@@ -412,3 +412,17 @@ async fn acknowledged_ops_are_deleted_but_never_an_op_queued_in_between() {
     store.close();
     assert_eq!(pending(name).await, Vec::<u64>::new());
 }
+
+#[wasm_bindgen_test]
+async fn recording_an_edit_waits_for_the_disk() {
+    // change() records in a transaction with durability "strict": it completes
+    // only once flushed to disk (Chromium's default, "relaxed", does not wait).
+    let name = unique("durable");
+    let store = IdbStore::connect(&name).await.unwrap();
+    store.open(Meta::fresh("dev".into())).await.unwrap();
+    let tx = store.durable_transaction(&["meta", "pending"]).unwrap();
+    let js: wasm_bindgen::JsValue = tx.into();
+    let durability = js_sys::Reflect::get(&js, &"durability".into()).unwrap().as_string();
+    assert_eq!(durability.as_deref(), Some("strict"));
+    store.close();
+}

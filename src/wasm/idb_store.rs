@@ -54,6 +54,8 @@ pub const COMPACT_AFTER: usize = 2_000;
 /// A local store in IndexedDB.
 pub struct IdbStore {
     db: Rc<Database>,
+    /// The same connection, for what the wrapper does not expose (durability).
+    raw: web_sys::IdbDatabase,
     name: String,
     /// Base deltas written since the last compaction, as far as this context knows.
     deltas: Rc<Cell<usize>>,
@@ -217,13 +219,15 @@ impl IdbStore {
             }
         });
         let db = req.await.map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let raw: web_sys::IdbDatabase = JsValue::from(db).unchecked_into();
+        let db = Database::from(raw.clone());
         let names = db.store_names();
         if names.iter().any(|n| n == LEGACY_BASE) || !ALL.iter().all(|s| names.iter().any(|n| n == s)) {
             db.close();
             return Err(StoreError::Unavailable(format!("database {name} did not upgrade to layout {VERSION}")));
         }
         let store =
-            IdbStore { db: Rc::new(db), name: name.to_owned(), deltas: Rc::new(Cell::new(0)), compacting: Rc::new(Cell::new(false)) };
+            IdbStore { db: Rc::new(db), raw, name: name.to_owned(), deltas: Rc::new(Cell::new(0)), compacting: Rc::new(Cell::new(false)) };
         Ok(store)
     }
 
@@ -293,8 +297,11 @@ impl IdbStore {
     /// Records ops: reads the stored meta, lets the engine plan the ops
     /// (numbers, `at`s), writes ops and meta — all in one transaction. The
     /// engine learns of the ops only once the transaction committed.
+    /// The transaction asks for strict durability: it completes only once
+    /// the browser has flushed it to disk (Chromium's default, "relaxed",
+    /// completes before that), so a recorded edit survives a power cut.
     pub async fn record(&self, engine: &std::cell::RefCell<Engine>, drafts: Vec<Draft>, now: u64) -> Result<Vec<Op>, StoreError> {
-        let tx = self.db.transaction(&[META, PENDING], TransactionMode::ReadWrite).map_err(failed)?;
+        let tx = self.durable_transaction(&[META, PENDING])?;
         let meta_store = tx.object_store(META).map_err(failed)?;
         let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
         let (txn, rec): (Txn, Recorded) = engine.borrow_mut().plan_records(drafts, &stored, now);
@@ -307,6 +314,21 @@ impl IdbStore {
             }
             TransactionResult::Aborted => Err(failed("the transaction was aborted")),
         }
+    }
+
+    /// A read-write transaction that completes only once flushed to disk
+    /// (`durability: "strict"`; browsers without the option ignore it).
+    pub fn durable_transaction(&self, stores: &[&str]) -> Result<idb::Transaction, StoreError> {
+        // `transaction(names, mode, options)` through the JS object: web-sys
+        // marks the options dictionary unstable.
+        let names: Array = stores.iter().map(|s| JsValue::from_str(s)).collect();
+        let options = js_sys::Object::new();
+        js_sys::Reflect::set(&options, &"durability".into(), &"strict".into()).map_err(|e| failed(super::transport::js_text(&e)))?;
+        let open: js_sys::Function = js_sys::Reflect::get(&self.raw, &"transaction".into())
+            .and_then(|f| f.dyn_into().map_err(|_| JsValue::from_str("IDBDatabase.transaction is not a function")))
+            .map_err(|e| failed(super::transport::js_text(&e)))?;
+        let tx = open.call3(&self.raw, &names, &"readwrite".into(), &options).map_err(|e| failed(super::transport::js_text(&e)))?;
+        Ok(idb::Transaction::from(tx.unchecked_into::<web_sys::IdbTransaction>()))
     }
 
     /// Reserves a block of numbers for `newRowId` in its own transaction.
