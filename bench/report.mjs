@@ -33,7 +33,7 @@ out.push('');
 // Client: www/bench/client.mjs.
 const c = json(join(results, 'client.json'));
 if (c) {
-  out.push('### Client (Chromium, real IndexedDB, the real server on SQLite)');
+  out.push('### Client (Chromium, IndexedDB of a fresh incognito context, the real server on SQLite)');
   out.push('');
   out.push('| measure | result | goal |');
   out.push('|---|---:|---|');
