@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Cell, Mark, OpId, Row, RowKey, Value};
+use crate::protocol::{Cell, Cells, Mark, OpId, Row, RowKey, Value};
 use crate::store::StoreError;
 
 /// The first two bytes of an encoding-3 chunk (never the start of JSON text).
@@ -107,7 +107,7 @@ pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
     let rows: Vec<RowBin<'_>> = postcard::from_bytes(body).map_err(corrupt)?;
     let mut out = Vec::with_capacity(rows.len());
     for RowBin(table, row_id, groups) in rows {
-        let mut cells = BTreeMap::new();
+        let mut cells = Cells::new();
         for GroupBin(at, op_id, fields) in groups {
             let op_id = OpId::new(op_id.as_ref());
             for (f, v) in fields {
@@ -131,7 +131,7 @@ fn decode_chunk_v2(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
     let rows: Vec<RowV2<'_>> = serde_json::from_slice(bytes).map_err(corrupt)?;
     let mut out = Vec::with_capacity(rows.len());
     for RowV2(table, row_id, groups) in rows {
-        let mut cells = BTreeMap::new();
+        let mut cells = Cells::new();
         for GroupV2(at, op_id, fields) in groups {
             let op_id = OpId::new(op_id.as_ref());
             for (f, value) in fields {

@@ -27,7 +27,9 @@ fn newer_parts(at: u64, op_id: &OpId, b: &Mark) -> bool {
 /// already has a mark that it is not newer than. Returns whether the field moved.
 #[inline]
 fn merge_parts(row: &mut Row, field: &str, value: &Value, at: u64, op_id: &OpId) -> bool {
-    match row.cells.get_mut(field) {
+    // A linear scan by equality: rows have a handful of fields, and `==`
+    // rejects names of another length without reading them.
+    match row.cells.iter_mut().find(|(k, _)| k.as_str() == field).map(|(_, c)| c) {
         Some(cell) => {
             if !newer_parts(at, op_id, &cell.mark) {
                 return false;

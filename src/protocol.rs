@@ -335,11 +335,16 @@ pub struct Cell {
     pub mark: Mark,
 }
 
+/// A row's cells: field name → cell, in a vector sorted by name (a row has a
+/// handful of fields: a vector is a fraction of a tree's memory and faster to
+/// search at that size).
+pub type Cells = litemap::LiteMap<String, Cell>;
+
 /// A row: per field, a value and a mark. On the wire: `{ "fields": {…}, "marks": {…} }`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Row {
-    /// Field name → cell. Every field has a mark, every mark a field.
-    pub cells: BTreeMap<String, Cell>,
+    /// Field name → cell, sorted by name. Every field has a mark, every mark a field.
+    pub cells: Cells,
 }
 
 impl Row {
@@ -360,7 +365,7 @@ impl Row {
 
     /// Builds a row from its wire halves; every field needs a mark and vice versa.
     pub fn from_parts(fields: Fields, mut marks: BTreeMap<String, Mark>) -> Result<Row, String> {
-        let mut cells = BTreeMap::new();
+        let mut cells = Cells::new();
         for (k, value) in fields {
             let mark = marks.remove(&k).ok_or_else(|| format!("field {k} has no mark"))?;
             cells.insert(k, Cell { value, mark });
@@ -372,7 +377,7 @@ impl Row {
     }
 }
 
-struct FieldsOf<'a>(&'a BTreeMap<String, Cell>);
+struct FieldsOf<'a>(&'a Cells);
 impl Serialize for FieldsOf<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(Some(self.0.len()))?;
@@ -382,7 +387,7 @@ impl Serialize for FieldsOf<'_> {
         m.end()
     }
 }
-struct MarksOf<'a>(&'a BTreeMap<String, Cell>);
+struct MarksOf<'a>(&'a Cells);
 impl Serialize for MarksOf<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(Some(self.0.len()))?;
@@ -394,7 +399,7 @@ impl Serialize for MarksOf<'_> {
 }
 
 /// Serializes `cells` as the two wire maps `fields` and `marks` into an open map.
-fn serialize_cells<M: SerializeMap>(m: &mut M, cells: &BTreeMap<String, Cell>) -> Result<(), M::Error> {
+fn serialize_cells<M: SerializeMap>(m: &mut M, cells: &Cells) -> Result<(), M::Error> {
     m.serialize_entry("fields", &FieldsOf(cells))?;
     m.serialize_entry("marks", &MarksOf(cells))
 }

@@ -375,7 +375,7 @@ async fn a_chunk_stored_as_text_in_the_first_encoding_still_reads() {
     let got = reopened_base(&name).await;
     let a = got.get(&RowKey::new("sets", "a")).unwrap();
     assert_eq!((a.get("reps"), a.get("note")), (Some(&Value::Number(5.0)), Some(&Value::from("x"))));
-    assert_eq!(a.cells["reps"].mark.at, 2);
+    assert_eq!(a.cells.get("reps").unwrap().mark.at, 2);
     let store = IdbStore::connect(&name).await.unwrap();
     let mut expected = got.clone();
     put_rows(&store, &mut expected, vec![(RowKey::new("sets", "b"), base_row(3, 1.0))]).await;

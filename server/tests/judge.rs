@@ -298,7 +298,7 @@ async fn the_collation_trap_resolves_as_the_core_says(b: Backend) {
         marksync::order::merge(&mut want, &o);
     }
     assert_eq!(want.get("exercise"), Some(&V::String("from a".into())));
-    assert_eq!(want.cells["reps"].mark.op_id, OpId::new("a:1"));
+    assert_eq!(want.cells.get("reps").unwrap().mark.op_id, OpId::new("a:1"));
     let rows = t.pull_all("u").await;
     assert_eq!(rows.len(), 2);
     for r in &rows {
