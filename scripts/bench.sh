@@ -2,7 +2,7 @@
 # Runs every benchmark — core (native), client (Chromium + IndexedDB + the
 # real server), side by side with Loro, Yjs, Automerge, Dexie and raw
 # IndexedDB, and the server under load — then prints the summary and writes
-# the generated part of BENCHMARKS.md. ~25 minutes on 2 cores.
+# the generated part of BENCHMARKS.md. ~20 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh all
