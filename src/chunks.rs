@@ -67,7 +67,7 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
 }
 
 /// The encoding of one row (an element of a chunk's sequence).
-pub fn encode_row(key: &RowKey, row: &Row) -> Result<Vec<u8>, StoreError> {
+fn encode_row(key: &RowKey, row: &Row) -> Result<Vec<u8>, StoreError> {
     let mut groups: Vec<GroupBin<'_>> = Vec::new();
     for (f, c) in &row.cells {
         let value = match &c.value {
@@ -105,42 +105,53 @@ pub fn encode_snapshot(rows: &[(RowKey, Row)]) -> Result<Vec<u8>, StoreError> {
 pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
     let Some(body) = bytes.strip_prefix(&MAGIC) else { return decode_chunk_v2(bytes) };
     let rows: Vec<RowBin<'_>> = postcard::from_bytes(body).map_err(corrupt)?;
-    let mut out = Vec::with_capacity(rows.len());
-    for RowBin(table, row_id, groups) in rows {
-        let mut cells = Cells::new();
-        for GroupBin(at, op_id, fields) in groups {
-            let op_id = OpId::new(op_id.as_ref());
-            for (f, v) in fields {
-                let value = match v {
-                    ValueBin::Null => Value::Null,
-                    ValueBin::Bool(b) => Value::Bool(b),
-                    ValueBin::Number(n) if n.is_finite() => Value::Number(n),
-                    ValueBin::Number(_) => return Err(corrupt("a number is not finite")),
-                    ValueBin::String(s) => Value::String(s.into_owned()),
-                };
-                cells.insert(f.into_owned(), Cell { value, mark: Mark { at, op_id: op_id.clone() } });
-            }
+    rows.into_iter()
+        .map(|RowBin(table, row_id, groups)| {
+            let groups = groups
+                .into_iter()
+                .map(|GroupBin(at, op_id, fields)| (at, op_id, fields.into_iter().map(|(f, v)| value_of(v).map(|v| (f.into_owned(), v)))));
+            row_of(table.into_owned(), row_id.into_owned(), groups)
+        })
+        .collect()
+}
+
+/// A field value of encoding 3; numbers must be finite, as on the wire.
+fn value_of(v: ValueBin<'_>) -> Result<Value, StoreError> {
+    Ok(match v {
+        ValueBin::Null => Value::Null,
+        ValueBin::Bool(b) => Value::Bool(b),
+        ValueBin::Number(n) if n.is_finite() => Value::Number(n),
+        ValueBin::Number(_) => return Err(corrupt("a number is not finite")),
+        ValueBin::String(s) => Value::String(s.into_owned()),
+    })
+}
+
+/// One decoded row from its groups of cells (the cells of a group share one
+/// mark, so one opId allocation), whatever the encoding.
+fn row_of<'a, G, F>(table: String, row_id: String, groups: G) -> Result<(RowKey, Row), StoreError>
+where
+    G: IntoIterator<Item = (u64, Cow<'a, str>, F)>,
+    F: IntoIterator<Item = Result<(String, Value), StoreError>>,
+{
+    let mut cells = Cells::new();
+    for (at, op_id, fields) in groups {
+        let op_id = OpId::new(op_id.as_ref());
+        for field in fields {
+            let (f, value) = field?;
+            cells.insert(f, Cell { value, mark: Mark { at, op_id: op_id.clone() } });
         }
-        out.push((RowKey { table: table.into_owned(), row_id: row_id.into_owned() }, Row { cells }));
     }
-    Ok(out)
+    Ok((RowKey { table, row_id }, Row { cells }))
 }
 
 /// Decodes a chunk in encoding 2 (the UTF-8 bytes of a JSON array).
 fn decode_chunk_v2(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
     let rows: Vec<RowV2<'_>> = serde_json::from_slice(bytes).map_err(corrupt)?;
-    let mut out = Vec::with_capacity(rows.len());
-    for RowV2(table, row_id, groups) in rows {
-        let mut cells = Cells::new();
-        for GroupV2(at, op_id, fields) in groups {
-            let op_id = OpId::new(op_id.as_ref());
-            for (f, value) in fields {
-                cells.insert(f, Cell { value, mark: Mark { at, op_id: op_id.clone() } });
-            }
-        }
-        out.push((RowKey { table, row_id }, Row { cells }));
-    }
-    Ok(out)
+    rows.into_iter()
+        .map(|RowV2(table, row_id, groups)| {
+            row_of(table, row_id, groups.into_iter().map(|GroupV2(at, op_id, fields)| (at, op_id, fields.into_iter().map(Ok))))
+        })
+        .collect()
 }
 
 /// Decodes a chunk stored as JSON text in the first encoding.

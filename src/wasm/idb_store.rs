@@ -3,7 +3,7 @@
 //!
 //! Every logical step is ONE IndexedDB transaction: recording an op with the
 //! counter and clock; applying a push answer's verdicts; applying a pull page
-//! with the cursor. Records are JSON strings (chunks: binary, see [`crate::chunks`]); keys: `"meta"`, `[table, rowId]`,
+//! with the cursor. Records are JSON strings (base chunks and batches: binary, see [`crate::chunks`]); keys: `"meta"`, `[table, rowId]`,
 //! `at` (a number, so the outbox reads back in record order), `opId`.
 //!
 //! Base rows live in chunks plus a log, so that open reads a few large
