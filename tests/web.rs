@@ -417,12 +417,29 @@ async fn acknowledged_ops_are_deleted_but_never_an_op_queued_in_between() {
 async fn recording_an_edit_waits_for_the_disk() {
     // change() records in a transaction with durability "strict": it completes
     // only once flushed to disk (Chromium's default, "relaxed", does not wait).
+    // Every IndexedDB transaction opened meanwhile is watched.
+    let watch = js_sys::Function::new_no_args(
+        "const t = IDBDatabase.prototype.transaction; globalThis.__seenTx = [];
+         IDBDatabase.prototype.transaction = function (names, mode, options) {
+           globalThis.__seenTx.push([[].concat(names).join(','), mode, options && options.durability]);
+           return t.apply(this, arguments);
+         };
+         return () => { IDBDatabase.prototype.transaction = t; return globalThis.__seenTx; };",
+    );
+    let unwatch: js_sys::Function = watch.call0(&wasm_bindgen::JsValue::NULL).unwrap().into();
     let name = unique("durable");
-    let store = IdbStore::connect(&name).await.unwrap();
-    store.open(Meta::fresh("dev".into())).await.unwrap();
-    let tx = store.durable_transaction(&["meta", "pending"]).unwrap();
-    let js: wasm_bindgen::JsValue = tx.into();
-    let durability = js_sys::Reflect::get(&js, &"durability".into()).unwrap().as_string();
-    assert_eq!(durability.as_deref(), Some("strict"));
-    store.close();
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let c = client(&name, &server).await;
+    let row = c.new_row_id().unwrap();
+    c.change("sets", &row, set(5)).await.unwrap();
+    c.change_many(vec![("sets".into(), row.clone(), set(6))]).await.unwrap();
+    c.close();
+    let seen = js_sys::Array::from(&unwatch.call0(&wasm_bindgen::JsValue::NULL).unwrap());
+    let records: Vec<String> = seen
+        .iter()
+        .map(|t| js_sys::Array::from(&t))
+        .filter(|t| t.get(0).as_string().as_deref() == Some("meta,pending") && t.get(1).as_string().as_deref() == Some("readwrite"))
+        .map(|t| t.get(2).as_string().unwrap_or_else(|| "default".into()))
+        .collect();
+    assert_eq!(records, vec!["strict", "strict"], "every recording transaction asks for strict durability");
 }

@@ -318,7 +318,7 @@ impl IdbStore {
 
     /// A read-write transaction that completes only once flushed to disk
     /// (`durability: "strict"`; browsers without the option ignore it).
-    pub fn durable_transaction(&self, stores: &[&str]) -> Result<idb::Transaction, StoreError> {
+    fn durable_transaction(&self, stores: &[&str]) -> Result<idb::Transaction, StoreError> {
         // `transaction(names, mode, options)` through the JS object: web-sys
         // marks the options dictionary unstable.
         let names: Array = stores.iter().map(|s| JsValue::from_str(s)).collect();
