@@ -20,7 +20,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
 
 use crate::engine::Config;
-use crate::protocol::{Fields, Row, RowKey, Value};
+use crate::protocol::{Fields, Row, RowKey};
 use client::{Client, ClientError};
 use transport::{FetchTransport, TokenSource};
 
@@ -43,29 +43,9 @@ fn to_js<T: Serialize>(v: &T) -> JsValue {
     v.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).unwrap_or(JsValue::NULL)
 }
 
-fn value_to_js(v: &Value) -> JsValue {
-    match v {
-        Value::Null => JsValue::NULL,
-        Value::Bool(b) => JsValue::from_bool(*b),
-        Value::Number(n) => JsValue::from_f64(*n),
-        Value::String(s) => JsValue::from_str(s),
-    }
-}
-
-/// A visible row as a JS object: its fields plus `_id`, the rowId (field
-/// names starting with `_` are reserved by the protocol, so `_id` never
-/// collides with a field).
-fn row_to_js(key: &RowKey, row: &Row) -> JsValue {
-    let o = Object::new();
-    let _ = Reflect::set(&o, &"_id".into(), &key.row_id.as_str().into());
-    for (k, c) in &row.cells {
-        let _ = Reflect::set(&o, &k.as_str().into(), &value_to_js(&c.value));
-    }
-    Object::freeze(&o);
-    o.into()
-}
-
-/// A visible row as JSON: `{"_id": rowId, field: value, …}`.
+/// A visible row as JSON: its fields plus `_id`, the rowId (field names
+/// starting with `_` are reserved by the protocol, so `_id` never collides
+/// with a field): `{"_id": rowId, field: value, …}`.
 struct VisibleRow<'a>(&'a RowKey, &'a Row);
 
 impl Serialize for VisibleRow<'_> {
@@ -80,9 +60,9 @@ impl Serialize for VisibleRow<'_> {
     }
 }
 
-/// Many visible rows as a frozen array of frozen objects (as [`row_to_js`]
-/// makes them), built by one `JSON.parse` of text written in Rust: one
-/// crossing of the boundary instead of several per row.
+/// Visible rows as a frozen array of frozen objects, built by one
+/// `JSON.parse` of text written in Rust: one crossing of the boundary
+/// instead of several per row.
 fn rows_to_js<'a>(rows: impl Iterator<Item = (&'a RowKey, &'a Row)>) -> JsValue {
     let mut text = String::from("[");
     for (i, (k, r)) in rows.enumerate() {
@@ -258,7 +238,7 @@ impl Marksync {
     pub fn row(&self, table: String, row_id: String) -> JsValue {
         let key = RowKey::new(table, row_id);
         match self.inner.engine.borrow().row(&key) {
-            Some(r) => row_to_js(&key, r),
+            Some(r) => Array::from(&rows_to_js(std::iter::once((&key, r)))).get(0),
             None => JsValue::NULL,
         }
     }
