@@ -962,11 +962,11 @@ mod tests {
         record(&mut e, "d-1", set(5), 10);
         let Step::Push(mut req) = e.start_sync(0) else { panic!() };
         for _ in 0..MAX_EMPTY_ANSWERS {
-            let empty = PushResponse { attempt_key: req.attempt_key.clone(), verdicts: vec![] };
+            let empty = PushResponse { attempt_key: req.attempt_key.clone(), verdicts: vec![], now: None };
             let Some((_, Step::Push(next))) = e.on_push_response(empty, 0) else { panic!("call again now") };
             req = next;
         }
-        let empty = PushResponse { attempt_key: req.attempt_key.clone(), verdicts: vec![] };
+        let empty = PushResponse { attempt_key: req.attempt_key.clone(), verdicts: vec![], now: None };
         assert!(matches!(e.on_push_response(empty, 0), Some((_, Step::Wait { .. }))));
         assert_eq!(e.pending_len(), 1, "nothing lost");
     }

@@ -74,14 +74,14 @@ impl MemoryServer {
             data.rows.insert(w.key, (w.row, w.seq));
         }
         data.head = j.head;
-        Ok(PushResponse { attempt_key: req.attempt_key.clone(), verdicts: j.verdicts })
+        Ok(PushResponse { attempt_key: req.attempt_key.clone(), verdicts: j.verdicts, now: None })
     }
 
     /// `GET /v1/pull?cursor&limit` for `user`: rows changed after `cursor`, in seq order.
     pub fn pull(&self, user: &str, cursor: u64, limit: usize) -> PullResponse {
         let limit = limit.clamp(1, MAX_PULL_LIMIT);
         let Some(data) = self.users.get(user) else {
-            return PullResponse { changes: vec![], cursor, has_more: false };
+            return PullResponse { changes: vec![], cursor, has_more: false, now: None };
         };
         let mut changes = Vec::new();
         let mut range = data.by_seq.range(cursor + 1..);
@@ -92,7 +92,7 @@ impl MemoryServer {
         }
         let has_more = range.next().is_some();
         let cursor = changes.last().map_or(cursor, |c| c.seq);
-        PullResponse { changes, cursor, has_more }
+        PullResponse { changes, cursor, has_more, now: None }
     }
 
     /// The user's head seq.

@@ -307,6 +307,11 @@ pub fn check_fields(fields: &Fields) -> Result<(), ShapeError> {
             Value::Number(n) if !n.is_finite() => {
                 return Err(ShapeError::new(format!(".{k}"), "a number must be finite"));
             }
+            // Beyond 2^53-1 a JSON number is rounded by JavaScript (and by
+            // this parser) without a word: refuse it rather than store another number.
+            Value::Number(n) if n.abs() > MAX_SAFE_INTEGER as f64 => {
+                return Err(ShapeError::new(format!(".{k}"), "a number must be within ±9007199254740991 (2^53-1); send larger ones as strings"));
+            }
             _ => {}
         }
         if k == DELETED && !matches!(v, Value::Bool(_)) {
@@ -504,6 +509,10 @@ pub struct PushResponse {
     pub attempt_key: String,
     /// One per op, for a prefix of the batch.
     pub verdicts: Vec<Verdict>,
+    /// The server's clock when it answered (ms since the epoch), so devices
+    /// can learn their clock's offset. Absent from older servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<u64>,
 }
 
 /// One changed row in a pull page, at its latest seq.
@@ -556,6 +565,75 @@ pub struct PullResponse {
     pub cursor: u64,
     /// Whether more changes wait past `cursor`.
     pub has_more: bool,
+    /// The server's clock when it answered (ms since the epoch). Absent from older servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<u64>,
+}
+
+/// Most opIds one `POST /v1/verdicts` may ask about.
+pub const MAX_VERDICTS_PER_QUERY: usize = 1000;
+
+/// `POST /v1/verdicts` body: what does the server remember of these ops?
+/// Read-only: the server never judges, writes or takes a seq to answer it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VerdictsRequest {
+    /// 1..=1000 opIds, each of the opId shape.
+    pub op_ids: Vec<OpId>,
+}
+
+impl VerdictsRequest {
+    /// Checks the count and every opId's shape.
+    pub fn check_shape(&self) -> Result<(), ShapeError> {
+        if self.op_ids.is_empty() || self.op_ids.len() > MAX_VERDICTS_PER_QUERY {
+            return Err(ShapeError::new("opIds", "must hold 1 to 1000 opIds"));
+        }
+        for (i, id) in self.op_ids.iter().enumerate() {
+            check_op_id(id.as_str()).map_err(|p| ShapeError::new(format!("opIds[{i}]"), p))?;
+        }
+        Ok(())
+    }
+}
+
+/// What the server remembers of one op.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum Recalled {
+    /// Judged and applied (first time or as a duplicate since).
+    Applied,
+    /// Judged and refused: the same words as the push answer gave.
+    Rejected {
+        /// The remembered reason, word for word.
+        reason: String,
+        /// The remembered code.
+        code: String,
+        /// The server's current row, or `None` if it has none.
+        row: Option<Row>,
+    },
+    /// Never judged: sending it again is safe.
+    Unknown,
+}
+
+/// One answer of `POST /v1/verdicts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RememberedVerdict {
+    /// The op asked about.
+    pub op_id: OpId,
+    /// What the server remembers.
+    #[serde(flatten)]
+    pub recalled: Recalled,
+}
+
+/// `POST /v1/verdicts` 200 body: one entry per opId asked, in the order asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerdictsResponse {
+    /// The answers, in the order of the request's opIds.
+    pub verdicts: Vec<RememberedVerdict>,
+    /// The server's clock when it answered (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<u64>,
 }
 
 /// The machine codes of whole-request errors (PROTOCOL §5).

@@ -162,7 +162,7 @@ async fn push(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<
     let device = req.attempt_key.split(':').next().unwrap_or_default();
     let _in_flight = app.metrics.same_device.enter(&format!("{user}/{device}"));
     if req.batch.is_empty() {
-        return Ok(Json(PushResponse { attempt_key: req.attempt_key, verdicts: Vec::new() }).into_response());
+        return Ok(Json(PushResponse { attempt_key: req.attempt_key, verdicts: Vec::new(), now: None }).into_response());
     }
     let faults = app.faults.as_ref().map(|f| f.take()).unwrap_or_default();
     let ctl = PushControl {
@@ -200,7 +200,7 @@ async fn push(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<
         tracing::warn!(user, "fault: committed, now dropping the connection without an answer");
         return Ok(lost_response());
     }
-    Ok(Json(PushResponse { attempt_key: req.attempt_key, verdicts: judgement.verdicts }).into_response())
+    Ok(Json(PushResponse { attempt_key: req.attempt_key, verdicts: judgement.verdicts, now: None }).into_response())
 }
 
 /// A response whose body fails before its first byte: hyper then closes the

@@ -318,5 +318,5 @@ pub(crate) fn page(
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     let cursor = changes.last().map_or(cursor, |c| c.seq);
-    Ok(PullResponse { changes, cursor, has_more })
+    Ok(PullResponse { changes, cursor, has_more, now: None })
 }
