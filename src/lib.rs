@@ -23,6 +23,7 @@
 //! | [`outbox`] | pending ops in record order |
 //! | [`attempt`] | attempts, failures, backoff, row status |
 //! | [`store`] | the device's durable state, [`store::Txn`], the store contract |
+//! | [`sync_state`] | attempts, the attempt in flight, retry policy, counters — durable and shared |
 //! | [`engine`] | the sans-io sync engine of one device |
 //! | `sim` | the deterministic fault simulator (feature `sim`) |
 #![warn(missing_docs)]
@@ -42,6 +43,7 @@ pub mod protocol;
 pub mod replica;
 pub mod schema;
 pub mod store;
+pub mod sync_state;
 
 #[cfg(feature = "sim")]
 pub mod sim;

@@ -310,7 +310,10 @@ pub fn check_fields(fields: &Fields) -> Result<(), ShapeError> {
             // Beyond 2^53-1 a JSON number is rounded by JavaScript (and by
             // this parser) without a word: refuse it rather than store another number.
             Value::Number(n) if n.abs() > MAX_SAFE_INTEGER as f64 => {
-                return Err(ShapeError::new(format!(".{k}"), "a number must be within ±9007199254740991 (2^53-1); send larger ones as strings"));
+                return Err(ShapeError::new(
+                    format!(".{k}"),
+                    "a number must be within ±9007199254740991 (2^53-1); send larger ones as strings",
+                ));
             }
             _ => {}
         }

@@ -4,7 +4,10 @@
 //! crashes) edit rows and sync with a [`MemoryServer`] through a network that
 //! drops requests, drops answers after the server committed, duplicates
 //! requests, delivers late answers after a newer attempt, and crashes devices
-//! between any two steps. Everything random comes from one seed, so a failing
+//! between any two steps — including with a request out (a reload
+//! mid-attempt). Retries are bounded (a small [`crate::engine::RetryPolicy`]),
+//! so schedules also ask the server what it remembers (`/v1/verdicts`); and
+//! now and then a device's clock jumps to 2^53-1 for one edit. Everything random comes from one seed, so a failing
 //! schedule replays exactly: [`run`] returns the schedule's log with the problem.
 //!
 //! After the schedule, the network heals, every device syncs twice, and
@@ -14,7 +17,10 @@
 //! - every recorded op was judged (none lost); an applied op is visible where
 //!   it won, a rejected op is visible nowhere and its device holds its reason;
 //! - causality: an op never loses to a mark its device had already seen;
-//! - every outbox is empty.
+//! - every outbox is empty;
+//! - truthful status: after a reopen, an op recorded as in flight shows
+//!   `awaiting-ack`, then `unknown-outcome` once the flight is known orphaned,
+//!   never `pending`.
 //!
 //! An app can run its own schema and edits through the same faults with
 //! [`SimConfig`].
@@ -23,12 +29,15 @@ use std::collections::BTreeMap;
 
 use fastrand::Rng;
 
-use crate::attempt::Failure;
-use crate::engine::{Config, Engine, Step};
+use crate::attempt::{Failure, Phase};
+use crate::engine::{Config, Engine, EngineError, RetryPolicy, Step};
 use crate::judge::Remembered;
 use crate::memory_server::MemoryServer;
 use crate::order::newer;
-use crate::protocol::{Fields, Mark, Op, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, Value};
+use crate::protocol::{
+    Fields, Mark, Op, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, Value, VerdictsRequest, VerdictsResponse,
+    MAX_SAFE_INTEGER,
+};
 use crate::schema::Schema;
 use crate::store::{LocalStore, MemoryStore, Meta, Txn};
 
@@ -152,6 +161,12 @@ pub struct SimStats {
     pub crashes: usize,
     /// Stale answers the engines ignored.
     pub stale_ignored: u64,
+    /// Times a device asked the server what it remembers.
+    pub reconciles: usize,
+    /// Reopens that found an attempt recorded in flight.
+    pub orphaned_flights: usize,
+    /// Edits stamped at the top of the clock by a broken moment.
+    pub wild_clock_edits: usize,
 }
 
 const USER: &str = "user";
@@ -160,12 +175,14 @@ const USER: &str = "user";
 enum Req {
     Push(PushRequest),
     Pull { cursor: u64, limit: usize },
+    Verdicts(Vec<OpId>),
 }
 
 #[derive(Debug, Clone)]
 enum Resp {
     Push { key: String, result: Result<PushResponse, Failure> },
     Pull { cursor: u64, page: Result<PullResponse, Failure> },
+    Verdicts(Result<VerdictsResponse, Failure>),
 }
 
 #[derive(Debug, Clone)]
@@ -178,6 +195,7 @@ enum Msg {
 enum Awaiting {
     Push(String),
     Pull(u64),
+    Verdicts,
 }
 
 struct Device {
@@ -255,8 +273,37 @@ impl Sim {
         let seed = self.rng.u64(..);
         let dev = &mut self.devices[d];
         let snap = block(dev.store.open(Meta::fresh("unused".into()))).map_err(|e| self.fail(e.to_string()))?;
-        let engine = Engine::open(snap, engine_config(&self.cfg, seed)).map_err(|e| self.fail(e.to_string()))?;
+        let mut engine = Engine::open(snap, engine_config(&self.cfg, seed)).map_err(|e| self.fail(e.to_string()))?;
+        // As an app's open: a stop for exhausted retries is lifted.
+        let lifted = engine.retry_exhausted();
+        let flight = engine.sync_state().flight.clone();
+        if let Some(f) = &flight {
+            self.stats.orphaned_flights += 1;
+            for id in &f.op_ids {
+                let Some(op) = engine.pending().find(|o| &o.op_id == id).cloned() else { continue };
+                let phase = engine.status(&op.row_key()).phase;
+                if phase == Phase::Pending || phase == Phase::Synced {
+                    return Err(self.fail(format!("dev{d} reopened with {id} in flight, and shows it {phase:?}")));
+                }
+            }
+        }
+        // No cycle runs in another context of this device: the flight is orphaned.
+        let settled = engine.settle_orphaned_flight();
+        if let Some(f) = &flight {
+            for id in &f.op_ids {
+                let Some(op) = engine.pending().find(|o| &o.op_id == id).cloned() else { continue };
+                let phase = engine.status(&op.row_key()).phase;
+                if !matches!(phase, Phase::UnknownOutcome | Phase::RecoveryRequired) {
+                    return Err(self.fail(format!("dev{d}: orphaned {id} shows {phase:?}, not unknown-outcome")));
+                }
+            }
+        }
         let dev = &mut self.devices[d];
+        for txn in [lifted, settled].into_iter().flatten() {
+            if block(dev.store.commit(&txn)).is_err() {
+                return Err(self.fail("a reopen's commit failed"));
+            }
+        }
         dev.engine = Some(engine);
         dev.awaiting = None;
         dev.life += 1;
@@ -319,8 +366,21 @@ impl Sim {
             problem: "store lost its meta".into(),
             log: self.log.clone(),
         })?;
-        let (txn, rec) = engine.plan_record(draft, &stored, self.now);
+        // Now and then the device's clock jumps to the top for one edit.
+        let wild = !self.healed && self.rng.u16(..150) == 0;
+        let now = if wild { MAX_SAFE_INTEGER } else { self.now };
+        let (txn, rec) = match engine.plan_record(draft, &stored, now) {
+            Ok(p) => p,
+            Err(EngineError::ClockExhausted) => {
+                self.log.push(format!("dev{d} edit refused: no later at left"));
+                return Ok(());
+            }
+            Err(e) => return Err(self.fail(format!("plan_record: {e}"))),
+        };
         let op = rec.ops[0].clone();
+        if wild {
+            self.stats.wild_clock_edits += 1;
+        }
         // Sometimes the transaction fails: the edit is refused, nothing recorded.
         if self.rng.u8(..40) == 0 {
             dev.store.fail_next_commits(1);
@@ -344,7 +404,20 @@ impl Sim {
         Ok(())
     }
 
-    fn send(&mut self, d: usize, step: Step) {
+    /// Commits a step's txn (a push's records the attempt going out), then
+    /// carries the step out. A failed commit crashes the device: nothing leaves.
+    fn send(&mut self, d: usize, txn: Txn, step: Step) {
+        let dev = &mut self.devices[d];
+        if !txn.is_empty() {
+            if !self.healed && self.rng.u8(..60) == 0 {
+                dev.store.fail_next_commits(1);
+            }
+            if block(dev.store.commit(&txn)).is_err() {
+                self.log.push(format!("dev{d} failed to commit a step: reopen from disk"));
+                self.crash(d);
+                return;
+            }
+        }
         let dev = &mut self.devices[d];
         let life = dev.life;
         match step {
@@ -352,6 +425,12 @@ impl Sim {
                 dev.awaiting = Some(Awaiting::Push(req.attempt_key.clone()));
                 self.log.push(format!("dev{d} push {} ({} ops)", req.attempt_key, req.batch.len()));
                 self.net.push(Msg::ToServer { dev: d, life, req: Req::Push(req) });
+            }
+            Step::Reconcile(ids) => {
+                dev.awaiting = Some(Awaiting::Verdicts);
+                self.stats.reconciles += 1;
+                self.log.push(format!("dev{d} asks the server about {} ops", ids.len()));
+                self.net.push(Msg::ToServer { dev: d, life, req: Req::Verdicts(ids) });
             }
             Step::Pull { cursor, limit } => {
                 dev.awaiting = Some(Awaiting::Pull(cursor));
@@ -382,8 +461,8 @@ impl Sim {
         let Some(engine) = dev.engine.as_mut() else {
             return;
         };
-        let step = engine.start_sync(now);
-        self.send(d, step);
+        let (txn, step) = engine.start_sync(now);
+        self.send(d, txn, step);
     }
 
     fn serve(&mut self, req: &Req) -> Resp {
@@ -394,6 +473,7 @@ impl Sim {
                 Resp::Push { key: p.attempt_key.clone(), result }
             }
             Req::Pull { cursor, limit } => Resp::Pull { cursor: *cursor, page: Ok(self.server.pull(USER, *cursor, *limit)) },
+            Req::Verdicts(ids) => Resp::Verdicts(Ok(self.server.verdicts(USER, &VerdictsRequest { op_ids: ids.clone() }))),
         }
     }
 
@@ -410,6 +490,7 @@ impl Sim {
         let late = match (&resp, &dev.awaiting) {
             (Resp::Push { key, .. }, Some(Awaiting::Push(k))) => key != k,
             (Resp::Pull { cursor, .. }, Some(Awaiting::Pull(c))) => cursor != c,
+            (Resp::Verdicts(_), Some(Awaiting::Verdicts)) => false,
             _ => true,
         };
         if late {
@@ -417,26 +498,18 @@ impl Sim {
         }
         let out: Option<(Txn, Step)> = match resp {
             Resp::Push { result: Ok(r), .. } => engine.on_push_response(r, now),
-            Resp::Push { key, result: Err(f) } => engine.on_push_failed(&key, f, now).map(|s| (Txn::default(), s)),
+            Resp::Push { key, result: Err(f) } => engine.on_push_failed(&key, f, now),
             Resp::Pull { cursor, page: Ok(p) } => engine.on_pull_response(cursor, p, now),
-            Resp::Pull { cursor, page: Err(f) } => engine.on_pull_failed(cursor, f, now).map(|s| (Txn::default(), s)),
+            Resp::Pull { cursor, page: Err(f) } => engine.on_pull_failed(cursor, f, now),
+            Resp::Verdicts(Ok(v)) => engine.on_verdicts(v, now),
+            Resp::Verdicts(Err(f)) => engine.on_verdicts_failed(f, now),
         };
         let Some((txn, step)) = out else {
             self.log.push(format!("dev{d} ignored a stale answer"));
             return Ok(());
         };
-        if !txn.is_empty() {
-            if !self.healed && self.rng.u8(..50) == 0 {
-                dev.store.fail_next_commits(1);
-            }
-            if block(dev.store.commit(&txn)).is_err() {
-                self.log.push(format!("dev{d} failed to commit an answer: reopen from disk"));
-                self.crash(d);
-                return Ok(());
-            }
-        }
         self.log.push(format!("dev{d} took an answer"));
-        self.send(d, step);
+        self.send(d, txn, step);
         Ok(())
     }
 
@@ -449,11 +522,12 @@ impl Sim {
         let step = match aw {
             Awaiting::Push(k) => engine.on_push_failed(&k, Failure::Timeout, now),
             Awaiting::Pull(c) => engine.on_pull_failed(c, Failure::Timeout, now),
+            Awaiting::Verdicts => engine.on_verdicts_failed(Failure::Timeout, now),
         };
         self.log.push(format!("dev{d} timed out"));
         dev.awaiting = None;
-        if let Some(s) = step {
-            self.send(d, s);
+        if let Some((txn, s)) = step {
+            self.send(d, txn, s);
         }
     }
 
@@ -538,10 +612,8 @@ impl Sim {
         }
         self.net.clear();
         for d in 0..self.devices.len() {
-            if self.devices[d].engine.is_none() {
-                self.reopen(d)?;
-            }
-            self.devices[d].awaiting = None;
+            // Every app opens again (lifting stops for exhausted retries).
+            self.reopen(d)?;
         }
         for _round in 0..2 {
             for d in 0..self.devices.len() {
@@ -636,7 +708,9 @@ impl Sim {
 }
 
 fn engine_config(cfg: &SimConfig, seed: u64) -> Config {
-    Config { max_batch: cfg.max_batch, pull_limit: cfg.pull_limit, seed, ..Config::default() }
+    // Small limits, so schedules reach them and ask the server what it remembers.
+    let retry = RetryPolicy { max_attempts: 3, max_elapsed_ms: 30_000 };
+    Config { max_batch: cfg.max_batch, pull_limit: cfg.pull_limit, seed, retry, ..Config::default() }
 }
 
 /// Runs one seeded schedule and checks every promise. `Err` carries the
@@ -669,6 +743,9 @@ pub fn run_many(first_seed: u64, count: u64, cfg: &SimConfig) -> Result<SimStats
         total.late_answers += s.late_answers;
         total.crashes += s.crashes;
         total.stale_ignored += s.stale_ignored;
+        total.reconciles += s.reconciles;
+        total.orphaned_flights += s.orphaned_flights;
+        total.wild_clock_edits += s.wild_clock_edits;
     }
     Ok(total)
 }

@@ -3,7 +3,8 @@
 //! A local store holds four things (PROTOCOL §7): `meta` (deviceId, counter,
 //! cursor, clock), `base` rows (last known server state, with marks),
 //! `pending` ops (the outbox, ordered by `at`, which is unique and increasing
-//! per device) and `rejections` (until dismissed). The engine never writes a
+//! per device), `rejections` (until dismissed) and the sync state
+//! ([`SyncState`]: attempts, the attempt in flight, what is in doubt, counters). The engine never writes a
 //! store piecemeal: every logical step is one [`Txn`], committed whole or not
 //! at all. [`MemoryStore`] is the in-memory store; the browser's IndexedDB
 //! store lives in the wasm adapter. Both pass [`contract`].
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::protocol::{Op, OpId, Row, RowKey};
+use crate::sync_state::SyncState;
 
 /// The device's own record: who it is and how far it has got.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,10 +45,7 @@ impl Meta {
             device_id: self.device_id.clone(),
             counter: self.counter.max(other.counter),
             cursor: self.cursor.max(other.cursor),
-            clock: Clock {
-                last_at: self.clock.last_at.max(other.clock.last_at),
-                max_seen_at: self.clock.max_seen_at.max(other.clock.max_seen_at),
-            },
+            clock: self.clock.join(&other.clock),
         }
     }
 }
@@ -80,6 +79,9 @@ pub struct Txn {
     pub delete_rejections: Vec<OpId>,
     /// Rejections to put (key: `op.opId`).
     pub put_rejections: Vec<Rejection>,
+    /// The whole sync state, when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncState>,
 }
 
 impl Txn {
@@ -91,6 +93,27 @@ impl Txn {
             && self.put_pending.is_empty()
             && self.delete_rejections.is_empty()
             && self.put_rejections.is_empty()
+            && self.sync.is_none()
+    }
+
+    /// Adds `later`, a step planned after this one, so both commit as one:
+    /// later puts and deletes apply after this step's, as in two commits.
+    pub fn then(&mut self, later: Txn) {
+        if later.meta.is_some() {
+            self.meta = later.meta;
+        }
+        self.put_base.extend(later.put_base);
+        // A pending op put here and deleted later must not come back: deletes
+        // of the later step drop this step's puts of the same `at`.
+        self.put_pending.retain(|op| !later.delete_pending.contains(&op.at));
+        self.delete_pending.extend(later.delete_pending);
+        self.put_pending.extend(later.put_pending);
+        self.put_rejections.retain(|r| !later.delete_rejections.contains(&r.op.op_id));
+        self.delete_rejections.extend(later.delete_rejections);
+        self.put_rejections.extend(later.put_rejections);
+        if later.sync.is_some() {
+            self.sync = later.sync;
+        }
     }
 }
 
@@ -106,6 +129,9 @@ pub struct Snapshot {
     pub pending: Vec<Op>,
     /// Rejections not yet dismissed.
     pub rejections: Vec<Rejection>,
+    /// The sync state, if one was ever stored.
+    #[serde(default)]
+    pub sync: Option<SyncState>,
 }
 
 /// What can go wrong in a local store.
@@ -143,6 +169,8 @@ pub struct Tables {
     pub pending: BTreeMap<u64, Op>,
     /// Rejections by opId.
     pub rejections: BTreeMap<OpId, Rejection>,
+    /// The sync state.
+    pub sync: Option<SyncState>,
 }
 
 impl Tables {
@@ -166,6 +194,9 @@ impl Tables {
         for r in &txn.put_rejections {
             self.rejections.insert(r.op.op_id.clone(), r.clone());
         }
+        if let Some(s) = &txn.sync {
+            self.sync = Some(s.clone());
+        }
     }
 
     /// The tables as a snapshot.
@@ -175,6 +206,7 @@ impl Tables {
             base: self.base.iter().map(|(k, r)| (k.clone(), r.clone())).collect(),
             pending: self.pending.values().cloned().collect(),
             rejections: self.rejections.values().cloned().collect(),
+            sync: self.sync.clone(),
         }
     }
 }
@@ -255,7 +287,7 @@ pub mod contract {
         let mut meta = Meta::fresh("dev".into());
         meta.counter = 64;
         meta.cursor = 17;
-        meta.clock = crate::clock::Clock { last_at: 30, max_seen_at: 25 };
+        meta.clock = crate::clock::Clock { last_at: 30, max_seen_at: 25, ..crate::clock::Clock::default() };
         let key = RowKey::new("sets", "dev-1");
         let rejected = Rejection { op: op("dev", 3, 21), reason: "reps must be at most 100".into(), code: "out_of_range".into() };
         let txn = Txn {
@@ -320,7 +352,7 @@ pub mod contract {
         server.push("u", &req).map_err(|e| e.error.message)?;
         let record = |engine: &mut Engine, fields: Fields, stored: &Meta| {
             let draft = engine.draft("sets", "dev-1", fields).map_err(|e| err(&e))?;
-            Ok::<_, String>(engine.plan_record(draft, stored, 100))
+            engine.plan_record(draft, stored, 100).map_err(|e| err(&e))
         };
         let mut full = Fields::new();
         full.insert("exercise".into(), Value::from("squat"));
@@ -336,11 +368,16 @@ pub mod contract {
         let (txn, rec) = record(&mut engine, bad, &stored)?;
         store.commit(&txn).await.map_err(|e| err(&e))?;
         engine.recorded(rec);
-        let mut step = engine.start_sync(0);
+        let (txn, mut step) = engine.start_sync(0);
+        store.commit(&txn).await.map_err(|e| err(&e))?;
         loop {
             step = match step {
                 Step::Push(req) => {
                     let resp = server.push("u", &req).map_err(|e| e.error.message)?;
+                    check(
+                        store.open(Meta::fresh("x".into())).await.map_err(|e| err(&e))?.sync.and_then(|s| s.flight).is_some(),
+                        "the attempt going out is stored before the push leaves",
+                    )?;
                     let (txn, next) = engine.on_push_response(resp, 0).ok_or("answer ignored")?;
                     store.commit(&txn).await.map_err(|e| err(&e))?;
                     next

@@ -37,11 +37,11 @@ fn only(k: &str, v: Value) -> Fields {
 }
 
 fn memory(server: &Rc<RefCell<MemoryServer>>) -> MemoryTransport {
-    MemoryTransport { server: server.clone(), user: "u".into(), lose_next: Rc::new(RefCell::new(0)) }
+    MemoryTransport { server: server.clone(), user: "u".into(), lose_next: Rc::new(RefCell::new(0)), fail_next: Rc::new(RefCell::new(0)) }
 }
 
 async fn client(name: &str, server: &Rc<RefCell<MemoryServer>>) -> Rc<Client<MemoryTransport>> {
-    match Client::open(name, memory(server), Config::default(), false).await {
+    match Client::open(name, memory(server), Config::default(), false, true).await {
         Ok(c) => c,
         Err(e) => panic!("open {name}: {e}"),
     }
@@ -133,7 +133,7 @@ async fn an_aborted_transaction_leaves_no_half_recorded_op() {
     let mut engine = Engine::open(snap, Config::default()).unwrap();
     let draft = engine.draft("sets", "dev-1", set(5)).unwrap();
     let stored = engine.meta().clone();
-    let (txn, _rec) = engine.plan_record(draft, &stored, 10);
+    let (txn, _rec) = engine.plan_record(draft, &stored, 10).unwrap();
     store.commit_then_abort(&txn).await.unwrap();
     let after = store.open(Meta::fresh("x".into())).await.unwrap();
     assert!(after.pending.is_empty(), "no op");
@@ -173,7 +173,7 @@ async fn a_lost_answer_is_retried_without_duplicates() {
     let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
     let t = memory(&server);
     *t.lose_next.borrow_mut() = 1;
-    let c = Client::open(&unique("lost"), t, Config::default(), false).await.unwrap();
+    let c = Client::open(&unique("lost"), t, Config::default(), false, true).await.unwrap();
     let row = c.new_row_id().unwrap();
     c.change("sets", &row, set(5)).await.unwrap();
     let first = c.sync().await.unwrap();
@@ -192,7 +192,7 @@ async fn a_late_answer_to_an_old_attempt_changes_nothing_on_disk() {
     let c = client(&name, &server).await;
     let row = c.new_row_id().unwrap();
     c.change("sets", &row, set(5)).await.unwrap();
-    let first = match c.engine.borrow_mut().start_sync(0) {
+    let first = match c.engine.borrow_mut().start_sync(0).1 {
         Step::Push(r) => r,
         other => panic!("{other:?}"),
     };
@@ -442,4 +442,199 @@ async fn recording_an_edit_waits_for_the_disk() {
         .map(|t| t.get(2).as_string().unwrap_or_else(|| "default".into()))
         .collect();
     assert_eq!(records, vec!["strict", "strict"], "every recording transaction asks for strict durability");
+}
+
+// ----- truthful status, bounded retries, the clock — on IndexedDB ----------
+
+fn phase(c: &Client<MemoryTransport>, row: &str) -> marksync::attempt::Phase {
+    c.engine.borrow().status(&RowKey::new("sets", row)).phase
+}
+
+#[wasm_bindgen_test]
+async fn a_reload_with_a_request_out_shows_unknown_outcome_never_queued() {
+    use marksync::attempt::Phase;
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let name = unique("orphan");
+    let c = client(&name, &server).await;
+    let row = c.new_row_id().unwrap();
+    c.change("sets", &row, set(5)).await.unwrap();
+    // The attempt is recorded going out, then the tab "closes" before any answer.
+    let (txn, step) = c.engine.borrow_mut().start_sync(1_000);
+    assert!(matches!(step, Step::Push(_)));
+    c.store.commit(&txn).await.unwrap();
+    c.close();
+    let again = client(&name, &server).await;
+    assert_eq!(phase(&again, &row), Phase::UnknownOutcome);
+    let st = again.engine.borrow().status(&RowKey::new("sets", &row));
+    assert_eq!(st.attempts, 1);
+    assert_eq!(again.engine.borrow().metrics().unknown_outcomes, 1);
+    again.close();
+    let third = client(&name, &server).await;
+    assert_eq!(third.engine.borrow().metrics().unknown_outcomes, 1, "counted once, across reloads");
+    let out = third.sync().await.unwrap();
+    assert!(out.ok);
+    assert_eq!(phase(&third, &row), Phase::Synced);
+}
+
+#[wasm_bindgen_test]
+async fn two_contexts_show_the_same_phase_and_the_same_metrics() {
+    use marksync::attempt::Phase;
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let name = unique("shared");
+    let a = client(&name, &server).await;
+    let b = client(&name, &server).await;
+    let row = a.new_row_id().unwrap();
+    a.change("sets", &row, set(5)).await.unwrap();
+    *a.transport.fail_next.borrow_mut() = 1;
+    let out = a.sync().await.unwrap();
+    assert!(!out.ok);
+    // b hears a's committed steps over the BroadcastChannel.
+    for _ in 0..100 {
+        if phase(&b, &row) == Phase::UnknownOutcome {
+            break;
+        }
+        gloo_timers::future::TimeoutFuture::new(10).await;
+    }
+    assert_eq!(phase(&a, &row), Phase::UnknownOutcome);
+    assert_eq!(phase(&b, &row), Phase::UnknownOutcome, "another tab tells the same story");
+    assert_eq!(a.engine.borrow().metrics(), b.engine.borrow().metrics());
+    assert_eq!(b.engine.borrow().status(&RowKey::new("sets", &row)).next_retry_at, out.retry_at);
+    // b syncs next: it builds on a's counters (read under the lock), never overwrites them.
+    let out = b.sync().await.unwrap();
+    assert!(out.ok);
+    let m = b.engine.borrow().metrics().clone();
+    assert_eq!((m.attempts, m.unknown_outcomes, m.applied), (2, 1, 1));
+    a.close();
+    b.close();
+}
+
+#[wasm_bindgen_test]
+async fn readiness_a_to_e_on_indexeddb() {
+    use marksync::attempt::{Failure, Phase};
+    use marksync::protocol::{Outcome, PushResponse, Verdict};
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let name = unique("ready");
+    let c = client(&name, &server).await;
+    let row = c.new_row_id().unwrap();
+    let key = RowKey::new("sets", &row);
+    let reps = |c: &Client<MemoryTransport>| c.engine.borrow().row(&key).and_then(|r| r.get("reps").cloned());
+    c.change("sets", &row, set(5)).await.unwrap();
+    // (a) a lost answer: the edit stays visible and queued, on disk too.
+    let (txn, Step::Push(first)) = c.engine.borrow_mut().start_sync(0) else { panic!() };
+    c.store.commit(&txn).await.unwrap();
+    let late = server.borrow_mut().push("u", &first).unwrap();
+    let (txn, _) = c.engine.borrow_mut().on_push_failed(&first.attempt_key, Failure::Timeout, 1).unwrap();
+    c.store.commit(&txn).await.unwrap();
+    assert_eq!(reps(&c), Some(Value::Number(5.0)));
+    assert_eq!(c.store.open(Meta::fresh("x".into())).await.unwrap().pending.len(), 1);
+    // (c) new input on the same row, attempt 2 with a new key …
+    c.change("sets", &row, only("reps", 6i64.into())).await.unwrap();
+    let (txn, Step::Push(second)) = c.engine.borrow_mut().start_sync(2) else { panic!() };
+    c.store.commit(&txn).await.unwrap();
+    assert_ne!(first.attempt_key, second.attempt_key);
+    // (b) … with the same opIds, never new ones.
+    assert_eq!(second.batch[0].op_id, first.batch[0].op_id);
+    // (c) the late answer of attempt 1 changes nothing and is counted stale.
+    assert!(c.engine.borrow_mut().on_push_response(late, 3).is_none());
+    assert_eq!(reps(&c), Some(Value::Number(6.0)));
+    assert_eq!(c.engine.borrow().metrics().stale_acks_ignored, 1);
+    // (e) an answer whose verdicts do not match the batch changes nothing; the outcome stays unknown.
+    let wrong = PushResponse {
+        attempt_key: second.attempt_key.clone(),
+        verdicts: vec![Verdict { op_id: second.batch[1].op_id.clone(), outcome: Outcome::Applied }],
+        now: None,
+    };
+    let (txn, _) = c.engine.borrow_mut().on_push_response(wrong, 4).unwrap();
+    c.store.commit(&txn).await.unwrap();
+    assert_eq!(c.store.open(Meta::fresh("x".into())).await.unwrap().pending.len(), 2);
+    assert_eq!(phase(&c, &row), Phase::UnknownOutcome);
+    // (d) the ack of the older op never clears the newer input: check at every step.
+    let (txn, Step::Push(third)) = c.engine.borrow_mut().start_sync(5) else { panic!() };
+    c.store.commit(&txn).await.unwrap();
+    let mut resp = server.borrow_mut().push("u", &third).unwrap();
+    resp.verdicts.truncate(1);
+    let (txn, _) = c.engine.borrow_mut().on_push_response(resp, 6).unwrap();
+    assert_eq!(reps(&c), Some(Value::Number(6.0)));
+    c.store.commit(&txn).await.unwrap();
+    assert_eq!(reps(&c), Some(Value::Number(6.0)));
+    c.close();
+    let again = client(&name, &server).await;
+    assert_eq!(again.engine.borrow().row(&key).and_then(|r| r.get("reps").cloned()), Some(Value::Number(6.0)), "after a reload too");
+    let out = again.sync().await.unwrap();
+    assert!(out.ok);
+    assert_eq!(again.engine.borrow().row(&key).and_then(|r| r.get("reps").cloned()), Some(Value::Number(6.0)));
+}
+
+#[wasm_bindgen_test]
+async fn exhausted_retries_ask_the_server_then_wait_for_a_person_in_every_context() {
+    use marksync::attempt::Phase;
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let name = unique("exhaust");
+    let config = Config { retry: marksync::engine::RetryPolicy { max_attempts: 2, max_elapsed_ms: u64::MAX }, ..Config::default() };
+    let t = memory(&server);
+    let c = Client::open(&name, t, config.clone(), false, true).await.unwrap();
+    let applied = c.new_row_id().unwrap();
+    c.change("sets", &applied, set(5)).await.unwrap();
+    *c.transport.lose_next.borrow_mut() = 1; // attempt 1 is judged; its answer is lost
+    assert!(!c.sync().await.unwrap().ok);
+    let never = c.new_row_id().unwrap();
+    c.change("sets", &never, set(6)).await.unwrap();
+    *c.transport.fail_next.borrow_mut() = 10;
+    let err = c.sync().await.unwrap_err();
+    assert_eq!(err.code(), "recovery_required");
+    assert_eq!(phase(&c, &applied), Phase::Synced, "settled by asking the server");
+    assert_eq!(phase(&c, &never), Phase::RecoveryRequired);
+    // The Service Worker's open does not lift the stop: nothing is sent.
+    let worker = Client::open(&name, memory(&server), config.clone(), false, false).await.unwrap();
+    assert_eq!(phase(&worker, &never), Phase::RecoveryRequired);
+    *worker.transport.fail_next.borrow_mut() = 0;
+    assert!(worker.sync().await.is_err());
+    assert_eq!(server.borrow().head("u"), 1, "nothing more was sent");
+    worker.close();
+    // A person: retry().
+    *c.transport.fail_next.borrow_mut() = 0;
+    let out = c.retry().await.unwrap();
+    assert!(out.ok);
+    assert_eq!(phase(&c, &never), Phase::Synced);
+    assert_eq!(server.borrow().head("u"), 2);
+    c.close();
+}
+
+#[wasm_bindgen_test]
+async fn a_pulled_row_at_the_top_of_the_clock_then_three_offline_edits_all_reach_the_server() {
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let name = unique("clock");
+    let c = client(&name, &server).await;
+    // A broken device's row, stored before servers refused such ops.
+    let mut poisoned = marksync::protocol::Row::default();
+    let mark = marksync::protocol::Mark { at: marksync::protocol::MAX_SAFE_INTEGER, op_id: marksync::protocol::OpId::new("z:1") };
+    poisoned.cells.insert("note".into(), marksync::protocol::Cell { value: Value::from("x"), mark });
+    let (txn, Step::Pull { cursor, .. }) = c.engine.borrow_mut().start_sync(0) else { panic!() };
+    c.store.commit(&txn).await.unwrap();
+    let page = marksync::protocol::PullResponse {
+        changes: vec![marksync::protocol::Change { key: RowKey::new("sets", "z-1"), row: poisoned, seq: 1 }],
+        cursor: 1,
+        has_more: false,
+        now: None,
+    };
+    let (txn, _) = c.engine.borrow_mut().on_pull_response(cursor, page, 0).unwrap();
+    c.store.commit(&txn).await.unwrap();
+    for i in 0..3 {
+        let row = c.new_row_id().unwrap();
+        c.change("sets", &row, set(5 + i)).await.unwrap();
+    }
+    assert_eq!(c.store.open(Meta::fresh("x".into())).await.unwrap().pending.len(), 3, "none replaced another");
+    let out = c.sync().await.unwrap();
+    assert_eq!((out.ok, out.report.applied), (true, 3));
+}
+
+#[wasm_bindgen_test]
+async fn numbers_beyond_two_to_the_53_are_refused_at_the_boundary() {
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let c = client(&unique("big"), &server).await;
+    let row = c.new_row_id().unwrap();
+    let err = c.change("sets", &row, only("reps", Value::Number(9007199254740994.0))).await.unwrap_err();
+    assert_eq!(err.code(), "bad_input");
+    assert!(err.to_string().contains("2^53-1"), "{err}");
+    assert_eq!(c.engine.borrow().pending_len(), 0);
 }

@@ -10,6 +10,15 @@ export type Row = Readonly<{ _id: string } & Fields>;
 /** Where a row stands with the server. */
 export type Phase = 'synced' | 'pending' | 'awaiting-ack' | 'unknown-outcome' | 'rejected' | 'recovery-required';
 
+/**
+ * The status is the same in every tab, in the Service Worker and after a
+ * reload: attempts are recorded in IndexedDB before a request leaves.
+ * `awaiting-ack`: some context has the request out; `unknown-outcome`: no
+ * usable answer came (it will be resent, same opIds); `recovery-required`:
+ * see `code` — `retries_exhausted` (retry() or reconcile()), `schema_too_new`
+ * (the server is older than the app: probed every 5 minutes, heals alone),
+ * `unauthorized` (setToken()), `refused`, `storage`.
+ */
 export interface RowStatus {
   phase: Phase;
   /** The server's reason (rejected) or what blocks sync (recovery-required). */
@@ -47,6 +56,10 @@ export interface SyncReport {
   pulled: number;
   cursor: number;
   ignoredStaleAcks: number;
+  /** Ops settled by asking the server what it remembers (`reconcile()`, or when retries ran out). */
+  reconciled: number;
+  /** Ops the server was asked about and never judged. */
+  unknown: number;
   /** Set when the cycle stopped on a failure and a retry is scheduled. */
   retryAt: number | null;
   error: string | null;
@@ -59,15 +72,31 @@ export interface Metrics {
   applied: number;
   duplicates: number;
   rejected: number;
+  /** Ops settled by asking the server what it remembers. */
+  reconciled: number;
   recoveryRequired: number;
   pulls: number;
   pendingOps: number;
   cursor: number;
-  /** What sync is blocked on (`unauthorized`, `schema_too_new`, `storage`, …), or null. */
+  /** What sync waits on (`retries_exhausted`, `unauthorized`, `schema_too_new`, `storage`, …), or null. */
   recovery: string | null;
+  /** The words for it, fit to show a person. */
+  recoveryReason: string | null;
+  /** When the next attempt is due (ms since the epoch), if waiting. */
+  nextRetryAt: number | null;
+}
+
+/** When sends with no usable answer stop and the server is asked what it remembers. */
+export interface RetryPolicy {
+  /** Sends of one op with no usable answer. Default 10. */
+  maxAttempts?: number;
+  /** Time spent on one op in requests and backoff waits (not while offline or closed). Default 3600000 (1 h). */
+  maxElapsedMs?: number;
 }
 
 export interface StorageInfo {
+  /** The answer to the request for persistent storage; `prompting` while the browser waits on the person. */
+  persistence: 'not-asked' | 'prompting' | 'granted' | 'denied' | 'unsupported';
   persisted?: boolean;
   usage?: number;
   quota?: number;
@@ -88,8 +117,10 @@ export interface OpenOptions {
   timeoutMs?: number;
   /** The app schema version written into new ops. Default 1. */
   schema?: number;
-  /** Ask the browser for persistent storage. Default true. */
+  /** Ask the browser for persistent storage (never waited for). Default true. */
   persist?: boolean;
+  /** When to stop retrying alone. Default `{ maxAttempts: 10, maxElapsedMs: 3600000 }`. */
+  retry?: RetryPolicy;
   /** Listen to the server's `/v1/events` pokes and pull at once. Default: `autoSync`. */
   live?: boolean;
   /** Where to load the wasm from (default: next to this module). */
@@ -98,8 +129,8 @@ export interface OpenOptions {
 
 /** Errors thrown by marksync carry a stable `code`. */
 export interface MarksyncError extends Error {
-  code: 'bad_input' | 'storage_unavailable' | 'storage_failed' | 'recovery_required' | 'closed' | 'ids_exhausted';
-  /** For `recovery_required`: `unauthorized`, `schema_too_new`, `refused`, `storage`, `payload_too_large`. */
+  code: 'bad_input' | 'storage_unavailable' | 'storage_failed' | 'recovery_required' | 'closed' | 'ids_exhausted' | 'clock_exhausted';
+  /** For `recovery_required`: `retries_exhausted`, `unauthorized`, `refused`, `storage`, `payload_too_large`. */
   recovery?: string;
 }
 
@@ -138,11 +169,22 @@ export interface Database {
   requestSync(): Promise<{ via: 'background-sync' | 'worker' | 'page'; report?: SyncReport }>;
   /** Runs a sync cycle now. Rejects with code `recovery_required` when sync cannot go on alone. */
   sync(): Promise<SyncReport>;
+  /**
+   * Asks the server what it remembers of every op sent at least once and
+   * settles what it knows (applied → acknowledged, rejected → dropped with
+   * its reason). Never pushes.
+   */
+  reconcile(): Promise<SyncReport>;
+  /** A person confirmed: lifts a stop (`retries_exhausted`, …), starts the retry counts over and syncs now. */
+  retry(): Promise<SyncReport>;
   /** Refused ops with the server's reasons, until dismissed. */
   rejections(): Rejection[];
   dismiss(opId: string): Promise<boolean>;
   metrics(): Metrics;
   storage(): Promise<StorageInfo>;
+  /** `storage`: the answer to the persistent-storage request arrived (`event.persistence`). */
+  addEventListener(type: 'storage', listener: (event: Event & { persistence: StorageInfo['persistence'] }) => void): void;
+  removeEventListener(type: 'storage', listener: (event: Event) => void): void;
   /** Replaces the token and resumes a sync blocked on auth. */
   setToken(token: TokenSource): void;
   close(): void;

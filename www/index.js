@@ -36,6 +36,28 @@ async function shareToken(state) {
   if (typeof token === 'string') c.postMessage({ type: 'marksync:token', name: state.name, token });
 }
 
+/**
+ * Asks for persistent storage without waiting for the answer: Firefox holds
+ * it behind a permission prompt, and nothing in `open()` may wait on a
+ * person. The answer lands in `storage().persistence` and fires a `storage`
+ * event on the database.
+ */
+function askPersistence(db, state) {
+  const sm = globalThis.navigator && globalThis.navigator.storage;
+  if (!sm || typeof sm.persist !== 'function') {
+    state.persistence = 'unsupported';
+    return;
+  }
+  state.persistence = 'prompting';
+  Promise.resolve()
+    .then(() => sm.persist())
+    .then((granted) => (granted ? 'granted' : 'denied'), () => 'denied')
+    .then((answer) => {
+      state.persistence = answer;
+      if (!state.closed) state.target.dispatchEvent(Object.assign(new Event('storage'), { persistence: answer }));
+    });
+}
+
 function attachPageSide(db, options) {
   const state = {
     name: options.name ?? 'marksync',
@@ -43,14 +65,24 @@ function attachPageSide(db, options) {
     token: options.token,
     cleanup: [],
     events: null,
+    target: new EventTarget(),
+    persistence: 'not-asked',
   };
   pageSide.set(db, state);
+  if (options.persist !== false) askPersistence(db, state);
   if (!inPage) return;
   const on = (target, type, fn) => {
     target.addEventListener(type, fn);
     state.cleanup.push(() => target.removeEventListener(type, fn));
   };
-  if (options.autoSync !== false) on(window, 'online', () => db.requestSync());
+  if (options.autoSync !== false) {
+    on(window, 'online', () => db.requestSync().catch(() => {}));
+    // Browsers without Background Sync (Firefox, Safari) deliver the queue
+    // when the app comes back to the foreground, too.
+    on(document, 'visibilitychange', () => {
+      if (document.visibilityState === 'visible' && navigator.onLine !== false) db.requestSync().catch(() => {});
+    });
+  }
   const sw = navigator.serviceWorker;
   if (sw) {
     shareToken(state);
@@ -131,6 +163,22 @@ Native.prototype.setToken = function setToken(token) {
   }
 };
 
+const nativeStorage = Native.prototype.storage;
+/** `{ persisted, usage, quota, persistence }`: `persistence` is the answer to the request for persistent storage (`prompting` until the person answers). */
+Native.prototype.storage = async function storage() {
+  const info = await nativeStorage.call(this);
+  const state = pageSide.get(this);
+  return { ...info, persistence: state?.persistence ?? 'not-asked' };
+};
+
+/** Database events: `storage` (the answer to the persistent-storage request arrived). */
+Native.prototype.addEventListener = function addEventListener(type, listener, options) {
+  pageSide.get(this)?.target.addEventListener(type, listener, options);
+};
+Native.prototype.removeEventListener = function removeEventListener(type, listener, options) {
+  pageSide.get(this)?.target.removeEventListener(type, listener, options);
+};
+
 const nativeClose = Native.prototype.close;
 Native.prototype.close = function close() {
   const state = pageSide.get(this);
@@ -146,8 +194,9 @@ Native.prototype.close = function close() {
 export const Marksync = {
   async open(options) {
     await load(options?.wasm);
-    const db = await Native.open(options);
-    attachPageSide(db, options);
+    // Persistence is asked for by the glue, never awaited (see askPersistence).
+    const db = await Native.open({ ...options, persist: false });
+    attachPageSide(db, options ?? {});
     return db;
   },
 };

@@ -68,7 +68,9 @@ export function installSyncWorker(scope, { endpoint, name = 'marksync', token } 
   }
 
   function db() {
-    dbPromise ??= Marksync.open({ endpoint, name, token: getToken, autoSync: false, persist: false, live: false })
+    // `resumeExhausted: false`: when retries ran out, only a person (or the
+    // app's next open) sends again — never a worker woken in the background.
+    dbPromise ??= Marksync.open({ endpoint, name, token: getToken, autoSync: false, persist: false, live: false, resumeExhausted: false })
       .catch((e) => { dbPromise = null; throw e; });
     return dbPromise;
   }
@@ -99,11 +101,18 @@ export function installSyncWorker(scope, { endpoint, name = 'marksync', token } 
         dbPromise ? dbPromise.then((d) => d.setToken(getToken)).catch(() => {}) : null,
       ]));
     } else if (m.type === 'marksync:sync') {
-      event.waitUntil(cycle().catch(() => scope.registration.sync?.register(tag)));
+      event.waitUntil(cycle().catch(() => scope.registration.sync?.register(tag).catch(() => {})));
     }
   });
 
+  // Where there is no Background Sync (Firefox, Safari), the worker syncs itself.
+  function registerOrSync() {
+    const sync = scope.registration && scope.registration.sync;
+    const registered = sync ? sync.register(tag) : Promise.reject(new Error('no Background Sync here'));
+    return registered.catch(() => cycle().catch(() => {}));
+  }
+
   scope.addEventListener('online', () => {
-    scope.registration.sync?.register(tag).catch(() => cycle().catch(() => {}));
+    registerOrSync();
   });
 }

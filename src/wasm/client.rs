@@ -48,6 +48,9 @@ pub enum ClientError {
     /// Too many `newRowId()` calls without a pause; try again after an await.
     #[error("no reserved row id left; await something and retry")]
     IdsExhausted,
+    /// The device's clock has no later `at` left; the edit was not recorded.
+    #[error("{0}")]
+    ClockExhausted(String),
 }
 
 impl ClientError {
@@ -60,6 +63,7 @@ impl ClientError {
             ClientError::RecoveryRequired { .. } => "recovery_required",
             ClientError::Closed => "closed",
             ClientError::IdsExhausted => "ids_exhausted",
+            ClientError::ClockExhausted(_) => "clock_exhausted",
         }
     }
 }
@@ -77,6 +81,7 @@ impl From<EngineError> for ClientError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::IdsExhausted => ClientError::IdsExhausted,
+            EngineError::ClockExhausted => ClientError::ClockExhausted(e.to_string()),
             other => ClientError::BadInput(other.to_string()),
         }
     }
@@ -122,9 +127,10 @@ fn fill_random(buf: &mut [u8]) -> bool {
 }
 
 #[wasm_bindgen(inline_js = r#"
-export function with_lock(name, f) {
+export function with_lock(name, if_available, f) {
   const locks = globalThis.navigator && globalThis.navigator.locks;
-  return locks ? locks.request(name, () => f()) : f();
+  if (!locks) return f();
+  return if_available ? locks.request(name, { ifAvailable: true }, (lock) => (lock ? f() : null)) : locks.request(name, () => f());
 }
 export function register_background_sync(tag) {
   try {
@@ -135,8 +141,9 @@ export function register_background_sync(tag) {
 }
 "#)]
 extern "C" {
-    /// Runs `f` (returning a promise) under the Web Lock `name`, where Web Locks exist.
-    fn with_lock(name: &str, f: &Closure<dyn FnMut() -> js_sys::Promise>) -> js_sys::Promise;
+    /// Runs `f` (returning a promise) under the Web Lock `name`, where Web
+    /// Locks exist; with `if_available`, only if no one holds it (else not at all).
+    fn with_lock(name: &str, if_available: bool, f: &Closure<dyn FnMut() -> js_sys::Promise>) -> js_sys::Promise;
     /// From a page controlled by a Service Worker: asks for a Background Sync with `tag`.
     fn register_background_sync(tag: &str);
 }
@@ -154,6 +161,17 @@ fn offline() -> bool {
         .and_then(|n| Reflect::get(&n, &"onLine".into()))
         .map(|v| v == JsValue::FALSE)
         .unwrap_or(false)
+}
+
+/// What a context does while it holds the database's cycle lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    /// A sync cycle.
+    Cycle,
+    /// A person's check with the server: never pushes.
+    Reconcile,
+    /// At open, with no cycle running anywhere: an attempt recorded in flight is orphaned.
+    SettleOrphan,
 }
 
 /// A listener for "rows changed".
@@ -183,7 +201,15 @@ pub struct Client<T: Transport> {
 
 impl<T: Transport + 'static> Client<T> {
     /// Opens (or creates) the local database `name` and loads it.
-    pub async fn open(name: &str, transport: T, mut config: Config, auto_sync: bool) -> Result<Rc<Self>, ClientError> {
+    /// `resume_exhausted`: lift a stop for exhausted retries (an app's open
+    /// does; the Service Worker's does not, so it never resumes sending alone).
+    pub async fn open(
+        name: &str,
+        transport: T,
+        mut config: Config,
+        auto_sync: bool,
+        resume_exhausted: bool,
+    ) -> Result<Rc<Self>, ClientError> {
         let store = IdbStore::connect(name).await?;
         let mut random = [0u8; 16];
         if !fill_random(&mut random) {
@@ -213,6 +239,15 @@ impl<T: Transport + 'static> Client<T> {
         });
         client.store.reserve(&client.engine).await?;
         client.listen_to_other_contexts();
+        if resume_exhausted {
+            let txn = client.engine.borrow_mut().retry_exhausted();
+            client.commit_some(txn).await?;
+        }
+        // A request left in flight by a context that is gone: unknown outcome,
+        // never "queued" — decided only if no cycle runs anywhere now.
+        if client.engine.borrow().sync_state().flight.is_some() {
+            let _ = client.under_lock(Job::SettleOrphan, true).await;
+        }
         Ok(client)
     }
 
@@ -329,7 +364,7 @@ impl<T: Transport + 'static> Client<T> {
     }
 
     async fn record(self: &Rc<Self>, drafts: Vec<crate::engine::Draft>) -> Result<Vec<OpId>, ClientError> {
-        let ops = self.store.record(&self.engine, drafts, now()).await?;
+        let ops = self.store.record(&self.engine, drafts, now()).await??;
         let ids = ops.iter().map(|op| op.op_id.clone()).collect();
         let txn = Txn { put_pending: ops, ..Txn::default() };
         self.changed(true, Some(&txn));
@@ -412,25 +447,48 @@ impl<T: Transport + 'static> Client<T> {
         }
         self.syncing.set(true);
         self.retry_timer.borrow_mut().take();
-        let r = self.cycle_under_lock().await;
+        let r = self.under_lock(Job::Cycle, false).await;
         self.syncing.set(false);
         r
     }
 
-    /// One cycle at a time per database across tabs and workers: the cycle runs
+    /// Asks the server what it remembers of every op sent at least once and
+    /// settles what it knows (applied → acknowledged, rejected → dropped with
+    /// its reason). Never pushes. Resolves with the report (`reconciled`, `unknown`).
+    pub async fn reconcile(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
+        self.check_open()?;
+        while self.syncing.get() {
+            gloo_timers::future::TimeoutFuture::new(10).await;
+        }
+        self.syncing.set(true);
+        let r = self.under_lock(Job::Reconcile, false).await;
+        self.syncing.set(false);
+        r
+    }
+
+    /// A person confirmed: lift any stop (exhausted retries, a refusal), start
+    /// the counts over and sync now.
+    pub async fn retry(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
+        self.check_open()?;
+        let txn = self.engine.borrow_mut().clear_recovery();
+        self.commit_some(txn).await?;
+        self.sync().await
+    }
+
+    /// One cycle at a time per database across tabs and workers: a job runs
     /// under the Web Lock `marksync:<name>` (where Web Locks exist).
-    async fn cycle_under_lock(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
+    async fn under_lock(self: &Rc<Self>, job: Job, if_available: bool) -> Result<SyncOutcome, ClientError> {
         let out: Rc<RefCell<Option<Result<SyncOutcome, ClientError>>>> = Rc::new(RefCell::new(None));
         let (me, slot) = (self.clone(), out.clone());
         let f = Closure::<dyn FnMut() -> js_sys::Promise>::new(move || {
             let (me, slot) = (me.clone(), slot.clone());
             wasm_bindgen_futures::future_to_promise(async move {
-                let r = me.cycle().await;
+                let r = me.run_job(job).await;
                 *slot.borrow_mut() = Some(r);
                 Ok(JsValue::UNDEFINED)
             })
         });
-        let p = with_lock(&format!("marksync:{}", self.name), &f);
+        let p = with_lock(&format!("marksync:{}", self.name), if_available, &f);
         let waited = wasm_bindgen_futures::JsFuture::from(p).await;
         drop(f);
         let r = out.borrow_mut().take();
@@ -441,10 +499,36 @@ impl<T: Transport + 'static> Client<T> {
         }
     }
 
-    /// The engine's step, or — when it ignored what it was given (an answer
-    /// to something no longer in flight) — a fresh start of the cycle.
-    fn or_restart(&self, step: Option<Step>) -> Step {
-        step.unwrap_or_else(|| self.engine.borrow_mut().start_sync(now()))
+    /// Runs a job holding the lock: first take the sync state as stored, so
+    /// counters and attempts another context moved are built on, not overwritten.
+    async fn run_job(self: &Rc<Self>, job: Job) -> Result<SyncOutcome, ClientError> {
+        let stored = self.store.read_sync().await?;
+        self.engine.borrow_mut().adopt_sync(stored);
+        match job {
+            Job::Cycle => self.cycle().await,
+            Job::Reconcile => self.check_with_server().await,
+            Job::SettleOrphan => {
+                let txn = self.engine.borrow_mut().settle_orphaned_flight();
+                self.commit_some(txn).await?;
+                let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
+                Ok(SyncOutcome { report, ok: true, retry_at: None, error: None })
+            }
+        }
+    }
+
+    /// The engine's step and txn, or — when it ignored what it was given (an
+    /// answer to something no longer in flight) — a fresh start of the cycle.
+    fn or_restart(&self, out: Option<(Txn, Step)>, unsaved: &mut Option<Txn>) -> Step {
+        let (txn, step) = out.unwrap_or_else(|| {
+            let mut e = self.engine.borrow_mut();
+            let owed = e.take_txn().unwrap_or_default();
+            let (mut txn, step) = e.start_sync(now());
+            let mut all = owed;
+            all.then(std::mem::take(&mut txn));
+            (all, step)
+        });
+        stash(unsaved, txn);
+        step
     }
 
     /// Commits an answer's txn, if any.
@@ -455,38 +539,47 @@ impl<T: Transport + 'static> Client<T> {
         }
     }
 
-    /// One sync cycle. An answer's txn is committed while the next request
-    /// (of the same cycle) is on the wire: the request depends only on the
-    /// engine's memory, and a crash before the commit only means the answer
-    /// is asked for again — the server's remembered verdicts and idempotent
-    /// pulls make that safe. Still one request in flight at a time.
+    /// One sync cycle. Before a push leaves, its attempt is committed (with
+    /// the previous answer's txn, in one transaction), so every context and
+    /// every reload knows the ops are out. A pull's page is committed while
+    /// the next pull is on the wire: a crash before that commit only means
+    /// the page is asked for again, which idempotent pulls make harmless.
+    /// Still one request in flight at a time.
     async fn cycle(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
-        let mut step = self.engine.borrow_mut().start_sync(now());
-        let mut refreshed = false;
         let mut unsaved: Option<Txn> = None;
-        self.changed(false, None);
+        let first = self.engine.borrow_mut().start_sync(now());
+        let mut step = self.or_restart(Some(first), &mut unsaved);
+        let mut refreshed = false;
         loop {
             step = match step {
                 Step::Push(req) => {
+                    self.commit_some(unsaved.take()).await?;
                     self.changed(false, None);
                     let key = req.attempt_key.clone();
-                    let (saved, sent) = futures_util::future::join(self.commit_some(unsaved.take()), self.transport.push(&req)).await;
-                    saved?;
-                    match sent {
+                    match self.transport.push(&req).await {
                         Ok(resp) => {
                             let out = self.engine.borrow_mut().on_push_response(resp, now());
-                            self.next(out, &mut unsaved)
+                            self.or_restart(out, &mut unsaved)
                         }
                         Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
                             refreshed = true;
-                            let next = self.engine.borrow_mut().abandon_attempt(&key);
-                            next
+                            let out = self.engine.borrow_mut().abandon_attempt(&key, now());
+                            self.or_restart(Some(out), &mut unsaved)
                         }
                         Err(f) => {
-                            let next = self.engine.borrow_mut().on_push_failed(&key, f, now());
-                            self.or_restart(next)
+                            let out = self.engine.borrow_mut().on_push_failed(&key, f, now());
+                            self.or_restart(out, &mut unsaved)
                         }
                     }
+                }
+                Step::Reconcile(ids) => {
+                    self.commit_some(unsaved.take()).await?;
+                    self.changed(false, None);
+                    let out = match self.transport.verdicts(&ids).await {
+                        Ok(resp) => self.engine.borrow_mut().on_verdicts(resp, now()),
+                        Err(f) => self.engine.borrow_mut().on_verdicts_failed(f, now()),
+                    };
+                    self.or_restart(out, &mut unsaved)
                 }
                 Step::Pull { cursor, limit } => {
                     let (saved, page) =
@@ -495,15 +588,15 @@ impl<T: Transport + 'static> Client<T> {
                     match page {
                         Ok(page) => {
                             let out = self.engine.borrow_mut().on_pull_response(cursor, page, now());
-                            self.next(out, &mut unsaved)
+                            self.or_restart(out, &mut unsaved)
                         }
                         Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
                             refreshed = true;
-                            self.or_restart(None)
+                            self.or_restart(None, &mut unsaved)
                         }
                         Err(f) => {
-                            let next = self.engine.borrow_mut().on_pull_failed(cursor, f, now());
-                            self.or_restart(next)
+                            let out = self.engine.borrow_mut().on_pull_failed(cursor, f, now());
+                            self.or_restart(out, &mut unsaved)
                         }
                     }
                 }
@@ -520,7 +613,8 @@ impl<T: Transport + 'static> Client<T> {
                     }
                     // Let the Service Worker push when the network is back, even if this page is gone.
                     register_background_sync(&format!("marksync:{}", self.name));
-                    return Ok(SyncOutcome { report, ok: false, retry_at: Some(until), error: Some("retrying".into()) });
+                    let error = self.engine.borrow().recovery().map_or_else(|| "retrying".to_owned(), |r| r.message.clone());
+                    return Ok(SyncOutcome { report, ok: false, retry_at: Some(until), error: Some(error) });
                 }
                 Step::Blocked(r) => {
                     self.commit_some(unsaved.take()).await?;
@@ -531,25 +625,46 @@ impl<T: Transport + 'static> Client<T> {
         }
     }
 
-    /// An answer's txn (kept in `unsaved` until committed) and the next step
-    /// (see [`Client::or_restart`]).
-    fn next(&self, out: Option<(Txn, Step)>, unsaved: &mut Option<Txn>) -> Step {
-        match out {
-            Some((txn, next)) => {
-                *unsaved = Some(txn);
-                next
+    /// A person's check with the server, under the lock: one question, one commit.
+    async fn check_with_server(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
+        let (txn, step) = self.engine.borrow_mut().start_reconcile(now());
+        self.commit_some(Some(txn)).await?;
+        let Step::Reconcile(ids) = step else {
+            let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
+            return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
+        };
+        self.changed(false, None);
+        let (out, error) = match self.transport.verdicts(&ids).await {
+            Ok(resp) => (self.engine.borrow_mut().on_verdicts(resp, now()), None),
+            Err(f) => {
+                let text = f.to_string();
+                (self.engine.borrow_mut().on_verdicts_failed(f, now()), Some(text))
             }
-            None => self.or_restart(None),
-        }
+        };
+        let Some((txn, step)) = out else {
+            return Err(ClientError::StorageFailed("the check with the server was superseded".into()));
+        };
+        self.commit_some(Some(txn)).await?;
+        self.changed(false, None);
+        let report = match step {
+            Step::Done(r) => r,
+            _ => SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() },
+        };
+        Ok(SyncOutcome { report, ok: error.is_none(), retry_at: None, error })
     }
 
-    /// The user acted (new token, …): clear recovery and sync.
+    /// The user acted (new token, …): clear recovery (recorded for every
+    /// context) and sync.
     pub fn resume(self: &Rc<Self>) {
-        self.engine.borrow_mut().clear_recovery();
-        self.changed(false, None);
-        if self.auto_sync {
-            self.schedule_sync(0);
-        }
+        let txn = self.engine.borrow_mut().clear_recovery();
+        let me = self.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            let _ = me.commit_some(txn).await;
+            me.changed(false, None);
+            if me.auto_sync {
+                me.schedule_sync(0);
+            }
+        });
     }
 
     /// Stops timers and closes the database.
@@ -569,5 +684,16 @@ impl<T: Transport + 'static> Client<T> {
         Rc::new(move || {
             let _ = f.call0(&JsValue::NULL);
         })
+    }
+}
+
+/// Adds `txn` to the steps waiting to be committed (they commit as one).
+fn stash(unsaved: &mut Option<Txn>, txn: Txn) {
+    if txn.is_empty() {
+        return;
+    }
+    match unsaved {
+        Some(u) => u.then(txn),
+        None => *unsaved = Some(txn),
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! Every logical step is ONE IndexedDB transaction: recording an op with the
 //! counter and clock; applying a push answer's verdicts; applying a pull page
-//! with the cursor. Records are JSON strings (base chunks and batches: binary, see [`crate::chunks`]); keys: `"meta"`, `[table, rowId]`,
+//! with the cursor; recording an attempt going out, and its outcome (the sync
+//! state, [`crate::sync_state::SyncState`], one record `"sync"` in `meta`).
+//! Records are JSON strings (base chunks and batches: binary, see [`crate::chunks`]); keys: `"meta"`, `[table, rowId]`,
 //! `at` (a number, so the outbox reads back in record order), `opId`.
 //!
 //! Base rows live in chunks plus a log, so that open reads a few large
@@ -28,7 +30,7 @@ use idb::{Database, DatabaseEvent, Event, Factory, ObjectStoreParams, Query, Req
 use js_sys::{Array, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 
-use crate::engine::{Draft, Engine, Recorded};
+use crate::engine::{Draft, Engine, EngineError, Recorded};
 use crate::ids::IdBlock;
 use crate::protocol::{Op, Row, RowKey};
 use crate::store::{LocalStore, Meta, Rejection, Snapshot, StoreError, Txn};
@@ -36,6 +38,8 @@ use crate::store::{LocalStore, Meta, Rejection, Snapshot, StoreError, Txn};
 use crate::chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, encode_snapshot, fold, overlay};
 
 const META: &str = "meta";
+/// The key of the sync state's record in the `meta` store.
+const SYNC: &str = "sync";
 const CHUNKS: &str = "base_chunks";
 const DELTA: &str = "base_delta";
 /// Base rows put since the last compaction, one record per committed step
@@ -289,6 +293,14 @@ impl IdbStore {
         });
     }
 
+    /// Reads the stored sync state alone (a cycle starts from it, under the lock).
+    pub async fn read_sync(&self) -> Result<Option<crate::sync_state::SyncState>, StoreError> {
+        let tx = self.db.transaction(&[META], TransactionMode::ReadOnly).map_err(failed)?;
+        let v = tx.object_store(META).map_err(failed)?.get(Query::Key(JsValue::from_str(SYNC))).map_err(failed)?.await.map_err(failed)?;
+        let _ = tx.await;
+        Ok(v.and_then(|v| parse(&v).ok()))
+    }
+
     async fn read_meta(store: &idb::ObjectStore) -> Result<Option<Meta>, StoreError> {
         let v = store.get(Query::Key(JsValue::from_str(META))).map_err(failed)?.await.map_err(failed)?;
         v.map(|v| parse::<Meta>(&v)).transpose()
@@ -296,21 +308,35 @@ impl IdbStore {
 
     /// Records ops: reads the stored meta, lets the engine plan the ops
     /// (numbers, `at`s), writes ops and meta — all in one transaction. The
-    /// engine learns of the ops only once the transaction committed.
+    /// engine learns of the ops only once the transaction committed. An
+    /// edit the engine refuses (no `at` left) aborts the transaction: the
+    /// inner error, nothing written.
     /// The transaction asks for strict durability: it completes only once
     /// the browser has flushed it to disk (Chromium's default, "relaxed",
     /// completes before that), so a recorded edit survives a power cut.
-    pub async fn record(&self, engine: &std::cell::RefCell<Engine>, drafts: Vec<Draft>, now: u64) -> Result<Vec<Op>, StoreError> {
+    pub async fn record(
+        &self,
+        engine: &std::cell::RefCell<Engine>,
+        drafts: Vec<Draft>,
+        now: u64,
+    ) -> Result<Result<Vec<Op>, EngineError>, StoreError> {
         let tx = self.durable_transaction(&[META, PENDING])?;
         let meta_store = tx.object_store(META).map_err(failed)?;
         let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
-        let (txn, rec): (Txn, Recorded) = engine.borrow_mut().plan_records(drafts, &stored, now);
+        let planned = engine.borrow_mut().plan_records(drafts, &stored, now);
+        let (txn, rec): (Txn, Recorded) = match planned {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = tx.abort();
+                return Ok(Err(e));
+            }
+        };
         Self::write(&tx, &txn).await?;
         match tx.await.map_err(failed)? {
             TransactionResult::Committed => {
                 let ops = rec.ops.clone();
                 engine.borrow_mut().recorded(rec);
-                Ok(ops)
+                Ok(Ok(ops))
             }
             TransactionResult::Aborted => Err(failed("the transaction was aborted")),
         }
@@ -359,6 +385,9 @@ impl IdbStore {
         if let Some(m) = &txn.meta {
             store(META)?.put(&json(m)?, Some(&JsValue::from_str(META))).map_err(failed)?;
         }
+        if let Some(sync) = &txn.sync {
+            store(META)?.put(&json(sync)?, Some(&JsValue::from_str(SYNC))).map_err(failed)?;
+        }
         if !txn.put_base.is_empty() {
             // One record for all the step's base rows: one put, not one per row.
             let bytes = encode_snapshot(&txn.put_base)?;
@@ -385,7 +414,7 @@ impl IdbStore {
 
     fn stores_of(txn: &Txn) -> Vec<&'static str> {
         let mut v = Vec::new();
-        if txn.meta.is_some() {
+        if txn.meta.is_some() || txn.sync.is_some() {
             v.push(META);
         }
         if !txn.put_base.is_empty() {
@@ -424,11 +453,16 @@ impl LocalStore for IdbStore {
         let get_all = |name: &str| -> Result<_, StoreError> { tx.object_store(name).map_err(failed)?.get_all(None, None).map_err(failed) };
         let (chunks_req, delta_req, batches_req) = (get_all(CHUNKS)?, get_all(DELTA)?, get_all(BATCHES)?);
         let (pending_req, rej_req) = (get_all(PENDING)?, get_all(REJECTIONS)?);
+        // Last: the idb crate hears a request's success only once it is awaited,
+        // and requests complete in the order they were made — so they are
+        // awaited in that order.
+        let sync_req = meta_store.get(Query::Key(JsValue::from_str(SYNC))).map_err(failed)?;
         let chunks_v = chunks_req.await.map_err(failed)?;
         let delta_v = delta_req.await.map_err(failed)?;
         let batches_v = batches_req.await.map_err(failed)?;
         let pending_v = pending_req.await.map_err(failed)?;
         let rej_v = rej_req.await.map_err(failed)?;
+        let sync_v = sync_req.await.map_err(failed)?;
         let committed = tx.await.map_err(failed)?;
         if committed != TransactionResult::Committed {
             return Err(failed("open was aborted"));
@@ -442,7 +476,10 @@ impl LocalStore for IdbStore {
         let rejections = rej_v.iter().map(parse::<Rejection>).collect::<Result<Vec<_>, _>>()?;
         self.deltas.set(deltas.len());
         self.compact_soon();
-        Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections })
+        // An unreadable sync state is not worth losing the database over: the
+        // outbox is what matters, and attempts are counted again from zero.
+        let sync = sync_v.and_then(|v| parse(&v).ok());
+        Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections, sync })
     }
 
     async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {

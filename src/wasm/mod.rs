@@ -134,7 +134,10 @@ impl Marksync {
     /// (async) function, called again after a 401), `name` (database name,
     /// default `"marksync"`), `autoSync` (default `true`), `timeoutMs`
     /// (per request, default 15000), `schema` (app schema version of new
-    /// ops, default 1), `persist` (ask for persistent storage, default true).
+    /// ops, default 1), `persist` (ask for persistent storage, default true;
+    /// never waited for: a browser may hold the answer behind a prompt),
+    /// `retry` (`{ maxAttempts: 10, maxElapsedMs: 3600000 }`: when sends
+    /// with no usable answer stop and the server is asked what it remembers).
     pub async fn open(options: JsValue) -> Result<Marksync, JsValue> {
         if !options.is_object() {
             return Err(js_error("bad_input", "open() takes an options object"));
@@ -146,15 +149,36 @@ impl Marksync {
         let timeout_ms: u32 = opt(&options, "timeoutMs").unwrap_or(15_000);
         let schema: u32 = opt(&options, "schema").unwrap_or(1);
         let persist: bool = opt(&options, "persist").unwrap_or(true);
+        // Internal: the Service Worker opens without lifting a stop for
+        // exhausted retries (only a person, or the app's next open, does).
+        let resume_exhausted: bool = opt(&options, "resumeExhausted").unwrap_or(true);
+        let mut retry = crate::engine::RetryPolicy::default();
+        let retry_opt = Reflect::get(&options, &"retry".into()).unwrap_or(JsValue::UNDEFINED);
+        if !retry_opt.is_undefined() && !retry_opt.is_null() {
+            if !retry_opt.is_object() {
+                return Err(js_error("bad_input", "options.retry must be { maxAttempts, maxElapsedMs }"));
+            }
+            if let Some(n) = positive(&retry_opt, "maxAttempts")? {
+                retry.max_attempts = n.min(u32::MAX as f64) as u32;
+            }
+            if let Some(n) = positive(&retry_opt, "maxElapsedMs")? {
+                retry.max_elapsed_ms = n as u64;
+            }
+        }
         let token = token_source(Reflect::get(&options, &"token".into()).unwrap_or(JsValue::UNDEFINED))?;
         let transport = FetchTransport::new(&endpoint, token, timeout_ms);
         // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
-        let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, ..Config::default() };
-        let inner = Client::open(&name, transport, config, auto_sync).await.map_err(client_error)?;
+        let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, retry, ..Config::default() };
+        let inner = Client::open(&name, transport, config, auto_sync, resume_exhausted).await.map_err(client_error)?;
         if persist {
+            // Asked, never awaited: Firefox answers only once the person
+            // answers a permission prompt, and open() must not wait for that.
+            // The JS glue reports the answer (`storage()`, a `storage` event).
             if let Some(storage) = storage_manager() {
                 if let Ok(p) = storage.persist() {
-                    let _ = JsFuture::from(p).await;
+                    wasm_bindgen_futures::spawn_local(async move {
+                        let _ = JsFuture::from(p).await;
+                    });
                 }
             }
         }
@@ -278,6 +302,28 @@ impl Marksync {
         })
     }
 
+    /// Asks the server what it remembers of every op sent at least once
+    /// (`POST /v1/verdicts`) and settles what it knows, exactly as a push
+    /// answer would: applied → acknowledged, rejected → dropped with its
+    /// reason. Never pushes. Resolves with `{ ok, reconciled, unknown, … }`.
+    pub fn reconcile(&self) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let out = inner.reconcile().await.map_err(client_error)?;
+            Ok(to_js(&out))
+        })
+    }
+
+    /// A person confirmed: lifts a stop (`retries_exhausted`, a refusal),
+    /// starts the retry counts over and syncs now. Resolves like `sync()`.
+    pub fn retry(&self) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let out = inner.retry().await.map_err(client_error)?;
+            Ok(to_js(&out))
+        })
+    }
+
     /// Refused ops with their reasons, until dismissed: `[{ op, reason, code }]`.
     pub fn rejections(&self) -> JsValue {
         let r: Vec<_> = self.inner.engine.borrow().rejections().cloned().collect();
@@ -293,12 +339,18 @@ impl Marksync {
         })
     }
 
-    /// Counters: attempts, unknownOutcomes, staleAcksIgnored, applied,
-    /// duplicates, rejected, recoveryRequired, pulls — plus `pendingOps`,
-    /// `cursor` and `recovery` (the code sync is blocked on, or null).
+    /// Counters, stored and the same in every context: attempts,
+    /// unknownOutcomes, staleAcksIgnored, applied, duplicates, rejected,
+    /// reconciled, recoveryRequired, pulls — plus `pendingOps`, `cursor`,
+    /// `recovery` (the code sync waits on, or null), `recoveryReason` (its
+    /// words) and `nextRetryAt`.
     pub fn metrics(&self) -> JsValue {
         let e = self.inner.engine.borrow();
         let v = to_js(e.metrics());
+        let reason = e.recovery().map(|r| JsValue::from_str(&r.message)).unwrap_or(JsValue::NULL);
+        let _ = Reflect::set(&v, &"recoveryReason".into(), &reason);
+        let next = e.retry_at().map(|t| JsValue::from_f64(t as f64)).unwrap_or(JsValue::NULL);
+        let _ = Reflect::set(&v, &"nextRetryAt".into(), &next);
         let _ = Reflect::set(&v, &"pendingOps".into(), &JsValue::from_f64(e.pending_len() as f64));
         let _ = Reflect::set(&v, &"cursor".into(), &JsValue::from_f64(e.cursor() as f64));
         let rec = e.recovery().map(|r| JsValue::from_str(&r.code)).unwrap_or(JsValue::NULL);
@@ -339,6 +391,18 @@ impl Marksync {
     /// Stops timers and closes the database.
     pub fn close(&self) {
         self.inner.close();
+    }
+}
+
+/// A positive number option, `None` when absent.
+fn positive(o: &JsValue, k: &str) -> Result<Option<f64>, JsValue> {
+    let v = Reflect::get(o, &k.into()).unwrap_or(JsValue::UNDEFINED);
+    if v.is_undefined() || v.is_null() {
+        return Ok(None);
+    }
+    match v.as_f64() {
+        Some(n) if n.is_finite() && n >= 1.0 => Ok(Some(n)),
+        _ => Err(js_error("bad_input", &format!("options.retry.{k} must be a number of at least 1"))),
     }
 }
 

@@ -13,7 +13,7 @@ use wasm_bindgen_futures::JsFuture;
 
 use crate::attempt::Failure;
 use crate::memory_server::MemoryServer;
-use crate::protocol::{ErrorBody, PullResponse, PushRequest, PushResponse};
+use crate::protocol::{ErrorBody, OpId, PullResponse, PushRequest, PushResponse, VerdictsRequest, VerdictsResponse};
 
 /// A way to reach the server.
 #[allow(async_fn_in_trait)]
@@ -22,6 +22,8 @@ pub trait Transport {
     async fn push(&self, req: &PushRequest) -> Result<PushResponse, Failure>;
     /// Sends a pull; `Ok` only for a 200 whose body parses.
     async fn pull(&self, cursor: u64, limit: usize) -> Result<PullResponse, Failure>;
+    /// Asks what the server remembers of these ops (`POST /v1/verdicts`, read-only).
+    async fn verdicts(&self, op_ids: &[OpId]) -> Result<VerdictsResponse, Failure>;
     /// After a 401: get a fresh token. `false` if there is no way to.
     async fn refresh_auth(&self) -> bool;
 }
@@ -162,6 +164,13 @@ impl Transport for FetchTransport {
         serde_json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
     }
 
+    async fn verdicts(&self, op_ids: &[OpId]) -> Result<VerdictsResponse, Failure> {
+        let req = VerdictsRequest { op_ids: op_ids.to_vec() };
+        let body = serde_json::to_string(&req).map_err(|e| Failure::Refused(e.to_string()))?;
+        let text = self.request("POST", "/v1/verdicts", Some(body)).await?;
+        serde_json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
+    }
+
     async fn refresh_auth(&self) -> bool {
         let is_fn = matches!(&*self.token_source.borrow(), TokenSource::Function(_));
         *self.token.borrow_mut() = None;
@@ -179,10 +188,19 @@ pub struct MemoryTransport {
     pub user: String,
     /// Lose the answers of the next n pushes (after commit).
     pub lose_next: Rc<RefCell<u32>>,
+    /// Fail the next n pushes with a 503 before the server sees them.
+    pub fail_next: Rc<RefCell<u32>>,
 }
 
 impl Transport for MemoryTransport {
     async fn push(&self, req: &PushRequest) -> Result<PushResponse, Failure> {
+        {
+            let mut fail = self.fail_next.borrow_mut();
+            if *fail > 0 {
+                *fail -= 1;
+                return Err(Failure::Server { status: 503, message: "unavailable".into() });
+            }
+        }
         let r = self.server.borrow_mut().push(&self.user, req);
         let mut lose = self.lose_next.borrow_mut();
         if *lose > 0 {
@@ -194,6 +212,10 @@ impl Transport for MemoryTransport {
 
     async fn pull(&self, cursor: u64, limit: usize) -> Result<PullResponse, Failure> {
         Ok(self.server.borrow().pull(&self.user, cursor, limit))
+    }
+
+    async fn verdicts(&self, op_ids: &[OpId]) -> Result<VerdictsResponse, Failure> {
+        Ok(self.server.borrow().verdicts(&self.user, &VerdictsRequest { op_ids: op_ids.to_vec() }))
     }
 
     async fn refresh_auth(&self) -> bool {

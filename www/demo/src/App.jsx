@@ -14,7 +14,8 @@ const UNDO_MS = 5000;
 /** What blocks sync (metrics().recovery), for people. */
 const RECOVERY = {
   unauthorized: 'The server no longer accepts this sign-in.',
-  schema_too_new: 'The server needs a newer version of this app.',
+  schema_too_new: 'The server is older than this app; your changes are kept and sent once the server is updated.',
+  retries_exhausted: 'The server has not confirmed some changes. They are safe on this phone — retry, or check with the server.',
   refused: 'The server refused to go on with this device.',
   storage: 'This device’s storage failed.',
   payload_too_large: 'A change is too large for the server.',
@@ -105,8 +106,8 @@ function SyncBar({ metrics, online, syncing, onSync }) {
   let title;
   let detail;
   if (metrics.recovery) {
-    tone = 'bad';
-    title = 'Sync is blocked';
+    tone = metrics.recovery === 'schema_too_new' ? 'warn' : 'bad';
+    title = metrics.recovery === 'schema_too_new' ? 'Waiting for the server' : 'Sync needs attention';
     detail = RECOVERY[metrics.recovery] ?? metrics.recovery;
   } else if (n > 0 && !online) {
     tone = 'warn';

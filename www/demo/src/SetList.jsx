@@ -58,32 +58,70 @@ function SetRow({ db, row, fresh, onDelete, onError }) {
         </button>
       </div>
       {status.phase === 'rejected' && <Refusal db={db} row={row} status={status} />}
-      {status.phase === 'recovery-required' && (
-        <div className="refusal" role="status">
-          <p>
-            <span className="label">Sync is blocked:</span> <span className="reason">{status.reason}</span>
-          </p>
-        </div>
-      )}
+      {status.phase === 'recovery-required' && <NeedsAttention db={db} status={status} onError={onError} />}
     </li>
   );
 }
 
-const BADGES = {
-  synced: 'synced',
-  pending: 'queued',
-  'awaiting-ack': 'sending',
-  'unknown-outcome': 'unknown outcome — will retry',
-  rejected: 'refused',
-  'recovery-required': 'sync blocked',
-};
+/** A row's status in words a person understands (the same in every tab and after a reload). */
+export function statusWords(status) {
+  switch (status.phase) {
+    case 'synced':
+      return 'saved on the server';
+    case 'pending':
+      return 'saved on this phone — waiting to send';
+    case 'awaiting-ack':
+      return status.attempts > 1 ? `sending, attempt ${status.attempts}` : 'sending';
+    case 'unknown-outcome':
+      return `not confirmed yet — retrying, attempt ${status.attempts + 1}`;
+    case 'rejected':
+      return 'refused by the server';
+    case 'recovery-required':
+      return status.code === 'schema_too_new' ? 'waiting for the server to be updated' : 'needs attention';
+    default:
+      return status.phase;
+  }
+}
 
 function StatusBadge({ status }) {
   return (
     <span className={`badge ${status.phase}`} data-testid="row-status">
       {status.phase === 'synced' ? <CheckIcon /> : <span className="dot" aria-hidden="true" />}
-      {BADGES[status.phase] ?? status.phase}
+      {statusWords(status)}
     </span>
+  );
+}
+
+/** Sync waits for a person (or for the server): say why, and offer what helps. */
+function NeedsAttention({ db, status, onError }) {
+  const [busy, setBusy] = useState(false);
+  const act = (f) => async () => {
+    setBusy(true);
+    try {
+      await f();
+    } catch (e) {
+      onError?.(e);
+    } finally {
+      setBusy(false);
+    }
+  };
+  const exhausted = status.code === 'retries_exhausted';
+  return (
+    <div className="refusal" role="status" data-testid="needs-attention">
+      <p>
+        <span className="label">{exhausted ? 'Needs attention:' : 'Sync is waiting:'}</span> <span className="reason">{status.reason}</span>
+      </p>
+      {exhausted && (
+        <p className="refusal-actions">
+          <button type="button" className="ghost" disabled={busy} onClick={act(() => db.retry())}>
+            Retry
+          </button>
+          <button type="button" className="ghost" disabled={busy} onClick={act(() => db.reconcile())}>
+            Check with server
+          </button>
+        </p>
+      )}
+    </div>
   );
 }
 

@@ -1,0 +1,520 @@
+//! The sync cycle: push while ops wait, then pull to the head; attempts,
+//! answers, failures, bounded retries and reconciliation (PROTOCOL §5, §7).
+//!
+//! Every function here returns the [`Txn`] to commit before the [`Step`] is
+//! carried out. A push step's txn records the attempt going out; an
+//! answer's txn records its outcome (or the failure's).
+
+use std::collections::HashMap;
+
+use super::{Engine, Step, SyncReport, MAX_EMPTY_ANSWERS};
+use crate::attempt::{Failure, InFlight, Recovery};
+use crate::protocol::{Op, OpId, Outcome, PullResponse, PushRequest, PushResponse, Recalled, Row, RowKey, VerdictsResponse};
+use crate::protocol::{MAX_SAFE_INTEGER, MAX_VERDICTS_PER_QUERY};
+use crate::store::{Rejection, Txn};
+use crate::sync_state::Flight;
+
+/// How often a client whose server is older than its ops probes again (ms).
+pub const SCHEMA_PROBE_MS: u64 = 300_000;
+
+/// The recovery codes that stop every automatic send until a person acts.
+const RETRIES_EXHAUSTED: &str = "retries_exhausted";
+const SCHEMA_TOO_NEW: &str = "schema_too_new";
+
+impl Engine {
+    /// Starts a sync cycle now (whatever the backoff says: the caller decided).
+    /// Call it holding the database's cycle lock: an attempt recorded as in
+    /// flight that is not this engine's belongs to a context that closed with
+    /// its request out, and its ops become `unknown-outcome`.
+    pub fn start_sync(&mut self, now: u64) -> (Txn, Step) {
+        self.report = SyncReport { cursor: self.meta.cursor, ..SyncReport::default() };
+        if self.sync.next_retry_at.take().is_some() {
+            self.touch();
+        }
+        self.in_flight = None;
+        self.reconcile_in_flight = None;
+        self.pull_in_flight = None;
+        self.empty_answers = 0;
+        self.settle_orphaned_flight();
+        let step = self.next_step(now);
+        (self.with_sync(Txn::default()), step)
+    }
+
+    /// An attempt recorded as in flight with no context waiting for it (its
+    /// context closed, crashed or reloaded with the request out): its outcome
+    /// is unknown. Returns the txn that records it, if there was one. Call
+    /// only when no other context can be running a cycle (holding the lock).
+    pub fn settle_orphaned_flight(&mut self) -> Option<Txn> {
+        if self.in_flight.is_some() {
+            return None;
+        }
+        let flight = self.sync.flight.take()?;
+        self.sync.metrics.unknown_outcomes += 1;
+        for id in &flight.op_ids {
+            if let Some(a) = self.sync.ops.get_mut(id) {
+                a.unknown = true;
+            }
+        }
+        self.touch();
+        Some(self.with_sync(Txn::default()))
+    }
+
+    /// Whether sync may send on its own: not while a person must act. A
+    /// server older than the app (`schema_too_new`) is probed, not waited for.
+    fn blocked(&self) -> Option<&Recovery> {
+        self.sync.recovery.as_ref().filter(|r| r.code != SCHEMA_TOO_NEW)
+    }
+
+    /// The step after the current one: push while ops wait, else pull.
+    fn next_step(&mut self, now: u64) -> Step {
+        if let Some(r) = self.blocked() {
+            return Step::Blocked(r.clone());
+        }
+        if !self.outbox.is_empty() {
+            return Step::Push(self.new_attempt(now));
+        }
+        self.pull_in_flight = Some((self.meta.cursor, now));
+        Step::Pull { cursor: self.meta.cursor, limit: self.config.pull_limit }
+    }
+
+    pub(super) fn new_attempt(&mut self, now: u64) -> PushRequest {
+        self.attempt_seq += 1;
+        let key = format!("{}:a{}", self.meta.device_id, self.attempt_seq);
+        let batch = self.outbox.next_batch(self.max_batch);
+        for op in &batch {
+            let a = self.sync.ops.entry(op.op_id.clone()).or_default();
+            a.attempts = a.attempts.saturating_add(1);
+            a.last_key = key.clone();
+            if a.first_sent_at == 0 {
+                a.first_sent_at = now;
+            }
+            a.last_sent_at = now;
+        }
+        let op_ids: Vec<OpId> = batch.iter().map(|o| o.op_id.clone()).collect();
+        self.sync.metrics.attempts += 1;
+        self.sync.flight = Some(Flight { key: key.clone(), op_ids: op_ids.clone(), sent_at: now });
+        self.touch();
+        self.report.pushed += batch.len();
+        self.in_flight = Some(InFlight { key: key.clone(), op_ids });
+        PushRequest { attempt_key: key, batch }
+    }
+
+    /// A push answer arrived. `None`: it answers an attempt that is not the one
+    /// in flight, and was ignored (nothing changed but the stale count, which
+    /// the next txn carries). Otherwise commit the txn, then do the step.
+    pub fn on_push_response(&mut self, resp: PushResponse, now: u64) -> Option<(Txn, Step)> {
+        let Some(flight) = self.in_flight.as_ref().filter(|f| f.key == resp.attempt_key) else {
+            self.sync.metrics.stale_acks_ignored += 1;
+            self.report.ignored_stale_acks += 1;
+            self.touch();
+            return None;
+        };
+        if resp.verdicts.len() > flight.op_ids.len() || resp.verdicts.iter().zip(&flight.op_ids).any(|(v, id)| &v.op_id != id) {
+            let key = flight.key.clone();
+            return self.on_push_failed(&key, Failure::BadResponse("verdicts do not match the batch".into()), now);
+        }
+        if resp.verdicts.is_empty() {
+            // "Nothing judged, call again now" — but not forever.
+            self.empty_answers += 1;
+            if self.empty_answers > MAX_EMPTY_ANSWERS {
+                let key = flight.key.clone();
+                return self.on_push_failed(&key, Failure::BadResponse("the server judged nothing, repeatedly".into()), now);
+            }
+        } else {
+            self.empty_answers = 0;
+        }
+        let flight = self.in_flight.take()?;
+        let sent_at = self.sync.flight.take().map_or(now, |f| f.sent_at);
+        // Ops of the batch that got no verdict were not judged: no doubt about them.
+        for id in flight.op_ids.iter().skip(resp.verdicts.len()) {
+            if let Some(a) = self.sync.ops.get_mut(id) {
+                a.unknown = false;
+            }
+        }
+        if self.sync.recovery.as_ref().is_some_and(|r| r.code == SCHEMA_TOO_NEW) {
+            // The server judged: it knows our schema now.
+            self.sync.recovery = None;
+        }
+        self.touch();
+        self.backoff.reset();
+        let mut txn = Txn::default();
+        if let Some(server_now) = resp.now {
+            self.meta.clock.learn_offset(server_now, sent_at, now);
+            txn.meta = Some(self.meta.clone());
+        }
+        let mut base_at: HashMap<RowKey, usize> = HashMap::new();
+        for v in resp.verdicts {
+            self.apply_verdict(v.op_id, v.outcome, false, now, &mut txn, &mut base_at);
+        }
+        if !txn.is_empty() {
+            txn.meta = Some(self.meta.clone());
+        }
+        let step = self.next_step(now);
+        Some((self.with_sync(txn), step))
+    }
+
+    /// Puts `row` as the base row of `key` in `txn`, once per key (`at` indexes `txn.put_base`).
+    fn put_base(txn: &mut Txn, at: &mut HashMap<RowKey, usize>, key: RowKey, row: Row) {
+        match at.get(&key) {
+            Some(i) => txn.put_base[*i].1 = row,
+            None => {
+                at.insert(key.clone(), txn.put_base.len());
+                txn.put_base.push((key, row));
+            }
+        }
+    }
+
+    /// Applies one verdict (from a push answer, or recalled by the server
+    /// when `recalled`): the op leaves the outbox; applied ops fold into the
+    /// base, rejected ones are kept with their reason.
+    fn apply_verdict(
+        &mut self,
+        op_id: OpId,
+        outcome: Outcome,
+        recalled: bool,
+        now: u64,
+        txn: &mut Txn,
+        base_at: &mut HashMap<RowKey, usize>,
+    ) {
+        self.sync.ops.remove(&op_id);
+        let Some(op) = self.outbox.remove(&op_id) else {
+            return;
+        };
+        txn.delete_pending.push(op.at);
+        let key = op.row_key();
+        if recalled {
+            self.report.reconciled += 1;
+            self.sync.metrics.reconciled += 1;
+        }
+        match outcome {
+            Outcome::Applied | Outcome::Duplicate => {
+                match (outcome, recalled) {
+                    (_, true) => {}
+                    (Outcome::Applied, false) => {
+                        self.report.applied += 1;
+                        self.sync.metrics.applied += 1;
+                    }
+                    _ => {
+                        self.report.duplicate += 1;
+                        self.sync.metrics.duplicates += 1;
+                    }
+                }
+                self.meta.clock.acked(op.at);
+                let still = self.outbox.has_row(&key);
+                let base = self.replica.fold(&op, still);
+                Self::put_base(txn, base_at, key, base);
+            }
+            Outcome::Rejected { reason, code, row } => {
+                self.report.rejected += 1;
+                self.sync.metrics.rejected += 1;
+                if let Some(r) = &row {
+                    for c in r.cells.values() {
+                        self.meta.clock.observe(c.mark.at, now);
+                    }
+                }
+                if code == "clock_ahead" {
+                    // This device stamped an `at` the server finds implausible:
+                    // stamp near real time again (never below what still matters).
+                    let highest = self.outbox.iter().map(|o| o.at).max().unwrap_or(0);
+                    self.meta.clock.rewind(highest.min(MAX_SAFE_INTEGER));
+                }
+                let remain: Vec<Op> = self.outbox.on_row(&key).cloned().collect();
+                if let Some(base) = self.replica.reject(&key, row.as_ref(), remain.iter()) {
+                    Self::put_base(txn, base_at, key, base);
+                }
+                let rej = Rejection { op, reason, code };
+                txn.put_rejections.push(rej.clone());
+                self.rejections.insert(op_id, rej);
+            }
+        }
+    }
+
+    /// The server refused the attempt in flight without judging it (e.g. a 401
+    /// that a fresh token fixes): drop it and send the ops again in a new attempt.
+    pub fn abandon_attempt(&mut self, attempt_key: &str, now: u64) -> (Txn, Step) {
+        if self.in_flight.as_ref().is_some_and(|f| f.key == attempt_key) {
+            self.in_flight = None;
+            self.sync.flight = None;
+            self.touch();
+        }
+        let step = self.next_step(now);
+        (self.with_sync(Txn::default()), step)
+    }
+
+    /// A push got no usable answer. `None` if `attempt_key` is not the attempt in
+    /// flight (ignored). The ops stay queued, same opIds.
+    pub fn on_push_failed(&mut self, attempt_key: &str, failure: Failure, now: u64) -> Option<(Txn, Step)> {
+        let flight = self.in_flight.take_if(|f| f.key == attempt_key)?;
+        self.sync.flight = None;
+        let unknown = failure.outcome_unknown();
+        if unknown {
+            self.sync.metrics.unknown_outcomes += 1;
+        }
+        for id in &flight.op_ids {
+            if let Some(a) = self.sync.ops.get_mut(id) {
+                a.unknown = unknown;
+                if unknown {
+                    a.charged_ms = a.charged_ms.saturating_add(now.saturating_sub(a.last_sent_at));
+                }
+            }
+        }
+        self.touch();
+        let step = self.after_failure(failure, now, &flight.op_ids);
+        Some((self.with_sync(Txn::default()), step))
+    }
+
+    fn after_failure(&mut self, failure: Failure, now: u64, sent: &[OpId]) -> Step {
+        if let Failure::SchemaTooNew(m) = &failure {
+            // The server is the old side: wait for it, probing now and then.
+            let r = Recovery {
+                code: SCHEMA_TOO_NEW.into(),
+                message: format!(
+                    "the server does not know this app's data version yet ({m}); edits are kept and will be sent once the server is updated"
+                ),
+            };
+            if self.sync.recovery.as_ref().is_none_or(|x| x.code != SCHEMA_TOO_NEW) {
+                self.sync.metrics.recovery_required += 1;
+            }
+            self.sync.recovery = Some(r);
+            self.touch();
+            return self.wait(now.saturating_add(SCHEMA_PROBE_MS));
+        }
+        if let Some(r) = failure.recovery() {
+            return self.require_recovery(r);
+        }
+        match failure {
+            Failure::PayloadTooLarge if self.max_batch > 1 => {
+                self.max_batch = (self.max_batch / 2).max(1);
+                self.next_step(now)
+            }
+            Failure::PayloadTooLarge => self.require_recovery(Recovery {
+                code: "payload_too_large".into(),
+                message: "a single op is larger than the server accepts".into(),
+            }),
+            Failure::RateLimited { retry_after_ms } => self.wait(now.saturating_add(retry_after_ms)),
+            _ => {
+                let d = self.backoff.next_delay(&mut self.rng);
+                for id in sent {
+                    if let Some(a) = self.sync.ops.get_mut(id) {
+                        a.charged_ms = a.charged_ms.saturating_add(d);
+                    }
+                }
+                if sent.iter().any(|id| self.sync.exhausted(id, &self.config.retry)) {
+                    return self.reconcile_step(false);
+                }
+                self.wait(now.saturating_add(d))
+            }
+        }
+    }
+
+    fn wait(&mut self, until: u64) -> Step {
+        self.sync.next_retry_at = Some(until);
+        self.touch();
+        self.report.cursor = self.meta.cursor;
+        Step::Wait { until, report: self.report.clone() }
+    }
+
+    /// Asks the server about the ops in doubt (automatic), or about every op
+    /// sent at least once (`by_person`): a [`Step::Reconcile`], or `Done` if
+    /// there is nothing to ask.
+    fn reconcile_step(&mut self, by_person: bool) -> Step {
+        let ids: Vec<OpId> = self
+            .outbox
+            .iter()
+            .filter(|o| self.sync.ops.get(&o.op_id).is_some_and(|a| a.unknown || (by_person && a.attempts > 0)))
+            .take(MAX_VERDICTS_PER_QUERY)
+            .map(|o| o.op_id.clone())
+            .collect();
+        if ids.is_empty() {
+            self.report.cursor = self.meta.cursor;
+            return Step::Done(self.report.clone());
+        }
+        self.reconcile_in_flight = Some((ids.clone(), by_person));
+        Step::Reconcile(ids)
+    }
+
+    /// A person asked to check with the server (`reconcile()`): asks what it
+    /// remembers of every op sent at least once and settles what it knows.
+    /// Never pushes. Call holding the cycle lock, like [`Engine::start_sync`].
+    pub fn start_reconcile(&mut self, now: u64) -> (Txn, Step) {
+        let _ = now;
+        self.report = SyncReport { cursor: self.meta.cursor, ..SyncReport::default() };
+        self.in_flight = None;
+        self.pull_in_flight = None;
+        self.settle_orphaned_flight();
+        let step = self.reconcile_step(true);
+        (self.with_sync(Txn::default()), step)
+    }
+
+    /// The server's answer to [`Step::Reconcile`]. `None` if no such question
+    /// is out. Ops it remembers are settled exactly as a push answer would
+    /// settle them; ops it does not know were never judged. After an
+    /// automatic check, those still unsettled stop automatic sends
+    /// (`retries_exhausted`) until [`Engine::retry_exhausted`] or the next open.
+    pub fn on_verdicts(&mut self, resp: VerdictsResponse, now: u64) -> Option<(Txn, Step)> {
+        let (asked, by_person) = self.reconcile_in_flight.take()?;
+        let mut txn = Txn::default();
+        let mut base_at: HashMap<RowKey, usize> = HashMap::new();
+        let mut answered: HashMap<OpId, Recalled> = HashMap::new();
+        for v in resp.verdicts {
+            if asked.contains(&v.op_id) {
+                answered.entry(v.op_id).or_insert(v.recalled);
+            }
+        }
+        let mut unknown = 0usize;
+        for id in &asked {
+            match answered.remove(id) {
+                Some(Recalled::Applied) => self.apply_verdict(id.clone(), Outcome::Applied, true, now, &mut txn, &mut base_at),
+                Some(Recalled::Rejected { reason, code, row }) => {
+                    self.apply_verdict(id.clone(), Outcome::Rejected { reason, code, row }, true, now, &mut txn, &mut base_at)
+                }
+                Some(Recalled::Unknown) | None => {
+                    // Never judged: sending it again is safe, and starts its count over.
+                    if let Some(a) = self.sync.ops.get_mut(id) {
+                        a.unknown = false;
+                    }
+                    unknown += 1;
+                }
+            }
+        }
+        self.report.unknown += unknown;
+        self.touch();
+        if !txn.is_empty() {
+            txn.meta = Some(self.meta.clone());
+        }
+        let step = if by_person {
+            if unknown == 0 && self.sync.recovery.as_ref().is_some_and(|r| r.code == RETRIES_EXHAUSTED) {
+                self.sync.recovery = None;
+            }
+            self.report.cursor = self.meta.cursor;
+            Step::Done(self.report.clone())
+        } else if unknown > 0 {
+            self.exhausted(unknown)
+        } else {
+            self.backoff.reset();
+            self.next_step(now)
+        };
+        Some((self.with_sync(txn), step))
+    }
+
+    /// The check of [`Step::Reconcile`] failed too. `None` if none is out.
+    pub fn on_verdicts_failed(&mut self, failure: Failure, now: u64) -> Option<(Txn, Step)> {
+        let (asked, by_person) = self.reconcile_in_flight.take()?;
+        let step = if by_person {
+            self.report.cursor = self.meta.cursor;
+            let _ = (failure, now);
+            Step::Done(self.report.clone())
+        } else {
+            self.exhausted(asked.len())
+        };
+        Some((self.with_sync(Txn::default()), step))
+    }
+
+    fn exhausted(&mut self, unsettled: usize) -> Step {
+        let p = self.config.retry;
+        self.require_recovery(Recovery {
+            code: RETRIES_EXHAUSTED.into(),
+            message: format!(
+                "the server has not confirmed {unsettled} edit(s) after {} attempts or {} s; they are kept on this device — retry, or check with the server",
+                p.max_attempts,
+                p.max_elapsed_ms / 1000
+            ),
+        })
+    }
+
+    /// A person confirmed (`retry()`), or the app opened the database again:
+    /// lift a stop for exhausted retries, and start the ops' counts over.
+    /// Returns the txn that records it, if anything changed.
+    pub fn retry_exhausted(&mut self) -> Option<Txn> {
+        if self.sync.recovery.as_ref().is_none_or(|r| r.code != RETRIES_EXHAUSTED) {
+            return None;
+        }
+        self.sync.recovery = None;
+        for a in self.sync.ops.values_mut() {
+            a.attempts = 0;
+            a.charged_ms = 0;
+            a.first_sent_at = 0;
+        }
+        self.backoff.reset();
+        self.touch();
+        Some(self.with_sync(Txn::default()))
+    }
+
+    /// Marks sync as blocked until the user acts (also for storage failures
+    /// seen by the adapter). Returns the blocked step; the next txn records it.
+    pub fn require_recovery(&mut self, r: Recovery) -> Step {
+        if self.sync.recovery.is_none() {
+            self.sync.metrics.recovery_required += 1;
+        }
+        self.in_flight = None;
+        self.sync.flight = None;
+        self.pull_in_flight = None;
+        self.sync.recovery = Some(r.clone());
+        self.touch();
+        Step::Blocked(r)
+    }
+
+    /// The user acted (signed in again, …): sync may go on. Returns the txn
+    /// that records it, if anything changed.
+    pub fn clear_recovery(&mut self) -> Option<Txn> {
+        self.backoff.reset();
+        if let Some(txn) = self.retry_exhausted() {
+            return Some(txn);
+        }
+        self.sync.recovery.take()?;
+        self.touch();
+        Some(self.with_sync(Txn::default()))
+    }
+
+    /// Any txn the engine still owes the store (a counter moved by an ignored answer).
+    pub fn take_txn(&mut self) -> Option<Txn> {
+        let t = self.with_sync(Txn::default());
+        (!t.is_empty()).then_some(t)
+    }
+
+    /// A pull page arrived. `None` if no pull from that cursor is in flight
+    /// (a late page: ignored). Otherwise commit the txn (rows and cursor
+    /// together), then do the step.
+    pub fn on_pull_response(&mut self, cursor: u64, page: PullResponse, now: u64) -> Option<(Txn, Step)> {
+        let (_, sent_at) = self.pull_in_flight.filter(|(c, _)| *c == cursor)?;
+        self.pull_in_flight = None;
+        self.backoff.reset();
+        if let Some(server_now) = page.now {
+            self.meta.clock.learn_offset(server_now, sent_at, now);
+        }
+        let mut txn = Txn::default();
+        let mut base_at: HashMap<RowKey, usize> = HashMap::new();
+        for change in &page.changes {
+            for c in change.row.cells.values() {
+                self.meta.clock.observe(c.mark.at, now);
+            }
+            if let Some(base) = self.replica.merge_remote(&change.key, &change.row) {
+                Self::put_base(&mut txn, &mut base_at, change.key.clone(), base);
+            }
+        }
+        self.meta.cursor = self.meta.cursor.max(page.cursor);
+        txn.meta = Some(self.meta.clone());
+        self.sync.metrics.pulls += 1;
+        self.touch();
+        self.report.pulled += page.changes.len();
+        self.report.cursor = self.meta.cursor;
+        let step = if page.has_more && page.cursor > cursor {
+            self.pull_in_flight = Some((self.meta.cursor, now));
+            Step::Pull { cursor: self.meta.cursor, limit: self.config.pull_limit }
+        } else if !self.outbox.is_empty() && self.blocked().is_none() {
+            // Edits made during the pull: push them in this cycle too.
+            Step::Push(self.new_attempt(now))
+        } else {
+            Step::Done(self.report.clone())
+        };
+        Some((self.with_sync(txn), step))
+    }
+
+    /// A pull got no usable answer. `None` if no pull from that cursor is in flight.
+    pub fn on_pull_failed(&mut self, cursor: u64, failure: Failure, now: u64) -> Option<(Txn, Step)> {
+        self.pull_in_flight.filter(|(c, _)| *c == cursor)?;
+        self.pull_in_flight = None;
+        let step = self.after_failure(failure, now, &[]);
+        Some((self.with_sync(Txn::default()), step))
+    }
+}

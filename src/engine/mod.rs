@@ -1,0 +1,397 @@
+//! The sans-io sync engine of one device: events in, steps and transactions out.
+//!
+//! The engine never does I/O. Its caller (the browser adapter, the simulator,
+//! any other client) feeds it what happened — an edit to record, a push
+//! answered, a pull page, a request failed — and gets back what to do next:
+//! a [`Txn`] to commit atomically, and a [`Step`] (send this push, send this
+//! pull, ask what the server remembers, wait until then, done, blocked).
+//! Time, ids and randomness come in from the caller.
+//!
+//! | concern | file |
+//! |---|---|
+//! | recording edits (numbers, `at`s, one transaction each) | `record.rs` |
+//! | the sync cycle (attempts, answers, failures, retry limits, reconciliation) | `cycle.rs` |
+//! | reading rows and statuses, following other contexts (`absorb`) | this file |
+//!
+//! Recording an edit is a read-modify-write of the stored meta record, so that
+//! several engines on one database (tabs, a Service Worker) never reuse a
+//! number or an `at`:
+//!
+//! ```text
+//! let draft = engine.draft(table, row_id, fields)?;      // checks shapes, changes nothing
+//! // in ONE store transaction: read meta, then
+//! let (txn, rec) = engine.plan_record(draft, &stored_meta, now)?;  // write txn
+//! // after the commit:
+//! engine.recorded(rec);        // the op is now visible and queued
+//! ```
+//!
+//! Every step of a sync cycle returns the [`Txn`] to commit **before** the
+//! step is carried out: a push's txn records "attempt n of these ops is
+//! going out" ([`SyncState`]), so a reload, another tab or the Service Worker
+//! never shows a sent op as merely queued.
+
+mod cycle;
+mod record;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::attempt::{Backoff, InFlight, Phase, Recovery, RowStatus};
+use crate::ids::{IdBlock, SplitMix};
+use crate::outbox::Outbox;
+use crate::protocol::{Op, OpId, PushRequest, Row, RowKey, ShapeError, DEFAULT_PULL_LIMIT, MAX_JUDGED_PER_PUSH};
+use crate::replica::Replica;
+use crate::store::{Meta, Rejection, Snapshot, Txn};
+pub use crate::sync_state::{Metrics, RetryPolicy, SyncState};
+
+pub use record::{Draft, Recorded};
+
+/// Tunables of an engine. The defaults are the protocol's.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Most ops per push (the server judges at most 1000).
+    pub max_batch: usize,
+    /// Pull page size.
+    pub pull_limit: usize,
+    /// Backoff base, ms.
+    pub retry_base_ms: u64,
+    /// Backoff cap, ms.
+    pub retry_cap_ms: u64,
+    /// Seed of the engine's randomness (jitter, attempt keys). Inject real
+    /// entropy in production, a fixed seed in tests.
+    pub seed: u64,
+    /// The op schema version the app writes.
+    pub schema: u32,
+    /// When to stop retrying on its own and ask the server what it remembers.
+    pub retry: RetryPolicy,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_batch: MAX_JUDGED_PER_PUSH,
+            pull_limit: DEFAULT_PULL_LIMIT,
+            retry_base_ms: 1_000,
+            retry_cap_ms: 300_000,
+            seed: 0,
+            schema: 1,
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Errors of the engine's API. Bad input changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// An edit breaks the protocol's shapes.
+    #[error("invalid edit: {0}")]
+    BadInput(#[from] ShapeError),
+    /// The snapshot has no meta record (the store must create it at open).
+    #[error("the local database has no meta record")]
+    NoMeta,
+    /// No reserved id is left; the adapter must reserve a block first.
+    #[error("no reserved id left: reserve a block")]
+    IdsExhausted,
+    /// No `at` larger than the last one is left on this device (its clock
+    /// reached 2^53-1): the edit is refused rather than share an `at`.
+    #[error("this device's clock has no later time left (2^53-1 reached); the edit was not recorded")]
+    ClockExhausted,
+}
+
+/// What the caller should do next in a sync cycle.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Send this push (its attemptKey is the one in flight).
+    Push(PushRequest),
+    /// Ask the server what it remembers of these ops (`POST /v1/verdicts`),
+    /// then hand the answer to [`Engine::on_verdicts`].
+    Reconcile(Vec<OpId>),
+    /// Send this pull.
+    Pull {
+        /// The cursor to pull after.
+        cursor: u64,
+        /// The page size.
+        limit: usize,
+    },
+    /// The cycle is over: outbox empty (or nothing more to push) and pulled to the head.
+    Done(SyncReport),
+    /// The cycle stopped on a failure; start a new one at `until` (ms).
+    Wait {
+        /// When to try again.
+        until: u64,
+        /// What the cycle did before it stopped.
+        report: SyncReport,
+    },
+    /// Sync cannot go on without the user.
+    Blocked(Recovery),
+}
+
+/// What one sync cycle did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncReport {
+    /// Ops sent (counting every attempt).
+    pub pushed: usize,
+    /// Ops answered `applied`.
+    pub applied: usize,
+    /// Ops answered `duplicate`.
+    pub duplicate: usize,
+    /// Ops answered `rejected`.
+    pub rejected: usize,
+    /// Changes pulled.
+    pub pulled: usize,
+    /// The cursor after the cycle.
+    pub cursor: u64,
+    /// Late answers to old attempts that were ignored.
+    pub ignored_stale_acks: usize,
+    /// Ops settled by asking the server what it remembers.
+    pub reconciled: usize,
+    /// Ops the server was asked about and does not know (never judged).
+    pub unknown: usize,
+}
+
+/// The sync engine of one device.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    meta: Meta,
+    ids: IdBlock,
+    replica: Replica,
+    outbox: Outbox,
+    rejections: BTreeMap<OpId, Rejection>,
+    /// The durable, shared part: attempts, flight, recovery, counters.
+    sync: SyncState,
+    /// Whether `sync` changed since it was last handed out in a txn.
+    sync_dirty: bool,
+    /// The attempt this engine sent and waits for (an attempt another
+    /// context sent shows in `sync.flight`, never here).
+    in_flight: Option<InFlight>,
+    /// The ops this engine asked the server about, and whether a person asked (no push after).
+    reconcile_in_flight: Option<(Vec<OpId>, bool)>,
+    /// The pull this engine waits for: its cursor and when it left.
+    pull_in_flight: Option<(u64, u64)>,
+    backoff: Backoff,
+    max_batch: usize,
+    config: Config,
+    rng: SplitMix,
+    attempt_seq: u64,
+    report: SyncReport,
+    empty_answers: u32,
+}
+
+/// How many "nothing judged, call again now" answers in a row before backing off.
+const MAX_EMPTY_ANSWERS: u32 = 3;
+
+impl Engine {
+    /// Opens an engine on a loaded snapshot.
+    pub fn open(snapshot: Snapshot, config: Config) -> Result<Engine, EngineError> {
+        let meta = snapshot.meta.ok_or(EngineError::NoMeta)?;
+        let replica = Replica::new(snapshot.base, &snapshot.pending);
+        let outbox = Outbox::new(snapshot.pending);
+        let rejections = snapshot.rejections.into_iter().map(|r| (r.op.op_id.clone(), r)).collect();
+        let mut sync = snapshot.sync.unwrap_or_default();
+        // Attempts of ops no longer queued are history.
+        sync.ops.retain(|id, _| outbox.get(id).is_some());
+        let mut rng = SplitMix::new(config.seed);
+        let attempt_seq = rng.next_u64() >> 40;
+        Ok(Engine {
+            report: SyncReport { cursor: meta.cursor, ..SyncReport::default() },
+            meta,
+            ids: IdBlock::default(),
+            replica,
+            outbox,
+            rejections,
+            sync,
+            sync_dirty: false,
+            in_flight: None,
+            reconcile_in_flight: None,
+            pull_in_flight: None,
+            backoff: Backoff { base_ms: config.retry_base_ms, cap_ms: config.retry_cap_ms, failures: 0 },
+            max_batch: config.max_batch.clamp(1, MAX_JUDGED_PER_PUSH),
+            config,
+            rng,
+            attempt_seq,
+            empty_answers: 0,
+        })
+    }
+
+    // ----- names -------------------------------------------------------
+
+    /// This device's id.
+    pub fn device_id(&self) -> &str {
+        &self.meta.device_id
+    }
+
+    /// The meta record as this engine knows it.
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    // ----- reading ---------------------------------------------------------
+
+    /// The visible row (base ⊕ pending), `None` if absent or deleted.
+    pub fn row(&self, key: &RowKey) -> Option<&Row> {
+        self.replica.visible(key).filter(|r| !r.is_deleted())
+    }
+
+    /// The visible rows of a table, tombstones hidden, in rowId order.
+    pub fn rows(&self, table: &str) -> Vec<(&RowKey, &Row)> {
+        self.replica.table(table).into_iter().filter(|(_, r)| !r.is_deleted()).collect()
+    }
+
+    /// Every visible row, tombstones included (for checks).
+    pub fn all_visible(&self) -> BTreeMap<RowKey, Row> {
+        self.replica.all_visible()
+    }
+
+    /// The base row of a key (last known server state).
+    pub fn base(&self, key: &RowKey) -> Option<&Row> {
+        self.replica.base(key)
+    }
+
+    /// The pending ops, in order.
+    pub fn pending(&self) -> impl Iterator<Item = &Op> {
+        self.outbox.iter()
+    }
+
+    /// How many ops are pending.
+    pub fn pending_len(&self) -> usize {
+        self.outbox.len()
+    }
+
+    /// Rejections not yet dismissed.
+    pub fn rejections(&self) -> impl Iterator<Item = &Rejection> {
+        self.rejections.values()
+    }
+
+    /// The pull cursor.
+    pub fn cursor(&self) -> u64 {
+        self.meta.cursor
+    }
+
+    /// Counters over the database's life (stored, shared by every context).
+    pub fn metrics(&self) -> &Metrics {
+        &self.sync.metrics
+    }
+
+    /// The durable sync state as this engine knows it.
+    pub fn sync_state(&self) -> &SyncState {
+        &self.sync
+    }
+
+    /// The recovery sync waits for, if any.
+    pub fn recovery(&self) -> Option<&Recovery> {
+        self.sync.recovery.as_ref()
+    }
+
+    /// When the next attempt is due after a failure (ms).
+    pub fn retry_at(&self) -> Option<u64> {
+        self.sync.next_retry_at
+    }
+
+    /// The attemptKey this engine has in flight, if it sent a push.
+    pub fn in_flight(&self) -> Option<&str> {
+        self.in_flight.as_ref().map(|f| f.key.as_str())
+    }
+
+    /// The sync status of one row (PROTOCOL §7), the same in every context
+    /// that shares the database: it reads the shared sync state.
+    pub fn status(&self, key: &RowKey) -> RowStatus {
+        let ops: Vec<&Op> = self.outbox.on_row(key).collect();
+        let attempts = ops.iter().filter_map(|o| self.sync.ops.get(&o.op_id)).map(|s| s.attempts).max().unwrap_or(0);
+        let mut st = RowStatus { phase: Phase::Synced, reason: None, code: None, pending_ops: ops.len(), attempts, next_retry_at: None };
+        if !ops.is_empty() {
+            st.next_retry_at = self.sync.next_retry_at;
+            let flying = self.sync.flight.as_ref().is_some_and(|f| ops.iter().any(|o| f.op_ids.contains(&o.op_id)));
+            if let Some(r) = &self.sync.recovery {
+                st.phase = Phase::RecoveryRequired;
+                st.reason = Some(r.message.clone());
+                st.code = Some(r.code.clone());
+            } else if flying {
+                st.phase = Phase::AwaitingAck;
+            } else if ops.iter().any(|o| self.sync.ops.get(&o.op_id).is_some_and(|s| s.unknown)) {
+                st.phase = Phase::UnknownOutcome;
+            } else {
+                st.phase = Phase::Pending;
+            }
+            return st;
+        }
+        if let Some(r) = self.rejections.values().rev().find(|r| &r.op.row_key() == key) {
+            st.phase = Phase::Rejected;
+            st.reason = Some(r.reason.clone());
+            st.code = Some(r.code.clone());
+        }
+        st
+    }
+
+    /// Dismisses a rejection (the user has seen it).
+    pub fn dismiss(&mut self, op_id: &OpId) -> Option<Txn> {
+        self.rejections.remove(op_id)?;
+        Some(Txn { delete_rejections: vec![op_id.clone()], ..Txn::default() })
+    }
+
+    /// The sync state changed: hand it out with the next txn.
+    fn touch(&mut self) {
+        self.sync_dirty = true;
+    }
+
+    /// Adds the sync state to `txn` if it changed since it was last handed out.
+    fn with_sync(&mut self, mut txn: Txn) -> Txn {
+        if std::mem::take(&mut self.sync_dirty) {
+            txn.sync = Some(self.sync.clone());
+        }
+        txn
+    }
+
+    /// Applies a step that another engine on the same database committed
+    /// (heard over a broadcast), so this engine's memory matches the store.
+    pub fn absorb(&mut self, txn: &Txn) {
+        if let Some(m) = &txn.meta {
+            self.meta = self.meta.join(m);
+        }
+        let mut touched: Vec<RowKey> = Vec::new();
+        for (k, r) in &txn.put_base {
+            self.replica.put_base(k, r);
+            touched.push(k.clone());
+        }
+        for at in &txn.delete_pending {
+            if let Some(op) = self.outbox.remove_at(*at) {
+                self.sync.ops.remove(&op.op_id);
+                touched.push(op.row_key());
+            }
+        }
+        for op in &txn.put_pending {
+            touched.push(op.row_key());
+            self.outbox.insert(op.clone());
+        }
+        for id in &txn.delete_rejections {
+            self.rejections.remove(id);
+        }
+        for r in &txn.put_rejections {
+            self.rejections.insert(r.op.op_id.clone(), r.clone());
+        }
+        if let Some(s) = &txn.sync {
+            self.sync = s.clone();
+            self.sync.ops.retain(|id, _| self.outbox.get(id).is_some());
+        }
+        touched.sort();
+        touched.dedup();
+        for key in touched {
+            let ops: Vec<Op> = self.outbox.on_row(&key).cloned().collect();
+            self.replica.rebuild(&key, ops.iter());
+        }
+    }
+
+    /// Takes the sync state as stored now (read by the context that starts a
+    /// cycle, under the database's lock, so that counters and attempts moved
+    /// by another context are never overwritten with an older copy).
+    pub fn adopt_sync(&mut self, stored: Option<SyncState>) {
+        if let Some(s) = stored {
+            self.sync = s;
+            self.sync.ops.retain(|id, _| self.outbox.get(id).is_some());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,133 @@
+//! Recording edits: shapes checked, numbers and `at`s taken inside the store
+//! transaction that read the stored meta, so that engines sharing a database
+//! never reuse either.
+
+use super::{Engine, EngineError};
+use crate::ids::{self, IdBlock};
+use crate::protocol::{check_fields, check_row_id, check_table, Fields, Op, ShapeError, Value, DELETED};
+use crate::store::{Meta, Txn};
+
+/// A checked edit, not yet recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Draft {
+    pub(super) table: String,
+    pub(super) row_id: String,
+    pub(super) fields: Fields,
+}
+
+/// An op planned inside a store transaction; hand it back to
+/// [`Engine::recorded`] once that transaction committed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    /// The ops, as stored, in the order of their drafts.
+    pub ops: Vec<Op>,
+    meta: Meta,
+    block: Option<IdBlock>,
+}
+
+impl Engine {
+    /// How many reserved numbers are left before a new block is needed.
+    pub fn ids_left(&self) -> u64 {
+        if self.ids.is_empty() {
+            0
+        } else {
+            self.ids.last - self.ids.next + 1
+        }
+    }
+
+    /// Plans the reservation of a new block of numbers, to write in a store
+    /// transaction that read `stored` (the meta record in the database).
+    pub fn plan_reserve(&self, stored: &Meta) -> (Txn, IdBlock) {
+        let mut meta = self.meta.join(stored);
+        let mut block = IdBlock::default();
+        meta.counter = block.reserve_after(meta.counter);
+        (Txn { meta: Some(meta), ..Txn::default() }, block)
+    }
+
+    /// The reservation committed: the block is this engine's.
+    pub fn reserved(&mut self, block: IdBlock, stored: &Meta) {
+        self.meta = self.meta.join(stored);
+        self.meta.counter = self.meta.counter.max(block.last);
+        self.ids = block;
+    }
+
+    /// A new rowId (`<deviceId>-<n>`) from the reserved block.
+    pub fn new_row_id(&mut self) -> Result<String, EngineError> {
+        let n = self.ids.take().ok_or(EngineError::IdsExhausted)?;
+        Ok(ids::row_id(&self.meta.device_id, n))
+    }
+
+    /// Checks an edit's shapes (PROTOCOL §1–2). Changes nothing.
+    pub fn draft(&self, table: &str, row_id: &str, fields: Fields) -> Result<Draft, EngineError> {
+        let path = |p: &str, what: &str| ShapeError { path: p.into(), problem: what.into() };
+        check_table(table).map_err(|w| path("table", w))?;
+        check_row_id(row_id).map_err(|w| path("rowId", w))?;
+        check_fields(&fields).map_err(|e| path(&format!("fields{}", e.path), &e.problem))?;
+        Ok(Draft { table: table.into(), row_id: row_id.into(), fields })
+    }
+
+    /// A draft that marks a row deleted (`true`) or restores it (`false`).
+    pub fn draft_deleted(&self, table: &str, row_id: &str, deleted: bool) -> Result<Draft, EngineError> {
+        let mut f = Fields::new();
+        f.insert(DELETED.into(), Value::Bool(deleted));
+        self.draft(table, row_id, f)
+    }
+
+    /// Turns a draft into an op, inside the store transaction that read
+    /// `stored`: takes a number (reserving a block if needed) and an `at`.
+    /// Write the returned txn; then call [`Engine::recorded`].
+    pub fn plan_record(&mut self, draft: Draft, stored: &Meta, now: u64) -> Result<(Txn, Recorded), EngineError> {
+        self.plan_records(vec![draft], stored, now)
+    }
+
+    /// [`Engine::plan_record`] for many drafts at once: one step, so they are
+    /// recorded together or not at all, each with its own number and `at`
+    /// (increasing in the order given). Fails with
+    /// [`EngineError::ClockExhausted`] — and plans nothing — when the device
+    /// has no later `at` left: an op never takes another's `at` (its key in
+    /// the outbox).
+    pub fn plan_records(&mut self, drafts: Vec<Draft>, stored: &Meta, now: u64) -> Result<(Txn, Recorded), EngineError> {
+        let mut meta = self.meta.join(stored);
+        let mut block = None::<IdBlock>;
+        let mut ops = Vec::with_capacity(drafts.len());
+        // Numbers are taken from a copy: a refused step must not use any up.
+        let mut mine = self.ids;
+        for draft in drafts {
+            let at = meta.clock.advance(now).ok_or(EngineError::ClockExhausted)?;
+            // Numbers of the engine's block first, then of blocks reserved in this step.
+            let n = match mine.take().or_else(|| block.as_mut().and_then(IdBlock::take)) {
+                Some(n) => n,
+                None => {
+                    let mut b = IdBlock::default();
+                    meta.counter = b.reserve_after(meta.counter);
+                    let n = b.take().unwrap_or(meta.counter);
+                    block = Some(b);
+                    n
+                }
+            };
+            ops.push(Op {
+                op_id: ids::op_id(&meta.device_id, n),
+                table: draft.table,
+                row_id: draft.row_id,
+                fields: draft.fields,
+                at,
+                schema: self.config.schema,
+            });
+        }
+        self.ids = mine;
+        let txn = Txn { meta: Some(meta.clone()), put_pending: ops.clone(), ..Txn::default() };
+        Ok((txn, Recorded { ops, meta, block }))
+    }
+
+    /// The record transaction committed: the op is queued and visible.
+    pub fn recorded(&mut self, rec: Recorded) {
+        self.meta = self.meta.join(&rec.meta);
+        if let Some(b) = rec.block {
+            self.ids = b;
+        }
+        for op in rec.ops {
+            self.replica.add_pending(&op);
+            self.outbox.insert(op);
+        }
+    }
+}

@@ -1,0 +1,710 @@
+use super::*;
+use crate::attempt::Failure;
+use crate::ids;
+use crate::memory_server::MemoryServer;
+use crate::protocol::{Fields, Outcome, PushResponse, Value};
+use crate::schema::Schema;
+
+fn engine(dev: &str) -> Engine {
+    let snap = Snapshot { meta: Some(Meta::fresh(dev.into())), ..Snapshot::default() };
+    Engine::open(snap, Config::default()).unwrap()
+}
+
+fn fields(pairs: &[(&str, Value)]) -> Fields {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+}
+
+fn set(reps: i64) -> Fields {
+    fields(&[("exercise", "squat".into()), ("weightKg", 80.0.into()), ("reps", reps.into())])
+}
+
+/// Records without a store (the meta the engine knows is the stored one).
+fn record(e: &mut Engine, row: &str, f: Fields, now: u64) -> Op {
+    let d = e.draft("sets", row, f).unwrap();
+    let meta = e.meta().clone();
+    let (_txn, rec) = e.plan_record(d, &meta, now).unwrap();
+    let op = rec.ops[0].clone();
+    e.recorded(rec);
+    op
+}
+
+/// Runs one sync cycle against a memory server, no faults.
+fn sync(e: &mut Engine, s: &mut MemoryServer, now: u64) -> SyncReport {
+    let mut step = e.start_sync(now).1;
+    loop {
+        step = match step {
+            Step::Push(req) => {
+                let resp = s.push("u", &req).unwrap();
+                e.on_push_response(resp, now).unwrap().1
+            }
+            Step::Pull { cursor, limit } => e.on_pull_response(cursor, s.pull("u", cursor, limit), now).unwrap().1,
+            Step::Done(r) => return r,
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let e = engine("d");
+    assert!(matches!(e.draft("Sets", "r", set(1)), Err(EngineError::BadInput(_))));
+    let err = e.draft("sets", "r", fields(&[("_x", 1.0.into())])).unwrap_err();
+    assert_eq!(err.to_string(), "invalid edit: fields._x: field names starting with _ are reserved");
+    assert_eq!(e.pending_len(), 0);
+    assert_eq!(e.meta().counter, 0);
+}
+
+#[test]
+fn op_ids_and_row_ids_share_one_counter_and_at_is_monotonic() {
+    let mut e = engine("d");
+    let a = record(&mut e, "d-x", set(1), 100);
+    let b = record(&mut e, "d-x", set(2), 50);
+    assert_eq!((a.op_id.as_str(), b.op_id.as_str()), ("d:1", "d:2"));
+    assert_eq!((a.at, b.at), (100, 101));
+    assert_eq!(e.new_row_id().unwrap(), "d-3");
+    assert_eq!(e.meta().counter, ids::BLOCK);
+}
+
+#[test]
+fn two_engines_on_one_store_never_share_a_number() {
+    let mut a = engine("d");
+    let mut b = engine("d");
+    let mut stored = a.meta().clone();
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..(3 * ids::BLOCK) {
+        let e = if i % 3 == 0 { &mut a } else { &mut b };
+        let d = e.draft("sets", "r", set(1)).unwrap();
+        let (txn, rec) = e.plan_record(d, &stored, i).unwrap();
+        stored = txn.meta.clone().unwrap();
+        assert!(seen.insert(rec.ops[0].op_id.clone()), "number reused");
+        assert!(seen.insert(OpId::new(format!("at{}", rec.ops[0].at))), "at reused");
+        e.recorded(rec);
+    }
+}
+
+#[test]
+fn many_drafts_in_one_step_take_distinct_numbers_across_blocks_and_increasing_ats() {
+    let mut a = engine("d");
+    let mut b = engine("d");
+    let mut stored = a.meta().clone();
+    let mut seen = std::collections::HashSet::new();
+    let mut last_at = 0;
+    for (round, n) in [(0u64, 5usize), (1, 3 * ids::BLOCK as usize + 7), (2, 1), (3, ids::BLOCK as usize)] {
+        let e = if round % 2 == 0 { &mut a } else { &mut b };
+        let drafts = (0..n).map(|_| e.draft("sets", "r", set(1)).unwrap()).collect();
+        let (txn, rec) = e.plan_records(drafts, &stored, 10).unwrap();
+        stored = txn.meta.clone().unwrap();
+        assert_eq!(txn.put_pending, rec.ops);
+        assert_eq!(rec.ops.len(), n);
+        for op in &rec.ops {
+            assert!(seen.insert(op.op_id.clone()), "number reused: {}", op.op_id.as_str());
+            let num: u64 = op.op_id.as_str().rsplit(':').next().unwrap().parse().unwrap();
+            assert!(num <= stored.counter, "number {num} beyond the stored counter {}", stored.counter);
+            assert!(op.at > last_at, "at not increasing");
+            last_at = op.at;
+        }
+        e.recorded(rec);
+    }
+    assert_eq!(a.pending_len() + b.pending_len(), 5 + 3 * ids::BLOCK as usize + 7 + 1 + ids::BLOCK as usize);
+}
+
+#[test]
+fn a_late_answer_to_an_old_attempt_is_ignored_and_changes_nothing() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(first)) = e.start_sync(0) else { panic!() };
+    let late = s.push("u", &first).unwrap();
+    // The first attempt times out; a new attempt goes out.
+    assert!(matches!(e.on_push_failed(&first.attempt_key, Failure::Timeout, 0), Some((_, Step::Wait { .. }))));
+    assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::UnknownOutcome);
+    let (_, Step::Push(second)) = e.start_sync(5_000) else { panic!() };
+    assert_ne!(first.attempt_key, second.attempt_key);
+    assert_eq!(first.batch, second.batch, "same ops, same opIds");
+    let before = (e.pending_len(), e.all_visible());
+    assert!(e.on_push_response(late, 5_001).is_none());
+    assert_eq!((e.pending_len(), e.all_visible()), before);
+    assert_eq!(e.metrics().stale_acks_ignored, 1);
+    assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::AwaitingAck);
+    let resp = s.push("u", &second).unwrap();
+    assert_eq!(resp.verdicts[0].outcome, Outcome::Duplicate);
+    e.on_push_response(resp, 5_002).unwrap();
+    assert_eq!(e.pending_len(), 0);
+    assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::Synced);
+}
+
+#[test]
+fn a_rejected_op_disappears_keeps_its_reason_and_the_row_is_rebuilt() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    record(&mut e, "d-1", set(5), 10);
+    sync(&mut e, &mut s, 11);
+    record(&mut e, "d-1", fields(&[("reps", 500i64.into())]), 20);
+    record(&mut e, "d-1", fields(&[("weightKg", 90.0.into())]), 21);
+    let key = RowKey::new("sets", "d-1");
+    assert_eq!(e.row(&key).unwrap().get("reps"), Some(&Value::Number(500.0)));
+    let r = sync(&mut e, &mut s, 22);
+    assert_eq!((r.applied, r.rejected), (1, 1));
+    let row = e.row(&key).unwrap();
+    assert_eq!(row.get("reps"), Some(&Value::Number(5.0)), "the rejected op is not visible");
+    assert_eq!(row.get("weightKg"), Some(&Value::Number(90.0)), "the op after it stays");
+    let st = e.status(&key);
+    assert_eq!((st.phase, st.reason.as_deref()), (Phase::Rejected, Some("reps must be at most 100")));
+    let id = e.rejections().next().unwrap().op.op_id.clone();
+    assert!(e.dismiss(&id).is_some());
+    assert_eq!(e.status(&key).phase, Phase::Synced);
+}
+
+#[test]
+fn pulled_echoes_change_nothing_and_other_devices_converge() {
+    let mut s = MemoryServer::new(Schema::workout());
+    let (mut a, mut b) = (engine("a"), engine("b"));
+    record(&mut a, "a-1", set(5), 10);
+    sync(&mut a, &mut s, 11);
+    let before = a.all_visible();
+    let r = sync(&mut a, &mut s, 12);
+    assert_eq!(r.pulled, 0, "cursor already past our own change");
+    let mut fresh = engine("a");
+    sync(&mut fresh, &mut s, 13);
+    assert_eq!(fresh.all_visible(), before);
+    sync(&mut b, &mut s, 14);
+    assert_eq!(b.all_visible(), a.all_visible());
+}
+
+#[test]
+fn an_edit_made_after_seeing_a_remote_edit_wins_whatever_the_clocks() {
+    let mut s = MemoryServer::new(Schema::workout());
+    let (mut a, mut b) = (engine("a"), engine("b"));
+    record(&mut a, "a-1", set(5), 1_000_000);
+    sync(&mut a, &mut s, 0);
+    sync(&mut b, &mut s, 0);
+    record(&mut b, "a-1", fields(&[("reps", 6i64.into())]), 10); // b's clock is far behind
+    sync(&mut b, &mut s, 0);
+    sync(&mut a, &mut s, 0);
+    assert_eq!(a.row(&RowKey::new("sets", "a-1")).unwrap().get("reps"), Some(&Value::Number(6.0)));
+}
+
+#[test]
+fn deletes_hide_rows_and_restores_bring_them_back() {
+    let mut s = MemoryServer::new(Schema::workout());
+    let (mut a, mut b) = (engine("a"), engine("b"));
+    record(&mut a, "a-1", set(5), 10);
+    let d = a.draft_deleted("sets", "a-1", true).unwrap();
+    let m = a.meta().clone();
+    let (_, rec) = a.plan_record(d, &m, 11).unwrap();
+    a.recorded(rec);
+    assert!(a.rows("sets").is_empty());
+    sync(&mut a, &mut s, 12);
+    sync(&mut b, &mut s, 12);
+    assert!(b.rows("sets").is_empty());
+    assert!(b.all_visible().values().next().unwrap().is_deleted(), "the tombstone travelled");
+    let d = b.draft_deleted("sets", "a-1", false).unwrap();
+    let m = b.meta().clone();
+    let (_, rec) = b.plan_record(d, &m, 13).unwrap();
+    b.recorded(rec);
+    assert_eq!(b.rows("sets").len(), 1);
+}
+
+#[test]
+fn failures_back_off_and_auth_requires_recovery() {
+    let mut e = engine("d");
+    record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    let Some((_, Step::Wait { until, .. })) = e.on_push_failed(&req.attempt_key, Failure::Network("offline".into()), 1000) else {
+        panic!()
+    };
+    assert!((1000..=2000).contains(&until));
+    let (_, Step::Push(req)) = e.start_sync(until) else { panic!() };
+    let step = e.on_push_failed(&req.attempt_key, Failure::Unauthorized("expired".into()), until).unwrap().1;
+    assert!(matches!(step, Step::Blocked(ref r) if r.code == "unauthorized"));
+    assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::RecoveryRequired);
+    assert!(matches!(e.start_sync(0).1, Step::Blocked(_)));
+    assert_eq!(e.pending_len(), 1, "nothing lost");
+    e.clear_recovery();
+    assert!(matches!(e.start_sync(0).1, Step::Push(_)));
+}
+
+#[test]
+fn payload_too_large_halves_the_batch() {
+    let mut e = engine("d");
+    for i in 0..10 {
+        record(&mut e, &format!("d-{i}"), set(5), 10 + i);
+    }
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    assert_eq!(req.batch.len(), 10);
+    let Some((_, Step::Push(req2))) = e.on_push_failed(&req.attempt_key, Failure::PayloadTooLarge, 0) else { panic!() };
+    assert_eq!(req2.batch.len(), 10, "the limit halves to 500: the 10 ops still fit");
+    let mut e2 =
+        Engine::open(Snapshot { meta: Some(Meta::fresh("x".into())), ..Snapshot::default() }, Config { max_batch: 8, ..Config::default() })
+            .unwrap();
+    for i in 0..10 {
+        record(&mut e2, &format!("x-{i}"), set(5), 10 + i);
+    }
+    let (_, Step::Push(r)) = e2.start_sync(0) else { panic!() };
+    let Some((_, Step::Push(r2))) = e2.on_push_failed(&r.attempt_key, Failure::PayloadTooLarge, 0) else { panic!() };
+    assert_eq!(r2.batch.len(), 4);
+}
+
+#[test]
+fn empty_answers_are_called_again_at_once_then_backed_off() {
+    let mut e = engine("d");
+    record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(mut req)) = e.start_sync(0) else { panic!() };
+    for _ in 0..MAX_EMPTY_ANSWERS {
+        let empty = PushResponse { attempt_key: req.attempt_key.clone(), verdicts: vec![], now: None };
+        let Some((_, Step::Push(next))) = e.on_push_response(empty, 0) else { panic!("call again now") };
+        req = next;
+    }
+    let empty = PushResponse { attempt_key: req.attempt_key.clone(), verdicts: vec![], now: None };
+    assert!(matches!(e.on_push_response(empty, 0), Some((_, Step::Wait { .. }))));
+    assert_eq!(e.pending_len(), 1, "nothing lost");
+}
+
+#[test]
+fn a_1200_op_queue_drains_in_two_pushes() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    for i in 0..1200 {
+        record(&mut e, &format!("d-r{i}"), set(5), 10 + i);
+    }
+    let mut pushes = 0;
+    let mut step = e.start_sync(0).1;
+    loop {
+        step = match step {
+            Step::Push(req) => {
+                pushes += 1;
+                e.on_push_response(s.push("u", &req).unwrap(), 0).unwrap().1
+            }
+            Step::Pull { cursor, limit } => e.on_pull_response(cursor, s.pull("u", cursor, limit), 0).unwrap().1,
+            Step::Done(_) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(pushes, 2);
+    assert_eq!(e.pending_len(), 0);
+    assert_eq!(s.rows("u").len(), 1200);
+}
+
+#[test]
+fn absorb_follows_another_engine_on_the_same_database() {
+    let mut s = MemoryServer::new(Schema::workout());
+    let (mut a, mut b) = (engine("d"), engine("d"));
+    let d = a.draft("sets", "d-1", set(5)).unwrap();
+    let m = a.meta().clone();
+    let (txn, rec) = a.plan_record(d, &m, 10).unwrap();
+    a.recorded(rec);
+    b.absorb(&txn);
+    assert_eq!(b.all_visible(), a.all_visible());
+    let mut step = b.start_sync(0).1;
+    let mut txns = vec![];
+    loop {
+        step = match step {
+            Step::Push(req) => {
+                let (t, st) = b.on_push_response(s.push("u", &req).unwrap(), 0).unwrap();
+                txns.push(t);
+                st
+            }
+            Step::Pull { cursor, limit } => {
+                let (t, st) = b.on_pull_response(cursor, s.pull("u", cursor, limit), 0).unwrap();
+                txns.push(t);
+                st
+            }
+            _ => break,
+        }
+    }
+    for t in &txns {
+        a.absorb(t);
+    }
+    assert_eq!(a.pending_len(), 0);
+    assert_eq!(a.all_visible(), b.all_visible());
+    assert_eq!(a.cursor(), b.cursor());
+}
+
+// ----- issue: truthful status, bounded retries, the clock --------------------
+
+use crate::protocol::{Change, PullResponse, Recalled, RememberedVerdict, Verdict, VerdictsRequest, VerdictsResponse, MAX_SAFE_INTEGER};
+use crate::store::Tables;
+
+/// Two engines on one database: `b` follows `a` through the txns `a` commits.
+fn commit(t: &mut Tables, txn: &Txn, others: &mut [&mut Engine]) {
+    t.apply(txn);
+    for o in others.iter_mut() {
+        o.absorb(txn);
+    }
+}
+
+fn reopen(t: &Tables) -> Engine {
+    Engine::open(t.snapshot(), Config::default()).unwrap()
+}
+
+fn fresh_tables(dev: &str) -> Tables {
+    Tables { meta: Some(Meta::fresh(dev.into())), ..Tables::default() }
+}
+
+fn record_in(t: &mut Tables, e: &mut Engine, row: &str, f: Fields, now: u64) -> Op {
+    let d = e.draft("sets", row, f).unwrap();
+    let stored = t.meta.clone().unwrap();
+    let (txn, rec) = e.plan_record(d, &stored, now).unwrap();
+    t.apply(&txn);
+    let op = rec.ops[0].clone();
+    e.recorded(rec);
+    op
+}
+
+#[test]
+fn the_attempt_going_out_is_stored_before_it_leaves_and_every_context_and_reload_shows_it() {
+    let mut t = fresh_tables("d");
+    let mut a = Engine::open(t.snapshot(), Config::default()).unwrap();
+    let mut b = Engine::open(t.snapshot(), Config::default()).unwrap();
+    let op = record_in(&mut t, &mut a, "d-1", set(5), 10);
+    b.absorb(&Txn { put_pending: vec![op.clone()], ..Txn::default() });
+    let key = RowKey::new("sets", "d-1");
+    let (txn, Step::Push(req)) = a.start_sync(100) else { panic!() };
+    let flight = txn.sync.as_ref().and_then(|s| s.flight.clone()).expect("the flight is in the txn that precedes the send");
+    assert_eq!((flight.key.as_str(), flight.op_ids.clone()), (req.attempt_key.as_str(), vec![op.op_id.clone()]));
+    commit(&mut t, &txn, &mut [&mut b]);
+    for (who, e) in [("sender", &a), ("other tab", &b), ("reload", &reopen(&t))] {
+        let st = e.status(&key);
+        assert_eq!((st.phase, st.attempts), (Phase::AwaitingAck, 1), "{who}");
+    }
+    let (txn, Step::Wait { until, .. }) = a.on_push_failed(&req.attempt_key, Failure::Timeout, 200).unwrap() else { panic!() };
+    commit(&mut t, &txn, &mut [&mut b]);
+    for (who, e) in [("sender", &a), ("other tab", &b), ("reload", &reopen(&t))] {
+        let st = e.status(&key);
+        assert_eq!((st.phase, st.attempts, st.next_retry_at), (Phase::UnknownOutcome, 1, Some(until)), "{who}");
+        assert_eq!((e.metrics().attempts, e.metrics().unknown_outcomes), (1, 1), "{who}: counted once, stored");
+    }
+    let s = &t.sync.as_ref().unwrap().ops[&op.op_id];
+    assert_eq!(
+        (s.attempts, s.unknown, s.last_key.as_str(), s.first_sent_at, s.last_sent_at),
+        (1, true, req.attempt_key.as_str(), 100, 100)
+    );
+}
+
+#[test]
+fn a_context_closed_with_its_request_out_shows_unknown_outcome_on_the_next_open_never_pending() {
+    let mut t = fresh_tables("d");
+    let mut a = reopen(&t);
+    record_in(&mut t, &mut a, "d-1", set(5), 10);
+    let (txn, Step::Push(_)) = a.start_sync(100) else { panic!() };
+    t.apply(&txn);
+    drop(a); // the tab closed with the request out
+    let mut c = reopen(&t);
+    let key = RowKey::new("sets", "d-1");
+    assert_eq!(c.status(&key).phase, Phase::AwaitingAck, "while another context may still hold it");
+    let txn = c.settle_orphaned_flight().expect("no cycle runs: the flight is orphaned");
+    t.apply(&txn);
+    let again = reopen(&t);
+    for e in [&c, &again] {
+        assert_eq!(e.status(&key).phase, Phase::UnknownOutcome);
+        assert_eq!(e.metrics().unknown_outcomes, 1);
+    }
+    assert!(c.settle_orphaned_flight().is_none(), "counted once");
+    // A cycle under the lock settles it too, without counting it twice.
+    let mut d = reopen(&t);
+    let (txn, _) = d.start_sync(200);
+    assert_eq!(txn.sync.unwrap().metrics.unknown_outcomes, 1);
+}
+
+#[test]
+fn readiness_a_after_a_lost_answer_the_edits_stay_visible_and_queued() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    record(&mut e, "d-1", set(5), 10);
+    let visible = e.all_visible();
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    s.push("u", &req).unwrap(); // committed; the answer is lost
+    e.on_push_failed(&req.attempt_key, Failure::Network("connection reset".into()), 1).unwrap();
+    assert_eq!(e.all_visible(), visible);
+    assert_eq!(e.pending_len(), 1);
+    assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::UnknownOutcome);
+}
+
+#[test]
+fn readiness_b_a_retry_sends_the_same_op_ids_never_new_ones() {
+    let mut e = engine("d");
+    for i in 0..3 {
+        record(&mut e, &format!("d-{i}"), set(5), 10 + i);
+    }
+    let (_, Step::Push(first)) = e.start_sync(0) else { panic!() };
+    e.on_push_failed(&first.attempt_key, Failure::Server { status: 503, message: "down".into() }, 1).unwrap();
+    let (_, Step::Push(second)) = e.start_sync(5_000) else { panic!() };
+    let ids = |r: &PushRequest| r.batch.iter().map(|o| o.op_id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&first), ids(&second));
+    assert_eq!(first.batch, second.batch);
+    assert_ne!(first.attempt_key, second.attempt_key);
+}
+
+#[test]
+fn readiness_c_a_late_answer_after_new_input_and_a_new_attempt_changes_nothing_and_is_counted_stale() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    let key = RowKey::new("sets", "d-1");
+    record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(first)) = e.start_sync(0) else { panic!() };
+    let late = s.push("u", &first).unwrap();
+    e.on_push_failed(&first.attempt_key, Failure::Timeout, 1).unwrap();
+    record(&mut e, "d-1", fields(&[("reps", 6i64.into())]), 11);
+    let (_, Step::Push(second)) = e.start_sync(2) else { panic!() };
+    assert_ne!(first.attempt_key, second.attempt_key);
+    assert_eq!(second.batch.len(), 2);
+    let before = (e.all_visible(), e.pending_len(), e.status(&key));
+    assert!(e.on_push_response(late, 3).is_none());
+    assert_eq!((e.all_visible(), e.pending_len(), e.status(&key)), before);
+    assert_eq!(e.metrics().stale_acks_ignored, 1);
+    assert_eq!(e.take_txn().and_then(|t| t.sync).map(|s| s.metrics.stale_acks_ignored), Some(1), "the count is stored");
+    let (_, _) = e.on_push_response(s.push("u", &second).unwrap(), 4).unwrap();
+    assert_eq!(e.row(&key).unwrap().get("reps"), Some(&Value::Number(6.0)));
+}
+
+#[test]
+fn readiness_d_the_ack_of_an_older_op_never_clears_newer_input_on_the_same_field() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    let key = RowKey::new("sets", "d-1");
+    let reps = |e: &Engine| e.row(&key).and_then(|r| r.get("reps").cloned());
+    record(&mut e, "d-1", set(5), 10);
+    assert_eq!(reps(&e), Some(Value::Number(5.0)));
+    let (_, Step::Push(first)) = e.start_sync(0) else { panic!() };
+    record(&mut e, "d-1", fields(&[("reps", 6i64.into())]), 11);
+    assert_eq!(reps(&e), Some(Value::Number(6.0)), "newer input while the older op is out");
+    let (_, next) = e.on_push_response(s.push("u", &first).unwrap(), 12).unwrap();
+    assert_eq!(reps(&e), Some(Value::Number(6.0)), "the older op's ack leaves the newer value");
+    assert_eq!(e.status(&key).phase, Phase::AwaitingAck, "the newer op goes out next");
+    let Step::Push(second) = next else { panic!("{next:?}") };
+    assert_eq!(reps(&e), Some(Value::Number(6.0)));
+    e.on_push_response(s.push("u", &second).unwrap(), 13).unwrap();
+    assert_eq!(reps(&e), Some(Value::Number(6.0)));
+    assert_eq!(e.base(&key).and_then(|r| r.get("reps").cloned()), Some(Value::Number(6.0)));
+}
+
+#[test]
+fn readiness_e_an_answer_whose_verdicts_do_not_match_the_batch_changes_nothing_and_leaves_the_outcome_unknown() {
+    let mut e = engine("d");
+    record(&mut e, "d-1", set(5), 10);
+    record(&mut e, "d-2", set(5), 11);
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    let before = (e.all_visible(), e.pending().cloned().collect::<Vec<_>>());
+    let wrong = PushResponse {
+        attempt_key: req.attempt_key.clone(),
+        verdicts: vec![Verdict { op_id: req.batch[1].op_id.clone(), outcome: Outcome::Applied }],
+        now: None,
+    };
+    let (txn, step) = e.on_push_response(wrong, 1).unwrap();
+    assert!(matches!(step, Step::Wait { .. }));
+    assert!(txn.delete_pending.is_empty() && txn.put_base.is_empty(), "nothing settled");
+    assert_eq!((e.all_visible(), e.pending().cloned().collect::<Vec<_>>()), before);
+    assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::UnknownOutcome);
+}
+
+fn policy(max_attempts: u32) -> Config {
+    Config { retry: RetryPolicy { max_attempts, max_elapsed_ms: u64::MAX }, ..Config::default() }
+}
+
+#[test]
+fn retries_stop_at_the_limit_then_the_server_is_asked_and_what_it_cannot_settle_needs_a_person() {
+    let mut e = Engine::open(Snapshot { meta: Some(Meta::fresh("d".into())), ..Snapshot::default() }, policy(3)).unwrap();
+    let mut s = MemoryServer::new(Schema::workout());
+    let applied = record(&mut e, "d-1", set(5), 10);
+    let refused = record(&mut e, "d-2", set(500), 11);
+    let never = record(&mut e, "d-3", set(7), 12);
+    // Attempt 1 reaches the server; its answer is lost. Then the server fails twice before judging.
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    let mut judged = req.clone();
+    judged.batch.truncate(2);
+    s.push("u", &judged).unwrap();
+    let mut step = e.on_push_failed(&req.attempt_key, Failure::Timeout, 1).unwrap().1;
+    let mut now = 1;
+    let mut sends = 1;
+    loop {
+        step = match step {
+            Step::Wait { until, .. } => {
+                now = until;
+                e.start_sync(now).1
+            }
+            Step::Push(req) => {
+                sends += 1;
+                e.on_push_failed(&req.attempt_key, Failure::Server { status: 502, message: "bad gateway".into() }, now).unwrap().1
+            }
+            Step::Reconcile(ids) => break assert_eq!(ids, vec![applied.op_id.clone(), refused.op_id.clone(), never.op_id.clone()]),
+            other => panic!("{other:?}"),
+        };
+    }
+    assert_eq!(sends, 3, "max_attempts sends, then no more");
+    let resp = s.verdicts("u", &VerdictsRequest { op_ids: vec![applied.op_id.clone(), refused.op_id.clone(), never.op_id.clone()] });
+    let (txn, step) = e.on_verdicts(resp, now).unwrap();
+    assert!(matches!(step, Step::Blocked(ref r) if r.code == "retries_exhausted"), "{step:?}");
+    assert_eq!(txn.delete_pending.len(), 2, "the applied and the rejected op are settled");
+    assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::Synced);
+    let st = e.status(&RowKey::new("sets", "d-2"));
+    assert_eq!((st.phase, st.reason.as_deref()), (Phase::Rejected, Some("reps must be at most 100")), "word for word");
+    let st = e.status(&RowKey::new("sets", "d-3"));
+    assert_eq!((st.phase, st.code.as_deref()), (Phase::RecoveryRequired, Some("retries_exhausted")));
+    assert_eq!(
+        txn.sync.as_ref().and_then(|s| s.recovery.clone()).map(|r| r.code),
+        Some("retries_exhausted".into()),
+        "stored: no context sends"
+    );
+    assert!(matches!(e.start_sync(now).1, Step::Blocked(_)), "nothing is sent automatically");
+    assert_eq!(e.metrics().reconciled, 2);
+    // A person confirms: the op goes out again, counted from zero.
+    e.retry_exhausted().unwrap();
+    let (_, Step::Push(req)) = e.start_sync(now) else { panic!() };
+    assert_eq!(req.batch, vec![never.clone()]);
+    e.on_push_response(s.push("u", &req).unwrap(), now).unwrap();
+    assert_eq!(e.pending_len(), 0);
+}
+
+#[test]
+fn a_failed_check_with_the_server_needs_a_person_and_elapsed_time_is_a_limit_too() {
+    let cfg = Config { retry: RetryPolicy { max_attempts: 100, max_elapsed_ms: 10_000 }, ..Config::default() };
+    let mut e = Engine::open(Snapshot { meta: Some(Meta::fresh("d".into())), ..Snapshot::default() }, cfg).unwrap();
+    record(&mut e, "d-1", set(5), 10);
+    let mut step = e.start_sync(0).1;
+    let mut now = 0;
+    let ids = loop {
+        step = match step {
+            Step::Wait { until, .. } => {
+                now = until;
+                e.start_sync(now).1
+            }
+            Step::Push(req) => e.on_push_failed(&req.attempt_key, Failure::Timeout, now + 1_000).unwrap().1,
+            Step::Reconcile(ids) => break ids,
+            other => panic!("{other:?}"),
+        };
+    };
+    assert_eq!(ids.len(), 1);
+    let charged = e.sync_state().ops[&ids[0]].charged_ms;
+    assert!(charged >= 10_000, "{charged}");
+    let (_, step) = e.on_verdicts_failed(Failure::Timeout, now).unwrap();
+    assert!(matches!(step, Step::Blocked(ref r) if r.code == "retries_exhausted"));
+    assert_eq!(e.pending_len(), 1, "nothing lost");
+}
+
+#[test]
+fn a_persons_check_with_the_server_settles_what_it_knows_and_never_pushes() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    let a = record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    s.push("u", &req).unwrap();
+    e.on_push_failed(&req.attempt_key, Failure::Timeout, 1).unwrap();
+    let b = record(&mut e, "d-2", set(6), 12); // never sent: not asked about
+    let (_, step) = e.start_reconcile(2);
+    let Step::Reconcile(ids) = step else { panic!("{step:?}") };
+    assert_eq!(ids, vec![a.op_id.clone()]);
+    let (_, step) = e.on_verdicts(s.verdicts("u", &VerdictsRequest { op_ids: ids }), 3).unwrap();
+    assert!(matches!(step, Step::Done(ref r) if r.reconciled == 1), "{step:?}");
+    assert_eq!(e.pending().map(|o| o.op_id.clone()).collect::<Vec<_>>(), vec![b.op_id]);
+    assert_eq!(s.rows("u").len(), 1, "nothing pushed");
+    // Answers for ops not asked about change nothing.
+    let (_, Step::Done(_)) = e.start_reconcile(4) else { panic!() };
+    let stray = VerdictsResponse { verdicts: vec![RememberedVerdict { op_id: OpId::new("x:1"), recalled: Recalled::Applied }], now: None };
+    assert!(e.on_verdicts(stray, 5).is_none());
+}
+
+#[test]
+fn a_server_older_than_the_app_is_probed_with_the_queue_whole_and_heals_alone() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    let key = RowKey::new("sets", "d-1");
+    record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(req)) = e.start_sync(1_000) else { panic!() };
+    let (txn, step) = e.on_push_failed(&req.attempt_key, Failure::SchemaTooNew("op schema 2 > server schema 1".into()), 1_000).unwrap();
+    assert!(matches!(step, Step::Wait { until: 301_000, .. }), "{step:?}");
+    let st = e.status(&key);
+    assert_eq!((st.phase, st.code.as_deref()), (Phase::RecoveryRequired, Some("schema_too_new")));
+    assert!(st.reason.as_deref().is_some_and(|r| r.contains("server")), "{st:?}");
+    assert!(txn.sync.is_some_and(|s| s.recovery.is_some()), "every context knows what is waited for");
+    // A probe (at the due time, on open, on `online`, on a poke) is a real attempt.
+    let (_, Step::Push(req)) = e.start_sync(301_000) else { panic!("probe") };
+    e.on_push_response(s.push("u", &req).unwrap(), 301_001).unwrap();
+    assert!(e.recovery().is_none());
+    assert_eq!(e.status(&key).phase, Phase::Synced);
+    assert_eq!(e.metrics().recovery_required, 1);
+}
+
+#[test]
+fn a_pulled_row_at_the_top_of_the_clock_does_not_swallow_later_edits() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    // Stored before servers refused such ops: a row stamped 2^53-1 by a broken device.
+    let mut poisoned = crate::protocol::Row::default();
+    poisoned.cells.insert(
+        "reps".into(),
+        crate::protocol::Cell { value: Value::Number(3.0), mark: crate::protocol::Mark { at: MAX_SAFE_INTEGER, op_id: OpId::new("z:1") } },
+    );
+    let (_, Step::Pull { cursor, .. }) = e.start_sync(1_000) else { panic!() };
+    let page = PullResponse {
+        changes: vec![Change { key: RowKey::new("sets", "z-1"), row: poisoned, seq: 1 }],
+        cursor: 1,
+        has_more: false,
+        now: None,
+    };
+    e.on_pull_response(cursor, page, 1_000).unwrap();
+    let ops: Vec<Op> = (0..3).map(|i| record(&mut e, &format!("d-{i}"), set(5), 2_000 + i)).collect();
+    let ats: Vec<u64> = ops.iter().map(|o| o.at).collect();
+    assert_eq!(ats, vec![2_000, 2_001, 2_002]);
+    assert_eq!(e.pending_len(), 3, "none replaced another");
+    sync(&mut e, &mut s, 3_000);
+    assert_eq!(s.rows("u").len(), 3, "all three reached the server");
+}
+
+#[test]
+fn no_edit_is_recorded_without_an_at_of_its_own() {
+    let mut e = engine("d");
+    let mut meta = e.meta().clone();
+    meta.clock.last_at = MAX_SAFE_INTEGER - 1;
+    let drafts = (0..2).map(|_| e.draft("sets", "d-1", set(5)).unwrap()).collect();
+    assert_eq!(e.plan_records(drafts, &meta, 0).unwrap_err(), EngineError::ClockExhausted);
+    assert_eq!((e.pending_len(), e.meta().counter), (0, 0), "nothing planned");
+    let d = e.draft("sets", "d-1", set(5)).unwrap();
+    assert_eq!(e.plan_record(d, &meta, 0).unwrap().1.ops[0].at, MAX_SAFE_INTEGER);
+}
+
+#[test]
+fn a_device_learns_the_servers_clock_and_a_clock_ahead_refusal_brings_it_back() {
+    let mut e = engine("d");
+    let hours = 3 * 3_600_000u64;
+    // The device's clock is 3 h behind the server's.
+    record(&mut e, "d-1", set(5), 1_000);
+    let (_, Step::Push(req)) = e.start_sync(1_000) else { panic!() };
+    let resp = PushResponse {
+        attempt_key: req.attempt_key.clone(),
+        verdicts: vec![Verdict { op_id: req.batch[0].op_id.clone(), outcome: Outcome::Applied }],
+        now: Some(1_100 + hours),
+    };
+    let (txn, _) = e.on_push_response(resp, 1_200).unwrap();
+    assert!(txn.meta.is_some_and(|m| m.clock.offset_ms == hours as i64), "the offset is stored");
+    let op = record(&mut e, "d-2", set(5), 2_000);
+    assert_eq!(op.at, 2_000 + hours);
+    // A broken moment stamps far ahead; the server refuses it, and the clock comes back.
+    let wild = record(&mut e, "d-3", set(5), MAX_SAFE_INTEGER - hours);
+    let (_, Step::Push(req)) = e.start_sync(3_000) else { panic!() };
+    assert_eq!(req.batch.last().map(|o| o.at), Some(wild.at));
+    let reject = |id: &OpId| Verdict {
+        op_id: id.clone(),
+        outcome: Outcome::Rejected { reason: "too far ahead".into(), code: "clock_ahead".into(), row: None },
+    };
+    let resp = PushResponse {
+        attempt_key: req.attempt_key.clone(),
+        verdicts: vec![Verdict { op_id: req.batch[0].op_id.clone(), outcome: Outcome::Applied }, reject(&wild.op_id)],
+        now: None,
+    };
+    e.on_push_response(resp, 3_000).unwrap();
+    let next = record(&mut e, "d-4", set(5), 4_000);
+    assert_eq!(next.at, 4_000 + hours, "near real time again, after everything acknowledged");
+}
+
+#[test]
+fn lifting_a_stop_is_stored_so_no_context_brings_it_back() {
+    let mut e = Engine::open(Snapshot { meta: Some(Meta::fresh("d".into())), ..Snapshot::default() }, policy(1)).unwrap();
+    record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    let (_, Step::Reconcile(_)) = e.on_push_failed(&req.attempt_key, Failure::Timeout, 1).unwrap() else { panic!() };
+    e.on_verdicts_failed(Failure::Timeout, 2).unwrap();
+    let txn = e.clear_recovery().expect("the lift is a txn");
+    assert_eq!(txn.sync.map(|s| s.recovery), Some(None));
+    e.require_recovery(Recovery { code: "unauthorized".into(), message: "m".into() });
+    assert!(e.clear_recovery().and_then(|t| t.sync).is_some_and(|s| s.recovery.is_none()));
+}
