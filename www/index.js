@@ -101,6 +101,13 @@ function attachPageSide(db, options) {
       const url = `${state.endpoint.replace(/\/$/, '')}/v1/events?token=${encodeURIComponent(token)}`;
       const es = new EventSource(url);
       es.addEventListener('poke', () => db.sync().catch(() => {}));
+      // A stream that opens again means the server is back — perhaps a newer
+      // one that a waiting queue (schema_too_new, a failed retry) was waiting for.
+      let opened = false;
+      es.addEventListener('open', () => {
+        if (opened) db.sync().catch(() => {});
+        opened = true;
+      });
       state.events = es;
     });
   }

@@ -36,7 +36,7 @@ export async function startServer(backend, { staticDir = join(root, 'www'), extr
   const dir = mkdtempSync(join(tmpdir(), 'marksync-e2e-'));
   const database = backend === 'postgres' ? process.env.MARKSYNC_TEST_POSTGRES_URL : `sqlite://${join(dir, 'e2e.db')}`;
   const bin = process.env.MARKSYNC_SERVER_BIN || join(root, 'target', 'debug', 'marksync-server');
-  const args = ['--listen', `127.0.0.1:${port}`, '--database', database, '--static', staticDir,
+  let args = ['--listen', `127.0.0.1:${port}`, '--database', database, '--static', staticDir,
     '--dev-auth', '--enable-faults', '--rate-limit', '0', ...extra];
   let proc;
   let log = '';
@@ -58,6 +58,7 @@ export async function startServer(backend, { staticDir = join(root, 'www'), extr
   await boot();
   return {
     url,
+    dir,
     get proc() { return proc; },
     log: () => log,
     /** Kills the server at once (SIGKILL): no graceful shutdown. */
@@ -67,8 +68,14 @@ export async function startServer(backend, { staticDir = join(root, 'www'), extr
         await new Promise((r) => proc.once('exit', r));
       }
     },
-    /** Starts it again on the same port and database. */
-    restart: boot,
+    /** Starts it again on the same port and database (with other `extra` flags, if given). */
+    async restart(newExtra) {
+      if (newExtra) {
+        args = ['--listen', `127.0.0.1:${port}`, '--database', database, '--static', staticDir,
+          '--dev-auth', '--enable-faults', '--rate-limit', '0', ...newExtra];
+      }
+      await boot();
+    },
     async stop() {
       if (proc.exitCode === null) {
         proc.kill('SIGTERM');
