@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what marksync needs, skipping what is already there.
 #   scripts/setup.sh demo   # Rust, the wasm target, wasm-bindgen, npm packages
-#   scripts/setup.sh all    # + Chromium and ChromeDriver, PostgreSQL, the en_US.UTF-8 locale, wasm-pack
+#   scripts/setup.sh all    # + Chromium and ChromeDriver, Firefox ESR and geckodriver, PostgreSQL,
+#                           #   the en_US.UTF-8 locale, wasm-pack
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 what="${1:-all}"
@@ -12,6 +13,7 @@ apt_pkgs=()
 if [[ "$what" == all ]]; then
   command -v chromium >/dev/null 2>&1 || apt_pkgs+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || apt_pkgs+=(chromium-driver)
+  command -v firefox-esr >/dev/null 2>&1 || apt_pkgs+=(firefox-esr)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_pkgs+=(postgresql)
   command -v locale-gen >/dev/null 2>&1 || apt_pkgs+=(locales)
 fi
@@ -29,6 +31,12 @@ wb=$(awk '/^name = "wasm-bindgen"$/ {getline; gsub(/version = |"/, ""); print; e
 if ! wasm-bindgen --version 2>/dev/null | grep -qx "wasm-bindgen $wb"; then
   echo "setup: cargo install wasm-bindgen-cli $wb"
   cargo install wasm-bindgen-cli --version "$wb" --locked || cargo install wasm-bindgen-cli --version "$wb"
+fi
+# geckodriver drives Firefox for the Rust browser tests (Debian ships no package of it).
+gecko_version="$(geckodriver --version 2>/dev/null || true)"
+if [[ "$what" == all && "$gecko_version" != "geckodriver 0.37.1"* ]]; then
+  echo "setup: cargo install geckodriver 0.37.1"
+  cargo install geckodriver --version 0.37.1 --locked || cargo install geckodriver --version 0.37.1
 fi
 if [[ "$what" == all ]] && ! wasm-pack --version 2>/dev/null | grep -qx "wasm-pack 0.15.1"; then
   echo "setup: cargo install wasm-pack 0.15.1"

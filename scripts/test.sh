@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up and runs every test: core (unit, property, simulation), server
-# (SQLite and PostgreSQL over HTTP), Rust in headless Chromium, and the npm
+# (SQLite and PostgreSQL over HTTP), Rust in headless Chromium and Firefox, and the npm
 # package end to end against the real server on both backends.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -13,9 +13,10 @@ export MARKSYNC_TEST_POSTGRES_URL="$(scripts/pg.sh url)"
 echo "== 1/4 core and server, native (unit, property, simulation, HTTP on SQLite and PostgreSQL)"
 cargo test --workspace --features marksync/sim
 
-echo "== 2/4 the core builds for wasm32, and its browser tests pass in headless Chromium"
+echo "== 2/4 the core builds for wasm32, and its browser tests pass in headless Chromium and Firefox"
 cargo build --target wasm32-unknown-unknown --lib
 wasm-pack test --headless --chrome --mode no-install --chromedriver "$(command -v chromedriver)" -- --test web
+wasm-pack test --headless --firefox --mode no-install --geckodriver "$(command -v geckodriver)" -- --test web
 
 echo "== 3/4 build the npm package, the demo and the server"
 scripts/build-www.sh
