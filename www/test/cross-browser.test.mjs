@@ -1,0 +1,198 @@
+// The npm package in Firefox and Chromium over W3C WebDriver, against the
+// real server (SQLite): the promises that must hold in every engine. Each
+// session is a fresh profile — a fresh device. Chromium is also covered in
+// depth by the Playwright suites; here it runs the same scenarios as Firefox,
+// so a difference between engines shows up as one failing line.
+//
+// Engines: MARKSYNC_ENGINES=firefox,chromium (default: both).
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, newUser } from './helpers.mjs';
+import { session } from './webdriver.mjs';
+
+const engines = (process.env.MARKSYNC_ENGINES || 'firefox,chromium').split(',').map((s) => s.trim()).filter(Boolean);
+
+async function until(fn, what, ms = 15000) {
+  const t0 = Date.now();
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+for (const engine of engines) {
+  describe(`package in ${engine}`, () => {
+    let server;
+    const open = [];
+    before(async () => {
+      server = await startServer('sqlite');
+    });
+    after(async () => {
+      for (const s of open) await s.close();
+      await server?.stop();
+    });
+
+    /** A fresh device with `db` open for `user` (opts: open options). */
+    async function device(user, opts = {}, page = '/test/harness.html') {
+      const s = await session(engine);
+      open.push(s);
+      await s.goto(`${server.url}${page}`);
+      await s.run(() => window.ready);
+      await s.run(({ user, opts }) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'xb', autoSync: false, live: false, ...opts })
+        .then((db) => { window.db = db; }), { user, opts });
+      return s;
+    }
+
+    test('open() resolves with the default persist: true — never waits on a permission prompt', async () => {
+      const user = newUser(`${engine}-persist`);
+      const s = await session(engine);
+      open.push(s);
+      await s.goto(`${server.url}/test/harness.html`);
+      await s.run(() => window.ready);
+      const out = await s.run((user) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'persist' })
+        .then(async (db) => ({ persistence: (await db.storage()).persistence })), user);
+      assert.ok(['prompting', 'granted', 'denied', 'unsupported'].includes(out.persistence), JSON.stringify(out));
+      console.log(`# ${engine}: persistent storage request answered ${out.persistence}`);
+      // Under automation the engine answers the prompt itself; a person may
+      // never answer it: open() must not care.
+      const stubbed = await s.run((user) => {
+        navigator.storage.persist = () => new Promise(() => {});
+        return window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'persist2' })
+          .then(async (db) => (await db.storage()).persistence);
+      }, user);
+      assert.equal(stubbed, 'prompting');
+    });
+
+    test('record, reload, and the edit is still there and reaches the server once', async () => {
+      const user = newUser(`${engine}-reload`);
+      const s = await device(user);
+      const rowId = await s.run(async () => {
+        const id = db.newRowId();
+        await db.change('sets', id, { exercise: 'squat', weightKg: 80, reps: 5 });
+        return id;
+      });
+      await s.goto(`${server.url}/test/harness.html`);
+      await s.run(() => window.ready);
+      const after = await s.run(({ user, rowId }) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'xb', autoSync: false, live: false })
+        .then(async (db) => {
+          window.db = db;
+          const before = { pending: db.pending().length, row: db.row('sets', rowId) };
+          const r = await db.sync();
+          return { ...before, ok: r.ok, phase: db.status('sets', rowId).phase };
+        }), { user, rowId });
+      assert.equal(after.pending, 1);
+      assert.equal(after.row.reps, 5);
+      assert.equal(after.ok, true);
+      assert.equal(after.phase, 'synced');
+      assert.equal((await server.rows(user)).size, 1);
+    });
+
+    test('a lost answer produces no duplicate', async () => {
+      const user = newUser(`${engine}-lost`);
+      const s = await device(user);
+      await server.faults({ loseResponses: 1 });
+      const out = await s.run(async () => {
+        const id = db.newRowId();
+        await db.change('sets', id, { exercise: 'bench', weightKg: 60, reps: 8 });
+        let r = await db.sync();
+        const first = { ok: r.ok, phase: db.status('sets', id).phase };
+        for (let i = 0; i < 3 && !r.ok; i++) r = await db.sync();
+        return { first, ok: r.ok, phase: db.status('sets', id).phase };
+      });
+      if (!out.first.ok) assert.equal(out.first.phase, 'unknown-outcome');
+      assert.equal(out.ok, true);
+      assert.equal(out.phase, 'synced');
+      assert.equal((await server.rows(user)).size, 1);
+    });
+
+    test('a rejected edit comes back with the server\'s reason, word for word', async () => {
+      const user = newUser(`${engine}-reject`);
+      const s = await device(user);
+      const out = await s.run(async () => {
+        const id = db.newRowId();
+        await db.change('sets', id, { exercise: 'curl', weightKg: 15, reps: 10 });
+        await db.sync();
+        await db.change('sets', id, { reps: 1000 });
+        await db.sync();
+        return { status: db.status('sets', id), row: db.row('sets', id), rej: db.rejections().map((r) => r.reason) };
+      });
+      assert.equal(out.status.phase, 'rejected');
+      assert.equal(out.status.reason, 'reps must be at most 100');
+      assert.deepEqual(out.rej, ['reps must be at most 100']);
+      assert.equal(out.row.reps, 10);
+    });
+
+    test('two devices converge', async () => {
+      const user = newUser(`${engine}-converge`);
+      const a = await device(user);
+      const b = await device(user);
+      const rowId = await a.run(async () => {
+        const id = db.newRowId();
+        await db.change('sets', id, { exercise: 'press', weightKg: 40, reps: 8 });
+        await db.sync();
+        return id;
+      });
+      await b.run(() => db.sync());
+      await a.run((id) => db.change('sets', id, { reps: 9 }), rowId);
+      await b.run((id) => db.change('sets', id, { weightKg: 42.5 }), rowId);
+      for (let i = 0; i < 2; i++) {
+        await a.run(() => db.sync());
+        await b.run(() => db.sync());
+      }
+      const [ra, rb] = [await a.run((id) => db.row('sets', id), rowId), await b.run((id) => db.row('sets', id), rowId)];
+      assert.deepEqual(ra, rb);
+      assert.equal(ra.reps, 9);
+      assert.equal(ra.weightKg, 42.5);
+    });
+
+    test('edits made while the server is unreachable wait, then reach it once', async () => {
+      const user = newUser(`${engine}-down`);
+      const s = await device(user);
+      await server.kill();
+      const first = await s.run(async () => {
+        const ids = [];
+        for (let i = 0; i < 3; i++) {
+          const id = db.newRowId();
+          ids.push(id);
+          await db.change('sets', id, { exercise: 'row', weightKg: 40 + i, reps: 10 });
+        }
+        const r = await db.sync();
+        return { ok: r.ok, pending: db.pending().length, phase: db.status('sets', ids[0]).phase };
+      });
+      assert.equal(first.ok, false);
+      assert.equal(first.pending, 3);
+      assert.equal(first.phase, 'unknown-outcome', 'a failed fetch is an unknown outcome');
+      await server.restart();
+      const r = await s.run(() => db.sync());
+      assert.equal(r.ok, true);
+      assert.equal((await server.rows(user)).size, 3);
+    });
+
+    test('the Service Worker holds the queue, where the engine has module workers', async (t) => {
+      const user = newUser(`${engine}-sw`);
+      const s = await session(engine);
+      open.push(s);
+      await s.goto(`${server.url}/test/sw-harness.html`);
+      const ready = await s.run(() => Promise.race([
+        window.ready.then(() => 'ok', (e) => `no: ${e.message}`),
+        new Promise((r) => setTimeout(() => r('no: timeout'), 10000)),
+      ]));
+      if (ready !== 'ok') {
+        t.skip(`no module Service Worker in this engine (${ready})`);
+        return;
+      }
+      await s.run((user) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'e2e-sw', autoSync: false })
+        .then((db) => { window.db = db; }), user);
+      const via = await s.run(async () => {
+        const id = db.newRowId();
+        await db.change('sets', id, { exercise: 'dip', weightKg: 0, reps: 12 });
+        return (await db.requestSync()).via;
+      });
+      assert.ok(['worker', 'background-sync'].includes(via), via);
+      console.log(`# ${engine}: requestSync() went via ${via}`);
+      await until(async () => (await server.rows(user)).size === 1, 'the worker to push');
+    });
+  });
+}
