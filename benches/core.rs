@@ -9,7 +9,7 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use marksync::chunks::{decode_chunk, encode_chunks};
-use marksync::judge::{judge_batch, Known};
+use marksync::judge::{judge_batch, Known, Limits};
 use marksync::replica::Replica;
 use marksync::schema::Schema;
 use marksync::workload::{base_rows, field_ops, merge_all, set_op};
@@ -29,7 +29,9 @@ fn bench_judge(c: &mut Criterion) {
     let batch: Vec<_> = (0..1000).map(|i| set_op("dev", i, i % 700, 10 + i as u64)).collect();
     let mut g = c.benchmark_group("judge");
     g.throughput(Throughput::Elements(1000));
-    g.bench_function("1000-op batch in memory", |b| b.iter(|| black_box(judge_batch(&schema, &batch, Known::default()).map(|j| j.head))));
+    g.bench_function("1000-op batch in memory", |b| {
+        b.iter(|| black_box(judge_batch(&schema, &batch, Known::default(), &Limits::default()).map(|j| j.head)))
+    });
     g.finish();
 }
 

@@ -18,11 +18,54 @@
 //! replay writes nothing, and a replay of a rejected op after a rule change
 //! is still rejected, word for word, with no row written.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::order::merge;
-use crate::protocol::{Op, OpId, Outcome, Row, RowKey, Verdict, MAX_JUDGED_PER_PUSH};
+use crate::protocol::{Op, OpId, Outcome, Recalled, RememberedVerdict, Row, RowKey, Verdict, MAX_JUDGED_PER_PUSH};
 use crate::schema::Schema;
+
+/// The largest row an op may make, in bytes of its encoded `fields` and
+/// `marks` ([`Row::encoded_len`]): one user's row can never grow without bound.
+pub const MAX_ROW_BYTES: usize = 64 * 1024;
+/// The most bytes of rows one answer (push or verdicts) carries: every
+/// answer stays small whatever the batch, so one user cannot make the server
+/// build a huge answer.
+pub const MAX_ANSWER_ROW_BYTES: usize = 1 << 20;
+/// How far ahead of the server's clock an op's `at` may be by default: one day.
+pub const DEFAULT_MAX_FUTURE_MS: u64 = 86_400_000;
+
+/// The rejection code of an op whose `at` is implausibly far ahead of the server's clock.
+pub const CLOCK_AHEAD: &str = "clock_ahead";
+/// The rejection code of an op that would grow its row past [`Limits::max_row_bytes`].
+pub const ROW_TOO_LARGE: &str = "row_too_large";
+
+/// The server's clock and the bounds a batch is judged within. Injected, so
+/// the judge stays pure and tests choose the clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The server's clock when judging, in ms since the Unix epoch.
+    pub now: u64,
+    /// How far ahead of `now` an op's `at` may be; `None` = no bound.
+    pub max_future_ms: Option<u64>,
+    /// The largest row an op may make (see [`MAX_ROW_BYTES`]).
+    pub max_row_bytes: usize,
+    /// The most bytes of rows one answer carries (see [`MAX_ANSWER_ROW_BYTES`]).
+    pub max_answer_row_bytes: usize,
+}
+
+impl Default for Limits {
+    /// No clock (`now` = 0) and no bound on `at`; the default size bounds.
+    fn default() -> Self {
+        Limits { now: 0, max_future_ms: None, max_row_bytes: MAX_ROW_BYTES, max_answer_row_bytes: MAX_ANSWER_ROW_BYTES }
+    }
+}
+
+impl Limits {
+    /// The default size bounds with the server's clock at `now` and `at` bounded by `max_future_ms`.
+    pub fn at(now: u64, max_future_ms: Option<u64>) -> Limits {
+        Limits { now, max_future_ms, ..Limits::default() }
+    }
+}
 
 /// A verdict as the server remembers it, per (user, opId), forever.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,19 +131,34 @@ pub enum Decision {
     },
 }
 
-/// Decides one op against the stored row (PROTOCOL §3 step 1): copy the
-/// marks, merge, and validate the row after the op unless the row exists
-/// and nothing moved.
-pub fn decide(schema: &Schema, op: &Op, current: Option<&Row>) -> Decision {
+/// Decides one op against the stored row (PROTOCOL §3 step 1): refuse an op
+/// stamped implausibly far ahead of the server's clock; copy the marks, merge,
+/// and validate the row after the op (schema, then size) unless the row
+/// exists and nothing moved.
+pub fn decide(schema: &Schema, op: &Op, current: Option<&Row>, limits: &Limits) -> Decision {
+    if let Some(bound) = limits.max_future_ms {
+        if op.at > limits.now.saturating_add(bound) {
+            let reason =
+                format!("at {} is more than {bound} ms ahead of the server's clock ({}); the device's clock is wrong", op.at, limits.now);
+            return Decision::Reject { code: CLOCK_AHEAD.to_owned(), reason };
+        }
+    }
     let mut row = current.cloned().unwrap_or_default();
     let moved = merge(&mut row, op);
     if current.is_some() && !moved {
         return Decision::Apply { row, moved };
     }
-    match schema.check_row(&op.table, &row) {
-        Ok(()) => Decision::Apply { row, moved },
-        Err(refusal) => Decision::Reject { code: refusal.code.as_str().to_owned(), reason: refusal.reason },
+    if let Err(refusal) = schema.check_row(&op.table, &row) {
+        return Decision::Reject { code: refusal.code.as_str().to_owned(), reason: refusal.reason };
     }
+    let bytes = row.encoded_len();
+    // A row stored before the bound existed may be larger: an op that does
+    // not grow it further is still judged on the schema alone.
+    if bytes > limits.max_row_bytes && bytes > current.map_or(0, Row::encoded_len) {
+        let reason = format!("the row would be {bytes} bytes, more than the limit of {} bytes", limits.max_row_bytes);
+        return Decision::Reject { code: ROW_TOO_LARGE.to_owned(), reason };
+    }
+    Decision::Apply { row, moved }
 }
 
 /// What the store knows that the batch touches, loaded under the user's lock.
@@ -125,20 +183,42 @@ pub struct RowWrite {
     pub seq: u64,
 }
 
+/// A verdict given for the first time, to remember: the op, the row it
+/// edits (a rejection is recalled with that row's current state) and the verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remember {
+    /// The op.
+    pub op_id: OpId,
+    /// The row the op edits.
+    pub key: RowKey,
+    /// What was decided.
+    pub verdict: Remembered,
+}
+
+/// Why judging stopped before the end of the batch (the client sends the rest again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// At an op whose schema is newer than the server's.
+    SchemaTooNew(u32),
+    /// At an op whose answer would carry more than [`Limits::max_answer_row_bytes`] of rows.
+    AnswerFull,
+}
+
 /// The result of judging a batch: answers, and what to persist, in this order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Judgement {
-    /// One verdict per op of a prefix of the batch, in batch order.
+    /// One verdict per op of a prefix of the batch, in batch order. Only the
+    /// last rejection of a row carries that row, as it stands after the batch.
     pub verdicts: Vec<Verdict>,
     /// Verdicts given for the first time: insert them (ON CONFLICT DO NOTHING)
     /// before writing any row.
-    pub remember: Vec<(OpId, Remembered)>,
+    pub remember: Vec<Remember>,
     /// Rows to upsert, one per row key, after `remember` went in whole.
     pub writes: Vec<RowWrite>,
     /// The user's new head.
     pub head: u64,
-    /// Set when judging stopped early at an op whose schema is too new.
-    pub stopped_at_schema: Option<u32>,
+    /// Set when judging stopped before the end of the batch (or of its first 1000 ops).
+    pub stopped: Option<Stop>,
     /// Which op took which seq (ops that moved a mark), in order.
     pub seqs: Vec<(OpId, u64)>,
 }
@@ -156,46 +236,130 @@ pub enum JudgeError {
     },
 }
 
+/// The rows an answer carries, counted against [`Limits::max_answer_row_bytes`].
+///
+/// A row is counted once however many rejections name it (only the last one
+/// carries it), at its largest size during the batch. A row larger than the
+/// whole budget is never carried (`row: null`).
+#[derive(Default)]
+struct AnswerRows {
+    /// Row key → its counted size, or `None` when it is too large to carry.
+    counted: HashMap<RowKey, Option<usize>>,
+    bytes: usize,
+}
+
+impl AnswerRows {
+    /// Counts `row` (`None` = no row yet) for a rejection of `key`; false when it does not fit.
+    fn reject(&mut self, key: &RowKey, row: Option<&Row>, budget: usize) -> bool {
+        if self.counted.contains_key(key) {
+            return true;
+        }
+        let size = row.map_or(0, Row::encoded_len);
+        if size > budget {
+            self.counted.insert(key.clone(), None);
+            return true;
+        }
+        if self.bytes + size > budget {
+            return false;
+        }
+        self.bytes += size;
+        self.counted.insert(key.clone(), Some(size));
+        true
+    }
+
+    /// Counts the growth of a carried row that an applied op changes; false when it does not fit.
+    fn grow(&mut self, key: &RowKey, row: &Row, budget: usize) -> bool {
+        let Some(Some(counted)) = self.counted.get(key).copied() else { return true };
+        let size = row.encoded_len();
+        if size <= counted {
+            return true;
+        }
+        if self.bytes + (size - counted) > budget {
+            return false;
+        }
+        self.bytes += size - counted;
+        self.counted.insert(key.clone(), Some(size));
+        true
+    }
+
+    fn carries(&self, key: &RowKey) -> bool {
+        matches!(self.counted.get(key), Some(Some(_)))
+    }
+}
+
 /// Judges up to [`MAX_JUDGED_PER_PUSH`] ops of `batch` (shapes already checked).
 ///
-/// Stops before the first op whose schema is newer than `schema.version`;
-/// if that is the first op, nothing is judged and the whole request fails.
-pub fn judge_batch(schema: &Schema, batch: &[Op], known: Known) -> Result<Judgement, JudgeError> {
+/// Stops before the first op whose schema is newer than `schema.version`
+/// (if that is the first op, nothing is judged and the whole request fails),
+/// and before an op whose rejection or growth would take the rows the answer
+/// carries past [`Limits::max_answer_row_bytes`] (never at the first op).
+/// Every op of the prefix judged gets exactly one verdict.
+pub fn judge_batch(schema: &Schema, batch: &[Op], known: Known, limits: &Limits) -> Result<Judgement, JudgeError> {
     let Known { mut rows, mut verdicts, mut head } = known;
     let mut out = Judgement::default();
     let mut written: HashMap<RowKey, u64> = HashMap::new();
+    let mut answer = AnswerRows::default();
+    // (verdict index, row key) of every rejection: the rows are filled in at the end.
+    let mut rejections: Vec<(usize, RowKey)> = Vec::new();
+    let budget = limits.max_answer_row_bytes;
     for (i, op) in batch.iter().take(MAX_JUDGED_PER_PUSH).enumerate() {
         if op.schema > schema.version {
             if i == 0 {
                 return Err(JudgeError::SchemaTooNew { op: op.schema, server: schema.version });
             }
-            out.stopped_at_schema = Some(op.schema);
+            out.stopped = Some(Stop::SchemaTooNew(op.schema));
             break;
         }
         let key = op.row_key();
         let current = rows.get(&key);
         if let Some(saved) = verdicts.get(&op.op_id) {
-            out.verdicts.push(Verdict { op_id: op.op_id.clone(), outcome: saved.replay(current) });
+            if let Remembered::Rejected { .. } = saved {
+                if !answer.reject(&key, current, budget) {
+                    out.stopped = Some(Stop::AnswerFull);
+                    break;
+                }
+                rejections.push((i, key));
+            }
+            out.verdicts.push(Verdict { op_id: op.op_id.clone(), outcome: saved.replay(None) });
             continue;
         }
-        let (outcome, remembered) = match decide(schema, op, current) {
+        let (outcome, remembered) = match decide(schema, op, current, limits) {
             Decision::Apply { row, moved } => {
                 if moved {
+                    if !answer.grow(&key, &row, budget) {
+                        out.stopped = Some(Stop::AnswerFull);
+                        break;
+                    }
                     head += 1;
                     out.seqs.push((op.op_id.clone(), head));
                     written.insert(key.clone(), head);
-                    rows.insert(key, row);
+                    rows.insert(key.clone(), row);
                 }
                 (Outcome::Applied, Remembered::Applied)
             }
             Decision::Reject { code, reason } => {
-                let outcome = Outcome::Rejected { reason: reason.clone(), code: code.clone(), row: current.cloned() };
-                (outcome, Remembered::Rejected { reason, code })
+                if !answer.reject(&key, current, budget) {
+                    out.stopped = Some(Stop::AnswerFull);
+                    break;
+                }
+                rejections.push((i, key.clone()));
+                (Outcome::Rejected { reason: reason.clone(), code: code.clone(), row: None }, Remembered::Rejected { reason, code })
             }
         };
         verdicts.insert(op.op_id.clone(), remembered.clone());
-        out.remember.push((op.op_id.clone(), remembered));
+        out.remember.push(Remember { op_id: op.op_id.clone(), key, verdict: remembered });
         out.verdicts.push(Verdict { op_id: op.op_id.clone(), outcome });
+    }
+    // Only the last rejection of a row carries it, as it stands after the
+    // batch: an answer never holds one row twice (clients merge rows by
+    // marks, so the newest state once is all they need).
+    let mut filled: HashSet<&RowKey> = HashSet::new();
+    for (i, key) in rejections.iter().rev() {
+        if filled.insert(key) && answer.carries(key) {
+            if let Outcome::Rejected { row, .. } = &mut out.verdicts[*i].outcome {
+                *row = rows.get(key).cloned();
+            }
+        }
     }
     let mut writes: Vec<RowWrite> =
         written.into_iter().filter_map(|(key, seq)| rows.remove(&key).map(|row| RowWrite { key, row, seq })).collect();
@@ -203,6 +367,48 @@ pub fn judge_batch(schema: &Schema, batch: &[Op], known: Known) -> Result<Judgem
     out.writes = writes;
     out.head = head;
     Ok(out)
+}
+
+/// `POST /v1/verdicts`, pure: what is remembered of each of `op_ids`, in the
+/// order asked. `saved` holds the remembered verdicts (with the row a
+/// rejected op edits, when known) and `rows` the current rows of those keys.
+/// Like a push answer, only the last rejection of a row carries it, and the
+/// rows carried stay within [`Limits::max_answer_row_bytes`] (past it: `row: null`).
+pub fn recall(
+    op_ids: &[OpId],
+    saved: &HashMap<OpId, (Remembered, Option<RowKey>)>,
+    rows: &HashMap<RowKey, Row>,
+    limits: &Limits,
+) -> Vec<RememberedVerdict> {
+    let mut last: HashMap<&RowKey, usize> = HashMap::new();
+    for (i, id) in op_ids.iter().enumerate() {
+        if let Some((Remembered::Rejected { .. }, Some(key))) = saved.get(id) {
+            last.insert(key, i);
+        }
+    }
+    let mut bytes = 0usize;
+    op_ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let recalled = match saved.get(id) {
+                None => Recalled::Unknown,
+                Some((Remembered::Applied, _)) => Recalled::Applied,
+                Some((Remembered::Rejected { reason, code }, key)) => {
+                    let row = key.as_ref().filter(|k| last.get(k) == Some(&i)).and_then(|k| rows.get(k)).filter(|row| {
+                        let size = row.encoded_len();
+                        let fits = bytes + size <= limits.max_answer_row_bytes;
+                        if fits {
+                            bytes += size;
+                        }
+                        fits
+                    });
+                    Recalled::Rejected { reason: reason.clone(), code: code.clone(), row: row.cloned() }
+                }
+            };
+            RememberedVerdict { op_id: id.clone(), recalled }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -226,8 +432,8 @@ mod tests {
     }
 
     fn apply(known: &mut Known, j: &Judgement) {
-        for (id, r) in &j.remember {
-            known.verdicts.insert(id.clone(), r.clone());
+        for r in &j.remember {
+            known.verdicts.insert(r.op_id.clone(), r.verdict.clone());
         }
         for w in &j.writes {
             known.rows.insert(w.key.clone(), w.row.clone());
@@ -240,11 +446,11 @@ mod tests {
         let s = Schema::workout();
         let mut k = Known::default();
         let b = vec![full("d:1", "d-1", 10, 5)];
-        let j = judge_batch(&s, &b, k.clone()).unwrap();
+        let j = judge_batch(&s, &b, k.clone(), &Limits::default()).unwrap();
         assert_eq!(j.verdicts[0].outcome, Outcome::Applied);
         assert_eq!((j.head, j.writes.len(), j.remember.len()), (1, 1, 1));
         apply(&mut k, &j);
-        let j2 = judge_batch(&s, &b, k.clone()).unwrap();
+        let j2 = judge_batch(&s, &b, k.clone(), &Limits::default()).unwrap();
         assert_eq!(j2.verdicts[0].outcome, Outcome::Duplicate);
         assert_eq!((j2.head, j2.writes.len(), j2.remember.len()), (1, 0, 0));
     }
@@ -254,12 +460,12 @@ mod tests {
         let s = Schema::workout();
         let mut k = Known::default();
         let b = vec![full("d:1", "d-1", 10, 500)];
-        let j = judge_batch(&s, &b, k.clone()).unwrap();
+        let j = judge_batch(&s, &b, k.clone(), &Limits::default()).unwrap();
         let Outcome::Rejected { reason, code, row } = &j.verdicts[0].outcome else { panic!("{j:?}") };
         assert_eq!((reason.as_str(), code.as_str(), row), ("reps must be at most 100", "out_of_range", &None));
         assert!(j.writes.is_empty());
         apply(&mut k, &j);
-        let j2 = judge_batch(&s, &b, k).unwrap();
+        let j2 = judge_batch(&s, &b, k, &Limits::default()).unwrap();
         assert_eq!(j2.verdicts, j.verdicts);
         assert!(j2.remember.is_empty() && j2.writes.is_empty());
     }
@@ -269,13 +475,13 @@ mod tests {
         let strict = Schema::workout();
         let mut k = Known::default();
         let b = vec![full("d:1", "d-1", 10, 150)];
-        let j = judge_batch(&strict, &b, k.clone()).unwrap();
+        let j = judge_batch(&strict, &b, k.clone(), &Limits::default()).unwrap();
         apply(&mut k, &j);
         let mut relaxed = Schema::workout();
         if let Some(r) = relaxed.tables.get_mut("sets").and_then(|t| t.fields.get_mut("reps")) {
             r.max = Some(1000.0);
         }
-        let j2 = judge_batch(&relaxed, &b, k).unwrap();
+        let j2 = judge_batch(&relaxed, &b, k, &Limits::default()).unwrap();
         assert!(matches!(j2.verdicts[0].outcome, Outcome::Rejected { .. }));
         assert!(j2.writes.is_empty(), "a replay writes nothing");
         assert_eq!(j2.head, 0);
@@ -285,9 +491,9 @@ mod tests {
     fn an_op_whose_every_field_loses_is_applied_with_no_seq() {
         let s = Schema::workout();
         let mut k = Known::default();
-        let j = judge_batch(&s, &[full("d:2", "d-1", 20, 5)], k.clone()).unwrap();
+        let j = judge_batch(&s, &[full("d:2", "d-1", 20, 5)], k.clone(), &Limits::default()).unwrap();
         apply(&mut k, &j);
-        let j2 = judge_batch(&s, &[op("e:1", "d-1", 10, &[("reps", 500i64.into())])], k).unwrap();
+        let j2 = judge_batch(&s, &[op("e:1", "d-1", 10, &[("reps", 500i64.into())])], k, &Limits::default()).unwrap();
         assert_eq!(j2.verdicts[0].outcome, Outcome::Applied, "no validation when nothing moved");
         assert_eq!((j2.head, j2.writes.len(), j2.remember.len()), (1, 0, 1));
     }
@@ -296,11 +502,11 @@ mod tests {
     fn the_row_after_the_op_is_validated_not_the_op() {
         let s = Schema::workout();
         let mut k = Known::default();
-        let j = judge_batch(&s, &[full("d:1", "d-1", 10, 5)], k.clone()).unwrap();
+        let j = judge_batch(&s, &[full("d:1", "d-1", 10, 5)], k.clone(), &Limits::default()).unwrap();
         apply(&mut k, &j);
-        let j = judge_batch(&s, &[op("d:2", "d-1", 11, &[("reps", 6i64.into())])], k.clone()).unwrap();
+        let j = judge_batch(&s, &[op("d:2", "d-1", 11, &[("reps", 6i64.into())])], k.clone(), &Limits::default()).unwrap();
         assert_eq!(j.verdicts[0].outcome, Outcome::Applied);
-        let j = judge_batch(&s, &[op("d:3", "d-2", 11, &[("reps", 6i64.into())])], k).unwrap();
+        let j = judge_batch(&s, &[op("d:3", "d-2", 11, &[("reps", 6i64.into())])], k, &Limits::default()).unwrap();
         assert!(matches!(&j.verdicts[0].outcome, Outcome::Rejected { code, .. } if code == "missing_fields"));
     }
 
@@ -308,7 +514,7 @@ mod tests {
     fn ops_on_one_row_in_one_batch_see_each_other_and_the_row_gets_the_last_seq() {
         let s = Schema::workout();
         let b = vec![full("d:1", "d-1", 10, 5), op("d:2", "d-1", 11, &[("reps", 7i64.into())]), full("d:3", "d-2", 12, 1)];
-        let j = judge_batch(&s, &b, Known::default()).unwrap();
+        let j = judge_batch(&s, &b, Known::default(), &Limits::default()).unwrap();
         assert!(j.verdicts.iter().all(|v| v.outcome == Outcome::Applied));
         assert_eq!(j.head, 3);
         assert_eq!(j.writes.len(), 2);
@@ -320,7 +526,7 @@ mod tests {
     fn an_op_id_repeated_in_one_batch_is_a_replay_of_its_first() {
         let s = Schema::workout();
         let b = vec![full("d:1", "d-1", 10, 5), full("d:1", "d-1", 10, 5), full("d:2", "d-2", 10, 0), full("d:2", "d-2", 10, 0)];
-        let j = judge_batch(&s, &b, Known::default()).unwrap();
+        let j = judge_batch(&s, &b, Known::default(), &Limits::default()).unwrap();
         assert_eq!(j.verdicts[1].outcome, Outcome::Duplicate);
         assert_eq!(j.verdicts[3].outcome, j.verdicts[2].outcome);
         assert_eq!(j.remember.len(), 2);
@@ -330,7 +536,7 @@ mod tests {
     fn a_rejected_op_carries_the_current_row() {
         let s = Schema::workout();
         let b = vec![full("d:1", "d-1", 10, 5), op("d:2", "d-1", 11, &[("reps", 0i64.into())])];
-        let j = judge_batch(&s, &b, Known::default()).unwrap();
+        let j = judge_batch(&s, &b, Known::default(), &Limits::default()).unwrap();
         let Outcome::Rejected { row: Some(row), .. } = &j.verdicts[1].outcome else { panic!() };
         assert_eq!(row.get("reps"), Some(&Value::Number(5.0)));
     }
@@ -340,17 +546,21 @@ mod tests {
         let s = Schema::workout();
         let mut newer = full("d:2", "d-2", 10, 5);
         newer.schema = 2;
-        assert_eq!(judge_batch(&s, std::slice::from_ref(&newer), Known::default()), Err(JudgeError::SchemaTooNew { op: 2, server: 1 }));
-        let j = judge_batch(&s, &[full("d:1", "d-1", 10, 5), newer, full("d:3", "d-3", 10, 5)], Known::default()).unwrap();
+        assert_eq!(
+            judge_batch(&s, std::slice::from_ref(&newer), Known::default(), &Limits::default()),
+            Err(JudgeError::SchemaTooNew { op: 2, server: 1 })
+        );
+        let j =
+            judge_batch(&s, &[full("d:1", "d-1", 10, 5), newer, full("d:3", "d-3", 10, 5)], Known::default(), &Limits::default()).unwrap();
         assert_eq!(j.verdicts.len(), 1);
-        assert_eq!(j.stopped_at_schema, Some(2));
+        assert_eq!(j.stopped, Some(Stop::SchemaTooNew(2)));
     }
 
     #[test]
     fn at_most_1000_ops_are_judged() {
         let s = Schema::workout();
         let b: Vec<Op> = (0..1200).map(|i| full(&format!("d:{i}"), &format!("d-{i}"), 10, 5)).collect();
-        let j = judge_batch(&s, &b, Known::default()).unwrap();
+        let j = judge_batch(&s, &b, Known::default(), &Limits::default()).unwrap();
         assert_eq!(j.verdicts.len(), 1000);
         assert_eq!(j.head, 1000);
     }
@@ -358,7 +568,47 @@ mod tests {
     #[test]
     fn tombstones_pass_without_the_required_fields() {
         let s = Schema::workout();
-        let j = judge_batch(&s, &[op("d:1", "d-9", 10, &[("_deleted", true.into())])], Known::default()).unwrap();
+        let j = judge_batch(&s, &[op("d:1", "d-9", 10, &[("_deleted", true.into())])], Known::default(), &Limits::default()).unwrap();
         assert_eq!(j.verdicts[0].outcome, Outcome::Applied);
+    }
+
+    #[test]
+    fn an_op_stamped_too_far_ahead_is_rejected_with_the_bound_named() {
+        let s = Schema::workout();
+        let limits = Limits::at(1_700_000_000_000, Some(86_400_000));
+        let b = vec![full("d:1", "d-1", (1 << 53) - 1, 5), full("d:2", "d-2", 1_700_000_000_000 + 86_400_000, 5)];
+        let j = judge_batch(&s, &b, Known::default(), &limits).unwrap();
+        let Outcome::Rejected { reason, code, row: None } = &j.verdicts[0].outcome else { panic!("{j:?}") };
+        assert_eq!(code, CLOCK_AHEAD);
+        assert_eq!(
+            reason,
+            "at 9007199254740991 is more than 86400000 ms ahead of the server's clock (1700000000000); the device's clock is wrong"
+        );
+        assert_eq!(j.verdicts[1].outcome, Outcome::Applied, "exactly at the bound is fine");
+        assert_eq!(j.writes.len(), 1);
+        let mut k = Known::default();
+        apply(&mut k, &j);
+        let later = Limits::at(9_000_000_000_000_000, Some(86_400_000));
+        assert_eq!(judge_batch(&s, &b[..1], k, &later).unwrap().verdicts, j.verdicts[..1], "a replay is remembered, not judged again");
+        let off = judge_batch(&s, &b[..1], Known::default(), &Limits::default()).unwrap();
+        assert_eq!(off.verdicts[0].outcome, Outcome::Applied, "no bound, no clock check");
+    }
+
+    #[test]
+    fn recall_answers_applied_rejected_with_the_row_and_unknown() {
+        let s = Schema::workout();
+        let b = vec![full("d:1", "d-1", 10, 5), op("d:2", "d-1", 11, &[("reps", 0i64.into())]), full("d:3", "d-3", 10, 0)];
+        let j = judge_batch(&s, &b, Known::default(), &Limits::default()).unwrap();
+        let saved: HashMap<OpId, (Remembered, Option<RowKey>)> =
+            j.remember.iter().map(|r| (r.op_id.clone(), (r.verdict.clone(), Some(r.key.clone())))).collect();
+        let rows: HashMap<RowKey, Row> = j.writes.iter().map(|w| (w.key.clone(), w.row.clone())).collect();
+        let ids: Vec<OpId> = ["d:1", "d:2", "d:3", "d:9"].into_iter().map(OpId::new).collect();
+        let got = recall(&ids, &saved, &rows, &Limits::default());
+        assert_eq!(got[0].recalled, Recalled::Applied);
+        let Recalled::Rejected { reason, code, row: Some(row) } = &got[1].recalled else { panic!("{got:?}") };
+        assert_eq!((reason.as_str(), code.as_str()), ("reps must be at least 1", "out_of_range"));
+        assert_eq!(row.get("reps"), Some(&Value::Number(5.0)));
+        assert!(matches!(&got[2].recalled, Recalled::Rejected { row: None, .. }), "no row stored for d-3");
+        assert_eq!(got[3].recalled, Recalled::Unknown);
     }
 }

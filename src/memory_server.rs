@@ -6,8 +6,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::judge::{judge_batch, JudgeError, Known, Remembered};
-use crate::protocol::{Change, ErrorBody, ErrorCode, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, MAX_PULL_LIMIT};
+use crate::judge::{judge_batch, recall, JudgeError, Known, Limits, Remembered};
+use crate::protocol::{
+    Change, ErrorBody, ErrorCode, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, VerdictsRequest, VerdictsResponse,
+    MAX_PULL_LIMIT,
+};
 use crate::schema::Schema;
 
 /// One user's data: remembered verdicts, rows with their seq, the head.
@@ -15,6 +18,8 @@ use crate::schema::Schema;
 pub struct UserData {
     /// (opId) → remembered verdict. Never purged.
     pub verdicts: HashMap<OpId, Remembered>,
+    /// (opId) → the row a rejected op edits, to recall the rejection with that row.
+    pub rejected_rows: HashMap<OpId, RowKey>,
     /// Row key → (row, seq of its latest change).
     pub rows: HashMap<RowKey, (Row, u64)>,
     /// seq → row key, for pull in seq order (one entry per row, at its latest seq).
@@ -34,17 +39,31 @@ pub struct MemoryServer {
     pub schema: Schema,
     /// user id → data.
     pub users: HashMap<String, UserData>,
+    /// The injected server clock (ms): answers carry it as `now`, and
+    /// `max_future_ms` bounds `at` by it. `None` (the default): no clock.
+    pub now: Option<u64>,
+    /// How far ahead of `now` an op's `at` may be; `None` (the default): no bound.
+    pub max_future_ms: Option<u64>,
 }
 
 impl MemoryServer {
     /// An empty server with `schema`.
     pub fn new(schema: Schema) -> Self {
-        MemoryServer { schema, users: HashMap::new() }
+        MemoryServer { schema, users: HashMap::new(), now: None, max_future_ms: None }
+    }
+
+    /// The judge's limits: the injected clock and bound (none unless both are set).
+    fn limits(&self) -> Limits {
+        match self.now {
+            Some(now) => Limits::at(now, self.max_future_ms),
+            None => Limits::default(),
+        }
     }
 
     /// `POST /v1/push` for `user`: shape check, judge, remember, write.
     pub fn push(&mut self, user: &str, req: &PushRequest) -> Result<PushResponse, ErrorBody> {
         req.check_shape().map_err(|e| ErrorBody::new(ErrorCode::BadRequest, e.to_string()))?;
+        let limits = self.limits();
         let data = self.users.entry(user.to_owned()).or_default();
         let mut known = Known { head: data.head, ..Known::default() };
         for op in &req.batch {
@@ -56,12 +75,15 @@ impl MemoryServer {
                 known.verdicts.insert(op.op_id.clone(), v.clone());
             }
         }
-        let j = judge_batch(&self.schema, &req.batch, known).map_err(|e| match e {
+        let j = judge_batch(&self.schema, &req.batch, known, &limits).map_err(|e| match e {
             JudgeError::SchemaTooNew { .. } => ErrorBody::new(ErrorCode::SchemaTooNew, e.to_string()),
         })?;
-        for (id, v) in j.remember {
-            *data.verdict_count.entry(id.clone()).or_default() += 1;
-            data.verdicts.insert(id, v);
+        for r in j.remember {
+            *data.verdict_count.entry(r.op_id.clone()).or_default() += 1;
+            if let Remembered::Rejected { .. } = r.verdict {
+                data.rejected_rows.insert(r.op_id.clone(), r.key);
+            }
+            data.verdicts.insert(r.op_id, r.verdict);
         }
         for (id, _) in j.seqs {
             *data.seq_count.entry(id).or_default() += 1;
@@ -74,7 +96,27 @@ impl MemoryServer {
             data.rows.insert(w.key, (w.row, w.seq));
         }
         data.head = j.head;
-        Ok(PushResponse { attempt_key: req.attempt_key.clone(), verdicts: j.verdicts, now: None })
+        Ok(PushResponse { attempt_key: req.attempt_key.clone(), verdicts: j.verdicts, now: self.now })
+    }
+
+    /// `POST /v1/verdicts` for `user` (shape already checked): what is
+    /// remembered of each opId, read-only — nothing is judged or written.
+    pub fn verdicts(&self, user: &str, req: &VerdictsRequest) -> VerdictsResponse {
+        let mut saved = HashMap::new();
+        let mut rows = HashMap::new();
+        if let Some(data) = self.users.get(user) {
+            for id in &req.op_ids {
+                let Some(v) = data.verdicts.get(id) else { continue };
+                let key = data.rejected_rows.get(id).cloned();
+                if let Some(k) = &key {
+                    if let Some((row, _)) = data.rows.get(k) {
+                        rows.insert(k.clone(), row.clone());
+                    }
+                }
+                saved.insert(id.clone(), (v.clone(), key));
+            }
+        }
+        VerdictsResponse { verdicts: recall(&req.op_ids, &saved, &rows, &self.limits()), now: self.now }
     }
 
     /// `POST /v1/verdicts` for `user` (interim: rows left out).
@@ -102,7 +144,7 @@ impl MemoryServer {
     pub fn pull(&self, user: &str, cursor: u64, limit: usize) -> PullResponse {
         let limit = limit.clamp(1, MAX_PULL_LIMIT);
         let Some(data) = self.users.get(user) else {
-            return PullResponse { changes: vec![], cursor, has_more: false, now: None };
+            return PullResponse { changes: vec![], cursor, has_more: false, now: self.now };
         };
         let mut changes = Vec::new();
         let mut range = data.by_seq.range(cursor + 1..);
@@ -113,7 +155,7 @@ impl MemoryServer {
         }
         let has_more = range.next().is_some();
         let cursor = changes.last().map_or(cursor, |c| c.seq);
-        PullResponse { changes, cursor, has_more, now: None }
+        PullResponse { changes, cursor, has_more, now: self.now }
     }
 
     /// The user's head seq.
@@ -208,5 +250,46 @@ mod tests {
         assert_eq!(e.error.code, ErrorCode::BadRequest);
         assert_eq!(s.head("u"), 0);
         assert!(s.users.get("u").is_none_or(|d| d.verdicts.is_empty()));
+    }
+
+    #[test]
+    fn verdicts_recall_applied_rejected_and_unknown_and_write_nothing() {
+        use crate::protocol::Recalled;
+        let mut s = MemoryServer::new(Schema::workout());
+        let mut bad = op("d:2", "d-1");
+        bad.fields.insert("reps".into(), 0i64.into());
+        bad.at = 6;
+        let pushed = s.push("u", &req("d:a1", vec![op("d:1", "d-1"), bad])).unwrap();
+        let before = (s.head("u"), s.users["u"].verdicts.len());
+        let ask = VerdictsRequest { op_ids: vec!["d:1".into(), "d:2".into(), "d:3".into()] };
+        let got = s.verdicts("u", &ask);
+        assert_eq!(got.verdicts[0].recalled, Recalled::Applied);
+        let Outcome::Rejected { reason, code, row } = &pushed.verdicts[1].outcome else { panic!("{pushed:?}") };
+        assert_eq!(got.verdicts[1].recalled, Recalled::Rejected { reason: reason.clone(), code: code.clone(), row: row.clone() });
+        assert!(row.is_some());
+        assert_eq!(got.verdicts[2].recalled, Recalled::Unknown);
+        assert!(s.verdicts("bob", &ask).verdicts.iter().all(|v| v.recalled == Recalled::Unknown));
+        assert_eq!((s.head("u"), s.users["u"].verdicts.len()), before);
+        assert_eq!(got.now, None, "no clock injected");
+    }
+
+    #[test]
+    fn an_injected_clock_is_answered_and_bounds_at() {
+        let mut s = MemoryServer::new(Schema::workout());
+        s.now = Some(1_000);
+        s.max_future_ms = Some(100);
+        let mut ahead = op("d:1", "d-1");
+        ahead.at = 1_101;
+        let resp = s.push("u", &req("d:a1", vec![ahead, op("d:2", "d-2")])).unwrap();
+        assert_eq!(resp.now, Some(1_000));
+        assert!(matches!(&resp.verdicts[0].outcome, Outcome::Rejected { code, .. } if code == "clock_ahead"));
+        assert_eq!(resp.verdicts[1].outcome, Outcome::Applied);
+        assert_eq!(s.pull("u", 0, 10).now, Some(1_000));
+    }
+
+    #[test]
+    fn an_empty_batch_is_a_400() {
+        let mut s = MemoryServer::new(Schema::workout());
+        assert_eq!(s.push("u", &req("d:a1", vec![])).unwrap_err().error.code, ErrorCode::BadRequest);
     }
 }

@@ -371,6 +371,16 @@ impl Row {
         self.cells.iter().map(|(k, c)| (k.clone(), c.value.clone())).collect()
     }
 
+    /// The bytes of the row's encoded `fields` and `marks` JSON objects (as
+    /// stored and as sent), counted without building them.
+    pub fn encoded_len(&self) -> usize {
+        let mut n = ByteCount(0);
+        // Writing into a counter cannot fail, and these maps always serialize.
+        let _ = serde_json::to_writer(&mut n, &FieldsOf(&self.cells));
+        let _ = serde_json::to_writer(&mut n, &MarksOf(&self.cells));
+        n.0
+    }
+
     /// Builds a row from its wire halves; every field needs a mark and vice versa.
     pub fn from_parts(fields: Fields, mut marks: BTreeMap<String, Mark>) -> Result<Row, String> {
         let mut cells = Cells::new();
@@ -382,6 +392,18 @@ impl Row {
             return Err(format!("mark {k} has no field"));
         }
         Ok(Row { cells })
+    }
+}
+
+/// A writer that only counts bytes.
+struct ByteCount(usize);
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -466,6 +488,11 @@ impl PushRequest {
     pub fn check_shape(&self) -> Result<(), ShapeError> {
         if self.attempt_key.is_empty() || self.attempt_key.len() > 128 {
             return Err(ShapeError::new("attemptKey", "must be 1 to 128 characters"));
+        }
+        // A 200 with no verdicts means "nothing judged, call again now": an
+        // empty batch must never be answered that way.
+        if self.batch.is_empty() {
+            return Err(ShapeError::new("batch", "must hold at least one op"));
         }
         for (i, op) in self.batch.iter().enumerate() {
             op.check_shape(&format!("batch[{i}]"))?;

@@ -46,7 +46,12 @@ pub struct Config {
     #[arg(long, env = "MARKSYNC_MAX_BODY_BYTES", default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
 
-    /// Requests per second allowed per user on push and pull (token bucket); 0 turns the limit off.
+    /// How far ahead of the server's clock an op's `at` may be, in ms; an op
+    /// stamped later is rejected with code `clock_ahead`. 0 turns the bound off.
+    #[arg(long, env = "MARKSYNC_MAX_FUTURE_MS", default_value_t = marksync::judge::DEFAULT_MAX_FUTURE_MS)]
+    pub max_future_ms: u64,
+
+    /// Requests per second allowed per user on push, pull and verdicts (token bucket); 0 turns the limit off.
     #[arg(long, env = "MARKSYNC_RATE_LIMIT", default_value_t = 100.0)]
     pub rate_limit: f64,
 
@@ -90,6 +95,7 @@ impl Config {
             enable_faults: false,
             jwt_secret: None,
             max_body_bytes: 1 << 20,
+            max_future_ms: marksync::judge::DEFAULT_MAX_FUTURE_MS,
             rate_limit: 100.0,
             rate_burst: None,
             cors_origin: Vec::new(),
@@ -113,6 +119,7 @@ mod tests {
         assert_eq!(c.database, "sqlite://marksync.db");
         assert!(!c.dev_auth && !c.enable_faults);
         assert_eq!(c.max_body_bytes, 1 << 20);
+        assert_eq!(c.max_future_ms, 86_400_000);
         let c = Config::try_parse_from([
             "marksync-server",
             "--dev-auth",

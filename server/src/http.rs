@@ -1,4 +1,4 @@
-//! Routes and handlers: push, pull, events, health, metrics, faults, static files.
+//! Routes and handlers: push, pull, verdicts, events, health, metrics, faults, static files.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -15,7 +15,10 @@ use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use futures_util::Stream;
 use http_body_util::BodyExt;
-use marksync::protocol::{ErrorCode, PushRequest, PushResponse, DEFAULT_PULL_LIMIT, MAX_PULL_LIMIT, MAX_SAFE_INTEGER};
+use marksync::protocol::{
+    ErrorCode, PushRequest, PushResponse, VerdictsRequest, VerdictsResponse, DEFAULT_PULL_LIMIT, MAX_PULL_LIMIT,
+    MAX_SAFE_INTEGER,
+};
 use tokio::sync::broadcast::error::RecvError;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::services::{ServeDir, ServeFile};
@@ -31,6 +34,7 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
     let mut r = Router::new()
         .route("/v1/push", post(push))
         .route("/v1/pull", get(pull))
+        .route("/v1/verdicts", post(verdicts))
         .route("/v1/events", get(events))
         .route("/v1/{*rest}", any(not_found))
         .route("/healthz", get(healthz))
@@ -161,9 +165,6 @@ async fn push(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<
     // Held until the answer leaves: how many pushes of this device overlap.
     let device = req.attempt_key.split(':').next().unwrap_or_default();
     let _in_flight = app.metrics.same_device.enter(&format!("{user}/{device}"));
-    if req.batch.is_empty() {
-        return Ok(Json(PushResponse { attempt_key: req.attempt_key, verdicts: Vec::new(), now: None }).into_response());
-    }
     let faults = app.faults.as_ref().map(|f| f.take()).unwrap_or_default();
     let ctl = PushControl {
         hold_lock_for: faults.delay,
@@ -171,6 +172,7 @@ async fn push(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<
         probe: Some(Arc::clone(&app.metrics.same_user)),
         sabotage: app.sabotage,
     };
+    let limits = app.limits();
     let started = Instant::now();
     // The judge runs in its own task: a client that hangs up cannot cancel a
     // transaction half way; it commits or rolls back whole.
@@ -182,7 +184,7 @@ async fn push(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<
             let result = task_app.store.push_per_op(&task_user, &task_app.schema, &req.batch).await;
             return (req, result);
         }
-        let result = task_app.store.push(&task_user, &task_app.schema, &req.batch, &ctl).await;
+        let result = task_app.store.push(&task_user, &task_app.schema, &req.batch, &limits, &ctl).await;
         (req, result)
     });
     let (req, result) = task.await.map_err(|e| ApiError::internal(&e))?;
@@ -200,7 +202,22 @@ async fn push(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<
         tracing::warn!(user, "fault: committed, now dropping the connection without an answer");
         return Ok(lost_response());
     }
-    Ok(Json(PushResponse { attempt_key: req.attempt_key, verdicts: judgement.verdicts, now: None }).into_response())
+    Ok(Json(PushResponse { attempt_key: req.attempt_key, verdicts: judgement.verdicts, now: Some(limits.now) })
+        .into_response())
+}
+
+/// `POST /v1/verdicts`: what the server remembers of some opIds (PROTOCOL §3,
+/// "asking instead of sending"). Read-only: never judges, writes or takes a seq.
+async fn verdicts(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let user = user_of(&app, &headers, None)?;
+    rate(&app, &user)?;
+    let bytes = read_body(&headers, body, app.max_body).await?;
+    let req: VerdictsRequest = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a verdicts request: {e}")))?;
+    req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let limits = app.limits();
+    let verdicts = app.store.verdicts(&user, &req.op_ids, &limits).await.map_err(|e| ApiError::internal(&e))?;
+    Ok(Json(VerdictsResponse { verdicts, now: Some(limits.now) }).into_response())
 }
 
 /// A response whose body fails before its first byte: hyper then closes the
@@ -253,7 +270,9 @@ async fn pull(
     let q = query(q)?;
     rate(&app, &user)?;
     let (cursor, limit) = pull_params(&q)?;
-    let page = app.store.pull(&user, cursor, limit).await.map_err(|e| ApiError::internal(&e))?;
+    let now = crate::store::now_ms_u64();
+    let mut page = app.store.pull(&user, cursor, limit).await.map_err(|e| ApiError::internal(&e))?;
+    page.now = Some(now);
     app.metrics.pulled(page.changes.len());
     Ok(Json(page).into_response())
 }

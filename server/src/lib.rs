@@ -1,7 +1,7 @@
 //! # marksync-server
 //!
 //! The reference server of the marksync protocol (PROTOCOL.md): `POST /v1/push`,
-//! `GET /v1/pull`, `GET /v1/events`, over SQLite or PostgreSQL. Every rule —
+//! `GET /v1/pull`, `POST /v1/verdicts`, `GET /v1/events`, over SQLite or PostgreSQL. Every rule —
 //! merge, marks, validation, verdict replay — is the core crate's
 //! ([`marksync::judge`]); this crate only moves bytes, holds the per-user lock
 //! and persists what the judge decided.
@@ -102,6 +102,8 @@ pub struct AppState {
     pub pokes: broadcast::Sender<Poke>,
     /// Body limit in bytes.
     pub max_body: usize,
+    /// How far ahead of the server's clock an op's `at` may be (`None`: no bound).
+    pub max_future_ms: Option<u64>,
     /// Turns true when the server shuts down (ends event streams).
     pub shutdown: watch::Receiver<bool>,
     /// Deliberate breakage for one test run; [`Sabotage::None`] otherwise.
@@ -135,6 +137,11 @@ pub fn load_schema(config: &Config) -> Result<Schema, ServerError> {
 }
 
 impl App {
+    /// The server's clock (ms since the Unix epoch) and the judge's bounds at this moment.
+    pub fn limits(&self) -> marksync::judge::Limits {
+        marksync::judge::Limits::at(store::now_ms_u64(), self.max_future_ms)
+    }
+
     /// Opens the store, loads the schema and builds the shared state.
     /// `listen` is the address actually bound (checked against `--dev-auth`).
     pub async fn build(
@@ -177,6 +184,7 @@ impl App {
             limiter,
             pokes,
             max_body: config.max_body_bytes,
+            max_future_ms: (config.max_future_ms > 0).then_some(config.max_future_ms),
             shutdown,
             sabotage: config.sabotage,
             #[cfg(feature = "bench-per-op")]

@@ -55,6 +55,7 @@ async fn every_bad_input_is_refused_whole_and_writes_nothing(b: Backend) {
             with(json!({"opId": "d:1", "table": "sets", "rowId": "d-1", "at": 1, "fields": {"reps": 1}, "x": 1})),
         ),
         ("a missing attemptKey", json!({"batch": [good.clone()]}).to_string()),
+        ("an empty batch", body(json!([]))),
         ("a long string", with(op("d:1", "d-1", 10, json!({"exercise": "x".repeat(4097)})))),
     ];
     for (what, raw) in cases {

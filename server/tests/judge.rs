@@ -222,7 +222,9 @@ async fn pull_pages_with_limit_10_over_25_rows(b: Backend) {
     assert_eq!(seqs.len(), 25, "d-0 once, at its latest seq");
     assert!(seqs.windows(2).all(|w| w[0] < w[1]));
     assert_eq!(seqs.last(), Some(&26));
-    let (_, empty) = t.pull_raw("u", &format!("cursor={cursor}")).await;
+    let (_, mut empty) = t.pull_raw("u", &format!("cursor={cursor}")).await;
+    let now = empty.as_object_mut().unwrap().remove("now");
+    assert!(now.and_then(|n| n.as_u64()).is_some_and(|n| n > 1_700_000_000_000), "the server's clock, in ms");
     assert_eq!(empty, json!({"changes": [], "cursor": cursor, "hasMore": false}));
     assert_eq!(t.metric("marksync_pulled_rows_total").await, 25.0);
     t.stop().await;
@@ -254,7 +256,11 @@ both!(a_tombstone_travels);
 
 /// §2/§4: seq, cursor and `at` leave as JSON numbers, even at 2^53-1.
 async fn seq_and_at_are_json_numbers(b: Backend) {
-    let Some(t) = TestServer::new(b).await else { return };
+    let Some(database) = fresh_database(b).await else { return };
+    // 2^53-1 is far ahead of any real clock: this test turns the bound off.
+    let mut c = config(&database);
+    c.max_future_ms = 0;
+    let t = TestServer::start(c).await.owning_database();
     let max = (1u64 << 53) - 1;
     t.push_ok("u", &[full("d:1", "d-1", max, 5)]).await;
     let r = t
@@ -387,3 +393,85 @@ async fn without_the_lock_conflicting_verdicts_are_judged_again() {
     assert!(t.metric("marksync_push_judged_again_total").await >= 1.0, "and were judged again");
     t.stop().await;
 }
+
+/// `POST /v1/verdicts` recalls, read-only, what was judged: `applied` (also
+/// after a duplicate), `rejected` word for word as the push said it with the
+/// current row, `unknown` for ops never judged and for another user's ops.
+/// It writes nothing and takes no seq; bad shapes are 400, no token 401.
+async fn verdicts_recall_what_was_judged_and_write_nothing(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    let (status, pushed) = t
+        .push("u", &[full("d:1", "d-1", 10, 5), full("d:2", "d-2", 10, 500), op("d:3", "d-1", 11, json!({"reps": 0}))])
+        .await;
+    assert_eq!(status, 200, "{pushed}");
+    assert!(pushed["now"].as_u64().is_some_and(|n| n > 1_700_000_000_000), "push answers carry the server's clock");
+    let pushed = pushed["verdicts"].as_array().unwrap().clone();
+    assert_eq!(statuses(&pushed), ["applied", "rejected", "rejected"]);
+    assert_eq!(pushed[2]["row"]["fields"]["reps"], 5, "the rejection carries the current row");
+    assert_eq!(statuses(&t.push_ok("u", &[full("d:1", "d-1", 10, 5)]).await), ["duplicate"]);
+    t.push_ok("v", &[full("v:1", "v-1", 10, 5)]).await;
+    let (before_u, before_v) = (t.counts("u").await, t.counts("v").await);
+
+    let got = t.verdicts_ok("u", &["d:1", "d:2", "d:3", "d:404", "v:1"]).await;
+    assert_eq!(got[0], json!({"opId": "d:1", "status": "applied"}));
+    assert_eq!(got[1], pushed[1], "rejected, word for word");
+    assert_eq!(got[2], pushed[2], "rejected, word for word, with the current row");
+    assert_eq!(got[3], json!({"opId": "d:404", "status": "unknown"}));
+    assert_eq!(got[4], json!({"opId": "v:1", "status": "unknown"}), "another user's op is unknown");
+    assert_eq!(
+        t.verdicts_ok("v", &["v:1", "d:1"]).await,
+        [json!({"opId": "v:1", "status": "applied"}), json!({"opId": "d:1", "status": "unknown"})]
+    );
+
+    let many: Vec<String> = (0..1001).map(|i| format!("d:{i}")).collect();
+    for (what, raw) in [
+        ("no opIds", json!({"opIds": []}).to_string()),
+        ("1001 opIds", json!({"opIds": many}).to_string()),
+        ("a non-ASCII opId", json!({"opIds": ["d:1", "é:1"]}).to_string()),
+        ("an opId not a string", json!({"opIds": [1]}).to_string()),
+        ("a missing opIds", json!({}).to_string()),
+        ("an unknown key", json!({"opIds": ["d:1"], "x": 1}).to_string()),
+        ("not JSON", "{\"opIds\": [".into()),
+    ] {
+        let (status, resp) = t.verdicts_raw("u", raw).await;
+        assert_eq!((status, resp["error"]["code"].as_str()), (400, Some("bad_request")), "{what}: {resp}");
+    }
+    let no_token = t.http.post(t.url("/v1/verdicts")).body(json!({"opIds": ["d:1"]}).to_string()).send().await.unwrap();
+    assert_eq!(no_token.status().as_u16(), 401);
+    assert_eq!((t.counts("u").await, t.counts("v").await), (before_u, before_v), "nothing written, no seq taken");
+    assert_eq!(t.counts("w").await, marksync_server::store::Counts::default(), "asking does not create a user");
+    t.verdicts_ok("w", &["d:1"]).await;
+    assert_eq!(t.counts("w").await, marksync_server::store::Counts::default(), "asking does not create a user");
+    t.stop().await;
+}
+both!(verdicts_recall_what_was_judged_and_write_nothing);
+
+/// An op stamped implausibly far ahead of the server's clock is rejected
+/// (`clock_ahead`, naming the bound), remembered, and replayed word for word.
+async fn an_op_stamped_too_far_ahead_is_rejected_and_remembered(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    let far = full("d:1", "d-1", (1 << 53) - 1, 5);
+    let first = t.push_ok("u", std::slice::from_ref(&far)).await;
+    assert_eq!(
+        (first[0]["status"].as_str(), first[0]["code"].as_str()),
+        (Some("rejected"), Some("clock_ahead")),
+        "{first:?}"
+    );
+    let reason = first[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("at 9007199254740991 is more than 86400000 ms ahead of the server's clock ("),
+        "{reason}"
+    );
+    assert!(reason.ends_with("); the device's clock is wrong"), "{reason}");
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    assert_eq!(t.push_ok("u", &[far]).await, first, "a replay gets the same words, not a new clock");
+    assert_eq!(t.verdicts_ok("u", &["d:1"]).await, first);
+    assert_eq!(
+        statuses(&t.push_ok("u", &[full("d:2", "d-1", 1_700_000_000_000, 5)]).await),
+        ["applied"],
+        "a plausible clock passes"
+    );
+    assert_eq!(t.counts("u").await.rows, 1);
+    t.stop().await;
+}
+both!(an_op_stamped_too_far_ahead_is_rejected_and_remembered);

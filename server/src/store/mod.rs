@@ -24,8 +24,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use marksync::judge::{JudgeError, Judgement};
-use marksync::protocol::{Op, PullResponse};
+use marksync::judge::{recall, JudgeError, Judgement, Limits, Remembered};
+use marksync::protocol::{Op, OpId, PullResponse, RememberedVerdict, RowKey};
 use marksync::schema::Schema;
 
 use crate::metrics::SameUserProbe;
@@ -152,12 +152,43 @@ impl Store {
         user: &str,
         schema: &Schema,
         batch: &[Op],
+        limits: &Limits,
         ctl: &PushControl,
     ) -> Result<Judgement, PushError> {
         match self {
-            Store::Sqlite(s) => s.push(user, schema, batch, ctl).await,
-            Store::Postgres(s) => s.push(user, schema, batch, ctl).await,
+            Store::Sqlite(s) => s.push(user, schema, batch, limits, ctl).await,
+            Store::Postgres(s) => s.push(user, schema, batch, limits, ctl).await,
         }
+    }
+
+    /// `POST /v1/verdicts`: what is remembered of `op_ids` for `user`, in the
+    /// order asked. Read-only: two reads, no lock, no write, no seq; the
+    /// answer is built by the core's [`marksync::judge::recall`].
+    pub async fn verdicts(
+        &self,
+        user: &str,
+        op_ids: &[OpId],
+        limits: &Limits,
+    ) -> Result<Vec<RememberedVerdict>, StoreError> {
+        let ids: Vec<&str> = op_ids.iter().map(OpId::as_str).collect();
+        let (saved, stored) = match self {
+            Store::Sqlite(s) => s.recall(user, &ids).await?,
+            Store::Postgres(s) => s.recall(user, &ids).await?,
+        };
+        let mut rows = HashMap::with_capacity(stored.len());
+        for (t, r, f, m) in stored {
+            rows.insert(RowKey::new(t, r), codec::decode_row(&f, &m)?);
+        }
+        let saved = saved
+            .into_iter()
+            .map(|(id, status, reason, code, table, row_id)| {
+                let verdict = Remembered::from_columns(&status, reason, code)
+                    .ok_or_else(|| StoreError::Corrupt(format!("verdict status {status:?}")))?;
+                let key = table.zip(row_id).map(|(t, r)| RowKey::new(t, r));
+                Ok((OpId::new(id), (verdict, key)))
+            })
+            .collect::<Result<HashMap<_, _>, StoreError>>()?;
+        Ok(recall(op_ids, &saved, &rows, limits))
     }
 
     /// Rows of `user` changed after `cursor`, at most `limit`, in seq order.
@@ -237,24 +268,47 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The verdicts a judgement remembers, as columns: opIds, statuses, reasons, codes.
-pub(crate) type VerdictColumns = (Vec<String>, Vec<&'static str>, Vec<Option<String>>, Vec<Option<String>>);
+/// The server's clock, in ms since the Unix epoch, as the protocol's integer.
+pub fn now_ms_u64() -> u64 {
+    u64::try_from(now_ms()).unwrap_or(0)
+}
+
+/// The verdicts a judgement remembers, as columns (one entry per verdict in each).
+pub(crate) struct VerdictColumns {
+    pub(crate) ids: Vec<String>,
+    pub(crate) statuses: Vec<&'static str>,
+    pub(crate) reasons: Vec<Option<String>>,
+    pub(crate) codes: Vec<Option<String>>,
+    /// The row a rejected op edits (null for applied ones: they are recalled without a row).
+    pub(crate) tables: Vec<Option<String>>,
+    pub(crate) row_ids: Vec<Option<String>>,
+}
 
 pub(crate) fn verdict_columns(j: &Judgement) -> VerdictColumns {
     let n = j.remember.len();
-    let mut cols: VerdictColumns =
-        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    for (id, r) in &j.remember {
-        cols.0.push(id.as_str().to_owned());
-        cols.1.push(r.status());
-        match r {
-            marksync::judge::Remembered::Applied => {
-                cols.2.push(None);
-                cols.3.push(None);
+    let mut cols = VerdictColumns {
+        ids: Vec::with_capacity(n),
+        statuses: Vec::with_capacity(n),
+        reasons: Vec::with_capacity(n),
+        codes: Vec::with_capacity(n),
+        tables: Vec::with_capacity(n),
+        row_ids: Vec::with_capacity(n),
+    };
+    for r in &j.remember {
+        cols.ids.push(r.op_id.as_str().to_owned());
+        cols.statuses.push(r.verdict.status());
+        match &r.verdict {
+            Remembered::Applied => {
+                cols.reasons.push(None);
+                cols.codes.push(None);
+                cols.tables.push(None);
+                cols.row_ids.push(None);
             }
-            marksync::judge::Remembered::Rejected { reason, code } => {
-                cols.2.push(Some(reason.clone()));
-                cols.3.push(Some(code.clone()));
+            Remembered::Rejected { reason, code } => {
+                cols.reasons.push(Some(reason.clone()));
+                cols.codes.push(Some(code.clone()));
+                cols.tables.push(Some(r.key.table.clone()));
+                cols.row_ids.push(Some(r.key.row_id.clone()));
             }
         }
     }
@@ -265,6 +319,21 @@ pub(crate) fn verdict_columns(j: &Judgement) -> VerdictColumns {
 pub(crate) type StoredRow = (String, String, String, String);
 /// A saved verdict as loaded: (opId, status, reason, code).
 pub(crate) type SavedVerdict = (String, String, Option<String>, Option<String>);
+/// A saved verdict as recalled: (opId, status, reason, code, table, rowId).
+pub(crate) type RecalledVerdict = (String, String, Option<String>, Option<String>, Option<String>, Option<String>);
+
+/// The distinct row keys that recalled rejections name.
+pub(crate) fn rejected_keys(saved: &[RecalledVerdict]) -> Vec<(&str, &str)> {
+    let mut seen = std::collections::HashSet::new();
+    saved
+        .iter()
+        .filter_map(|(_, status, _, _, t, r)| match (status.as_str(), t, r) {
+            ("rejected", Some(t), Some(r)) => Some((t.as_str(), r.as_str())),
+            _ => None,
+        })
+        .filter(|k| seen.insert(*k))
+        .collect()
+}
 
 /// Steps 2–3 once a backend has loaded, under the lock, the user's head, the
 /// batch's stored rows and its saved verdicts: builds [`marksync::judge::Known`],
@@ -273,6 +342,7 @@ pub(crate) type SavedVerdict = (String, String, Option<String>, Option<String>);
 pub(crate) async fn judge_loaded(
     schema: &Schema,
     batch: &[Op],
+    limits: &Limits,
     head: i64,
     stored: Vec<StoredRow>,
     saved: Vec<SavedVerdict>,
@@ -289,7 +359,7 @@ pub(crate) async fn judge_loaded(
     if !ctl.hold_lock_for.is_zero() {
         tokio::time::sleep(ctl.hold_lock_for).await;
     }
-    Ok((marksync::judge::judge_batch(schema, batch, known)?, old_head))
+    Ok((marksync::judge::judge_batch(schema, batch, known, limits)?, old_head))
 }
 
 /// Step 4's check: whether the verdict insert met verdicts another writer
@@ -309,10 +379,10 @@ pub(crate) fn answered_by_another_writer(ctl: &PushControl, user: &str, sent: us
 /// Builds [`marksync::judge::Known::verdicts`] from stored columns.
 pub(crate) fn known_verdicts(
     rows: impl IntoIterator<Item = (String, String, Option<String>, Option<String>)>,
-) -> Result<HashMap<marksync::OpId, marksync::judge::Remembered>, StoreError> {
+) -> Result<HashMap<marksync::OpId, Remembered>, StoreError> {
     rows.into_iter()
         .map(|(id, status, reason, code)| {
-            marksync::judge::Remembered::from_columns(&status, reason, code)
+            Remembered::from_columns(&status, reason, code)
                 .map(|r| (marksync::OpId::new(id), r))
                 .ok_or_else(|| StoreError::Corrupt(format!("verdict status {status:?}")))
         })

@@ -4,19 +4,22 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use marksync::judge::Judgement;
+use marksync::judge::{Judgement, Limits};
 use marksync::protocol::{Change, Op, PullResponse, RowKey};
 use marksync::schema::Schema;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use super::codec::{decode_row, encode_row, seq_from_db, seq_to_db};
 use super::{
-    answered_by_another_writer, batch_keys, judge_loaded, now_ms, verdict_columns, Counts, PushControl, PushError,
-    Sabotage, SavedVerdict, StoreError, StoredRow, MAX_JUDGE_ATTEMPTS,
+    answered_by_another_writer, batch_keys, judge_loaded, now_ms, rejected_keys, verdict_columns, Counts, PushControl,
+    PushError, RecalledVerdict, Sabotage, SavedVerdict, StoreError, StoredRow, MAX_JUDGE_ATTEMPTS,
 };
 
 /// Migrations, in order: (version, SQL). Applied once each, under an advisory lock.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/postgres/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/postgres/0001_init.sql")),
+    (2, include_str!("../../migrations/postgres/0002_verdict_rows.sql")),
+];
 
 /// Any fixed number: the advisory lock that serialises migrations of concurrent starts.
 const MIGRATION_LOCK: i64 = 0x6d61_726b_7379_6e63; // "marksync"
@@ -38,14 +41,18 @@ mod sql {
          FROM unnest($2::text[]) AS k(o) JOIN verdicts v ON v.user_id = $1 AND v.op_id = k.o";
     /// Counts what RETURNING gave back: fewer than sent = answered before by another writer.
     pub const REMEMBER: &str = "WITH ins AS ( \
-           INSERT INTO verdicts (user_id, op_id, status, reason, code, decided_at) \
-           SELECT $1, o, s, r, c, $6 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS v(o, s, r, c) \
+           INSERT INTO verdicts (user_id, op_id, status, reason, code, table_name, row_id, decided_at) \
+           SELECT $1, o, s, r, c, t, w, $8 \
+           FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[]) AS v(o, s, r, c, t, w) \
            ON CONFLICT (user_id, op_id) DO NOTHING RETURNING op_id) \
          SELECT count(*) FROM ins";
     pub const WRITE_ROWS: &str = "INSERT INTO rows (user_id, table_name, row_id, fields, marks, seq) \
          SELECT $1, t, r, f, m, s FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int8[]) AS w(t, r, f, m, s) \
          ON CONFLICT (user_id, table_name, row_id) \
          DO UPDATE SET fields = EXCLUDED.fields, marks = EXCLUDED.marks, seq = EXCLUDED.seq";
+    /// `POST /v1/verdicts`: the saved verdicts of some opIds, with the row a rejection names.
+    pub const RECALL: &str = "SELECT v.op_id, v.status, v.reason, v.code, v.table_name, v.row_id \
+         FROM unnest($2::text[]) AS k(o) JOIN verdicts v ON v.user_id = $1 AND v.op_id = k.o";
     pub const WRITE_HEAD: &str = "UPDATE heads SET seq = $2 WHERE user_id = $1";
     pub const PULL: &str = "SELECT table_name, row_id, fields, marks, seq FROM rows \
          WHERE user_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
@@ -108,6 +115,7 @@ impl PgStore {
         user: &str,
         schema: &Schema,
         batch: &[Op],
+        limits: &Limits,
         ctl: &PushControl,
     ) -> Result<Judgement, PushError> {
         let (keys, ops) = batch_keys(batch);
@@ -127,20 +135,22 @@ impl PgStore {
             let saved: Vec<SavedVerdict> =
                 sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(&op_ids).fetch_all(&mut *tx).await?;
             // 3. judge: every rule is in the core.
-            let (judgement, old_head) = judge_loaded(schema, batch, head, stored, saved, ctl).await?;
+            let (judgement, old_head) = judge_loaded(schema, batch, limits, head, stored, saved, ctl).await?;
             // 4. remember, before any row is written.
             if !judgement.remember.is_empty() {
-                let (ids, statuses, reasons, codes) = verdict_columns(&judgement);
+                let v = verdict_columns(&judgement);
                 let inserted: i64 = sqlx::query_scalar(sql::REMEMBER)
                     .bind(user)
-                    .bind(&ids)
-                    .bind(&statuses)
-                    .bind(&reasons)
-                    .bind(&codes)
+                    .bind(&v.ids)
+                    .bind(&v.statuses)
+                    .bind(&v.reasons)
+                    .bind(&v.codes)
+                    .bind(&v.tables)
+                    .bind(&v.row_ids)
                     .bind(now_ms())
                     .fetch_one(&mut *tx)
                     .await?;
-                if answered_by_another_writer(ctl, user, ids.len(), usize::try_from(inserted).unwrap_or(0)) {
+                if answered_by_another_writer(ctl, user, v.ids.len(), usize::try_from(inserted).unwrap_or(0)) {
                     drop(inside);
                     tx.rollback().await?;
                     continue;
@@ -198,6 +208,25 @@ impl PgStore {
         page(rows, cursor, limit)
     }
 
+    /// The saved verdicts of `op_ids`, and the stored rows their rejections name (read-only).
+    pub(crate) async fn recall(
+        &self,
+        user: &str,
+        op_ids: &[&str],
+    ) -> Result<(Vec<RecalledVerdict>, Vec<StoredRow>), StoreError> {
+        let saved: Vec<RecalledVerdict> =
+            sqlx::query_as(sql::RECALL).bind(user).bind(op_ids).fetch_all(&self.pool).await?;
+        let keys = rejected_keys(&saved);
+        if keys.is_empty() {
+            return Ok((saved, Vec::new()));
+        }
+        let tables: Vec<&str> = keys.iter().map(|(t, _)| *t).collect();
+        let row_ids: Vec<&str> = keys.iter().map(|(_, r)| *r).collect();
+        let rows: Vec<StoredRow> =
+            sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(&tables).bind(&row_ids).fetch_all(&self.pool).await?;
+        Ok((saved, rows))
+    }
+
     pub(crate) async fn counts(&self, user: &str) -> Result<Counts, StoreError> {
         let (verdicts, rows, head): (i64, i64, i64) =
             sqlx::query_as(sql::COUNTS).bind(user).fetch_one(&self.pool).await?;
@@ -237,7 +266,7 @@ impl PgStore {
                     .fetch_optional(&mut *tx)
                     .await?;
             let current = stored.map(|(f, m)| decode_row(&f, &m)).transpose()?;
-            let decision = decide(schema, op, current.as_ref());
+            let decision = decide(schema, op, current.as_ref(), &Limits::default());
             let remembered = match &decision {
                 Decision::Apply { .. } => Remembered::Applied,
                 Decision::Reject { code, reason } => {

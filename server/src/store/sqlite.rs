@@ -8,7 +8,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use marksync::judge::Judgement;
+use marksync::judge::{Judgement, Limits};
 use marksync::protocol::{Op, PullResponse};
 use marksync::schema::Schema;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
@@ -18,12 +18,15 @@ use super::codec::{decode_row, seq_from_db};
 use super::codec::{encode_row, seq_to_db};
 use super::postgres::page;
 use super::{
-    answered_by_another_writer, batch_keys, judge_loaded, now_ms, verdict_columns, Counts, PushControl, PushError,
-    SavedVerdict, StoreError, StoredRow, MAX_JUDGE_ATTEMPTS,
+    answered_by_another_writer, batch_keys, judge_loaded, now_ms, rejected_keys, verdict_columns, Counts, PushControl,
+    PushError, RecalledVerdict, SavedVerdict, StoreError, StoredRow, MAX_JUDGE_ATTEMPTS,
 };
 
 /// Migrations, in order: (version, SQL). Applied once each, inside `BEGIN IMMEDIATE`.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/sqlite/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/sqlite/0001_init.sql")),
+    (2, include_str!("../../migrations/sqlite/0002_verdict_rows.sql")),
+];
 
 /// SQL of the batched judge (see the module docs of [`super`]).
 mod sql {
@@ -35,15 +38,20 @@ mod sql {
     pub const LOAD_VERDICTS: &str = "SELECT op_id, status, reason, code FROM verdicts WHERE user_id = ?1 \
          AND op_id IN (SELECT value FROM json_each(?2))";
     /// `WHERE true` keeps SQLite from reading `ON CONFLICT` as a join constraint.
-    pub const REMEMBER: &str = "INSERT INTO verdicts (user_id, op_id, status, reason, code, decided_at) \
+    pub const REMEMBER: &str =
+        "INSERT INTO verdicts (user_id, op_id, status, reason, code, table_name, row_id, decided_at) \
          SELECT ?1, json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
-                json_extract(value, '$[3]'), ?3 FROM json_each(?2) WHERE true \
+                json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'), ?3 \
+         FROM json_each(?2) WHERE true \
          ON CONFLICT (user_id, op_id) DO NOTHING RETURNING op_id";
     pub const WRITE_ROWS: &str = "INSERT INTO rows (user_id, table_name, row_id, fields, marks, seq) \
          SELECT ?1, json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
                 json_extract(value, '$[3]'), json_extract(value, '$[4]') FROM json_each(?2) WHERE true \
          ON CONFLICT (user_id, table_name, row_id) \
          DO UPDATE SET fields = excluded.fields, marks = excluded.marks, seq = excluded.seq";
+    /// `POST /v1/verdicts`: the saved verdicts of some opIds, with the row a rejection names.
+    pub const RECALL: &str = "SELECT op_id, status, reason, code, table_name, row_id FROM verdicts WHERE user_id = ?1 \
+         AND op_id IN (SELECT value FROM json_each(?2))";
     pub const WRITE_HEAD: &str = "UPDATE heads SET seq = ?2 WHERE user_id = ?1";
     pub const PULL: &str = "SELECT table_name, row_id, fields, marks, seq FROM rows \
          WHERE user_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
@@ -120,6 +128,7 @@ impl SqliteStore {
         user: &str,
         schema: &Schema,
         batch: &[Op],
+        limits: &Limits,
         ctl: &PushControl,
     ) -> Result<Judgement, PushError> {
         let (keys, ops) = batch_keys(batch);
@@ -137,16 +146,13 @@ impl SqliteStore {
             let saved: Vec<SavedVerdict> =
                 sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(&ops_json).fetch_all(&mut *tx).await?;
             // 3. judge: every rule is in the core.
-            let (judgement, old_head) = judge_loaded(schema, batch, head, stored, saved, ctl).await?;
+            let (judgement, old_head) = judge_loaded(schema, batch, limits, head, stored, saved, ctl).await?;
             // 4. remember, before any row is written.
             if !judgement.remember.is_empty() {
-                let (ids, statuses, reasons, codes) = verdict_columns(&judgement);
-                let sent = ids.len();
-                let cols: Vec<_> = ids
-                    .iter()
-                    .zip(&statuses)
-                    .zip(reasons.iter().zip(&codes))
-                    .map(|((i, s), (r, c))| (i, s, r, c))
+                let v = verdict_columns(&judgement);
+                let sent = v.ids.len();
+                let cols: Vec<_> = (0..sent)
+                    .map(|i| (&v.ids[i], v.statuses[i], &v.reasons[i], &v.codes[i], &v.tables[i], &v.row_ids[i]))
                     .collect();
                 let back: Vec<String> = sqlx::query_scalar(sql::REMEMBER)
                     .bind(user)
@@ -193,6 +199,23 @@ impl SqliteStore {
         page(rows, cursor, limit)
     }
 
+    /// The saved verdicts of `op_ids`, and the stored rows their rejections name (read-only).
+    pub(crate) async fn recall(
+        &self,
+        user: &str,
+        op_ids: &[&str],
+    ) -> Result<(Vec<RecalledVerdict>, Vec<StoredRow>), StoreError> {
+        let saved: Vec<RecalledVerdict> =
+            sqlx::query_as(sql::RECALL).bind(user).bind(json(&op_ids)?).fetch_all(&self.reader).await?;
+        let keys = rejected_keys(&saved);
+        if keys.is_empty() {
+            return Ok((saved, Vec::new()));
+        }
+        let rows: Vec<StoredRow> =
+            sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(json(&keys)?).fetch_all(&self.reader).await?;
+        Ok((saved, rows))
+    }
+
     pub(crate) async fn counts(&self, user: &str) -> Result<Counts, StoreError> {
         let (verdicts, rows, head): (i64, i64, i64) =
             sqlx::query_as(sql::COUNTS).bind(user).fetch_one(&self.reader).await?;
@@ -233,7 +256,7 @@ impl SqliteStore {
                     .fetch_optional(&mut *tx)
                     .await?;
             let current = stored.map(|(f, m)| decode_row(&f, &m)).transpose()?;
-            let decision = decide(schema, op, current.as_ref());
+            let decision = decide(schema, op, current.as_ref(), &Limits::default());
             let remembered = match &decision {
                 Decision::Apply { .. } => Remembered::Applied,
                 Decision::Reject { code, reason } => {

@@ -184,6 +184,29 @@ impl TestServer {
         body["verdicts"].as_array().unwrap().clone()
     }
 
+    /// POSTs a raw body to /v1/verdicts as `user` (dev token); returns status and JSON.
+    pub async fn verdicts_raw(&self, user: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url("/v1/verdicts"))
+            .header("authorization", format!("Bearer dev:{user}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Asks /v1/verdicts about `op_ids` as `user`, expects 200; returns the answers.
+    pub async fn verdicts_ok(&self, user: &str, op_ids: &[&str]) -> Vec<Value> {
+        let (status, body) = self.verdicts_raw(user, json!({"opIds": op_ids}).to_string()).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body["now"].as_u64().is_some_and(|n| n > 1_700_000_000_000), "the server's clock: {body}");
+        body["verdicts"].as_array().unwrap().clone()
+    }
+
     /// GET /v1/pull as `user` with a raw query string.
     pub async fn pull_raw(&self, user: &str, query: &str) -> (u16, Value) {
         let r = self
