@@ -119,27 +119,6 @@ impl MemoryServer {
         VerdictsResponse { verdicts: recall(&req.op_ids, &saved, &rows, &self.limits()), now: self.now }
     }
 
-    /// `POST /v1/verdicts` for `user` (interim: rows left out).
-    pub fn verdicts(&self, user: &str, req: &crate::protocol::VerdictsRequest) -> crate::protocol::VerdictsResponse {
-        use crate::protocol::{Recalled, RememberedVerdict};
-        let data = self.users.get(user);
-        let verdicts = req
-            .op_ids
-            .iter()
-            .map(|id| {
-                let recalled = match data.and_then(|d| d.verdicts.get(id)) {
-                    Some(Remembered::Applied) => Recalled::Applied,
-                    Some(Remembered::Rejected { reason, code }) => {
-                        Recalled::Rejected { reason: reason.clone(), code: code.clone(), row: None }
-                    }
-                    None => Recalled::Unknown,
-                };
-                RememberedVerdict { op_id: id.clone(), recalled }
-            })
-            .collect();
-        crate::protocol::VerdictsResponse { verdicts, now: None }
-    }
-
     /// `GET /v1/pull?cursor&limit` for `user`: rows changed after `cursor`, in seq order.
     pub fn pull(&self, user: &str, cursor: u64, limit: usize) -> PullResponse {
         let limit = limit.clamp(1, MAX_PULL_LIMIT);

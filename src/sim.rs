@@ -253,7 +253,7 @@ impl Sim {
         Sim {
             rng,
             seed,
-            server: MemoryServer::new(cfg.schema.clone()),
+            server: MemoryServer { max_future_ms: Some(crate::clock::PLAUSIBLE_AHEAD_MS), ..MemoryServer::new(cfg.schema.clone()) },
             cfg,
             devices,
             net: Vec::new(),
@@ -466,6 +466,9 @@ impl Sim {
     }
 
     fn serve(&mut self, req: &Req) -> Resp {
+        // The server's clock is the simulation's; it refuses ops stamped more
+        // than a day ahead of it (the reference server's default).
+        self.server.now = Some(self.now);
         match req {
             Req::Push(p) => {
                 self.stats.pushes += 1;

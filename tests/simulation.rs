@@ -42,3 +42,17 @@ fn big_batches_and_pages_converge_too() {
         panic!("{f}");
     }
 }
+
+/// Seeds that once failed, frozen with what each caught.
+#[test]
+fn frozen_seeds() {
+    let cfg = SimConfig::default();
+    // 146: a device stamped an op at 2^53-1; a server without a bound on `at`
+    // applied it, and another device's later edit lost to it although that
+    // device had seen it (causality). The server now refuses such ops.
+    for seed in [146] {
+        if let Err(f) = run(seed, &cfg) {
+            panic!("frozen seed {seed} fails again\n{f}");
+        }
+    }
+}
