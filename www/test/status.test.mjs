@@ -156,11 +156,15 @@ for (const backend of backends()) {
           await db.change('sets', id, { exercise: 'press', weightKg: 40, reps: 8 });
           return id;
         });
-        await a.waitForFunction(() => db.metrics().recovery === 'schema_too_new', null, { timeout: 10_000 });
-        const st = await phaseIn(a, rowId);
+        // Once the first attempts settle: waiting on the server, a probe scheduled.
+        const handle = await a.waitForFunction((id) => {
+          const s = db.status('sets', id);
+          return s.code === 'schema_too_new' && s.nextRetryAt > Date.now() && db.metrics().recovery === 'schema_too_new' && s;
+        }, rowId, { timeout: 10_000 });
+        const st = await handle.jsonValue();
         assert.equal(st.code, 'schema_too_new');
         assert.match(st.reason, /server/, 'the words point at the server');
-        assert.ok(st.nextRetryAt > Date.now(), 'a probe is scheduled');
+        assert.ok(st.nextRetryAt > Date.now() + 60_000, 'a probe is scheduled, minutes away');
         assert.equal((await a.evaluate(() => db.pending().length)), 1, 'the queue is whole');
         // The server is updated; the page does nothing.
         await old.kill();
