@@ -35,6 +35,18 @@ fn big(op_id: &str, row_id: &str) -> Value {
     note(op_id, row_id, 10, Value::Object(fields))
 }
 
+/// This process's peak resident memory (`VmHWM`, Linux), server included:
+/// printed after the heaviest abuse tests, to watch — never asserted (tests
+/// share the process).
+fn print_peak_memory(after: &str) {
+    if let Some(line) = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_owned))
+    {
+        eprintln!("peak memory after {after}: {}", line.trim_start_matches("VmHWM:").trim());
+    }
+}
+
 /// Pushes as `user`; returns the status, the answer and its size in bytes.
 async fn push_sized(t: &TestServer, user: &str, batch: &[Value]) -> (u16, Value, usize) {
     let raw = json!({"attemptKey": "d:a1", "batch": batch}).to_string();
@@ -105,6 +117,7 @@ async fn a_big_row_stays_bounded_and_its_answers_small(b: Backend) {
     assert_eq!(victim_bytes_after, victim_bytes_before);
     let victim_pull = t.pull_all("victim").await;
     assert_eq!(victim_pull.len(), 1);
+    print_peak_memory("1000 small ops on a big row");
     t.stop().await;
 }
 both!(a_big_row_stays_bounded_and_its_answers_small);
@@ -140,6 +153,7 @@ async fn pull_pages_are_bounded_by_bytes(b: Backend) {
     }
     assert_eq!(seen, 30);
     assert!(pages >= 2, "{pages} pages");
+    print_peak_memory("pulling 30 big rows");
     t.stop().await;
 }
 both!(pull_pages_are_bounded_by_bytes);
