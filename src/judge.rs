@@ -611,4 +611,58 @@ mod tests {
         assert!(matches!(&got[2].recalled, Recalled::Rejected { row: None, .. }), "no row stored for d-3");
         assert_eq!(got[3].recalled, Recalled::Unknown);
     }
+
+    #[test]
+    fn only_the_last_rejection_of_a_row_carries_it_as_it_stands_after_the_batch() {
+        let s = Schema::workout();
+        let b = vec![
+            full("d:1", "d-1", 10, 5),
+            op("d:2", "d-1", 11, &[("reps", 0i64.into())]),
+            op("d:3", "d-1", 12, &[("reps", 7i64.into())]),
+            op("d:4", "d-1", 13, &[("reps", 0i64.into())]),
+            op("d:5", "d-1", 14, &[("reps", 8i64.into())]),
+        ];
+        let j = judge_batch(&s, &b, Known::default(), &Limits::default()).unwrap();
+        let rows: Vec<Option<&Row>> = j
+            .verdicts
+            .iter()
+            .filter_map(|v| match &v.outcome {
+                Outcome::Rejected { row, .. } => Some(row.as_ref()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0], None, "an earlier rejection of the row carries null");
+        assert_eq!(rows[1].and_then(|r| r.get("reps")), Some(&Value::Number(8.0)), "the row after the batch");
+    }
+
+    #[test]
+    fn judging_stops_before_an_answer_would_carry_too_many_row_bytes() {
+        let s = Schema::workout();
+        let mut k = Known::default();
+        let rows: Vec<Op> = (0..5).map(|i| full(&format!("d:{i}"), &format!("d-{i}"), 10, 5)).collect();
+        let j = judge_batch(&s, &rows, k.clone(), &Limits::default()).unwrap();
+        apply(&mut k, &j);
+        let one = k.rows[&RowKey::new("sets", "d-0")].encoded_len();
+        let limits = Limits { max_answer_row_bytes: one * 2, ..Limits::default() };
+        let bad: Vec<Op> = (0..5).map(|i| op(&format!("e:{i}"), &format!("d-{i}"), 11, &[("reps", 0i64.into())])).collect();
+        let j = judge_batch(&s, &bad, k.clone(), &limits).unwrap();
+        assert_eq!(j.verdicts.len(), 2, "two rows fit, the third op waits for the next push");
+        assert_eq!(j.stopped, Some(Stop::AnswerFull));
+        let tiny = Limits { max_answer_row_bytes: 1, ..Limits::default() };
+        let j = judge_batch(&s, &bad, k, &tiny).unwrap();
+        assert_eq!(j.verdicts.len(), 5, "a row larger than the whole budget is never carried, never blocks");
+        assert!(j.verdicts.iter().all(|v| matches!(v.outcome, Outcome::Rejected { row: None, .. })));
+    }
+
+    #[test]
+    fn an_op_that_would_grow_a_row_past_the_bound_is_rejected() {
+        let s = Schema::workout();
+        let limits = Limits { max_row_bytes: 100, ..Limits::default() };
+        let j = judge_batch(&s, &[full("d:1", "d-1", 10, 5)], Known::default(), &limits).unwrap();
+        let Outcome::Rejected { code, reason, .. } = &j.verdicts[0].outcome else { panic!("{j:?}") };
+        assert_eq!(code, ROW_TOO_LARGE);
+        assert!(reason.ends_with("bytes, more than the limit of 100 bytes"), "{reason}");
+        assert!(j.writes.is_empty());
+    }
 }

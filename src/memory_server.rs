@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::judge::{judge_batch, recall, JudgeError, Known, Limits, Remembered};
 use crate::protocol::{
-    Change, ErrorBody, ErrorCode, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, VerdictsRequest, VerdictsResponse,
-    MAX_PULL_LIMIT,
+    page_takes, Change, ErrorBody, ErrorCode, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, VerdictsRequest,
+    VerdictsResponse, MAX_PULL_LIMIT,
 };
 use crate::schema::Schema;
 
@@ -119,20 +119,24 @@ impl MemoryServer {
         VerdictsResponse { verdicts: recall(&req.op_ids, &saved, &rows, &self.limits()), now: self.now }
     }
 
-    /// `GET /v1/pull?cursor&limit` for `user`: rows changed after `cursor`, in seq order.
+    /// `GET /v1/pull?cursor&limit` for `user`: rows changed after `cursor`, in
+    /// seq order, at most `limit` and [`crate::protocol::MAX_PULL_PAGE_BYTES`] of rows.
     pub fn pull(&self, user: &str, cursor: u64, limit: usize) -> PullResponse {
         let limit = limit.clamp(1, MAX_PULL_LIMIT);
         let Some(data) = self.users.get(user) else {
             return PullResponse { changes: vec![], cursor, has_more: false, now: self.now };
         };
-        let mut changes = Vec::new();
-        let mut range = data.by_seq.range(cursor + 1..);
-        for (seq, key) in range.by_ref().take(limit) {
-            if let Some((row, _)) = data.rows.get(key) {
-                changes.push(Change { key: key.clone(), row: row.clone(), seq: *seq });
+        let (mut changes, mut bytes, mut has_more) = (Vec::new(), 0, false);
+        for (seq, key) in data.by_seq.range(cursor + 1..) {
+            let Some((row, _)) = data.rows.get(key) else { continue };
+            let size = row.encoded_len();
+            if changes.len() == limit || !page_takes(changes.len(), bytes, size) {
+                has_more = true;
+                break;
             }
+            bytes += size;
+            changes.push(Change { key: key.clone(), row: row.clone(), seq: *seq });
         }
-        let has_more = range.next().is_some();
         let cursor = changes.last().map_or(cursor, |c| c.seq);
         PullResponse { changes, cursor, has_more, now: self.now }
     }

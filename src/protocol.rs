@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use serde::de::{self, Deserializer, Visitor};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +23,17 @@ pub const MAX_STRING_BYTES: usize = 4096;
 pub const MAX_JUDGED_PER_PUSH: usize = 1000;
 /// The largest pull page.
 pub const MAX_PULL_LIMIT: usize = 1000;
+/// The most bytes of rows (encoded fields and marks) in one pull page: a page
+/// stops early, with `hasMore`, before the change that would pass it — but
+/// always holds at least one change, so a cursor always moves.
+pub const MAX_PULL_PAGE_BYTES: usize = 1 << 20;
+
+/// Whether a pull page holding `held` changes of `bytes` row bytes may take
+/// one more of `next` bytes (see [`MAX_PULL_PAGE_BYTES`]).
+pub fn page_takes(held: usize, bytes: usize, next: usize) -> bool {
+    held == 0 || bytes.saturating_add(next) <= MAX_PULL_PAGE_BYTES
+}
+
 /// The pull page size when the request names none.
 pub const DEFAULT_PULL_LIMIT: usize = 500;
 /// The reserved field that marks a row deleted (a tombstone), PROTOCOL §6.
@@ -193,6 +204,32 @@ impl<'de> Deserialize<'de> for Value {
 /// The fields an op sets: field name → value.
 pub type Fields = BTreeMap<String, Value>;
 
+/// Deserializes a `fields` object, refusing a key that appears twice: a
+/// parser that silently keeps the last copy would store something other
+/// than what a reader of the JSON sees first.
+pub fn unique_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Fields, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Fields;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an object of field name → value")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Fields, A::Error> {
+            let mut out = Fields::new();
+            while let Some(k) = m.next_key::<String>()? {
+                if out.contains_key(&k) {
+                    let shown: String = k.chars().take(64).collect();
+                    return Err(de::Error::custom(format_args!("fields.{shown}: the key appears twice")));
+                }
+                let v = m.next_value()?;
+                out.insert(k, v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(V)
+}
+
 /// One edit, "field = value" for each of its fields (PROTOCOL §2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -203,7 +240,8 @@ pub struct Op {
     pub table: String,
     /// The row's name, born on the device.
     pub row_id: String,
-    /// Field name → value; 1..=64 entries.
+    /// Field name → value; 1..=64 entries, no key twice.
+    #[serde(deserialize_with = "unique_fields")]
     pub fields: Fields,
     /// Milliseconds, `0..=2^53-1`, made monotonic by the device's [`crate::clock::Clock`].
     pub at: u64,
@@ -445,6 +483,7 @@ impl Serialize for Row {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RowWire {
+    #[serde(deserialize_with = "unique_fields")]
     fields: Fields,
     marks: BTreeMap<String, Mark>,
 }
@@ -572,6 +611,7 @@ impl Serialize for Change {
 struct ChangeWire {
     table: String,
     row_id: String,
+    #[serde(deserialize_with = "unique_fields")]
     fields: Fields,
     marks: BTreeMap<String, Mark>,
     seq: u64,
@@ -817,6 +857,15 @@ mod tests {
         assert_eq!(serde_json::from_value::<Verdict>(j).unwrap(), v);
         let a = serde_json::to_value(Verdict { op_id: "d:2".into(), outcome: Outcome::Applied }).unwrap();
         assert_eq!(a, json!({"opId": "d:2", "status": "applied"}));
+    }
+
+    #[test]
+    fn a_key_twice_in_fields_is_refused_not_silently_the_last() {
+        let raw = r#"{"opId": "d:1", "table": "sets", "rowId": "d-1", "at": 1, "fields": {"reps": 5, "reps": 500}}"#;
+        let e = serde_json::from_str::<Op>(raw).unwrap_err().to_string();
+        assert!(e.contains("fields.reps: the key appears twice"), "{e}");
+        let ok = r#"{"opId": "d:1", "table": "sets", "rowId": "d-1", "at": 1, "fields": {"reps": 5, "weightKg": 5}}"#;
+        assert_eq!(serde_json::from_str::<Op>(ok).unwrap().fields.len(), 2);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! The row **after** the op is checked, never the op alone: an op that sets
 //! only `reps` on a row that already has `exercise` and `weightKg` is valid.
-//! Tombstones (`_deleted: true`) are not checked.
+//! Tombstones (`_deleted: true`) are checked like any row, except that they
+//! need no required field: a delete is `{"_deleted": true}` and nothing else.
 
 use std::collections::BTreeMap;
 
@@ -134,23 +135,23 @@ impl Schema {
     }
 
     /// Checks a row of `table` after an op. Checks, in order: the table exists;
-    /// no unknown field; no missing required field; then each field's type,
-    /// range and length, in field-name order.
+    /// no unknown field; no missing required field (not on a tombstone); then
+    /// each field's type, range and length, in field-name order.
     pub fn check_row(&self, table: &str, row: &Row) -> Result<(), Refusal> {
         let Some(rules) = self.tables.get(table) else {
             return refuse(RefusalCode::UnknownTable, format!("unknown table: {table}"));
         };
-        if row.is_deleted() {
-            return Ok(());
-        }
         for name in row.cells.keys() {
             if name != DELETED && !rules.fields.contains_key(name) {
                 return refuse(RefusalCode::UnknownField, format!("unknown field: {name}"));
             }
         }
+        // A tombstone once let unknown fields of any size through: now only
+        // the required fields are spared, everything present is checked.
         let missing: Vec<&str> = rules
             .fields
             .iter()
+            .filter(|_| !row.is_deleted())
             .filter(|(name, rule)| rule.required && matches!(row.get(name), None | Some(Value::Null)))
             .map(|(name, _)| name.as_str())
             .collect();
@@ -261,9 +262,14 @@ mod tests {
     }
 
     #[test]
-    fn tombstones_are_not_checked() {
+    fn tombstones_need_no_required_field_but_are_checked_otherwise() {
         let s = Schema::workout();
         s.check_row("sets", &row(&[(DELETED, true.into())])).unwrap();
         assert!(s.check_row("sets", &row(&[(DELETED, false.into())])).is_err());
+        let e = s.check_row("sets", &row(&[(DELETED, true.into()), ("junk", "x".repeat(4096).into())])).unwrap_err();
+        assert_eq!((e.code, e.reason.as_str()), (RefusalCode::UnknownField, "unknown field: junk"));
+        let e = s.check_row("sets", &row(&[(DELETED, true.into()), ("reps", 500i64.into())])).unwrap_err();
+        assert_eq!(e.code, RefusalCode::OutOfRange);
+        s.check_row("sets", &row(&[(DELETED, true.into()), ("reps", 5i64.into())])).unwrap();
     }
 }

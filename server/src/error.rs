@@ -44,15 +44,42 @@ impl ApiError {
     }
 }
 
+/// The most characters of an error message sent back: a message may quote
+/// the input (a field name, a parser's excerpt), and an answer must never
+/// echo a huge input.
+pub const MAX_MESSAGE_CHARS: usize = 200;
+
+/// `message` cut to [`MAX_MESSAGE_CHARS`] characters, with `…` when cut.
+pub fn capped(message: &str) -> String {
+    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((at, _)) => format!("{}…", &message[..at]),
+        None => message.to_owned(),
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut resp = (status, Json(ErrorBody::new(self.code, self.message))).into_response();
+        let mut resp = (status, Json(ErrorBody::new(self.code, capped(&self.message)))).into_response();
         if let Some(secs) = self.retry_after {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         // Read by the metrics middleware.
         resp.extensions_mut().insert(self.code);
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_capped_on_a_character_boundary() {
+        assert_eq!(capped("short"), "short");
+        let long = "é".repeat(500);
+        let c = capped(&long);
+        assert_eq!(c.chars().count(), MAX_MESSAGE_CHARS + 1);
+        assert!(c.ends_with('…'));
     }
 }

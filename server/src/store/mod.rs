@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use marksync::judge::{recall, JudgeError, Judgement, Limits, Remembered};
-use marksync::protocol::{Op, OpId, PullResponse, RememberedVerdict, RowKey};
+use marksync::protocol::{Change, Op, OpId, PullResponse, RememberedVerdict, RowKey};
 use marksync::schema::Schema;
 
 use crate::metrics::SameUserProbe;
@@ -374,6 +374,32 @@ pub(crate) fn answered_by_another_writer(ctl: &PushControl, user: &str, sent: us
         p.judged_again();
     }
     true
+}
+
+/// A row as pulled: (table, rowId, fields JSON, marks JSON, seq).
+pub(crate) type PulledRow = (String, String, String, String, i64);
+
+/// A pull page from a stream of up to `limit + 1` rows in seq order: at most
+/// `limit` changes and [`marksync::protocol::MAX_PULL_PAGE_BYTES`] of rows
+/// (never fewer than one change). The stream is read only as far as the page
+/// goes, so big rows past the budget are never loaded.
+pub(crate) async fn page<S>(mut rows: S, cursor: u64, limit: usize) -> Result<PullResponse, StoreError>
+where
+    S: futures_util::Stream<Item = Result<PulledRow, sqlx::Error>> + Unpin,
+{
+    use futures_util::TryStreamExt;
+    let (mut changes, mut bytes, mut has_more) = (Vec::new(), 0usize, false);
+    while let Some((t, r, f, m, seq)) = rows.try_next().await? {
+        let size = f.len() + m.len();
+        if changes.len() == limit || !marksync::protocol::page_takes(changes.len(), bytes, size) {
+            has_more = true;
+            break;
+        }
+        bytes += size;
+        changes.push(Change { key: RowKey::new(t, r), row: codec::decode_row(&f, &m)?, seq: codec::seq_from_db(seq)? });
+    }
+    let cursor = changes.last().map_or(cursor, |c| c.seq);
+    Ok(PullResponse { changes, cursor, has_more, now: None })
 }
 
 /// Builds [`marksync::judge::Known::verdicts`] from stored columns.

@@ -5,14 +5,16 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use marksync::judge::{Judgement, Limits};
-use marksync::protocol::{Change, Op, PullResponse, RowKey};
+use marksync::protocol::{Op, PullResponse};
 use marksync::schema::Schema;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use super::codec::{decode_row, encode_row, seq_from_db, seq_to_db};
+#[cfg(feature = "bench-per-op")]
+use super::codec::{decode_row, seq_from_db};
+use super::codec::{encode_row, seq_to_db};
 use super::{
-    answered_by_another_writer, batch_keys, judge_loaded, now_ms, rejected_keys, verdict_columns, Counts, PushControl,
-    PushError, RecalledVerdict, Sabotage, SavedVerdict, StoreError, StoredRow, MAX_JUDGE_ATTEMPTS,
+    answered_by_another_writer, batch_keys, judge_loaded, now_ms, page, rejected_keys, verdict_columns, Counts,
+    PushControl, PushError, RecalledVerdict, Sabotage, SavedVerdict, StoreError, StoredRow, MAX_JUDGE_ATTEMPTS,
 };
 
 /// Migrations, in order: (version, SQL). Applied once each, under an advisory lock.
@@ -199,13 +201,9 @@ impl PgStore {
     }
 
     pub(crate) async fn pull(&self, user: &str, cursor: u64, limit: usize) -> Result<PullResponse, StoreError> {
-        let rows: Vec<(String, String, String, String, i64)> = sqlx::query_as(sql::PULL)
-            .bind(user)
-            .bind(seq_to_db(cursor)?)
-            .bind(limit as i64 + 1)
-            .fetch_all(&self.pool)
-            .await?;
-        page(rows, cursor, limit)
+        let rows =
+            sqlx::query_as(sql::PULL).bind(user).bind(seq_to_db(cursor)?).bind(limit as i64 + 1).fetch(&self.pool);
+        page(rows, cursor, limit).await
     }
 
     /// The saved verdicts of `op_ids`, and the stored rows their rejections name (read-only).
@@ -330,22 +328,4 @@ impl PgStore {
         out.head = head;
         Ok(out)
     }
-}
-
-/// A pull page from `limit + 1` fetched rows.
-pub(crate) fn page(
-    mut rows: Vec<(String, String, String, String, i64)>,
-    cursor: u64,
-    limit: usize,
-) -> Result<PullResponse, StoreError> {
-    let has_more = rows.len() > limit;
-    rows.truncate(limit);
-    let changes = rows
-        .into_iter()
-        .map(|(t, r, f, m, seq)| {
-            Ok(Change { key: RowKey::new(t, r), row: decode_row(&f, &m)?, seq: seq_from_db(seq)? })
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    let cursor = changes.last().map_or(cursor, |c| c.seq);
-    Ok(PullResponse { changes, cursor, has_more, now: None })
 }

@@ -16,10 +16,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 #[cfg(feature = "bench-per-op")]
 use super::codec::{decode_row, seq_from_db};
 use super::codec::{encode_row, seq_to_db};
-use super::postgres::page;
 use super::{
-    answered_by_another_writer, batch_keys, judge_loaded, now_ms, rejected_keys, verdict_columns, Counts, PushControl,
-    PushError, RecalledVerdict, SavedVerdict, StoreError, StoredRow, MAX_JUDGE_ATTEMPTS,
+    answered_by_another_writer, batch_keys, judge_loaded, now_ms, page, rejected_keys, verdict_columns, Counts,
+    PushControl, PushError, RecalledVerdict, SavedVerdict, StoreError, StoredRow, MAX_JUDGE_ATTEMPTS,
 };
 
 /// Migrations, in order: (version, SQL). Applied once each, inside `BEGIN IMMEDIATE`.
@@ -190,13 +189,9 @@ impl SqliteStore {
     }
 
     pub(crate) async fn pull(&self, user: &str, cursor: u64, limit: usize) -> Result<PullResponse, StoreError> {
-        let rows: Vec<(String, String, String, String, i64)> = sqlx::query_as(sql::PULL)
-            .bind(user)
-            .bind(seq_to_db(cursor)?)
-            .bind(limit as i64 + 1)
-            .fetch_all(&self.reader)
-            .await?;
-        page(rows, cursor, limit)
+        let rows =
+            sqlx::query_as(sql::PULL).bind(user).bind(seq_to_db(cursor)?).bind(limit as i64 + 1).fetch(&self.reader);
+        page(rows, cursor, limit).await
     }
 
     /// The saved verdicts of `op_ids`, and the stored rows their rejections name (read-only).
