@@ -4,9 +4,10 @@
 //! authenticated, takes one token of its user's rate limit, and takes a place
 //! among its user's requests in progress (or, for `/v1/events`, among the
 //! user's open streams); the handler sees the user as [`User`]. A refusal made
-//! here (401, 429) comes before the body is read, so it is answered with
-//! `Connection: close` after a short, bounded drain of the body: the client gets
-//! the answer, never a reset, and never reuses a connection left mid-body. A
+//! here (401, 429) comes before the body is read, so the body is drained first,
+//! within bounds; if it could not be read whole, the answer says
+//! `Connection: close`: the client gets the answer, never a reset, and never
+//! reuses a connection left mid-body. A
 //! body that does not arrive whole within the body timeout is answered `408`,
 //! also with `Connection: close`.
 
@@ -45,7 +46,7 @@ pub struct User(pub String);
 
 /// An event stream's place among its user's streams: the stream holds it to its end.
 #[derive(Debug, Clone)]
-pub struct StreamPlace(#[allow(dead_code)] pub Arc<Place>);
+pub struct StreamPlace(pub Arc<Place>);
 
 /// The guard's limits and its per-user counts; part of [`crate::AppState`].
 #[derive(Debug)]
@@ -173,27 +174,37 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     resp
 }
 
-/// A refusal made before the body was read: drain a little of the body, then
-/// answer and close, so the answer is read and not lost to a reset.
+/// A refusal made before the body was read. A request without a body keeps
+/// its connection (a flood of refused connects costs no new connections); one
+/// with a body has it read and thrown away, within bounds, so the answer is
+/// read and not lost to a reset, and the connection is reused only when the
+/// whole body was read.
 async fn refuse(app: &App, req: Request, e: ApiError) -> Response {
-    let body = req.into_body();
-    if !body.is_end_stream() {
-        if let Ok(_draining) = app.guard.drains.try_acquire() {
-            let mut body = body;
-            let mut left = app.max_body as u64;
-            let _ = tokio::time::timeout(REFUSAL_DRAIN_TIME, async {
-                while let Some(Ok(frame)) = body.frame().await {
-                    let n = frame.data_ref().map_or(0, |d| d.len() as u64);
-                    left = match left.checked_sub(n) {
-                        Some(l) => l,
-                        None => break,
-                    };
-                }
-            })
-            .await;
-        }
+    let mut body = req.into_body();
+    if body.is_end_stream() {
+        return e.into_response();
     }
-    closing(e.into_response())
+    let mut whole = false;
+    let too_large = body.size_hint().lower() > app.max_body as u64;
+    if let (false, Ok(_draining)) = (too_large, app.guard.drains.try_acquire()) {
+        let mut left = app.max_body as u64;
+        let _ = tokio::time::timeout(REFUSAL_DRAIN_TIME, async {
+            while let Some(Ok(frame)) = body.frame().await {
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                left = match left.checked_sub(n) {
+                    Some(l) => l,
+                    None => return,
+                };
+            }
+            whole = body.is_end_stream();
+        })
+        .await;
+    }
+    if whole {
+        e.into_response()
+    } else {
+        closing(e.into_response())
+    }
 }
 
 fn closing(mut resp: Response) -> Response {
