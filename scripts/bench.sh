@@ -17,17 +17,20 @@ trap 'scripts/pg.sh stop' EXIT
 export MARKSYNC_TEST_POSTGRES_URL="$(scripts/pg.sh url)"
 uptime > bench/results/load-before.txt
 
-echo "== 1/4 core, native (criterion)"
+echo "== 1/5 core, native (criterion)"
 cargo bench --bench core -- --noplot
 
-echo "== 2/4 client: change(), drain + pull, cold open, wasm vs native merge, size"
+echo "== 2/5 client: change(), drain + pull, cold open, wasm vs native merge, size"
 node www/bench/client.mjs > bench/results/client.json
 
-echo "== 3/4 side by side with the peers (Chromium)"
+echo "== 3/5 side by side with the peers (Chromium)"
 (cd bench && { [[ -d node_modules ]] && npm ls --depth=0 >/dev/null 2>&1 || npm ci --no-audit --no-fund; } && node run.mjs)
 
-echo "== 4/4 server: batched vs per-op, SQLite and PostgreSQL, 1/8/64 users, hot user"
+echo "== 4/5 server: batched vs per-op, SQLite and PostgreSQL, 1/8/64 users, hot user"
 LOAD_JSON=bench/results/server.json cargo bench -p marksync-server --features bench-per-op --bench load
+
+echo "== 5/5 server under attack: a victim's pull p99 alone and with an attacker (events flood, slowloris, push flood)"
+cargo bench -p marksync-server --bench abuse | tee bench/results/abuse.txt
 
 uptime > bench/results/load-after.txt
 node bench/report.mjs

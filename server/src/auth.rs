@@ -1,5 +1,7 @@
 //! Who is calling: `Authorization: Bearer <JWT>` (HS256, `sub` = user id,
-//! `exp` checked), or `Bearer dev:<user>` when dev auth is on.
+//! `exp` required and checked, `nbf` checked when present, `aud` and `iss`
+//! checked when configured), or `Bearer dev:<user>` when dev auth is on. The
+//! scheme is case-insensitive (RFC 7235); a user id is trimmed.
 
 use jsonwebtoken::{decode, Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
@@ -30,13 +32,34 @@ struct Claims {
 
 impl Auth {
     /// JWTs signed with `secret` (none: no JWT is accepted); `dev` also accepts `dev:<user>`.
+    /// Neither `aud` nor `iss` is checked; see [`Auth::expecting`].
     pub fn new(secret: Option<&str>, dev: bool) -> Auth {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.leeway = 5;
+        validation.validate_nbf = true;
+        // Identity providers put an `aud` in every token; it is checked only when configured.
+        validation.validate_aud = false;
         validation.set_required_spec_claims(&["exp", "sub"]);
         // An HMAC key accepts any bytes; should the crate ever refuse one, no JWT is accepted.
         let key = secret.filter(|s| !s.is_empty()).and_then(|s| DecodingKey::from_secret(s.as_bytes()).ok());
         Auth { key, validation, dev }
+    }
+
+    /// Also requires a token's `aud` to name one of `audiences` (when not empty)
+    /// and its `iss` to be `issuer` (when given).
+    pub fn expecting(mut self, audiences: &[String], issuer: Option<&str>) -> Auth {
+        let mut required = vec!["exp", "sub"];
+        if !audiences.is_empty() {
+            self.validation.set_audience(audiences);
+            self.validation.validate_aud = true;
+            required.push("aud");
+        }
+        if let Some(iss) = issuer {
+            self.validation.set_issuer(&[iss]);
+            required.push("iss");
+        }
+        self.validation.set_required_spec_claims(&required);
+        self
     }
 
     /// The user id of a bearer token (the text after `Bearer `).
@@ -60,9 +83,11 @@ impl Auth {
     pub fn user(&self, header: Option<&str>, query_token: Option<&str>) -> Result<String, ApiError> {
         if let Some(h) = header {
             let token = h
-                .strip_prefix("Bearer ")
-                .or_else(|| h.strip_prefix("bearer "))
-                .ok_or_else(|| ApiError::unauthorized("the Authorization header must be: Bearer <token>"))?;
+                .trim()
+                .split_once(' ')
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .ok_or_else(|| ApiError::unauthorized("the Authorization header must be: Bearer <token>"))?
+                .1;
             return self.user_of_token(token);
         }
         match query_token {
@@ -73,6 +98,8 @@ impl Auth {
 }
 
 fn check_user(user: &str) -> Result<String, ApiError> {
+    // `dev: alice` is alice: a space no one sees must not make another user.
+    let user = user.trim();
     if user.is_empty() || user.len() > MAX_USER_ID || user.chars().any(char::is_control) {
         return Err(ApiError::unauthorized("the token's user id is empty, too long or has control characters"));
     }
@@ -103,5 +130,32 @@ mod tests {
         assert_eq!(d.user(None, Some("dev:bob")).unwrap(), "bob");
         assert!(d.user(Some("Bearer dev:"), None).is_err());
         assert!(d.user(Some("Basic x"), None).is_err());
+        assert_eq!(d.user(Some("BEARER dev: bob "), None).unwrap(), "bob");
+        assert!(d.user(Some("Bearer dev:  "), None).is_err());
+    }
+
+    fn signed(claims: serde_json::Value) -> String {
+        encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(b"k").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn nbf_aud_and_iss() {
+        let now = jsonwebtoken::get_current_timestamp();
+        let plain = Auth::new(Some("k"), false);
+        let user = |a: &Auth, claims| a.user(Some(&format!("Bearer {}", signed(claims))), None);
+        assert!(user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "nbf": now + 60})).is_err());
+        assert_eq!(user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "nbf": now - 1})).unwrap(), "a");
+        assert_eq!(
+            user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "aud": "x", "iss": "y"})).unwrap(),
+            "a"
+        );
+        let strict = Auth::new(Some("k"), false).expecting(&["x".into()], Some("y"));
+        assert_eq!(
+            user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": ["z", "x"], "iss": "y"})).unwrap(),
+            "a"
+        );
+        assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": "z", "iss": "y"})).is_err());
+        assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "iss": "y"})).is_err());
+        assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": "x"})).is_err());
     }
 }

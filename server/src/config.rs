@@ -67,6 +67,44 @@ pub struct Config {
     #[arg(long, env = "MARKSYNC_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
 
+    /// Most connections open at once. At the cap a new connection closes the oldest one that has no
+    /// request in progress (unfinished headers, idle keep-alive); when every one is busy, the new one
+    /// is closed. Lowered at start to fit the open-files limit.
+    #[arg(long, env = "MARKSYNC_MAX_CONNECTIONS", default_value_t = 900)]
+    pub max_connections: usize,
+
+    /// Milliseconds a client may take to send a request's headers (or to start one on an idle
+    /// keep-alive connection) before the connection is closed.
+    #[arg(long, env = "MARKSYNC_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+
+    /// Milliseconds a client may take to send a whole request body, counted from its headers;
+    /// later is `408` and the connection closes.
+    #[arg(long, env = "MARKSYNC_BODY_TIMEOUT_MS", default_value_t = 30_000)]
+    pub body_timeout_ms: u64,
+
+    /// Milliseconds shutdown waits for requests in flight; then the connections left are cut and
+    /// the database closes.
+    #[arg(long, env = "MARKSYNC_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
+    pub shutdown_timeout_ms: u64,
+
+    /// Push and pull requests one user may have in progress at once (more: `429`); 0 = no cap.
+    #[arg(long, env = "MARKSYNC_MAX_REQUESTS_PER_USER", default_value_t = 16)]
+    pub max_requests_per_user: usize,
+
+    /// `/v1/events` streams one user may hold open at once (a new one beyond: `429`); 0 = no cap.
+    #[arg(long, env = "MARKSYNC_MAX_STREAMS_PER_USER", default_value_t = 8)]
+    pub max_streams_per_user: usize,
+
+    /// Accepted JWT audiences (`aud`; repeat or comma list). Set: a token must name one of them.
+    /// Unset: `aud` is not checked.
+    #[arg(long, env = "MARKSYNC_JWT_AUDIENCE", value_delimiter = ',')]
+    pub jwt_audience: Vec<String>,
+
+    /// The JWT issuer (`iss`). Set: a token must carry exactly it. Unset: `iss` is not checked.
+    #[arg(long, env = "MARKSYNC_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+
     /// A schema given in code (tests, embedding); wins over `--schema`.
     #[arg(skip)]
     pub schema_value: Option<Schema>,
@@ -100,6 +138,14 @@ impl Config {
             rate_burst: None,
             cors_origin: Vec::new(),
             db_max_connections: 16,
+            max_connections: 900,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            shutdown_timeout_ms: 10_000,
+            max_requests_per_user: 16,
+            max_streams_per_user: 8,
+            jwt_audience: Vec::new(),
+            jwt_issuer: None,
             schema_value: None,
             sabotage: Sabotage::None,
             #[cfg(feature = "bench-per-op")]
@@ -120,6 +166,17 @@ mod tests {
         assert!(!c.dev_auth && !c.enable_faults);
         assert_eq!(c.max_body_bytes, 1 << 20);
         assert_eq!(c.max_future_ms, 86_400_000);
+        let d = Config::with_database("sqlite://marksync.db");
+        assert_eq!(
+            (c.max_connections, c.header_timeout_ms, c.body_timeout_ms, c.shutdown_timeout_ms),
+            (d.max_connections, d.header_timeout_ms, d.body_timeout_ms, d.shutdown_timeout_ms),
+            "the documented defaults, both ways"
+        );
+        assert_eq!(
+            (c.max_requests_per_user, c.max_streams_per_user),
+            (d.max_requests_per_user, d.max_streams_per_user)
+        );
+        assert!(c.jwt_audience.is_empty() && c.jwt_issuer.is_none());
         let c = Config::try_parse_from([
             "marksync-server",
             "--dev-auth",

@@ -12,6 +12,7 @@ use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
+use axum::Extension;
 use axum::{Json, Router};
 use futures_util::Stream;
 use http_body_util::BodyExt;
@@ -26,16 +27,21 @@ use tower_http::trace::TraceLayer;
 
 use crate::error::ApiError;
 use crate::faults::FaultRequest;
+use crate::guard::{self, StreamPlace, User};
 use crate::store::{PushControl, PushError};
 use crate::{App, Config, Poke, ServerError};
 
 /// The router of the whole server.
 pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
-    let mut r = Router::new()
+    // Auth, rate limit, per-user caps and the body deadline come first (crate::guard).
+    let api = Router::new()
         .route("/v1/push", post(push))
         .route("/v1/pull", get(pull))
         .route("/v1/verdicts", post(verdicts))
         .route("/v1/events", get(events))
+        .route_layer(middleware::from_fn_with_state(app.clone(), guard::api));
+    let mut r = Router::new()
+        .merge(api)
         .route("/v1/{*rest}", any(not_found))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics));
@@ -91,21 +97,6 @@ async fn not_found() -> Response {
         .into_response()
 }
 
-fn user_of(app: &App, headers: &HeaderMap, query_token: Option<&str>) -> Result<String, ApiError> {
-    let header = match headers.get(header::AUTHORIZATION) {
-        Some(v) => Some(v.to_str().map_err(|_| ApiError::unauthorized("the Authorization header is not text"))?),
-        None => None,
-    };
-    app.auth.user(header, query_token)
-}
-
-fn rate(app: &App, user: &str) -> Result<(), ApiError> {
-    match &app.limiter {
-        Some(l) => l.check(user).map_err(ApiError::rate_limited),
-        None => Ok(()),
-    }
-}
-
 /// How much of a too-large body is still read (and thrown away) before the 413
 /// is sent, as a multiple of the limit: a client that is still sending when the
 /// server answers and closes gets a broken pipe instead of the 413. Beyond
@@ -155,9 +146,12 @@ async fn read_body(headers: &HeaderMap, mut body: Body, limit: usize) -> Result<
 }
 
 /// `POST /v1/push`: PROTOCOL §3.
-async fn push(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let user = user_of(&app, &headers, None)?;
-    rate(&app, &user)?;
+async fn push(
+    State(app): State<App>,
+    Extension(User(user)): Extension<User>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let bytes = read_body(&headers, body, app.max_body).await?;
     let req: PushRequest = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("the body is not a push request: {e}")))?;
@@ -208,9 +202,12 @@ async fn push(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<
 
 /// `POST /v1/verdicts`: what the server remembers of some opIds (PROTOCOL §3,
 /// "asking instead of sending"). Read-only: never judges, writes or takes a seq.
-async fn verdicts(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let user = user_of(&app, &headers, None)?;
-    rate(&app, &user)?;
+async fn verdicts(
+    State(app): State<App>,
+    Extension(User(user)): Extension<User>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let bytes = read_body(&headers, body, app.max_body).await?;
     let req: VerdictsRequest = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("the body is not a verdicts request: {e}")))?;
@@ -263,12 +260,10 @@ fn query(
 /// `GET /v1/pull?cursor&limit`: PROTOCOL §4.
 async fn pull(
     State(app): State<App>,
-    headers: HeaderMap,
+    Extension(User(user)): Extension<User>,
     q: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let user = user_of(&app, &headers, None)?;
     let q = query(q)?;
-    rate(&app, &user)?;
     let (cursor, limit) = pull_params(&q)?;
     let now = crate::store::now_ms_u64();
     let mut page = app.store.pull(&user, cursor, limit).await.map_err(|e| ApiError::internal(&e))?;
@@ -278,18 +273,25 @@ async fn pull(
 }
 
 /// `GET /v1/events`: `event: poke`, `data: <head>` when the user's head grows
-/// (and once on connect, with the current head).
+/// (and once on connect, with the current head: one read of the user's head row).
+/// The guard authenticated the user (header or `?token=`), took a rate-limit
+/// token and the stream's place among the user's streams, held to the stream's end.
 async fn events(
     State(app): State<App>,
-    headers: HeaderMap,
-    q: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+    Extension(User(user)): Extension<User>,
+    Extension(place): Extension<StreamPlace>,
 ) -> Result<Response, ApiError> {
-    let q = query(q)?;
-    let user = user_of(&app, &headers, q.get("token").map(String::as_str))?;
     let rx = app.pokes.subscribe();
     let head = app.store.head(&user).await.map_err(|e| ApiError::internal(&e))?;
-    let state =
-        PokeStream { app: app.clone(), user, rx, first: Some(head), last: head, shutdown: app.shutdown.clone() };
+    let state = PokeStream {
+        app: app.clone(),
+        user,
+        rx,
+        first: Some(head),
+        last: head,
+        shutdown: app.shutdown.clone(),
+        _place: place,
+    };
     let sse = Sse::new(poke_stream(state)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)));
     Ok(sse.into_response())
 }
@@ -301,6 +303,8 @@ struct PokeStream {
     first: Option<u64>,
     last: u64,
     shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Given back when the stream ends.
+    _place: StreamPlace,
 }
 
 fn poke(head: u64) -> Event {

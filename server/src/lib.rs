@@ -21,8 +21,10 @@
 
 pub mod auth;
 pub mod config;
+pub mod conn;
 pub mod error;
 pub mod faults;
+pub mod guard;
 mod http;
 pub mod metrics;
 pub mod rate;
@@ -31,6 +33,7 @@ pub mod store;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use marksync::schema::Schema;
 use tokio::net::TcpListener;
@@ -104,6 +107,8 @@ pub struct AppState {
     pub max_body: usize,
     /// How far ahead of the server's clock an op's `at` may be (`None`: no bound).
     pub max_future_ms: Option<u64>,
+    /// The per-user caps and the body deadline of the API routes.
+    pub guard: guard::Guard,
     /// Turns true when the server shuts down (ends event streams).
     pub shutdown: watch::Receiver<bool>,
     /// Deliberate breakage for one test run; [`Sabotage::None`] otherwise.
@@ -178,13 +183,19 @@ impl App {
         Ok(App(Arc::new(AppState {
             store,
             schema: Arc::new(schema),
-            auth: Auth::new(config.jwt_secret.as_deref(), config.dev_auth),
+            auth: Auth::new(config.jwt_secret.as_deref(), config.dev_auth)
+                .expecting(&config.jwt_audience, config.jwt_issuer.as_deref()),
             metrics: Arc::new(Metrics::default()),
             faults: config.enable_faults.then(|| Arc::new(Faults::default())),
             limiter,
             pokes,
             max_body: config.max_body_bytes,
             max_future_ms: (config.max_future_ms > 0).then_some(config.max_future_ms),
+            guard: guard::Guard::new(
+                Duration::from_millis(config.body_timeout_ms),
+                config.max_requests_per_user,
+                config.max_streams_per_user,
+            ),
             shutdown,
             sabotage: config.sabotage,
             #[cfg(feature = "bench-per-op")]
@@ -194,7 +205,9 @@ impl App {
 }
 
 /// Serves on `listener` until `shutdown` completes, then lets in-flight
-/// requests finish, ends event streams and closes the database.
+/// requests finish (for at most `--shutdown-timeout-ms`, then cuts the
+/// connections left), ends event streams and closes the database. Raises the
+/// soft open-files limit to the hard one first.
 pub async fn serve(
     config: Config,
     listener: TcpListener,
@@ -203,23 +216,33 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     let app = App::build(&config, listener.local_addr()?, stop_rx).await?;
     let router = http::router(app.clone(), &config)?;
-    run(app, router, listener, stop_tx, shutdown).await
+    let limits = limits(&config).fit_to(conn::raise_open_files_limit());
+    run(app, router, listener, limits, stop_tx, shutdown).await
+}
+
+fn limits(config: &Config) -> conn::Limits {
+    conn::Limits {
+        max_connections: config.max_connections,
+        header_timeout: Duration::from_millis(config.header_timeout_ms),
+        shutdown_timeout: Duration::from_millis(config.shutdown_timeout_ms),
+    }
 }
 
 async fn run(
     app: App,
     router: axum::Router,
     listener: TcpListener,
+    limits: conn::Limits,
     stop_tx: watch::Sender<bool>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    tracing::info!(addr = %listener.local_addr()?, "listening");
-    let graceful = async move {
+    tracing::info!(addr = %listener.local_addr()?, max_connections = limits.max_connections, "listening");
+    let stopping = async move {
         shutdown.await;
-        tracing::info!("shutting down: finishing in-flight requests");
+        // Event streams end now; they would otherwise hold their connections to the deadline.
         let _ = stop_tx.send(true);
     };
-    axum::serve(listener, router).with_graceful_shutdown(graceful).await?;
+    conn::serve(listener, router, limits, Arc::clone(&app.metrics), stopping).await;
     app.store.close().await;
     tracing::info!("stopped");
     Ok(())
@@ -242,7 +265,8 @@ impl RunningServer {
         format!("http://{}", self.addr)
     }
 
-    /// Graceful shutdown: in-flight requests finish, then the database closes.
+    /// Graceful shutdown: in-flight requests finish (within the shutdown
+    /// timeout; then their connections are cut), then the database closes.
     pub async fn stop(mut self) -> Result<(), ServerError> {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
@@ -257,10 +281,11 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServe
     let (stop_tx, stop_rx) = watch::channel(false);
     let app = App::build(&config, addr, stop_rx).await?;
     let router = http::router(app.clone(), &config)?;
+    let limits = limits(&config);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let router_app = app.clone();
     let task = tokio::spawn(async move {
-        run(router_app, router, listener, stop_tx, async move {
+        run(router_app, router, listener, limits, stop_tx, async move {
             let _ = rx.await;
         })
         .await

@@ -33,6 +33,12 @@ pub struct Metrics {
     latency_buckets: [AtomicU64; 12],
     latency_count: AtomicU64,
     latency_sum_us: AtomicU64,
+    connections_open: AtomicU64,
+    connections_evicted: AtomicU64,
+    connections_refused: AtomicU64,
+    refused_requests_cap: AtomicU64,
+    refused_streams_cap: AtomicU64,
+    body_timeouts: AtomicU64,
     /// The probe of pushes of one user inside the lock at once.
     pub same_user: Arc<SameUserProbe>,
     /// The probe of push requests of one device (user + the deviceId of the
@@ -42,6 +48,28 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Sets how many connections are open now.
+    pub fn connections_open(&self, n: usize) {
+        self.connections_open.store(n as u64, Ordering::Relaxed);
+    }
+    /// Counts an idle connection closed to make room for a new one.
+    pub fn connection_evicted(&self) {
+        self.connections_evicted.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts a new connection closed at once: the cap was reached and every connection was busy.
+    pub fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts a request refused by a per-user cap (`stream`: of event streams, else of requests).
+    pub fn refused_by_cap(&self, stream: bool) {
+        let c = if stream { &self.refused_streams_cap } else { &self.refused_requests_cap };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts a body that did not arrive within the body timeout (`408`).
+    pub fn body_timed_out(&self) {
+        self.body_timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts one judged push: its verdicts and its latency.
     pub fn push_judged<'a>(&self, outcomes: impl Iterator<Item = &'a Outcome>, took: Duration) {
         self.pushes.fetch_add(1, Ordering::Relaxed);
@@ -108,6 +136,28 @@ impl Metrics {
         for (i, code) in CODES.iter().enumerate() {
             let _ = writeln!(s, "marksync_http_errors_total{{code=\"{}\"}} {}", code.as_str(), g(&self.errors[i]));
         }
+        let _ = writeln!(s, "# HELP marksync_connections_open Connections open now.");
+        let _ = writeln!(s, "# TYPE marksync_connections_open gauge");
+        let _ = writeln!(s, "marksync_connections_open {}", g(&self.connections_open));
+        let _ = writeln!(
+            s,
+            "# HELP marksync_connections_evicted_total Idle connections closed to make room (the connection cap)."
+        );
+        let _ = writeln!(s, "# TYPE marksync_connections_evicted_total counter");
+        let _ = writeln!(s, "marksync_connections_evicted_total {}", g(&self.connections_evicted));
+        let _ = writeln!(s, "# HELP marksync_connections_refused_total New connections closed at once: at the cap, every connection busy.");
+        let _ = writeln!(s, "# TYPE marksync_connections_refused_total counter");
+        let _ = writeln!(s, "marksync_connections_refused_total {}", g(&self.connections_refused));
+        let _ = writeln!(s, "# HELP marksync_user_cap_refusals_total Requests refused (429) by a per-user cap.");
+        let _ = writeln!(s, "# TYPE marksync_user_cap_refusals_total counter");
+        let _ = writeln!(s, "marksync_user_cap_refusals_total{{cap=\"requests\"}} {}", g(&self.refused_requests_cap));
+        let _ = writeln!(s, "marksync_user_cap_refusals_total{{cap=\"streams\"}} {}", g(&self.refused_streams_cap));
+        let _ = writeln!(
+            s,
+            "# HELP marksync_body_timeouts_total Bodies that did not arrive within the body timeout (408)."
+        );
+        let _ = writeln!(s, "# TYPE marksync_body_timeouts_total counter");
+        let _ = writeln!(s, "marksync_body_timeouts_total {}", g(&self.body_timeouts));
         let _ = writeln!(
             s,
             "# HELP marksync_push_concurrent_same_user_max Most pushes of one user ever inside the user's lock at once (1 when the lock holds)."

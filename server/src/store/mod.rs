@@ -202,8 +202,8 @@ impl Store {
     /// The user's head seq (0 when the user has none).
     pub async fn head(&self, user: &str) -> Result<u64, StoreError> {
         let head = match self {
-            Store::Sqlite(s) => s.counts(user).await?.head,
-            Store::Postgres(s) => s.counts(user).await?.head,
+            Store::Sqlite(s) => s.head(user).await?,
+            Store::Postgres(s) => s.head(user).await?,
         };
         codec::seq_from_db(head)
     }

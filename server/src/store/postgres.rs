@@ -58,6 +58,7 @@ mod sql {
     pub const WRITE_HEAD: &str = "UPDATE heads SET seq = $2 WHERE user_id = $1";
     pub const PULL: &str = "SELECT table_name, row_id, fields, marks, seq FROM rows \
          WHERE user_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+    pub const HEAD: &str = "SELECT seq FROM heads WHERE user_id = $1";
     pub const COUNTS: &str = "SELECT (SELECT count(*) FROM verdicts WHERE user_id = $1), \
                 (SELECT count(*) FROM rows WHERE user_id = $1), \
                 COALESCE((SELECT seq FROM heads WHERE user_id = $1), 0)";
@@ -223,6 +224,12 @@ impl PgStore {
         let rows: Vec<StoredRow> =
             sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(&tables).bind(&row_ids).fetch_all(&self.pool).await?;
         Ok((saved, rows))
+    }
+
+    /// The head alone: one primary-key read (an event stream's connect), never a count.
+    pub(crate) async fn head(&self, user: &str) -> Result<i64, StoreError> {
+        let head: Option<i64> = sqlx::query_scalar(sql::HEAD).bind(user).fetch_optional(&self.pool).await?;
+        Ok(head.unwrap_or(0))
     }
 
     pub(crate) async fn counts(&self, user: &str) -> Result<Counts, StoreError> {

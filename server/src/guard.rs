@@ -1,0 +1,247 @@
+//! Who may use the API and how much of it, decided before a handler runs.
+//!
+//! The contract: every `/v1/push`, `/v1/pull` and `/v1/events` request is
+//! authenticated, takes one token of its user's rate limit, and takes a place
+//! among its user's requests in progress (or, for `/v1/events`, among the
+//! user's open streams); the handler sees the user as [`User`]. A refusal made
+//! here (401, 429) comes before the body is read, so the body is drained first,
+//! within bounds; if it could not be read whole, the answer says
+//! `Connection: close`: the client gets the answer, never a reset, and never
+//! reuses a connection left mid-body. A
+//! body that does not arrive whole within the body timeout is answered `408`,
+//! also with `Connection: close`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http_body::Frame;
+use http_body_util::BodyExt;
+use tokio::sync::Semaphore;
+use tokio::time::Sleep;
+
+use crate::error::ApiError;
+use crate::App;
+
+/// The longest time a refused request's body is read and thrown away before the answer.
+const REFUSAL_DRAIN_TIME: Duration = Duration::from_secs(1);
+/// Most refused bodies drained at once; beyond, the answer goes without draining.
+const REFUSAL_DRAINS: usize = 64;
+/// `Retry-After` seconds when a per-user cap is full.
+const CAP_RETRY_AFTER: u64 = 1;
+
+/// The user a request was authenticated as (a request extension set by [`api`]).
+#[derive(Debug, Clone)]
+pub struct User(pub String);
+
+/// An event stream's place among its user's streams: the stream holds it to its end.
+#[derive(Debug, Clone)]
+pub struct StreamPlace(pub Arc<Place>);
+
+/// The guard's limits and its per-user counts; part of [`crate::AppState`].
+#[derive(Debug)]
+pub struct Guard {
+    /// Time to receive a whole request body, from its headers.
+    pub body_timeout: Duration,
+    requests: Arc<PerUser>,
+    streams: Arc<PerUser>,
+    drains: Semaphore,
+}
+
+impl Guard {
+    /// Caps of `max_requests` requests in progress and `max_streams` event streams per user (0: none).
+    pub fn new(body_timeout: Duration, max_requests: usize, max_streams: usize) -> Guard {
+        Guard {
+            body_timeout,
+            requests: Arc::new(PerUser::new(max_requests)),
+            streams: Arc::new(PerUser::new(max_streams)),
+            drains: Semaphore::new(REFUSAL_DRAINS),
+        }
+    }
+}
+
+/// How many of something each user holds, under a cap. Hand-written: a map of counts.
+#[derive(Debug)]
+struct PerUser {
+    cap: usize,
+    held: Mutex<HashMap<String, usize>>,
+}
+
+/// One held place of a [`PerUser`]; dropping it gives the place back.
+#[derive(Debug)]
+pub struct Place {
+    owner: Arc<PerUser>,
+    user: String,
+}
+
+impl PerUser {
+    fn new(cap: usize) -> PerUser {
+        PerUser { cap, held: Mutex::new(HashMap::new()) }
+    }
+
+    fn take(self: &Arc<Self>, user: &str) -> Option<Place> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let n = held.entry(user.to_owned()).or_insert(0);
+        if self.cap > 0 && *n >= self.cap {
+            return None;
+        }
+        *n += 1;
+        Some(Place { owner: Arc::clone(self), user: user.to_owned() })
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut held = self.owner.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = held.get_mut(&self.user) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.user);
+            }
+        }
+    }
+}
+
+fn user_of(app: &App, headers: &HeaderMap, query_token: Option<&str>) -> Result<String, ApiError> {
+    let header = match headers.get(header::AUTHORIZATION) {
+        Some(v) => Some(v.to_str().map_err(|_| ApiError::unauthorized("the Authorization header is not text"))?),
+        None => None,
+    };
+    app.auth.user(header, query_token)
+}
+
+/// The middleware of the API routes (see the module doc).
+pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
+    let events = req.uri().path() == "/v1/events";
+    // EventSource cannot set headers: `/v1/events` also takes `?token=`.
+    let token = events
+        .then(|| Query::<HashMap<String, String>>::try_from_uri(req.uri()).ok())
+        .flatten()
+        .and_then(|Query(mut q)| q.remove("token"));
+    let user = match user_of(&app, req.headers(), token.as_deref()) {
+        Ok(u) => u,
+        Err(e) => return refuse(&app, req, e).await,
+    };
+    if let Some(l) = &app.limiter {
+        if let Err(secs) = l.check(&user) {
+            return refuse(&app, req, ApiError::rate_limited(secs)).await;
+        }
+    }
+    let (owner, what) =
+        if events { (&app.guard.streams, "event streams open") } else { (&app.guard.requests, "requests in progress") };
+    let Some(place) = owner.take(&user) else {
+        app.metrics.refused_by_cap(events);
+        let e = ApiError {
+            message: format!("too many {what} for this user; retry later"),
+            ..ApiError::rate_limited(CAP_RETRY_AFTER)
+        };
+        return refuse(&app, req, e).await;
+    };
+    let (mut parts, body) = req.into_parts();
+    parts.extensions.insert(User(user));
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let body = if body.is_end_stream() {
+        body
+    } else {
+        Body::new(Deadline {
+            inner: body,
+            sleep: Box::pin(tokio::time::sleep(app.guard.body_timeout)),
+            timed_out: Arc::clone(&timed_out),
+        })
+    };
+    let place = Arc::new(place);
+    if events {
+        parts.extensions.insert(StreamPlace(Arc::clone(&place)));
+    }
+    let resp = next.run(Request::from_parts(parts, body)).await;
+    drop(place);
+    if timed_out.load(Ordering::Acquire) {
+        app.metrics.body_timed_out();
+        let message = format!("the body did not arrive within {} ms", app.guard.body_timeout.as_millis());
+        let body = serde_json::json!({"error": {"code": "request_timeout", "message": message}});
+        return closing((StatusCode::REQUEST_TIMEOUT, Json(body)).into_response());
+    }
+    resp
+}
+
+/// A refusal made before the body was read. A request without a body keeps
+/// its connection (a flood of refused connects costs no new connections); one
+/// with a body has it read and thrown away, within bounds, so the answer is
+/// read and not lost to a reset, and the connection is reused only when the
+/// whole body was read.
+async fn refuse(app: &App, req: Request, e: ApiError) -> Response {
+    let mut body = req.into_body();
+    if body.is_end_stream() {
+        return e.into_response();
+    }
+    let mut whole = false;
+    let too_large = body.size_hint().lower() > app.max_body as u64;
+    if let (false, Ok(_draining)) = (too_large, app.guard.drains.try_acquire()) {
+        let mut left = app.max_body as u64;
+        let _ = tokio::time::timeout(REFUSAL_DRAIN_TIME, async {
+            while let Some(Ok(frame)) = body.frame().await {
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                left = match left.checked_sub(n) {
+                    Some(l) => l,
+                    None => return,
+                };
+            }
+            whole = body.is_end_stream();
+        })
+        .await;
+    }
+    if whole {
+        e.into_response()
+    } else {
+        closing(e.into_response())
+    }
+}
+
+fn closing(mut resp: Response) -> Response {
+    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// A body that fails once `sleep` ends before it does, and says so in `timed_out`.
+/// Hand-written: tower-http's timeout body restarts its clock at every frame,
+/// which a client sending a byte a second never trips.
+struct Deadline {
+    inner: Body,
+    sleep: Pin<Box<Sleep>>,
+    timed_out: Arc<AtomicBool>,
+}
+
+impl HttpBody for Deadline {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        if this.sleep.as_mut().poll(cx).is_ready() {
+            this.timed_out.store(true, Ordering::Release);
+            return Poll::Ready(Some(Err(axum::Error::new("the body did not arrive in time"))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
