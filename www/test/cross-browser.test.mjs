@@ -7,20 +7,10 @@
 // Engines: MARKSYNC_ENGINES=firefox,chromium (default: both).
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, newUser } from './helpers.mjs';
+import { startServer, newUser, until } from './helpers.mjs';
 import { session } from './webdriver.mjs';
 
 const engines = (process.env.MARKSYNC_ENGINES || 'firefox,chromium').split(',').map((s) => s.trim()).filter(Boolean);
-
-async function until(fn, what, ms = 15000) {
-  const t0 = Date.now();
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 for (const engine of engines) {
   describe(`package in ${engine}`, () => {

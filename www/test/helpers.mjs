@@ -19,7 +19,8 @@ export function backends() {
   return pg ? ['sqlite', 'postgres'] : ['sqlite'];
 }
 
-async function freePort() {
+/** A free TCP port on the loopback. */
+export async function freePort() {
   return new Promise((resolve, reject) => {
     const s = createServer();
     s.listen(0, '127.0.0.1', () => {
@@ -128,4 +129,15 @@ let users = 0;
 export function newUser(tag) {
   users += 1;
   return `${tag}-${process.pid}-${Date.now()}-${users}`;
+}
+
+/** Polls `fn` until it returns something truthy (or fails after `ms`). */
+export async function until(fn, what, ms = 15000) {
+  const t0 = Date.now();
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }

@@ -5,21 +5,10 @@
 // drivers that this project installs itself (geckodriver from crates.io,
 // chromedriver and the browsers from Debian).
 import { spawn } from 'node:child_process';
-import { createServer } from 'node:net';
+import { freePort } from './helpers.mjs';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-
-async function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-    s.on('error', reject);
-  });
-}
 
 /** The engines the suite drives, each with its driver and the capabilities of a fresh, headless profile. */
 export const ENGINES = {

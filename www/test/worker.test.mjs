@@ -2,20 +2,10 @@
 // the real server, under real faults.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { backends, startServer, launch, newUser } from './helpers.mjs';
+import { backends, startServer, launch, newUser, until } from './helpers.mjs';
 
 const NAME = 'e2e-sw';
 const TAG = `marksync:${NAME}`;
-
-async function until(fn, what, ms = 15000) {
-  const t0 = Date.now();
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 for (const backend of backends()) {
   describe(`service worker on ${backend}`, () => {
