@@ -213,5 +213,7 @@ mod tests {
         assert_eq!(f.recovery().map(|r| r.code), Some("schema_too_new".into()));
         assert_eq!(Failure::from_http(401, None, None).recovery().map(|r| r.code), Some("unauthorized".into()));
         assert!(!Failure::from_http(400, None, None).outcome_unknown());
+        // A body the server stopped waiting for: treated as a timeout (retried, same opIds).
+        assert_eq!(Failure::from_http(408, Some(&body(ErrorCode::RequestTimeout)), None), Failure::Timeout);
     }
 }

@@ -720,6 +720,8 @@ pub enum ErrorCode {
     SchemaTooNew,
     /// 429: slow down; see `Retry-After`.
     RateLimited,
+    /// 408: the body did not arrive in time; nothing was judged.
+    RequestTimeout,
     /// 500.
     Internal,
 }
@@ -733,6 +735,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::SchemaTooNew => 409,
             ErrorCode::RateLimited => 429,
+            ErrorCode::RequestTimeout => 408,
             ErrorCode::Internal => 500,
         }
     }
@@ -744,6 +747,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::SchemaTooNew => "schema_too_new",
             ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Internal => "internal",
         }
     }

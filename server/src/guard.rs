@@ -168,7 +168,7 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     if timed_out.load(Ordering::Acquire) {
         app.metrics.body_timed_out();
         let message = format!("the body did not arrive within {} ms", app.guard.body_timeout.as_millis());
-        let body = serde_json::json!({"error": {"code": "request_timeout", "message": message}});
+        let body = marksync::protocol::ErrorBody::new(marksync::protocol::ErrorCode::RequestTimeout, message);
         return closing((StatusCode::REQUEST_TIMEOUT, Json(body)).into_response());
     }
     resp
