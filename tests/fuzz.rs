@@ -2,7 +2,8 @@
 //! nothing panics, and every op judged gets exactly one verdict.
 //!
 //! 256 cases each by default (a second or two); run longer with
-//! `MARKSYNC_FUZZ_CASES=<n>`.
+//! `MARKSYNC_FUZZ_CASES=<n>`. Native only (proptest is not built for wasm32).
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::collections::HashSet;
 
