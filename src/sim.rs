@@ -505,7 +505,7 @@ impl Sim {
             Resp::Pull { cursor, page: Ok(p) } => engine.on_pull_response(cursor, p, now),
             Resp::Pull { cursor, page: Err(f) } => engine.on_pull_failed(cursor, f, now),
             Resp::Verdicts(Ok(v)) => engine.on_verdicts(v, now),
-            Resp::Verdicts(Err(f)) => engine.on_verdicts_failed(f, now),
+            Resp::Verdicts(Err(_)) => engine.on_verdicts_failed(),
         };
         let Some((txn, step)) = out else {
             self.log.push(format!("dev{d} ignored a stale answer"));
@@ -525,7 +525,7 @@ impl Sim {
         let step = match aw {
             Awaiting::Push(k) => engine.on_push_failed(&k, Failure::Timeout, now),
             Awaiting::Pull(c) => engine.on_pull_failed(c, Failure::Timeout, now),
-            Awaiting::Verdicts => engine.on_verdicts_failed(Failure::Timeout, now),
+            Awaiting::Verdicts => engine.on_verdicts_failed(),
         };
         self.log.push(format!("dev{d} timed out"));
         dev.awaiting = None;

@@ -42,7 +42,7 @@ async function shareToken(state) {
  * person. The answer lands in `storage().persistence` and fires a `storage`
  * event on the database.
  */
-function askPersistence(db, state) {
+function askPersistence(state) {
   const sm = globalThis.navigator && globalThis.navigator.storage;
   if (!sm || typeof sm.persist !== 'function') {
     state.persistence = 'unsupported';
@@ -69,7 +69,7 @@ function attachPageSide(db, options) {
     persistence: 'not-asked',
   };
   pageSide.set(db, state);
-  if (options.persist !== false) askPersistence(db, state);
+  if (options.persist !== false) askPersistence(state);
   if (!inPage) return;
   const on = (target, type, fn) => {
     target.addEventListener(type, fn);

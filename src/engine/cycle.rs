@@ -212,7 +212,7 @@ impl Engine {
                         self.meta.clock.observe(c.mark.at, now);
                     }
                 }
-                if code == "clock_ahead" {
+                if code == crate::judge::CLOCK_AHEAD {
                     // This device stamped an `at` the server finds implausible:
                     // stamp near real time again (never below what still matters).
                     let highest = self.outbox.iter().map(|o| o.at).max().unwrap_or(0);
@@ -336,8 +336,7 @@ impl Engine {
     /// A person asked to check with the server (`reconcile()`): asks what it
     /// remembers of every op sent at least once and settles what it knows.
     /// Never pushes. Call holding the cycle lock, like [`Engine::start_sync`].
-    pub fn start_reconcile(&mut self, now: u64) -> (Txn, Step) {
-        let _ = now;
+    pub fn start_reconcile(&mut self) -> (Txn, Step) {
         self.report = SyncReport { cursor: self.meta.cursor, ..SyncReport::default() };
         self.in_flight = None;
         self.pull_in_flight = None;
@@ -397,12 +396,12 @@ impl Engine {
         Some((self.with_sync(txn), step))
     }
 
-    /// The check of [`Step::Reconcile`] failed too. `None` if none is out.
-    pub fn on_verdicts_failed(&mut self, failure: Failure, now: u64) -> Option<(Txn, Step)> {
+    /// The check of [`Step::Reconcile`] got no usable answer (whatever the
+    /// failure: nothing was settled). `None` if none is out.
+    pub fn on_verdicts_failed(&mut self) -> Option<(Txn, Step)> {
         let (asked, by_person) = self.reconcile_in_flight.take()?;
         let step = if by_person {
             self.report.cursor = self.meta.cursor;
-            let _ = (failure, now);
             Step::Done(self.report.clone())
         } else {
             self.exhausted(asked.len())

@@ -189,12 +189,10 @@ impl Engine {
         let replica = Replica::new(snapshot.base, &snapshot.pending);
         let outbox = Outbox::new(snapshot.pending);
         let rejections = snapshot.rejections.into_iter().map(|r| (r.op.op_id.clone(), r)).collect();
-        let mut sync = snapshot.sync.unwrap_or_default();
-        // Attempts of ops no longer queued are history.
-        sync.ops.retain(|id, _| outbox.get(id).is_some());
+        let sync = snapshot.sync.unwrap_or_default();
         let mut rng = SplitMix::new(config.seed);
         let attempt_seq = rng.next_u64() >> 40;
-        Ok(Engine {
+        let mut engine = Engine {
             report: SyncReport { cursor: meta.cursor, ..SyncReport::default() },
             meta,
             ids: IdBlock::default(),
@@ -212,7 +210,15 @@ impl Engine {
             rng,
             attempt_seq,
             empty_answers: 0,
-        })
+        };
+        engine.prune_sync();
+        Ok(engine)
+    }
+
+    /// Attempts of ops no longer queued are history: drop them.
+    fn prune_sync(&mut self) {
+        let outbox = &self.outbox;
+        self.sync.ops.retain(|id, _| outbox.get(id).is_some());
     }
 
     // ----- names -------------------------------------------------------
@@ -372,7 +378,7 @@ impl Engine {
         }
         if let Some(s) = &txn.sync {
             self.sync = s.clone();
-            self.sync.ops.retain(|id, _| self.outbox.get(id).is_some());
+            self.prune_sync();
         }
         touched.sort();
         touched.dedup();
@@ -388,7 +394,7 @@ impl Engine {
     pub fn adopt_sync(&mut self, stored: Option<SyncState>) {
         if let Some(s) = stored {
             self.sync = s;
-            self.sync.ops.retain(|id, _| self.outbox.get(id).is_some());
+            self.prune_sync();
         }
     }
 }

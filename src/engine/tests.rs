@@ -576,7 +576,7 @@ fn a_failed_check_with_the_server_needs_a_person_and_elapsed_time_is_a_limit_too
     assert_eq!(ids.len(), 1);
     let charged = e.sync_state().ops[&ids[0]].charged_ms;
     assert!(charged >= 10_000, "{charged}");
-    let (_, step) = e.on_verdicts_failed(Failure::Timeout, now).unwrap();
+    let (_, step) = e.on_verdicts_failed().unwrap();
     assert!(matches!(step, Step::Blocked(ref r) if r.code == "retries_exhausted"));
     assert_eq!(e.pending_len(), 1, "nothing lost");
 }
@@ -590,7 +590,7 @@ fn a_persons_check_with_the_server_settles_what_it_knows_and_never_pushes() {
     s.push("u", &req).unwrap();
     e.on_push_failed(&req.attempt_key, Failure::Timeout, 1).unwrap();
     let b = record(&mut e, "d-2", set(6), 12); // never sent: not asked about
-    let (_, step) = e.start_reconcile(2);
+    let (_, step) = e.start_reconcile();
     let Step::Reconcile(ids) = step else { panic!("{step:?}") };
     assert_eq!(ids, vec![a.op_id.clone()]);
     let (_, step) = e.on_verdicts(s.verdicts("u", &VerdictsRequest { op_ids: ids }), 3).unwrap();
@@ -598,7 +598,7 @@ fn a_persons_check_with_the_server_settles_what_it_knows_and_never_pushes() {
     assert_eq!(e.pending().map(|o| o.op_id.clone()).collect::<Vec<_>>(), vec![b.op_id]);
     assert_eq!(s.rows("u").len(), 1, "nothing pushed");
     // Answers for ops not asked about change nothing.
-    let (_, Step::Done(_)) = e.start_reconcile(4) else { panic!() };
+    let (_, Step::Done(_)) = e.start_reconcile() else { panic!() };
     let stray = VerdictsResponse { verdicts: vec![RememberedVerdict { op_id: OpId::new("x:1"), recalled: Recalled::Applied }], now: None };
     assert!(e.on_verdicts(stray, 5).is_none());
 }
@@ -684,7 +684,7 @@ fn a_device_learns_the_servers_clock_and_a_clock_ahead_refusal_brings_it_back() 
     assert_eq!(req.batch.last().map(|o| o.at), Some(wild.at));
     let reject = |id: &OpId| Verdict {
         op_id: id.clone(),
-        outcome: Outcome::Rejected { reason: "too far ahead".into(), code: "clock_ahead".into(), row: None },
+        outcome: Outcome::Rejected { reason: "too far ahead".into(), code: crate::judge::CLOCK_AHEAD.into(), row: None },
     };
     let resp = PushResponse {
         attempt_key: req.attempt_key.clone(),
@@ -702,7 +702,7 @@ fn lifting_a_stop_is_stored_so_no_context_brings_it_back() {
     record(&mut e, "d-1", set(5), 10);
     let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
     let (_, Step::Reconcile(_)) = e.on_push_failed(&req.attempt_key, Failure::Timeout, 1).unwrap() else { panic!() };
-    e.on_verdicts_failed(Failure::Timeout, 2).unwrap();
+    e.on_verdicts_failed().unwrap();
     let txn = e.clear_recovery().expect("the lift is a txn");
     assert_eq!(txn.sync.map(|s| s.recovery), Some(None));
     e.require_recovery(Recovery { code: "unauthorized".into(), message: "m".into() });

@@ -577,7 +577,7 @@ impl<T: Transport + 'static> Client<T> {
                     self.changed(false, None);
                     let out = match self.transport.verdicts(&ids).await {
                         Ok(resp) => self.engine.borrow_mut().on_verdicts(resp, now()),
-                        Err(f) => self.engine.borrow_mut().on_verdicts_failed(f, now()),
+                        Err(_) => self.engine.borrow_mut().on_verdicts_failed(),
                     };
                     self.or_restart(out, &mut unsaved)
                 }
@@ -627,7 +627,7 @@ impl<T: Transport + 'static> Client<T> {
 
     /// A person's check with the server, under the lock: one question, one commit.
     async fn check_with_server(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
-        let (txn, step) = self.engine.borrow_mut().start_reconcile(now());
+        let (txn, step) = self.engine.borrow_mut().start_reconcile();
         self.commit_some(Some(txn)).await?;
         let Step::Reconcile(ids) = step else {
             let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
@@ -636,10 +636,7 @@ impl<T: Transport + 'static> Client<T> {
         self.changed(false, None);
         let (out, error) = match self.transport.verdicts(&ids).await {
             Ok(resp) => (self.engine.borrow_mut().on_verdicts(resp, now()), None),
-            Err(f) => {
-                let text = f.to_string();
-                (self.engine.borrow_mut().on_verdicts_failed(f, now()), Some(text))
-            }
+            Err(f) => (self.engine.borrow_mut().on_verdicts_failed(), Some(f.to_string())),
         };
         let Some((txn, step)) = out else {
             return Err(ClientError::StorageFailed("the check with the server was superseded".into()));
