@@ -145,6 +145,17 @@ async fn read_body(headers: &HeaderMap, mut body: Body, limit: usize) -> Result<
     Ok(Bytes::from(buf))
 }
 
+/// Reads a body within the limit and decodes it as `what` (a 400 names it).
+async fn read_json<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    what: &str,
+) -> Result<T, ApiError> {
+    let bytes = read_body(headers, body, limit).await?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the body is not {what}: {e}")))
+}
+
 /// `POST /v1/push`: PROTOCOL §3.
 async fn push(
     State(app): State<App>,
@@ -152,9 +163,7 @@ async fn push(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = read_body(&headers, body, app.max_body).await?;
-    let req: PushRequest = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("the body is not a push request: {e}")))?;
+    let req: PushRequest = read_json(&headers, body, app.max_body, "a push request").await?;
     req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
     // Held until the answer leaves: how many pushes of this device overlap.
     let device = req.attempt_key.split(':').next().unwrap_or_default();
@@ -208,9 +217,7 @@ async fn verdicts(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = read_body(&headers, body, app.max_body).await?;
-    let req: VerdictsRequest = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("the body is not a verdicts request: {e}")))?;
+    let req: VerdictsRequest = read_json(&headers, body, app.max_body, "a verdicts request").await?;
     req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
     let limits = app.limits();
     let verdicts = app.store.verdicts(&user, &req.op_ids, &limits).await.map_err(|e| ApiError::internal(&e))?;

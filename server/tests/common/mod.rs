@@ -157,11 +157,11 @@ impl TestServer {
         format!("{}{path}", self.server.url())
     }
 
-    /// POSTs a raw body to /v1/push as `user` (dev token); returns status and JSON.
-    pub async fn push_raw(&self, user: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+    /// POSTs a raw JSON body to `path` as `user` (dev token); returns status and JSON.
+    pub async fn post_raw(&self, path: &str, user: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
         let r = self
             .http
-            .post(self.url("/v1/push"))
+            .post(self.url(path))
             .header("authorization", format!("Bearer dev:{user}"))
             .header("content-type", "application/json")
             .body(body)
@@ -170,6 +170,11 @@ impl TestServer {
             .unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// POSTs a raw body to /v1/push as `user` (dev token); returns status and JSON.
+    pub async fn push_raw(&self, user: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+        self.post_raw("/v1/push", user, body).await
     }
 
     /// Pushes `batch` as `user`; returns status and JSON.
@@ -186,17 +191,7 @@ impl TestServer {
 
     /// POSTs a raw body to /v1/verdicts as `user` (dev token); returns status and JSON.
     pub async fn verdicts_raw(&self, user: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
-        let r = self
-            .http
-            .post(self.url("/v1/verdicts"))
-            .header("authorization", format!("Bearer dev:{user}"))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        self.post_raw("/v1/verdicts", user, body).await
     }
 
     /// Asks /v1/verdicts about `op_ids` as `user`, expects 200; returns the answers.
