@@ -79,11 +79,12 @@ for (const backend of backends()) {
       });
       const r = await page.evaluate(() => db.sync());
       assert.equal(r.error, 'offline');
-      // The worker may already have tried (its `navigator.onLine` can lag): a
-      // failed fetch is an unknown outcome, never delivered.
+      // The worker may already be trying (its `navigator.onLine` can lag): the
+      // page sees its request out (awaiting-ack, the attempt is recorded before
+      // it leaves), then a failed fetch, an unknown outcome — never delivered.
       const phases = await page.evaluate(() => db.rows('sets').map((x) => db.status('sets', x._id).phase));
       assert.equal(phases.length, 3);
-      for (const p of phases) assert.ok(['pending', 'unknown-outcome'].includes(p), `phase ${p} while offline`);
+      for (const p of phases) assert.ok(['pending', 'awaiting-ack', 'unknown-outcome'].includes(p), `phase ${p} while offline`);
       assert.equal((await server.rows(user)).size, 0, 'nothing reached the server while offline');
       await d.context.setOffline(false);
       // The sync registered while offline fires when the network is back.
