@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what marksync needs, skipping what is already there.
 #   scripts/setup.sh demo   # Rust, the wasm target, wasm-bindgen, npm packages
-#   scripts/setup.sh all    # + Chromium and ChromeDriver, Firefox ESR and geckodriver, PostgreSQL,
+#   scripts/setup.sh all    # + Chromium and ChromeDriver, Firefox ESR and geckodriver, WebKitGTK
+#                           #   with WebKitWebDriver and Xvfb, PostgreSQL,
 #                           #   the en_US.UTF-8 locale, wasm-pack
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,6 +15,9 @@ if [[ "$what" == all ]]; then
   command -v chromium >/dev/null 2>&1 || apt_pkgs+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || apt_pkgs+=(chromium-driver)
   command -v firefox-esr >/dev/null 2>&1 || apt_pkgs+=(firefox-esr)
+  # WebKitGTK (Safari's engine): its WebDriver, which pulls MiniBrowser in, and a virtual display for it.
+  command -v WebKitWebDriver >/dev/null 2>&1 || apt_pkgs+=(webkit2gtk-driver)
+  command -v Xvfb >/dev/null 2>&1 || apt_pkgs+=(xvfb)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_pkgs+=(postgresql)
   command -v locale-gen >/dev/null 2>&1 || apt_pkgs+=(locales)
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs every test: core (unit, property, simulation), server
-# (SQLite and PostgreSQL over HTTP), Rust in headless Chromium and Firefox, and the npm
-# package end to end against the real server on both backends.
+# (SQLite and PostgreSQL over HTTP), Rust in headless Chromium, Firefox and WebKit, and the
+# npm package end to end against the real server on both backends and in all three engines.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh all
@@ -13,14 +13,16 @@ export MARKSYNC_TEST_POSTGRES_URL="$(scripts/pg.sh url)"
 echo "== 1/4 core and server, native (unit, property, simulation, HTTP on SQLite and PostgreSQL)"
 cargo test --workspace --features marksync/sim
 
-echo "== 2/4 the core builds for wasm32, and its browser tests pass in headless Chromium and Firefox"
+echo "== 2/4 the core builds for wasm32, and its browser tests pass in Chromium, Firefox and WebKit"
 cargo build --target wasm32-unknown-unknown --lib
 wasm-pack test --headless --chrome --mode no-install --chromedriver "$(command -v chromedriver)" -- --test web
 wasm-pack test --headless --firefox --mode no-install --geckodriver "$(command -v geckodriver)" -- --test web
+# wasm-pack drives WebKit only as macOS's safaridriver; the same runner takes WebKitGTK's driver.
+scripts/webkit.sh cargo test --target wasm32-unknown-unknown --test web
 
 echo "== 3/4 build the npm package, the demo and the server"
 scripts/build-www.sh
 cargo build -p marksync-server
 
-echo "== 4/4 the npm package in Chromium against the real server (SQLite and PostgreSQL)"
+echo "== 4/4 the npm package against the real server: Chromium on SQLite and PostgreSQL, Firefox and WebKit over WebDriver"
 (cd www && npm test)

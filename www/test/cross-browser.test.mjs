@@ -1,16 +1,16 @@
-// The npm package in Firefox and Chromium over W3C WebDriver, against the
+// The npm package in Firefox, WebKit and Chromium over W3C WebDriver, against the
 // real server (SQLite): the promises that must hold in every engine. Each
 // session is a fresh profile — a fresh device. Chromium is also covered in
 // depth by the Playwright suites; here it runs the same scenarios as Firefox,
 // so a difference between engines shows up as one failing line.
 //
-// Engines: MARKSYNC_ENGINES=firefox,chromium (default: both).
+// Engines: MARKSYNC_ENGINES=firefox,webkit,chromium (default: all three).
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, newUser, until } from './helpers.mjs';
 import { session } from './webdriver.mjs';
 
-const engines = (process.env.MARKSYNC_ENGINES || 'firefox,chromium').split(',').map((s) => s.trim()).filter(Boolean);
+const engines = (process.env.MARKSYNC_ENGINES || 'firefox,webkit,chromium').split(',').map((s) => s.trim()).filter(Boolean);
 
 for (const engine of engines) {
   describe(`package in ${engine}`, () => {
@@ -46,9 +46,12 @@ for (const engine of engines) {
       assert.ok(['prompting', 'granted', 'denied', 'unsupported'].includes(out.persistence), JSON.stringify(out));
       console.log(`# ${engine}: persistent storage request answered ${out.persistence}`);
       // Under automation the engine answers the prompt itself; a person may
-      // never answer it: open() must not care.
+      // never answer it: open() must not care. (An engine without a storage
+      // manager at all — WebKitGTK's MiniBrowser — gets a stub of one.)
       const stubbed = await s.run((user) => {
-        navigator.storage.persist = () => new Promise(() => {});
+        const never = () => new Promise(() => {});
+        if (navigator.storage) navigator.storage.persist = never;
+        else Object.defineProperty(navigator, 'storage', { value: { persist: never, persisted: async () => false, estimate: async () => ({}) } });
         return window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'persist2' })
           .then(async (db) => (await db.storage()).persistence);
       }, user);
@@ -158,6 +161,60 @@ for (const engine of engines) {
       const r = await s.run(() => db.sync());
       assert.equal(r.ok, true);
       assert.equal((await server.rows(user)).size, 3);
+    });
+
+    test('two tabs of one device show the same, true status', async () => {
+      const user = newUser(`${engine}-tabs`);
+      const s = await device(user);
+      const first = await s.tab();
+      const second = await s.newTab();
+      await s.switchTo(second);
+      await s.goto(`${server.url}/test/harness.html`);
+      await s.run(() => window.ready);
+      await s.run((user) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'xb', autoSync: false, live: false })
+        .then((db) => { window.db = db; }), user);
+      await s.switchTo(first);
+      const rowId = await s.run(async () => {
+        const id = db.newRowId();
+        await db.change('sets', id, { exercise: 'lunge', weightKg: 20, reps: 12 });
+        return id;
+      });
+      await s.switchTo(second);
+      const waitFor = (want) => s.run(({ rowId, want }) => new Promise((resolve) => {
+        const t0 = Date.now();
+        const look = () => {
+          const st = db.status('sets', rowId);
+          if (st.phase === want || Date.now() - t0 > 10000) resolve({ phase: st.phase, row: db.row('sets', rowId) });
+          else setTimeout(look, 20);
+        };
+        look();
+      }), { rowId, want });
+      const queued = await waitFor('pending');
+      assert.equal(queued.phase, 'pending', 'the other tab sees the edit queued');
+      assert.equal(queued.row.reps, 12);
+      await s.switchTo(first);
+      assert.equal((await s.run(() => db.sync())).ok, true);
+      await s.switchTo(second);
+      assert.equal((await waitFor('synced')).phase, 'synced', 'the other tab sees it synced');
+      assert.equal((await server.rows(user)).size, 1);
+    });
+
+    test('what the engine offers, and what the library falls back to', async () => {
+      const s = await session(engine);
+      open.push(s);
+      await s.goto(`${server.url}/test/harness.html`);
+      const has = await s.run(() => ({
+        locks: !!(navigator.locks && navigator.locks.request),
+        broadcastChannel: typeof BroadcastChannel === 'function',
+        backgroundSync: typeof SyncManager === 'function',
+        storageManager: !!navigator.storage,
+        persist: !!(navigator.storage && navigator.storage.persist),
+        serviceWorker: !!navigator.serviceWorker,
+      }));
+      console.log(`# ${engine} ${s.browserVersion}: ${JSON.stringify(has)}`);
+      // The library's hard needs; everything else has a documented fallback.
+      assert.equal(has.broadcastChannel, true);
+      assert.equal(has.serviceWorker, true);
     });
 
     test('the Service Worker holds the queue, where the engine has module workers', async (t) => {

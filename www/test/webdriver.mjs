@@ -25,6 +25,21 @@ export const ENGINES = {
       },
     }),
   },
+  // WebKitGTK, the engine of Safari, as Debian ships it: WebKitWebDriver
+  // starts MiniBrowser in automation mode. MiniBrowser has no headless mode,
+  // so the driver gets a virtual X display of its own (Xvfb).
+  webkit: {
+    driver: 'WebKitWebDriver',
+    display: true,
+    args: (port) => [`--port=${port}`],
+    capabilities: () => ({
+      browserName: 'MiniBrowser',
+      'webkitgtk:browserOptions': {
+        binary: process.env.MINIBROWSER || '/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser',
+        args: ['--automation'],
+      },
+    }),
+  },
   chromium: {
     driver: 'chromedriver',
     args: (port) => [`--port=${port}`],
@@ -43,21 +58,57 @@ export const ENGINES = {
   },
 };
 
+/**
+ * Starts a virtual X display (Xvfb picks a free number and writes it to fd 3);
+ * resolves with its name (`:N`) and a stop function.
+ */
+async function startDisplay() {
+  const proc = spawn('Xvfb', ['-displayfd', '3', '-screen', '0', '1280x1024x24', '-nolisten', 'tcp'], { stdio: ['ignore', 'ignore', 'pipe', 'pipe'] });
+  let err = '';
+  proc.stderr.on('data', (d) => { err += d; });
+  const display = await new Promise((resolve, reject) => {
+    let out = '';
+    proc.stdio[3].on('data', (d) => {
+      out += d;
+      if (out.includes('\n')) resolve(`:${out.trim()}`);
+    });
+    proc.once('exit', () => reject(new Error(`Xvfb exited: ${err}`)));
+  });
+  return {
+    display,
+    async stop() {
+      if (proc.exitCode === null) {
+        proc.kill('SIGTERM');
+        await new Promise((r) => proc.once('exit', r));
+      }
+    },
+  };
+}
+
 /** Starts a driver for `engine`; resolves once it answers `/status`. */
 export async function startDriver(engine) {
   const e = ENGINES[engine];
   const port = await freePort();
-  const proc = spawn(e.driver, e.args(port), { stdio: ['ignore', 'pipe', 'pipe'] });
+  const x = e.display ? await startDisplay() : null;
+  const env = x ? { ...process.env, DISPLAY: x.display } : process.env;
+  const proc = spawn(e.driver, e.args(port), { stdio: ['ignore', 'pipe', 'pipe'], env });
   let log = '';
   proc.stdout.on('data', (d) => { log += d; });
   proc.stderr.on('data', (d) => { log += d; });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; ; i++) {
-    if (proc.exitCode !== null) throw new Error(`${e.driver} exited: ${log}`);
+    if (proc.exitCode !== null) {
+      await x?.stop();
+      throw new Error(`${e.driver} exited: ${log}`);
+    }
     try {
       if ((await fetch(`${url}/status`)).ok) break;
     } catch { /* not yet */ }
-    if (i > 200) throw new Error(`${e.driver} did not start: ${log}`);
+    if (i > 200) {
+      proc.kill('SIGKILL');
+      await x?.stop();
+      throw new Error(`${e.driver} did not start: ${log}`);
+    }
     await new Promise((r) => setTimeout(r, 50));
   }
   return {
@@ -68,6 +119,7 @@ export async function startDriver(engine) {
         proc.kill('SIGTERM');
         await new Promise((r) => proc.once('exit', r));
       }
+      await x?.stop();
     },
   };
 }
@@ -100,6 +152,12 @@ export async function session(engine) {
   return {
     browserVersion: value.capabilities?.browserVersion,
     goto: (url) => call('POST', `${base}/url`, { url }),
+    /** Opens a new tab of the same profile (the same device) and returns its handle; the current tab stays current. */
+    newTab: async () => (await call('POST', `${base}/window/new`, { type: 'tab' })).handle,
+    /** The current tab's handle. */
+    tab: () => call('GET', `${base}/window`),
+    /** Makes the tab with `handle` current: `goto` and `run` go to it from now on. */
+    switchTo: (handle) => call('POST', `${base}/window`, { handle }),
     async run(fn, arg) {
       const script = `const done = arguments[arguments.length - 1];
         Promise.resolve().then(() => (${fn.toString()})(arguments[0]))
