@@ -18,6 +18,7 @@
 //! | [`ids`] | deviceId, opId, rowId, number blocks |
 //! | [`schema`] | the server's validation of rows |
 //! | [`judge`] | the server's decide → remember → write |
+//! | [`known_schema`] | the server's schema as the device keeps it |
 //! | [`memory_server`] | the judge over in-memory maps |
 //! | [`replica`] | base rows ⊕ pending ops = visible rows |
 //! | [`outbox`] | pending ops in record order |
@@ -36,6 +37,7 @@ pub mod clock;
 pub mod engine;
 pub mod ids;
 pub mod judge;
+pub mod known_schema;
 pub mod memory_server;
 pub mod order;
 pub mod outbox;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::protocol::{Op, OpId, Row, RowKey};
+use crate::known_schema::KnownSchema;
 use crate::sync_state::SyncState;
 
 /// The device's own record: who it is and how far it has got.
@@ -82,6 +83,9 @@ pub struct Txn {
     /// The whole sync state, when it changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<SyncState>,
+    /// The server's schema, when the device learned a new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<KnownSchema>,
 }
 
 impl Txn {
@@ -94,6 +98,7 @@ impl Txn {
             && self.delete_rejections.is_empty()
             && self.put_rejections.is_empty()
             && self.sync.is_none()
+            && self.schema.is_none()
     }
 
     /// Adds `later`, a step planned after this one, so both commit as one:
@@ -114,6 +119,9 @@ impl Txn {
         if later.sync.is_some() {
             self.sync = later.sync;
         }
+        if later.schema.is_some() {
+            self.schema = later.schema;
+        }
     }
 }
 
@@ -132,6 +140,9 @@ pub struct Snapshot {
     /// The sync state, if one was ever stored.
     #[serde(default)]
     pub sync: Option<SyncState>,
+    /// The server's schema, if the device ever fetched it.
+    #[serde(default)]
+    pub schema: Option<KnownSchema>,
 }
 
 /// What can go wrong in a local store.
@@ -171,6 +182,8 @@ pub struct Tables {
     pub rejections: BTreeMap<OpId, Rejection>,
     /// The sync state.
     pub sync: Option<SyncState>,
+    /// The server's schema as last fetched.
+    pub schema: Option<KnownSchema>,
 }
 
 impl Tables {
@@ -197,6 +210,9 @@ impl Tables {
         if let Some(s) = &txn.sync {
             self.sync = Some(s.clone());
         }
+        if let Some(s) = &txn.schema {
+            self.schema = Some(s.clone());
+        }
     }
 
     /// The tables as a snapshot.
@@ -207,6 +223,7 @@ impl Tables {
             pending: self.pending.values().cloned().collect(),
             rejections: self.rejections.values().cloned().collect(),
             sync: self.sync.clone(),
+            schema: self.schema.clone(),
         }
     }
 }

@@ -11,6 +11,7 @@
 //! |---|---|
 //! | recording edits (numbers, `at`s, one transaction each) | `record.rs` |
 //! | the sync cycle (attempts, answers, failures, retry limits, reconciliation) | `cycle.rs` |
+//! | the schema on the device: edits checked as the server would | `check.rs` |
 //! | reading rows and statuses, following other contexts (`absorb`) | this file |
 //!
 //! Recording an edit is a read-modify-write of the stored meta record, so that
@@ -30,6 +31,7 @@
 //! going out" ([`SyncState`]), so a reload, another tab or the Service Worker
 //! never shows a sent op as merely queued.
 
+mod check;
 mod cycle;
 mod record;
 
@@ -45,6 +47,7 @@ use crate::replica::Replica;
 use crate::store::{Meta, Rejection, Snapshot, Txn};
 pub use crate::sync_state::{Metrics, RetryPolicy, SyncState};
 
+pub use check::Invalid;
 pub use record::{Draft, Recorded};
 
 /// Tunables of an engine. The defaults are the protocol's.
@@ -177,6 +180,10 @@ pub struct Engine {
     attempt_seq: u64,
     report: SyncReport,
     empty_answers: u32,
+    /// The server's schema as last fetched (stored), parsed.
+    schema: Option<(crate::known_schema::KnownSchema, crate::schema::Schema)>,
+    /// The schema version the last pull answer named.
+    server_schema: Option<u32>,
 }
 
 /// How many "nothing judged, call again now" answers in a row before backing off.
@@ -210,7 +217,12 @@ impl Engine {
             rng,
             attempt_seq,
             empty_answers: 0,
+            schema: None,
+            server_schema: None,
         };
+        if let Some(known) = &snapshot.schema {
+            engine.absorb_schema(known);
+        }
         engine.prune_sync();
         Ok(engine)
     }
@@ -379,6 +391,9 @@ impl Engine {
         if let Some(s) = &txn.sync {
             self.sync = s.clone();
             self.prune_sync();
+        }
+        if let Some(k) = &txn.schema {
+            self.absorb_schema(k);
         }
         touched.sort();
         touched.dedup();

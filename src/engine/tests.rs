@@ -708,3 +708,135 @@ fn lifting_a_stop_is_stored_so_no_context_brings_it_back() {
     e.require_recovery(Recovery { code: "unauthorized".into(), message: "m".into() });
     assert!(e.clear_recovery().and_then(|t| t.sync).is_some_and(|s| s.recovery.is_none()));
 }
+
+// ----- the schema on the device (check.rs) ---------------------------------
+
+fn workout_text() -> String {
+    serde_json::to_string(&Schema::workout()).unwrap()
+}
+
+#[test]
+fn without_a_known_schema_nothing_is_refused_and_the_schema_is_wanted() {
+    let e = engine("d");
+    assert_eq!(e.check("sets", "r", &set(1000)), Ok(()));
+    assert_eq!(e.schema_wanted(), Some(None));
+}
+
+#[test]
+fn a_known_schema_refuses_in_the_servers_words_and_names_the_field() {
+    let mut e = engine("d");
+    let txn = e.learn_schema(workout_text(), Some("\"v1\"".into())).unwrap();
+    assert_eq!(txn.schema.as_ref().map(|k| k.version), Some(1));
+    assert_eq!(e.schema_wanted(), None);
+    let bad = e.check("sets", "r", &set(1000)).unwrap_err();
+    assert_eq!((bad.code.as_str(), bad.reason.as_str(), bad.field.as_deref()), ("out_of_range", "reps must be at most 100", Some("reps")));
+    let missing = e.check("sets", "r", &fields(&[("reps", 5.into())])).unwrap_err();
+    assert_eq!((missing.code.as_str(), missing.field.as_deref()), ("missing_fields", Some("exercise")));
+    let unknown = e.check("sets", "r", &fields(&[("rpe", 5.into())])).unwrap_err();
+    assert_eq!((unknown.code.as_str(), unknown.reason.as_str(), unknown.field.as_deref()), ("unknown_field", "unknown field: rpe", Some("rpe")));
+    // An edit of one field of an existing row is checked on the row after it.
+    record(&mut e, "r", set(5), 10);
+    assert_eq!(e.check("sets", "r", &fields(&[("reps", 6.into())])), Ok(()));
+    assert_eq!(e.check("sets", "r", &fields(&[("reps", 0.into())])).unwrap_err().reason, "reps must be at least 1");
+}
+
+#[test]
+fn edits_recorded_together_are_checked_in_order_on_the_row_they_make() {
+    let mut e = engine("d");
+    e.learn_schema(workout_text(), None).unwrap();
+    let d = |f: Fields| Draft { table: "sets".into(), row_id: "r".into(), fields: f };
+    // The second edit alone lacks required fields; after the first it is whole.
+    assert_eq!(e.check_drafts(&[d(set(5)), d(fields(&[("reps", 7.into())]))]), Ok(()));
+    let (i, why) = e.check_drafts(&[d(set(5)), d(fields(&[("reps", 700.into())]))]).unwrap_err();
+    assert_eq!((i, why.reason.as_str()), (1, "reps must be at most 100"));
+}
+
+#[test]
+fn a_schema_learned_in_one_context_reaches_the_others_and_survives_reopen() {
+    let mut a = engine("d");
+    let mut b = engine("d");
+    let txn = a.learn_schema(workout_text(), Some("\"e\"".into())).unwrap();
+    b.absorb(&txn);
+    assert_eq!(b.check("sets", "r", &set(0)).unwrap_err().code, "out_of_range");
+    let snap = Snapshot { meta: Some(Meta::fresh("d".into())), schema: txn.schema.clone(), ..Snapshot::default() };
+    let c = Engine::open(snap, Config::default()).unwrap();
+    assert_eq!(c.known_schema().and_then(|k| k.etag.as_deref()), Some("\"e\""));
+    assert_eq!(c.check("sets", "r", &set(0)).unwrap_err().code, "out_of_range");
+}
+
+#[test]
+fn a_schema_that_does_not_parse_is_not_learned() {
+    let mut e = engine("d");
+    assert!(e.learn_schema("{\"version\": \"x\"}".into(), None).is_none());
+    assert!(e.known_schema().is_none());
+}
+
+#[test]
+fn a_new_server_version_makes_the_schema_wanted_again_with_its_etag() {
+    let mut e = engine("d");
+    e.learn_schema(workout_text(), Some("\"e1\"".into())).unwrap();
+    e.saw_schema_version(1);
+    assert_eq!(e.schema_wanted(), None);
+    e.saw_schema_version(2);
+    assert_eq!(e.schema_wanted(), Some(Some("\"e1\"")));
+}
+
+#[test]
+fn an_app_newer_than_the_known_schema_is_not_checked_by_it() {
+    let snap = Snapshot { meta: Some(Meta::fresh("d".into())), ..Snapshot::default() };
+    let mut e = Engine::open(snap, Config { schema: 2, ..Config::default() }).unwrap();
+    e.learn_schema(workout_text(), None).unwrap();
+    assert_eq!(e.check("sets", "r", &fields(&[("rpe", 5.into())])), Ok(()));
+}
+
+/// The device's check and the server's verdict agree, word for word, over a
+/// seeded corpus of valid and invalid edits on new and existing rows.
+#[test]
+fn check_on_the_device_equals_the_servers_verdict_over_a_corpus() {
+    let mut rng = crate::ids::SplitMix::new(7);
+    let mut server = MemoryServer::new(Schema::workout());
+    let mut e = engine("d");
+    e.learn_schema(workout_text(), None).unwrap();
+    let values: Vec<Value> = vec![
+        Value::Null,
+        0.into(),
+        1.into(),
+        5.into(),
+        100.into(),
+        101.into(),
+        (-1).into(),
+        2.5.into(),
+        1000.0.into(),
+        1000.5.into(),
+        "squat".into(),
+        "x".repeat(101).into(),
+        true.into(),
+    ];
+    let names = ["exercise", "weightKg", "reps", "rpe", "_deleted"];
+    let (mut refused, mut accepted) = (0, 0);
+    for n in 0..600u64 {
+        let row = format!("d-r{}", rng.next_u64() % 8);
+        let mut f = Fields::new();
+        for _ in 0..=(rng.next_u64() % 3) {
+            let name = names[(rng.next_u64() % names.len() as u64) as usize];
+            let v = if name == "_deleted" { Value::Bool(rng.next_u64() % 2 == 0) } else { values[(rng.next_u64() % values.len() as u64) as usize].clone() };
+            f.insert(name.into(), v);
+        }
+        if e.draft("sets", &row, f.clone()).is_err() {
+            continue;
+        }
+        let device = e.check("sets", &row, &f);
+        let op = record(&mut e, &row, f, 1_000 + n);
+        sync(&mut e, &mut server, 1_000 + n);
+        let verdict = e.rejections().find(|r| r.op.op_id == op.op_id).map(|r| (r.code.clone(), r.reason.clone()));
+        match (device, verdict) {
+            (Ok(()), None) => accepted += 1,
+            (Err(d), Some((code, reason))) => {
+                assert_eq!((d.code, d.reason), (code, reason));
+                refused += 1;
+            }
+            (d, v) => panic!("edit {n}: device said {d:?}, server said {v:?}"),
+        }
+    }
+    assert!(refused > 50 && accepted > 50, "corpus too narrow: {refused} refused, {accepted} accepted");
+}

@@ -1,0 +1,121 @@
+//! The schema on the device: edits checked before they are recorded, by the
+//! judge's own function ([`judge::decide`]) against the schema the server
+//! published, so that a refusal on the device is word for word the one the
+//! server would send.
+
+use super::{Draft, Engine};
+use crate::judge::{self, Decision, Limits};
+use crate::known_schema::KnownSchema;
+use crate::protocol::{Op, OpId, Row, RowKey, MAX_SAFE_INTEGER};
+use crate::schema::Schema;
+use crate::store::Txn;
+
+/// Why the known schema refuses an edit: the server's code and reason.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Invalid {
+    /// The server's code (`out_of_range`, `unknown_field`, `row_too_large`…).
+    pub code: String,
+    /// The server's reason, word for word.
+    pub reason: String,
+    /// The field the refusal is about, when it is about one.
+    pub field: Option<String>,
+}
+
+/// The field a reason names: every reason of the schema starts with the
+/// field's name (`reps must be at most 100`) or names it after a colon
+/// (`unknown field: rpe`, `missing fields: reps, weightKg` → the first).
+fn field_of(fields: &crate::protocol::Fields, reason: &str) -> Option<String> {
+    if let Some((_, rest)) = reason.split_once(": ") {
+        let first = rest.split(", ").next().unwrap_or(rest);
+        return Some(first.to_owned());
+    }
+    let first = reason.split(' ').next()?;
+    fields.contains_key(first).then(|| first.to_owned())
+}
+
+impl Engine {
+    /// The server's schema as this device knows it, if it ever fetched one.
+    pub fn known_schema(&self) -> Option<&KnownSchema> {
+        self.schema.as_ref().map(|(k, _)| k)
+    }
+
+    /// A pull answer named the server's schema version.
+    pub fn saw_schema_version(&mut self, version: u32) {
+        self.server_schema = Some(version);
+    }
+
+    /// Whether the schema should be fetched, and the `ETag` to send with
+    /// it: when none is known, or the server named another version.
+    pub fn schema_wanted(&self) -> Option<Option<&str>> {
+        match (&self.schema, self.server_schema) {
+            (None, _) => Some(None),
+            (Some((k, _)), Some(v)) if v != k.version => Some(k.etag.as_deref()),
+            _ => None,
+        }
+    }
+
+    /// Learns a schema fetched from the server; returns the step that stores
+    /// it. `None` (nothing learned, nothing stored) when it does not parse.
+    pub fn learn_schema(&mut self, text: String, etag: Option<String>) -> Option<Txn> {
+        let (known, schema) = KnownSchema::parse(text, etag)?;
+        self.server_schema = Some(known.version);
+        self.schema = Some((known.clone(), schema));
+        Some(Txn { schema: Some(known), ..Txn::default() })
+    }
+
+    /// Takes a schema another context learned.
+    pub(super) fn absorb_schema(&mut self, known: &KnownSchema) {
+        if let Some((k, s)) = KnownSchema::parse(known.text.clone(), known.etag.clone()) {
+            self.schema = Some((k, s));
+        }
+    }
+
+    /// The schema edits are checked against: the known one, unless the app
+    /// writes a newer version than it (the server will answer 409 and wait;
+    /// the newer server judges those edits, not this schema).
+    fn checking_schema(&self) -> Option<&Schema> {
+        let (_, schema) = self.schema.as_ref()?;
+        (self.config.schema <= schema.version).then_some(schema)
+    }
+
+    /// What the server would answer for the row after this edit, by the
+    /// schema the device knows: `Ok` (or no schema known yet) or the
+    /// refusal, in the server's words. Changes nothing.
+    pub fn check(&self, table: &str, row_id: &str, fields: &crate::protocol::Fields) -> Result<(), Invalid> {
+        let draft = Draft { table: table.into(), row_id: row_id.into(), fields: fields.clone() };
+        self.check_drafts(std::slice::from_ref(&draft)).map_err(|(_, e)| e)
+    }
+
+    /// [`Engine::check`] for edits recorded together, in order: each is
+    /// judged on the row the edits before it made. The index of the first
+    /// refused edit, with its refusal.
+    pub fn check_drafts(&self, drafts: &[Draft]) -> Result<(), (usize, Invalid)> {
+        let Some(schema) = self.checking_schema() else { return Ok(()) };
+        let mut after: std::collections::HashMap<RowKey, Row> = std::collections::HashMap::new();
+        for (i, d) in drafts.iter().enumerate() {
+            let key = RowKey { table: d.table.clone(), row_id: d.row_id.clone() };
+            let current = after.get(&key).or_else(|| self.replica.visible(&key)).cloned();
+            // The edit is the newest write to the row: it wins every field it
+            // sets (each edit of the batch newer than the one before it).
+            let op = Op {
+                op_id: OpId::new("~check"),
+                table: d.table.clone(),
+                row_id: d.row_id.clone(),
+                fields: d.fields.clone(),
+                at: MAX_SAFE_INTEGER - (drafts.len() - 1 - i) as u64,
+                schema: self.config.schema,
+            };
+            match judge::decide(schema, &op, current.as_ref(), &Limits::default()) {
+                Decision::Apply { row, .. } => {
+                    after.insert(key, row);
+                }
+                Decision::Reject { code, reason } => {
+                    let field = field_of(&d.fields, &reason);
+                    return Err((i, Invalid { code, reason, field }));
+                }
+            }
+        }
+        Ok(())
+    }
+}
