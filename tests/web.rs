@@ -148,7 +148,7 @@ async fn a_rejected_op_disappears_and_its_row_is_rebuilt_and_persisted() {
     let row = c.new_row_id().unwrap();
     c.change("sets", &row, set(5)).await.unwrap();
     c.sync().await.unwrap();
-    c.change("sets", &row, only("reps", 500i64.into())).await.unwrap();
+    c.change_with("sets", &row, only("reps", 500i64.into()), false).await.unwrap();
     c.change("sets", &row, only("weightKg", 90.0.into())).await.unwrap();
     let report = c.sync().await.unwrap();
     assert_eq!((report.report.applied, report.report.rejected), (1, 1));

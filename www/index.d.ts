@@ -129,9 +129,31 @@ export interface OpenOptions {
 
 /** Errors thrown by marksync carry a stable `code`. */
 export interface MarksyncError extends Error {
-  code: 'bad_input' | 'storage_unavailable' | 'storage_failed' | 'recovery_required' | 'closed' | 'ids_exhausted' | 'clock_exhausted';
+  code: 'bad_input' | 'storage_unavailable' | 'storage_failed' | 'recovery_required' | 'closed' | 'ids_exhausted' | 'clock_exhausted' | 'invalid';
   /** For `recovery_required`: `retries_exhausted`, `unauthorized`, `refused`, `storage`, `payload_too_large`. */
   recovery?: string;
+  /** For `invalid`: the server's reason, word for word (also the error's message). */
+  reason?: string;
+  /** For `invalid`: the server's code (`out_of_range`, `missing_fields`, `unknown_field`, `row_too_large`…). */
+  refusal?: string;
+  /** For `invalid`: the field the refusal is about, when it is about one. */
+  field?: string | null;
+}
+
+/** What the server would answer for a row after an edit, by its schema: its code, its reason word for word, the field. */
+export interface Refusal {
+  code: string;
+  reason: string;
+  field: string | null;
+}
+
+/** Options of `change()` and `changeMany()`. */
+export interface ChangeOptions {
+  /**
+   * `false` records an edit even when the server's schema, as this device knows it, refuses it (the server stays the
+   * judge: the edit comes back rejected). Default: checked, refused at once with code `invalid`, nothing recorded.
+   */
+  check?: boolean;
 }
 
 /** An open marksync database. */
@@ -140,14 +162,25 @@ export interface Database {
   readonly deviceId: string;
   /** A new rowId for an insert, unique on this device forever. */
   newRowId(): string;
-  /** Records `table/rowId: fields`. Resolves with the opId once the op is in IndexedDB. */
-  change(table: string, rowId: string, fields: Fields): Promise<string>;
+  /**
+   * Records `table/rowId: fields`. Resolves with the opId once the op is in IndexedDB. Rejects with code `invalid` (with
+   * `reason`, `refusal`, `field`), recording nothing, when the server's schema as this device knows it refuses the row
+   * after the edit; before any schema is known, every well-formed edit is recorded.
+   */
+  change(table: string, rowId: string, fields: Fields, options?: ChangeOptions): Promise<string>;
   /**
    * Records many edits in one IndexedDB transaction, all or none (every edit is checked first). Resolves with the opIds, in order.
    * For many new rows at once, name them yourself (any unique rowId): `newRowId()` hands out a reserved block of ids and
    * throws `ids_exhausted` when called many times without an await.
    */
-  changeMany(edits: readonly { table: string; rowId: string; fields: Fields }[]): Promise<string[]>;
+  changeMany(edits: readonly { table: string; rowId: string; fields: Fields }[], options?: ChangeOptions): Promise<string[]>;
+  /**
+   * What the server would answer for `table/rowId` after this edit, by the schema this device last fetched from it:
+   * `null` (accepted, or no schema known yet) or the refusal in the server's words. Offline, synchronous, records nothing.
+   */
+  check(table: string, rowId: string, fields: Fields): Refusal | null;
+  /** The server's schema as this device knows it (fetched after a pull names a version it does not have), or null. */
+  schema(): { version: number; etag: string | null; schema: unknown } | null;
   /** Deletes a row (a tombstone). Resolves with the opId. */
   remove(table: string, rowId: string): Promise<string>;
   /** Restores a deleted row. Resolves with the opId. */

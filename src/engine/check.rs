@@ -79,6 +79,21 @@ impl Engine {
         (self.config.schema <= schema.version).then_some(schema)
     }
 
+    /// The row as the server will have it when it judges the next edit: the
+    /// last row pulled, then this device's queued ops in order, each taken
+    /// only if the schema accepts it — as the judge will take them. (The
+    /// visible row may hold a queued op the server will refuse; an edit of
+    /// another field is not refused for it.)
+    fn row_as_judged(&self, schema: &Schema, key: &RowKey) -> Option<Row> {
+        let mut row = self.replica.base(key).cloned();
+        for op in self.outbox.on_row(key) {
+            if let Decision::Apply { row: after, .. } = judge::decide(schema, op, row.as_ref(), &Limits::default()) {
+                row = Some(after);
+            }
+        }
+        row
+    }
+
     /// What the server would answer for the row after this edit, by the
     /// schema the device knows: `Ok` (or no schema known yet) or the
     /// refusal, in the server's words. Changes nothing.
@@ -95,7 +110,10 @@ impl Engine {
         let mut after: std::collections::HashMap<RowKey, Row> = std::collections::HashMap::new();
         for (i, d) in drafts.iter().enumerate() {
             let key = RowKey { table: d.table.clone(), row_id: d.row_id.clone() };
-            let current = after.get(&key).or_else(|| self.replica.visible(&key)).cloned();
+            let current = match after.get(&key) {
+                Some(row) => Some(row.clone()),
+                None => self.row_as_judged(schema, &key),
+            };
             // The edit is the newest write to the row: it wins every field it
             // sets (each edit of the batch newer than the one before it).
             let op = Op {

@@ -840,3 +840,15 @@ fn check_on_the_device_equals_the_servers_verdict_over_a_corpus() {
     }
     assert!(refused > 50 && accepted > 50, "corpus too narrow: {refused} refused, {accepted} accepted");
 }
+
+#[test]
+fn a_queued_edit_the_server_will_refuse_does_not_refuse_the_next_one() {
+    let mut e = engine("d");
+    e.learn_schema(workout_text(), None).unwrap();
+    record(&mut e, "r", set(5), 10);
+    // Recorded unchecked (the app chose to), queued: the server will refuse it.
+    record(&mut e, "r", fields(&[("reps", 500.into())]), 11);
+    assert_eq!(e.row(&RowKey::new("sets", "r")).unwrap().get("reps"), Some(&Value::Number(500.0)));
+    assert_eq!(e.check("sets", "r", &fields(&[("weightKg", 90.into())])), Ok(()));
+    assert_eq!(e.check("sets", "r", &fields(&[("reps", 0.into())])).unwrap_err().reason, "reps must be at least 1");
+}

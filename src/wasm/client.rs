@@ -51,6 +51,10 @@ pub enum ClientError {
     /// The device's clock has no later `at` left; the edit was not recorded.
     #[error("{0}")]
     ClockExhausted(String),
+    /// The server's schema, as the device knows it, refuses the edit; nothing
+    /// was recorded. The reason is the server's, word for word.
+    #[error("{}", .0.reason)]
+    Invalid(crate::engine::Invalid),
 }
 
 impl ClientError {
@@ -64,6 +68,7 @@ impl ClientError {
             ClientError::Closed => "closed",
             ClientError::IdsExhausted => "ids_exhausted",
             ClientError::ClockExhausted(_) => "clock_exhausted",
+            ClientError::Invalid(_) => "invalid",
         }
     }
 }
@@ -195,6 +200,8 @@ pub struct Client<T: Transport> {
     channel: Option<web_sys::BroadcastChannel>,
     _on_message: RefCell<Option<Closure<dyn FnMut(web_sys::MessageEvent)>>>,
     reserving: Cell<bool>,
+    /// The server has no `/v1/schema` (older) or sent one this library cannot read.
+    schema_unsupported: Cell<bool>,
     name: String,
     config: Config,
 }
@@ -234,6 +241,7 @@ impl<T: Transport + 'static> Client<T> {
             channel,
             _on_message: RefCell::new(None),
             reserving: Cell::new(false),
+            schema_unsupported: Cell::new(false),
             name: name.to_owned(),
             config,
         });
@@ -326,9 +334,18 @@ impl<T: Transport + 'static> Client<T> {
     }
 
     /// Records `table/row_id: fields`; resolves once the op is in IndexedDB.
+    /// An edit the known schema refuses is not recorded ([`ClientError::Invalid`]).
     pub async fn change(self: &Rc<Self>, table: &str, row_id: &str, fields: Fields) -> Result<OpId, ClientError> {
+        self.change_with(table, row_id, fields, true).await
+    }
+
+    /// [`Client::change`]; without `check`, the server alone judges the edit.
+    pub async fn change_with(self: &Rc<Self>, table: &str, row_id: &str, fields: Fields, check: bool) -> Result<OpId, ClientError> {
         self.check_open()?;
         let draft = self.engine.borrow().draft(table, row_id, fields)?;
+        if check {
+            self.engine.borrow().check_drafts(std::slice::from_ref(&draft)).map_err(|(_, e)| ClientError::Invalid(e))?;
+        }
         self.record_one(draft).await
     }
 
@@ -336,6 +353,11 @@ impl<T: Transport + 'static> Client<T> {
     /// transaction: all or none. Every edit is checked before anything is
     /// written; resolves with the opIds, in order.
     pub async fn change_many(self: &Rc<Self>, edits: Vec<(String, String, Fields)>) -> Result<Vec<OpId>, ClientError> {
+        self.change_many_with(edits, true).await
+    }
+
+    /// [`Client::change_many`]; without `check`, the server alone judges the edits.
+    pub async fn change_many_with(self: &Rc<Self>, edits: Vec<(String, String, Fields)>, check: bool) -> Result<Vec<OpId>, ClientError> {
         self.check_open()?;
         let drafts = {
             let engine = self.engine.borrow();
@@ -347,6 +369,12 @@ impl<T: Transport + 'static> Client<T> {
         };
         if drafts.is_empty() {
             return Ok(Vec::new());
+        }
+        if check {
+            self.engine.borrow().check_drafts(&drafts).map_err(|(i, mut e)| {
+                e.reason = format!("edits[{i}]: {}", e.reason);
+                ClientError::Invalid(e)
+            })?;
         }
         self.record(drafts).await
     }
@@ -603,6 +631,7 @@ impl<T: Transport + 'static> Client<T> {
                 Step::Done(report) => {
                     self.commit_some(unsaved.take()).await?;
                     self.changed(false, None);
+                    self.refresh_schema().await;
                     return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
                 }
                 Step::Wait { until, report } => {
@@ -622,6 +651,32 @@ impl<T: Transport + 'static> Client<T> {
                     return Err(ClientError::RecoveryRequired { code: r.code, message: r.message });
                 }
             };
+        }
+    }
+
+    /// Fetches the server's schema when none is known or a pull named another
+    /// version, and stores it (every context takes it from the broadcast).
+    /// A failure changes nothing: edits are checked by what is known, and
+    /// the next cycle asks again — except a server without `/v1/schema`
+    /// (an older one), asked once per open.
+    async fn refresh_schema(&self) {
+        if self.schema_unsupported.get() {
+            return;
+        }
+        let etag = match self.engine.borrow().schema_wanted() {
+            None => return,
+            Some(etag) => etag.map(str::to_owned),
+        };
+        match self.transport.schema(etag.as_deref()).await {
+            Ok(Some((text, etag))) => match self.engine.borrow_mut().learn_schema(text, etag) {
+                Some(txn) => {
+                    let _ = self.commit_some(Some(txn)).await;
+                }
+                None => self.schema_unsupported.set(true),
+            },
+            Ok(None) => {}
+            Err(Failure::Refused(_)) => self.schema_unsupported.set(true),
+            Err(_) => {}
         }
     }
 

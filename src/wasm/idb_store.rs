@@ -40,6 +40,8 @@ use crate::chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, enco
 const META: &str = "meta";
 /// The key of the sync state's record in the `meta` store.
 const SYNC: &str = "sync";
+/// The key of the server's schema, as last fetched, in the `meta` store.
+const SCHEMA: &str = "schema";
 const CHUNKS: &str = "base_chunks";
 const DELTA: &str = "base_delta";
 /// Base rows put since the last compaction, one record per committed step
@@ -388,6 +390,9 @@ impl IdbStore {
         if let Some(sync) = &txn.sync {
             store(META)?.put(&json(sync)?, Some(&JsValue::from_str(SYNC))).map_err(failed)?;
         }
+        if let Some(schema) = &txn.schema {
+            store(META)?.put(&json(schema)?, Some(&JsValue::from_str(SCHEMA))).map_err(failed)?;
+        }
         if !txn.put_base.is_empty() {
             // One record for all the step's base rows: one put, not one per row.
             let bytes = encode_snapshot(&txn.put_base)?;
@@ -414,7 +419,7 @@ impl IdbStore {
 
     fn stores_of(txn: &Txn) -> Vec<&'static str> {
         let mut v = Vec::new();
-        if txn.meta.is_some() || txn.sync.is_some() {
+        if txn.meta.is_some() || txn.sync.is_some() || txn.schema.is_some() {
             v.push(META);
         }
         if !txn.put_base.is_empty() {
@@ -457,12 +462,14 @@ impl LocalStore for IdbStore {
         // and requests complete in the order they were made — so they are
         // awaited in that order.
         let sync_req = meta_store.get(Query::Key(JsValue::from_str(SYNC))).map_err(failed)?;
+        let schema_req = meta_store.get(Query::Key(JsValue::from_str(SCHEMA))).map_err(failed)?;
         let chunks_v = chunks_req.await.map_err(failed)?;
         let delta_v = delta_req.await.map_err(failed)?;
         let batches_v = batches_req.await.map_err(failed)?;
         let pending_v = pending_req.await.map_err(failed)?;
         let rej_v = rej_req.await.map_err(failed)?;
         let sync_v = sync_req.await.map_err(failed)?;
+        let schema_v = schema_req.await.map_err(failed)?;
         let committed = tx.await.map_err(failed)?;
         if committed != TransactionResult::Committed {
             return Err(failed("open was aborted"));
@@ -479,7 +486,9 @@ impl LocalStore for IdbStore {
         // An unreadable sync state is not worth losing the database over: the
         // outbox is what matters, and attempts are counted again from zero.
         let sync = sync_v.and_then(|v| parse(&v).ok());
-        Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections, sync })
+        // An unreadable schema is fetched again at the next pull.
+        let schema = schema_v.and_then(|v| parse(&v).ok());
+        Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections, sync, schema })
     }
 
     async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {

@@ -36,6 +36,11 @@ fn client_error(e: ClientError) -> JsValue {
     if let ClientError::RecoveryRequired { code, .. } = &e {
         let _ = Reflect::set(&err, &"recovery".into(), &code.as_str().into());
     }
+    if let ClientError::Invalid(why) = &e {
+        let _ = Reflect::set(&err, &"reason".into(), &why.reason.as_str().into());
+        let _ = Reflect::set(&err, &"refusal".into(), &why.code.as_str().into());
+        let _ = Reflect::set(&err, &"field".into(), &why.field.as_deref().map_or(JsValue::NULL, JsValue::from_str));
+    }
     err
 }
 
@@ -109,6 +114,11 @@ fn edits_from_js(v: JsValue) -> Result<Vec<(String, String, Fields)>, JsValue> {
         out.push((table, row_id, fields));
     }
     Ok(out)
+}
+
+/// Whether an edit is checked against the known schema: unless `options.check` is `false`.
+fn checks(options: &JsValue) -> bool {
+    !options.is_object() || opt::<bool>(options, "check") != Some(false)
 }
 
 fn opt<T: serde::de::DeserializeOwned>(o: &JsValue, k: &str) -> Option<T> {
@@ -202,24 +212,29 @@ impl Marksync {
 
     /// Records `fields` on `table/rowId`. Resolves with the opId once the op
     /// is committed to IndexedDB (it survives a reload, a crash, a closed tab).
-    pub fn change(&self, table: String, row_id: String, fields: JsValue) -> Promise {
+    /// Rejects with code `invalid` (and `field`, `reason`, `refusal`: the
+    /// server's code) when the server's schema, as this device knows it,
+    /// refuses the row after the edit — nothing is recorded. `options.check:
+    /// false` records it anyway; the server stays the judge.
+    pub fn change(&self, table: String, row_id: String, fields: JsValue, options: JsValue) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
             let fields = fields_from_js(fields)?;
-            let id = inner.change(&table, &row_id, fields).await.map_err(client_error)?;
+            let id = inner.change_with(&table, &row_id, fields, checks(&options)).await.map_err(client_error)?;
             Ok(JsValue::from_str(id.as_str()))
         })
     }
 
     /// Records many edits `[{ table, rowId, fields }, …]` in one IndexedDB
-    /// transaction: all or none, every edit checked first. Resolves with the
-    /// opIds, in order.
+    /// transaction: all or none, every edit checked first (shapes, and the
+    /// known schema unless `options.check` is `false`, each edit on the row
+    /// the ones before it made). Resolves with the opIds, in order.
     #[wasm_bindgen(js_name = "changeMany")]
-    pub fn change_many(&self, edits: JsValue) -> Promise {
+    pub fn change_many(&self, edits: JsValue, options: JsValue) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
             let edits = edits_from_js(edits)?;
-            let ids = inner.change_many(edits).await.map_err(client_error)?;
+            let ids = inner.change_many_with(edits, checks(&options)).await.map_err(client_error)?;
             Ok(ids.iter().map(|id| JsValue::from_str(id.as_str())).collect::<Array>().into())
         })
     }
@@ -278,6 +293,33 @@ impl Marksync {
             }
         });
         cb.unchecked_into()
+    }
+
+    /// What the server would answer for `table/rowId` after this edit, by
+    /// the schema this device last fetched from it: `null` (accepted, or no
+    /// schema known yet) or `{ code, reason, field }` in the server's words.
+    /// Offline, synchronous, changes nothing.
+    pub fn check(&self, table: String, row_id: String, fields: JsValue) -> Result<JsValue, JsValue> {
+        let fields = fields_from_js(fields)?;
+        let engine = self.inner.engine.borrow();
+        engine.draft(&table, &row_id, fields.clone()).map_err(|e| client_error(e.into()))?;
+        Ok(match engine.check(&table, &row_id, &fields) {
+            Ok(()) => JsValue::NULL,
+            Err(why) => to_js(&why),
+        })
+    }
+
+    /// The server's schema as this device knows it (`{ version, etag, schema }`,
+    /// `schema` being the schema file), or `null` before it was first fetched.
+    #[wasm_bindgen(js_name = "schema")]
+    pub fn known_schema(&self) -> JsValue {
+        let engine = self.inner.engine.borrow();
+        let Some(k) = engine.known_schema() else { return JsValue::NULL };
+        let o = Object::new();
+        let _ = Reflect::set(&o, &"version".into(), &k.version.into());
+        let _ = Reflect::set(&o, &"etag".into(), &k.etag.as_deref().map_or(JsValue::NULL, JsValue::from_str));
+        let _ = Reflect::set(&o, &"schema".into(), &js_sys::JSON::parse(&k.text).unwrap_or(JsValue::NULL));
+        o.into()
     }
 
     /// The sync status of a row: `{ phase, reason, code, pendingOps, attempts, nextRetryAt }`.

@@ -24,6 +24,9 @@ pub trait Transport {
     async fn pull(&self, cursor: u64, limit: usize) -> Result<PullResponse, Failure>;
     /// Asks what the server remembers of these ops (`POST /v1/verdicts`, read-only).
     async fn verdicts(&self, op_ids: &[OpId]) -> Result<VerdictsResponse, Failure>;
+    /// `GET /v1/schema`: the server's schema file and its `ETag`; `None`
+    /// when it is still the one tagged `etag` (304).
+    async fn schema(&self, etag: Option<&str>) -> Result<Option<(String, Option<String>)>, Failure>;
     /// After a 401: get a fresh token. `false` if there is no way to.
     async fn refresh_auth(&self) -> bool;
 }
@@ -91,6 +94,12 @@ impl FetchTransport {
     }
 
     async fn request(&self, method: &str, path: &str, body: Option<String>) -> Result<String, Failure> {
+        Ok(self.exchange(method, path, body, None).await?.text)
+    }
+
+    /// One request; a 200 (or a 304 when `if_none_match` is given) is an
+    /// answer, anything else a [`Failure`].
+    async fn exchange(&self, method: &str, path: &str, body: Option<String>, if_none_match: Option<&str>) -> Result<Answer, Failure> {
         let global = js_sys::global();
         let fetch: Function = Reflect::get(&global, &"fetch".into())
             .ok()
@@ -100,6 +109,9 @@ impl FetchTransport {
         set(&init, "method", &method.into());
         let headers = Object::new();
         set(&headers, "Content-Type", &"application/json".into());
+        if let Some(tag) = if_none_match {
+            set(&headers, "If-None-Match", &tag.into());
+        }
         if let Some(t) = self.token().await {
             set(&headers, "Authorization", &format!("Bearer {t}").into());
         }
@@ -132,8 +144,9 @@ impl FetchTransport {
                 .map_err(|e| if controller.signal().aborted() { Failure::Timeout } else { Failure::Network(js_text(&e)) })?
                 .as_string()
                 .unwrap_or_default();
-            if status == 200 {
-                return Ok(text);
+            if status == 200 || (status == 304 && if_none_match.is_some()) {
+                let etag = resp.headers().get("ETag").ok().flatten();
+                return Ok(Answer { status, text, etag });
             }
             let body: Option<ErrorBody> = serde_json::from_str(&text).ok();
             Err(Failure::from_http(status, body.as_ref(), retry_after.map(|s| s * 1000)))
@@ -142,6 +155,13 @@ impl FetchTransport {
         drop(timer);
         result
     }
+}
+
+/// A request's answer: status (200, or 304 for a conditional request), body, `ETag`.
+struct Answer {
+    status: u16,
+    text: String,
+    etag: Option<String>,
 }
 
 /// The text of a JS error value.
@@ -169,6 +189,11 @@ impl Transport for FetchTransport {
         let body = serde_json::to_string(&req).map_err(|e| Failure::Refused(e.to_string()))?;
         let text = self.request("POST", "/v1/verdicts", Some(body)).await?;
         serde_json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
+    }
+
+    async fn schema(&self, etag: Option<&str>) -> Result<Option<(String, Option<String>)>, Failure> {
+        let a = self.exchange("GET", "/v1/schema", None, etag).await?;
+        Ok((a.status == 200).then_some((a.text, a.etag)))
     }
 
     async fn refresh_auth(&self) -> bool {
@@ -216,6 +241,11 @@ impl Transport for MemoryTransport {
 
     async fn verdicts(&self, op_ids: &[OpId]) -> Result<VerdictsResponse, Failure> {
         Ok(self.server.borrow().verdicts(&self.user, &VerdictsRequest { op_ids: op_ids.to_vec() }))
+    }
+
+    async fn schema(&self, _etag: Option<&str>) -> Result<Option<(String, Option<String>)>, Failure> {
+        let text = serde_json::to_string(&self.server.borrow().schema).map_err(|e| Failure::BadResponse(e.to_string()))?;
+        Ok(Some((text, None)))
     }
 
     async fn refresh_auth(&self) -> bool {
