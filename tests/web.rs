@@ -638,3 +638,47 @@ async fn numbers_beyond_two_to_the_53_are_refused_at_the_boundary() {
     assert!(err.to_string().contains("2^53-1"), "{err}");
     assert_eq!(c.engine.borrow().pending_len(), 0);
 }
+
+#[wasm_bindgen_test]
+async fn the_servers_schema_is_kept_on_the_device_and_refuses_edits_offline_in_every_context() {
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let name = unique("schema");
+    let c = client(&name, &server).await;
+    let other = client(&name, &server).await;
+    let row = c.new_row_id().unwrap();
+    // Before any schema is known, edits are recorded as before.
+    c.change("sets", &row, set(5)).await.unwrap();
+    assert!(c.engine.borrow().known_schema().is_none());
+    c.sync().await.unwrap();
+    assert_eq!(c.engine.borrow().known_schema().map(|k| k.version), Some(1), "the first sync fetched the schema");
+
+    let err = c.change("sets", &row, only("reps", 500i64.into())).await.unwrap_err();
+    assert_eq!(err.code(), "invalid");
+    assert_eq!(err.to_string(), "reps must be at most 100");
+    assert_eq!(c.engine.borrow().pending_len(), 0, "nothing recorded");
+    let many = c.change_many(vec![("sets".into(), row.clone(), only("reps", 6i64.into())), ("sets".into(), row.clone(), only("reps", 0i64.into()))]).await;
+    assert_eq!(many.unwrap_err().to_string(), "edits[1]: reps must be at least 1");
+    assert_eq!(c.engine.borrow().pending_len(), 0, "all or nothing");
+
+    // Another context on the same database heard it over the broadcast.
+    let mut seen = false;
+    for _ in 0..50 {
+        if other.engine.borrow().known_schema().is_some() {
+            seen = true;
+            break;
+        }
+        gloo_timers::future::TimeoutFuture::new(10).await;
+    }
+    assert!(seen, "the other context took the schema");
+    assert_eq!(other.change("sets", &row, only("reps", 500i64.into())).await.unwrap_err().code(), "invalid");
+
+    // After a reload, offline (no sync): still known, still refused.
+    c.close();
+    other.close();
+    let again = client(&name, &server).await;
+    assert_eq!(again.change("sets", &row, only("reps", 500i64.into())).await.unwrap_err().code(), "invalid");
+    // The app may record it anyway: the server stays the judge.
+    again.change_with("sets", &row, only("reps", 500i64.into()), false).await.unwrap();
+    let report = again.sync().await.unwrap();
+    assert_eq!(report.report.rejected, 1);
+}

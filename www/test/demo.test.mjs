@@ -25,25 +25,39 @@ for (const backend of built ? backends() : []) {
       await server?.stop();
     });
 
-    test('a refused edit shows the server’s reason, word for word', async () => {
+    test('the form shows the server’s reason as the person types, and never offers to save what it would refuse', async () => {
       const user = newUser('demo-rejected');
       const { context, page } = await openDemo(browser, server, user);
       await addSet(page, 'Squat', '80', '5');
       await waitAllSynced(page, 1);
-      const id = await editSet(rowOf(page, 'Squat', 0), { reps: '500' });
+      // The first sync fetched the server's schema: the device now knows its rules.
+      await page.waitForFunction(() => window.db?.schema() !== null);
 
-      const row = page.locator(`[data-row-id="${id}"]`);
-      await row.getByText('reps must be at most 100', { exact: true }).waitFor();
-      assert.equal(await row.getAttribute('data-phase'), 'rejected');
-      assert.match(await row.innerText(), /80\s*kg\s*×\s*5\s*reps/, 'the row shows what the server kept');
-      await page.getByTestId('rejections').getByText('reps must be at most 100', { exact: true }).waitFor();
-      const kept = (await server.rows(user)).get(`sets/${id}`);
-      assert.equal(kept.fields.reps, 5);
+      // Editing: the reason appears while typing, Save is not offered.
+      const row = rowOf(page, 'Squat', 0);
+      const id = await row.getAttribute('data-row-id');
+      const li = page.locator(`[data-row-id="${id}"]`);
+      await li.getByRole('button', { name: 'Edit set' }).click();
+      await li.locator('input[name=reps]').fill('500');
+      await li.getByText('reps must be at most 100', { exact: true }).waitFor();
+      assert.equal(await li.getByRole('button', { name: 'Save' }).isDisabled(), true);
+      await li.locator('input[name=reps]').fill('6');
+      assert.equal(await li.getByText('reps must be at most 100', { exact: true }).count(), 0);
+      await li.getByRole('button', { name: 'Save' }).click();
+      await page.locator(`[data-row-id="${id}"]:not(.editing)`).waitFor();
+      await waitAllSynced(page, 1);
 
-      // Dismiss: the reason goes away, the row is synced.
-      await row.getByRole('button', { name: 'Dismiss' }).click();
-      await page.locator(`[data-row-id="${id}"][data-phase=synced]`).waitFor();
-      assert.equal(await page.getByTestId('rejections').count(), 0);
+      // Logging: the same, in the form.
+      const form = page.locator('form.add');
+      await form.locator('input[name=exercise]').fill('Squat');
+      await form.locator('input[name=weightKg]').fill('1200');
+      await form.locator('input[name=reps]').fill('5');
+      await form.getByText('weightKg must be at most 1000', { exact: true }).waitFor();
+      assert.equal(await form.getByRole('button', { name: 'Add set' }).isDisabled(), true);
+
+      // Nothing refused was recorded or sent: the server has the edit that was saved, only.
+      assert.equal(await page.evaluate(() => window.db.pending().length), 0);
+      assert.equal((await server.rows(user)).get(`sets/${id}`).fields.reps, 6);
       await context.close();
     });
 

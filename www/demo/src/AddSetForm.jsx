@@ -2,9 +2,12 @@ import { useMemo, useState } from 'react';
 import { parseNumber } from './format.js';
 
 /**
- * Logs a set. It checks only that numbers were typed: ranges and whole
- * numbers are the server's rules (its schema), so a refused set shows the
- * server's own words in "Not saved".
+ * Logs a set. The rules (ranges, whole numbers, lengths) are the server's:
+ * the form asks `db.check()`, which answers offline from the schema the
+ * device fetched from the server, in the server's own words, as the person
+ * types — and "Add set" is only offered for a set the server would take.
+ * Before the device has ever reached the server it knows no schema: then a
+ * refused set comes back in "Not saved", as before.
  */
 export function AddSetForm({ db, rows, onAdded, onError }) {
   const [exercise, setExercise] = useState('');
@@ -18,6 +21,18 @@ export function AddSetForm({ db, rows, onAdded, onError }) {
     [rows],
   );
 
+  // What is typed so far, as fields; what the server would say of it.
+  const typed = {};
+  if (exercise.trim()) typed.exercise = exercise.trim();
+  if (weight.trim() && parseNumber(weight) !== null) typed.weightKg = parseNumber(weight);
+  if (reps.trim() && parseNumber(reps) !== null) typed.reps = parseNumber(reps);
+  const verdict = db.check('sets', 'new-set', typed);
+  // "Missing fields" is not news while the person is still typing.
+  const refusal = verdict && verdict.code !== 'missing_fields' ? verdict : null;
+  const complete = 'exercise' in typed && 'weightKg' in typed && 'reps' in typed;
+  const unreadable = (weight.trim() && parseNumber(weight) === null && 'Type the weight in kg, e.g. 60 or 62.5.')
+    || (reps.trim() && parseNumber(reps) === null && 'Type the number of reps, e.g. 5.') || null;
+
   async function submit(event) {
     event.preventDefault();
     const name = exercise.trim();
@@ -26,6 +41,7 @@ export function AddSetForm({ db, rows, onAdded, onError }) {
     if (!name) return setProblem('Name the exercise, e.g. Squat.');
     if (weightKg === null) return setProblem('Type the weight in kg, e.g. 60 or 62.5.');
     if (count === null) return setProblem('Type the number of reps, e.g. 5.');
+    if (refusal) return;
     setProblem(null);
     setBusy(true);
     try {
@@ -34,7 +50,8 @@ export function AddSetForm({ db, rows, onAdded, onError }) {
       onAdded(id, { exercise: name, weightKg, reps: count });
       // Exercise, weight and reps stay: the next set is often the same.
     } catch (e) {
-      onError(e);
+      if (e.code === 'invalid') setProblem(e.reason);
+      else onError(e);
     } finally {
       setBusy(false);
     }
@@ -62,9 +79,10 @@ export function AddSetForm({ db, rows, onAdded, onError }) {
           <span>Reps</span>
           <input name="reps" inputMode="numeric" autoComplete="off" enterKeyHint="done" placeholder="5" value={reps} onChange={(e) => setReps(e.target.value)} />
         </label>
-        <button className="primary" type="submit" disabled={busy}>Add set</button>
+        <button className="primary" type="submit" disabled={busy || !!refusal || !complete}>Add set</button>
       </div>
-      {problem && <p className="form-problem" role="alert">{problem}</p>}
+      {refusal && <p className="form-problem" role="alert" data-field={refusal.field ?? ''}>{refusal.reason}</p>}
+      {!refusal && (unreadable || problem) && <p className="form-problem" role="alert">{unreadable || problem}</p>}
       <datalist id="exercise-names">
         {names.map((n) => <option key={n} value={n} />)}
       </datalist>

@@ -150,6 +150,19 @@ function EditSet({ db, row, onDone, onError }) {
   const [reps, setReps] = useState(row.reps == null ? '' : String(row.reps));
   const [problem, setProblem] = useState(null);
 
+  // Only the fields that changed; what the server would say of the row after them.
+  const changedFields = () => {
+    const changed = {};
+    const name = exercise.trim();
+    const weightKg = parseNumber(weight);
+    const count = parseNumber(reps);
+    if (name && name !== row.exercise) changed.exercise = name;
+    if (weightKg !== null && weightKg !== row.weightKg) changed.weightKg = weightKg;
+    if (count !== null && count !== row.reps) changed.reps = count;
+    return changed;
+  };
+  const refusal = db.check('sets', row._id, changedFields());
+
   async function save(event) {
     event.preventDefault();
     const name = exercise.trim();
@@ -158,15 +171,14 @@ function EditSet({ db, row, onDone, onError }) {
     if (!name) return setProblem('Name the exercise.');
     if (weightKg === null) return setProblem('Type the weight in kg.');
     if (count === null) return setProblem('Type the number of reps.');
-    const changed = {};
-    if (name !== row.exercise) changed.exercise = name;
-    if (weightKg !== row.weightKg) changed.weightKg = weightKg;
-    if (count !== row.reps) changed.reps = count;
+    if (refusal) return;
+    const changed = changedFields();
     try {
       if (Object.keys(changed).length) await db.change('sets', row._id, changed);
       onDone();
     } catch (e) {
-      onError(e);
+      if (e.code === 'invalid') setProblem(e.reason);
+      else onError(e);
     }
   }
 
@@ -190,10 +202,11 @@ function EditSet({ db, row, onDone, onError }) {
             <input name="reps" inputMode="numeric" autoComplete="off" autoFocus value={reps} onChange={(e) => setReps(e.target.value)} />
           </label>
         </div>
-        {problem && <p className="form-problem" role="alert">{problem}</p>}
+        {refusal && <p className="form-problem" role="alert" data-field={refusal.field ?? ''}>{refusal.reason}</p>}
+        {!refusal && problem && <p className="form-problem" role="alert">{problem}</p>}
         <div className="edit-actions">
           <button type="button" className="ghost" onClick={onDone}>Cancel</button>
-          <button type="submit" className="primary">Save</button>
+          <button type="submit" className="primary" disabled={!!refusal}>Save</button>
         </div>
       </form>
     </li>
