@@ -147,7 +147,9 @@ for (const backend of backends()) {
       });
       await server.faults({ loseResponses: 1 });
       const out = await a.run(async (id) => {
-        await db.change('sets', id, { reps: 1000 });
+        // The device knows the server's schema now: only an app's explicit
+        // choice records what it refuses — the server stays the judge.
+        await db.change('sets', id, { reps: 1000 }, { check: false });
         const visibleBefore = db.row('sets', id).reps;
         const first = await db.sync();
         const second = first.ok ? { rejected: 0 } : await db.sync();
@@ -162,6 +164,61 @@ for (const backend of backends()) {
       assert.equal(out.rej[0].reason, 'reps must be at most 100');
       assert.equal(await a.run((op) => db.dismiss(op), out.rej[0].op.opId), true);
       assert.equal(await a.run((id) => db.status('sets', id).phase, rowId), 'synced');
+      await a.close();
+    });
+
+    test('the server\'s schema on the device: check() and change() refuse offline, in its words, after a reopen too', async () => {
+      const user = newUser('schema');
+      const a = await open(user);
+      const before = await a.run(async () => {
+        const id = db.newRowId();
+        // No schema known yet: recorded as before, the server judges.
+        const known = db.schema();
+        const verdict = db.check('sets', id, { exercise: 'row', weightKg: 40, reps: 1000 });
+        await db.change('sets', id, { exercise: 'row', weightKg: 40, reps: 10 });
+        await db.sync();
+        return { id, known, verdict, schema: db.schema() };
+      });
+      assert.equal(before.known, null);
+      assert.equal(before.verdict, null);
+      assert.equal(before.schema.version, 1);
+      assert.ok(before.schema.etag, 'the ETag is kept');
+      await a.context.setOffline(true);
+      const out = await a.run(async (id) => {
+        const t0 = performance.now();
+        let verdict;
+        for (let i = 0; i < 1000; i++) verdict = db.check('sets', id, { reps: 500 });
+        const perCheckMs = (performance.now() - t0) / 1000;
+        const ok = db.check('sets', id, { reps: 12 });
+        const unknown = db.check('sets', id, { rpe: 8 });
+        const err = await db.change('sets', id, { reps: 500 }).then(() => null, (e) => ({ code: e.code, reason: e.reason, refusal: e.refusal, field: e.field, message: e.message }));
+        const many = await db.changeMany([{ table: 'sets', rowId: id, fields: { reps: 11 } }, { table: 'sets', rowId: id, fields: { weightKg: -1 } }])
+          .then(() => null, (e) => ({ code: e.code, message: e.message, field: e.field }));
+        const pending = db.pending().length;
+        // Reopen, still offline: the schema is on disk.
+        db.close();
+        window.db = await window.Marksync.open({ endpoint: location.origin, token: 'unused', name: 'e2e', autoSync: false });
+        const again = await db.change('sets', id, { reps: 500 }).then(() => null, (e) => e.code);
+        return { verdict, perCheckMs, ok, unknown, err, many, pending, again };
+      }, before.id);
+      assert.deepEqual(out.verdict, { code: 'out_of_range', reason: 'reps must be at most 100', field: 'reps' });
+      assert.equal(out.ok, null);
+      assert.deepEqual(out.unknown, { code: 'unknown_field', reason: 'unknown field: rpe', field: 'rpe' });
+      assert.deepEqual(out.err, { code: 'invalid', reason: 'reps must be at most 100', refusal: 'out_of_range', field: 'reps', message: 'reps must be at most 100' });
+      assert.deepEqual(out.many, { code: 'invalid', message: 'edits[1]: weightKg must be at least 0', field: 'weightKg' });
+      assert.equal(out.pending, 0, 'nothing refused was recorded');
+      assert.equal(out.again, 'invalid');
+      console.log(`# db.check: ${(out.perCheckMs * 1000).toFixed(1)} µs per call`);
+      await a.context.setOffline(false);
+      // What the server says of the same edit, recorded anyway: the same words.
+      const server_said = await a.run(async (id) => {
+        await db.change('sets', id, { reps: 500 }, { check: false });
+        await db.sync();
+        return db.status('sets', id);
+      }, before.id);
+      assert.equal(server_said.phase, 'rejected');
+      assert.equal(server_said.reason, out.verdict.reason);
+      assert.equal(server_said.code, out.verdict.code);
       await a.close();
     });
 
