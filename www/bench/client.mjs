@@ -1,7 +1,8 @@
 // Browser benchmarks of the client (headless Chromium, real IndexedDB, the
 // real server): `node www/bench/client.mjs` after `scripts/build-www.sh --pkg-only --bench-exports`
 // and `cargo build --release -p marksync-server --example merge_speed`.
-// Prints one JSON object; BENCHMARKS.md quotes it.
+// Prints one JSON object; BENCHMARKS.md quotes it. `node www/bench/client.mjs check`
+// runs only the schema-check part (any server build: MARKSYNC_SERVER_BIN).
 import { execFileSync } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -27,13 +28,52 @@ function sizes() {
   };
 }
 
-const out = { sizesKB: sizes() };
-const native = JSON.parse(execFileSync(join(root, 'target', 'release', 'examples', 'merge_speed')).toString());
+/**
+ * `db.check()` and what checking adds to `change()`, once the device knows
+ * the server's schema: 10k checks (valid and invalid), then `change()` with
+ * and without the check, interleaved in one run (500 each).
+ */
+async function checkBench(page) {
+  return page.evaluate(async () => {
+    const db = await window.Marksync.open({ endpoint: location.origin, token: 'dev:bench-check', name: 'bench-check', autoSync: false, persist: false });
+    await db.change('sets', db.newRowId(), { exercise: 'squat', weightKg: 80, reps: 5 });
+    await db.sync();
+    if (!db.schema()) throw new Error('no schema fetched');
+    const id = db.newRowId();
+    const n = 10_000;
+    const t = performance.now();
+    let refused = 0;
+    for (let i = 0; i < n; i++) if (db.check('sets', id, { exercise: 'squat', weightKg: 80, reps: 1 + (i % 150) })) refused++;
+    const checkUs = ((performance.now() - t) / n) * 1000;
+    const checked = [];
+    const unchecked = [];
+    for (let i = 0; i < 1000; i++) {
+      const opts = i % 2 ? { check: false } : undefined;
+      const t0 = performance.now();
+      await db.change('sets', db.newRowId(), { exercise: 'squat', weightKg: 80, reps: 5 }, opts);
+      (i % 2 ? unchecked : checked).push(performance.now() - t0);
+    }
+    const med = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+    db.close();
+    return { checks: n, refused, checkMicros: Math.round(checkUs * 100) / 100, changeCheckedP50Ms: med(checked), changeUncheckedP50Ms: med(unchecked) };
+  });
+}
+
+const only = process.argv[2];
+const out = only ? {} : { sizesKB: sizes() };
 process.env.MARKSYNC_SERVER_BIN ??= join(root, 'target', 'release', 'marksync-server');
 const server = await startServer('sqlite');
 const browser = await launch();
 try {
   const { page, context } = await device(browser, server);
+  out.check = await checkBench(page);
+  if (only === 'check') {
+    await browser.close();
+    await server.stop();
+    console.log(JSON.stringify(out, null, 2));
+    process.exit(0);
+  }
+  const native = JSON.parse(execFileSync(join(root, 'target', 'release', 'examples', 'merge_speed')).toString());
   const open = (name, extra = {}) => page.evaluate(async ({ name, extra }) => {
     window.db = await window.Marksync.open({ endpoint: location.origin, token: 'dev:bench', name, autoSync: false, persist: false, ...extra });
   }, { name, extra });

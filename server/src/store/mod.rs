@@ -14,10 +14,12 @@
 //! 5. **write** the rows of [`marksync::judge::Judgement::writes`] (one
 //!    multi-row upsert) and the new head, then commit.
 //!
+//! The loop is written once (`push.rs`); each backend brings only its SQL.
 //! Nothing here compares opIds or marks, and nothing is written before step 4.
 
 mod codec;
 mod postgres;
+mod push;
 mod sqlite;
 
 use std::collections::HashMap;
@@ -156,8 +158,8 @@ impl Store {
         ctl: &PushControl,
     ) -> Result<Judgement, PushError> {
         match self {
-            Store::Sqlite(s) => s.push(user, schema, batch, limits, ctl).await,
-            Store::Postgres(s) => s.push(user, schema, batch, limits, ctl).await,
+            Store::Sqlite(s) => push::push(s, user, schema, batch, limits, ctl).await,
+            Store::Postgres(s) => push::push(s, user, schema, batch, limits, ctl).await,
         }
     }
 
@@ -240,24 +242,6 @@ impl Store {
             Store::Postgres(s) => s.push_per_op(user, schema, batch).await,
         }
     }
-}
-
-/// The distinct row keys and opIds of the ops that may be judged, in batch order.
-pub(crate) fn batch_keys(batch: &[Op]) -> (Vec<(&str, &str)>, Vec<&str>) {
-    let judged = &batch[..batch.len().min(marksync::protocol::MAX_JUDGED_PER_PUSH)];
-    let mut seen_rows = std::collections::HashSet::with_capacity(judged.len());
-    let mut seen_ops = std::collections::HashSet::with_capacity(judged.len());
-    let mut rows = Vec::with_capacity(judged.len());
-    let mut ops = Vec::with_capacity(judged.len());
-    for op in judged {
-        if seen_rows.insert((op.table.as_str(), op.row_id.as_str())) {
-            rows.push((op.table.as_str(), op.row_id.as_str()));
-        }
-        if seen_ops.insert(op.op_id.as_str()) {
-            ops.push(op.op_id.as_str());
-        }
-    }
-    (rows, ops)
 }
 
 /// Milliseconds since the Unix epoch, for `decided_at`.

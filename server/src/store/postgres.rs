@@ -4,17 +4,26 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use marksync::judge::RowWrite;
+#[cfg(feature = "bench-per-op")]
 use marksync::judge::{Judgement, Limits};
-use marksync::protocol::{Op, PullResponse};
+#[cfg(feature = "bench-per-op")]
+use marksync::protocol::Op;
+use marksync::protocol::PullResponse;
+#[cfg(feature = "bench-per-op")]
 use marksync::schema::Schema;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Postgres, Transaction};
 
 #[cfg(feature = "bench-per-op")]
 use super::codec::{decode_row, seq_from_db};
 use super::codec::{encode_row, seq_to_db};
+use super::push::{BatchKeys, PushBackend, PushTxn};
+#[cfg(feature = "bench-per-op")]
+use super::PushError;
 use super::{
-    answered_by_another_writer, batch_keys, judge_loaded, now_ms, page, rejected_keys, verdict_columns, Counts,
-    PushControl, PushError, RecalledVerdict, Sabotage, SavedVerdict, StoreError, StoredRow, MAX_JUDGE_ATTEMPTS,
+    now_ms, page, rejected_keys, Counts, PushControl, RecalledVerdict, Sabotage, SavedVerdict, StoreError, StoredRow,
+    VerdictColumns,
 };
 
 /// Migrations, in order: (version, SQL). Applied once each, under an advisory lock.
@@ -111,94 +120,6 @@ impl PgStore {
         }
         tx.commit().await?;
         Ok(())
-    }
-
-    pub(crate) async fn push(
-        &self,
-        user: &str,
-        schema: &Schema,
-        batch: &[Op],
-        limits: &Limits,
-        ctl: &PushControl,
-    ) -> Result<Judgement, PushError> {
-        let (keys, ops) = batch_keys(batch);
-        let tables: Vec<String> = keys.iter().map(|(t, _)| (*t).to_owned()).collect();
-        let row_ids: Vec<String> = keys.iter().map(|(_, r)| (*r).to_owned()).collect();
-        let op_ids: Vec<String> = ops.iter().map(|o| (*o).to_owned()).collect();
-        for _attempt in 0..MAX_JUDGE_ATTEMPTS {
-            let mut tx = self.pool.begin().await?;
-            // 1. lock: the head row, created if missing, locked until commit.
-            sqlx::query(sql::ENSURE_HEAD).bind(user).execute(&mut *tx).await?;
-            let lock = if ctl.sabotage == Sabotage::NoLock { sql::READ_HEAD_UNLOCKED } else { sql::LOCK_HEAD };
-            let head: i64 = sqlx::query_scalar(lock).bind(user).fetch_one(&mut *tx).await?;
-            let inside = ctl.probe.as_ref().map(|p| p.enter(user));
-            // 2. load: one query for the rows, one for the verdicts.
-            let stored: Vec<StoredRow> =
-                sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(&tables).bind(&row_ids).fetch_all(&mut *tx).await?;
-            let saved: Vec<SavedVerdict> =
-                sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(&op_ids).fetch_all(&mut *tx).await?;
-            // 3. judge: every rule is in the core.
-            let (judgement, old_head) = judge_loaded(schema, batch, limits, head, stored, saved, ctl).await?;
-            // 4. remember, before any row is written.
-            if !judgement.remember.is_empty() {
-                let v = verdict_columns(&judgement);
-                let inserted: i64 = sqlx::query_scalar(sql::REMEMBER)
-                    .bind(user)
-                    .bind(&v.ids)
-                    .bind(&v.statuses)
-                    .bind(&v.reasons)
-                    .bind(&v.codes)
-                    .bind(&v.tables)
-                    .bind(&v.row_ids)
-                    .bind(now_ms())
-                    .fetch_one(&mut *tx)
-                    .await?;
-                if answered_by_another_writer(ctl, user, v.ids.len(), usize::try_from(inserted).unwrap_or(0)) {
-                    drop(inside);
-                    tx.rollback().await?;
-                    continue;
-                }
-            }
-            // 5. write the moved rows and the head.
-            if !judgement.writes.is_empty() {
-                let n = judgement.writes.len();
-                let (mut t, mut r, mut f, mut m, mut s) = (
-                    Vec::with_capacity(n),
-                    Vec::with_capacity(n),
-                    Vec::with_capacity(n),
-                    Vec::with_capacity(n),
-                    Vec::with_capacity(n),
-                );
-                for w in &judgement.writes {
-                    let (fields, marks) = encode_row(&w.row)?;
-                    t.push(w.key.table.as_str());
-                    r.push(w.key.row_id.as_str());
-                    f.push(fields);
-                    m.push(marks);
-                    s.push(seq_to_db(w.seq)?);
-                }
-                sqlx::query(sql::WRITE_ROWS)
-                    .bind(user)
-                    .bind(&t)
-                    .bind(&r)
-                    .bind(&f)
-                    .bind(&m)
-                    .bind(&s)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            if judgement.head != old_head {
-                sqlx::query(sql::WRITE_HEAD).bind(user).bind(seq_to_db(judgement.head)?).execute(&mut *tx).await?;
-            }
-            drop(inside);
-            if ctl.fail_before_commit {
-                tx.rollback().await?;
-                return Err(PushError::InjectedFailure);
-            }
-            tx.commit().await?;
-            return Ok(judgement);
-        }
-        Err(StoreError::Conflict.into())
     }
 
     pub(crate) async fn pull(&self, user: &str, cursor: u64, limit: usize) -> Result<PullResponse, StoreError> {
@@ -334,5 +255,78 @@ impl PgStore {
         tx.commit().await?;
         out.head = head;
         Ok(out)
+    }
+}
+
+/// A push transaction on a pooled connection: the user's head row, locked
+/// `FOR UPDATE`, is the user's lock.
+pub(crate) struct PgPush(Transaction<'static, Postgres>);
+
+impl PushBackend for PgStore {
+    type Txn = PgPush;
+
+    async fn begin(&self) -> Result<PgPush, StoreError> {
+        Ok(PgPush(self.pool.begin().await?))
+    }
+}
+
+impl PushTxn for PgPush {
+    async fn lock(&mut self, user: &str, ctl: &PushControl) -> Result<i64, StoreError> {
+        sqlx::query(sql::ENSURE_HEAD).bind(user).execute(&mut *self.0).await?;
+        let lock = if ctl.sabotage == Sabotage::NoLock { sql::READ_HEAD_UNLOCKED } else { sql::LOCK_HEAD };
+        Ok(sqlx::query_scalar(lock).bind(user).fetch_one(&mut *self.0).await?)
+    }
+
+    async fn load(&mut self, user: &str, keys: &BatchKeys<'_>) -> Result<(Vec<StoredRow>, Vec<SavedVerdict>), StoreError> {
+        let tables: Vec<&str> = keys.rows.iter().map(|(t, _)| *t).collect();
+        let row_ids: Vec<&str> = keys.rows.iter().map(|(_, r)| *r).collect();
+        let stored =
+            sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(&tables).bind(&row_ids).fetch_all(&mut *self.0).await?;
+        let saved = sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(&keys.ops).fetch_all(&mut *self.0).await?;
+        Ok((stored, saved))
+    }
+
+    async fn remember(&mut self, user: &str, v: &VerdictColumns) -> Result<usize, StoreError> {
+        let inserted: i64 = sqlx::query_scalar(sql::REMEMBER)
+            .bind(user)
+            .bind(&v.ids)
+            .bind(&v.statuses)
+            .bind(&v.reasons)
+            .bind(&v.codes)
+            .bind(&v.tables)
+            .bind(&v.row_ids)
+            .bind(now_ms())
+            .fetch_one(&mut *self.0)
+            .await?;
+        Ok(usize::try_from(inserted).unwrap_or(0))
+    }
+
+    async fn write_rows(&mut self, user: &str, writes: &[RowWrite]) -> Result<(), StoreError> {
+        let n = writes.len();
+        let (mut t, mut r, mut f, mut m, mut s) =
+            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        for w in writes {
+            let (fields, marks) = encode_row(&w.row)?;
+            t.push(w.key.table.as_str());
+            r.push(w.key.row_id.as_str());
+            f.push(fields);
+            m.push(marks);
+            s.push(seq_to_db(w.seq)?);
+        }
+        sqlx::query(sql::WRITE_ROWS).bind(user).bind(&t).bind(&r).bind(&f).bind(&m).bind(&s).execute(&mut *self.0).await?;
+        Ok(())
+    }
+
+    async fn write_head(&mut self, user: &str, head: u64) -> Result<(), StoreError> {
+        sqlx::query(sql::WRITE_HEAD).bind(user).bind(seq_to_db(head)?).execute(&mut *self.0).await?;
+        Ok(())
+    }
+
+    async fn commit(self) -> Result<(), StoreError> {
+        Ok(self.0.commit().await?)
+    }
+
+    async fn rollback(self) -> Result<(), StoreError> {
+        Ok(self.0.rollback().await?)
     }
 }

@@ -8,18 +8,24 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use marksync::judge::RowWrite;
+#[cfg(feature = "bench-per-op")]
 use marksync::judge::{Judgement, Limits};
-use marksync::protocol::{Op, PullResponse};
+#[cfg(feature = "bench-per-op")]
+use marksync::protocol::Op;
+use marksync::protocol::PullResponse;
+#[cfg(feature = "bench-per-op")]
 use marksync::schema::Schema;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, Transaction};
 
 #[cfg(feature = "bench-per-op")]
 use super::codec::{decode_row, seq_from_db};
 use super::codec::{encode_row, seq_to_db};
-use super::{
-    answered_by_another_writer, batch_keys, judge_loaded, now_ms, page, rejected_keys, verdict_columns, Counts,
-    PushControl, PushError, RecalledVerdict, SavedVerdict, StoreError, StoredRow, MAX_JUDGE_ATTEMPTS,
-};
+use super::push::{BatchKeys, PushBackend, PushTxn};
+#[cfg(feature = "bench-per-op")]
+use super::PushError;
+use super::{now_ms, page, rejected_keys, Counts, PushControl, RecalledVerdict, SavedVerdict, StoreError, StoredRow, VerdictColumns};
 
 /// Migrations, in order: (version, SQL). Applied once each, inside `BEGIN IMMEDIATE`.
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -121,72 +127,6 @@ impl SqliteStore {
         }
         tx.commit().await?;
         Ok(())
-    }
-
-    pub(crate) async fn push(
-        &self,
-        user: &str,
-        schema: &Schema,
-        batch: &[Op],
-        limits: &Limits,
-        ctl: &PushControl,
-    ) -> Result<Judgement, PushError> {
-        let (keys, ops) = batch_keys(batch);
-        let keys_json = json(&keys)?;
-        let ops_json = json(&ops)?;
-        for _attempt in 0..MAX_JUDGE_ATTEMPTS {
-            // 1. lock: the single writer, BEGIN IMMEDIATE.
-            let mut tx = self.writer.begin_with(sql::BEGIN).await?;
-            sqlx::query(sql::ENSURE_HEAD).bind(user).execute(&mut *tx).await?;
-            let head: i64 = sqlx::query_scalar(sql::READ_HEAD).bind(user).fetch_one(&mut *tx).await?;
-            let inside = ctl.probe.as_ref().map(|p| p.enter(user));
-            // 2. load: one query for the rows, one for the verdicts.
-            let stored: Vec<StoredRow> =
-                sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(&keys_json).fetch_all(&mut *tx).await?;
-            let saved: Vec<SavedVerdict> =
-                sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(&ops_json).fetch_all(&mut *tx).await?;
-            // 3. judge: every rule is in the core.
-            let (judgement, old_head) = judge_loaded(schema, batch, limits, head, stored, saved, ctl).await?;
-            // 4. remember, before any row is written.
-            if !judgement.remember.is_empty() {
-                let v = verdict_columns(&judgement);
-                let sent = v.ids.len();
-                let cols: Vec<_> = (0..sent)
-                    .map(|i| (&v.ids[i], v.statuses[i], &v.reasons[i], &v.codes[i], &v.tables[i], &v.row_ids[i]))
-                    .collect();
-                let back: Vec<String> = sqlx::query_scalar(sql::REMEMBER)
-                    .bind(user)
-                    .bind(json(&cols)?)
-                    .bind(now_ms())
-                    .fetch_all(&mut *tx)
-                    .await?;
-                if answered_by_another_writer(ctl, user, sent, back.len()) {
-                    drop(inside);
-                    tx.rollback().await?;
-                    continue;
-                }
-            }
-            // 5. write the moved rows and the head.
-            if !judgement.writes.is_empty() {
-                let mut rows = Vec::with_capacity(judgement.writes.len());
-                for w in &judgement.writes {
-                    let (fields, marks) = encode_row(&w.row)?;
-                    rows.push((w.key.table.as_str(), w.key.row_id.as_str(), fields, marks, seq_to_db(w.seq)?));
-                }
-                sqlx::query(sql::WRITE_ROWS).bind(user).bind(json(&rows)?).execute(&mut *tx).await?;
-            }
-            if judgement.head != old_head {
-                sqlx::query(sql::WRITE_HEAD).bind(user).bind(seq_to_db(judgement.head)?).execute(&mut *tx).await?;
-            }
-            drop(inside);
-            if ctl.fail_before_commit {
-                tx.rollback().await?;
-                return Err(PushError::InjectedFailure);
-            }
-            tx.commit().await?;
-            return Ok(judgement);
-        }
-        Err(StoreError::Conflict.into())
     }
 
     pub(crate) async fn pull(&self, user: &str, cursor: u64, limit: usize) -> Result<PullResponse, StoreError> {
@@ -321,6 +261,63 @@ impl SqliteStore {
         tx.commit().await?;
         out.head = head;
         Ok(out)
+    }
+}
+
+/// A push transaction on the single write connection, begun `IMMEDIATE`:
+/// SQLite's one writer is the user's lock (and every other user's).
+pub(crate) struct SqlitePush(Transaction<'static, Sqlite>);
+
+impl PushBackend for SqliteStore {
+    type Txn = SqlitePush;
+
+    async fn begin(&self) -> Result<SqlitePush, StoreError> {
+        Ok(SqlitePush(self.writer.begin_with(sql::BEGIN).await?))
+    }
+}
+
+impl PushTxn for SqlitePush {
+    async fn lock(&mut self, user: &str, _ctl: &PushControl) -> Result<i64, StoreError> {
+        sqlx::query(sql::ENSURE_HEAD).bind(user).execute(&mut *self.0).await?;
+        Ok(sqlx::query_scalar(sql::READ_HEAD).bind(user).fetch_one(&mut *self.0).await?)
+    }
+
+    async fn load(&mut self, user: &str, keys: &BatchKeys<'_>) -> Result<(Vec<StoredRow>, Vec<SavedVerdict>), StoreError> {
+        let stored = sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(json(&keys.rows)?).fetch_all(&mut *self.0).await?;
+        let saved = sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(json(&keys.ops)?).fetch_all(&mut *self.0).await?;
+        Ok((stored, saved))
+    }
+
+    async fn remember(&mut self, user: &str, v: &VerdictColumns) -> Result<usize, StoreError> {
+        let cols: Vec<_> = (0..v.ids.len())
+            .map(|i| (&v.ids[i], v.statuses[i], &v.reasons[i], &v.codes[i], &v.tables[i], &v.row_ids[i]))
+            .collect();
+        let back: Vec<String> =
+            sqlx::query_scalar(sql::REMEMBER).bind(user).bind(json(&cols)?).bind(now_ms()).fetch_all(&mut *self.0).await?;
+        Ok(back.len())
+    }
+
+    async fn write_rows(&mut self, user: &str, writes: &[RowWrite]) -> Result<(), StoreError> {
+        let mut rows = Vec::with_capacity(writes.len());
+        for w in writes {
+            let (fields, marks) = encode_row(&w.row)?;
+            rows.push((w.key.table.as_str(), w.key.row_id.as_str(), fields, marks, seq_to_db(w.seq)?));
+        }
+        sqlx::query(sql::WRITE_ROWS).bind(user).bind(json(&rows)?).execute(&mut *self.0).await?;
+        Ok(())
+    }
+
+    async fn write_head(&mut self, user: &str, head: u64) -> Result<(), StoreError> {
+        sqlx::query(sql::WRITE_HEAD).bind(user).bind(seq_to_db(head)?).execute(&mut *self.0).await?;
+        Ok(())
+    }
+
+    async fn commit(self) -> Result<(), StoreError> {
+        Ok(self.0.commit().await?)
+    }
+
+    async fn rollback(self) -> Result<(), StoreError> {
+        Ok(self.0.rollback().await?)
     }
 }
 
