@@ -20,9 +20,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::order::merge;
 use crate::protocol::{Op, OpId, Outcome, Recalled, RememberedVerdict, Row, RowKey, Verdict, MAX_JUDGED_PER_PUSH};
-use crate::schema::Schema;
+use crate::schema::{Edit, Edited, RefusalCode, Schema};
 
 /// The largest row an op may make, in bytes of its encoded `fields` and
 /// `marks` ([`Row::encoded_len`]): one user's row can never grow without bound.
@@ -37,7 +36,7 @@ pub const DEFAULT_MAX_FUTURE_MS: u64 = 86_400_000;
 /// The rejection code of an op whose `at` is implausibly far ahead of the server's clock.
 pub const CLOCK_AHEAD: &str = "clock_ahead";
 /// The rejection code of an op that would grow its row past [`Limits::max_row_bytes`].
-pub const ROW_TOO_LARGE: &str = "row_too_large";
+pub const ROW_TOO_LARGE: &str = RefusalCode::RowTooLarge.as_str();
 
 /// The server's clock and the bounds a batch is judged within. Injected, so
 /// the judge stays pure and tests choose the clock.
@@ -132,9 +131,11 @@ pub enum Decision {
 }
 
 /// Decides one op against the stored row (PROTOCOL §3 step 1): refuse an op
-/// stamped implausibly far ahead of the server's clock; copy the marks, merge,
-/// and validate the row after the op (schema, then size) unless the row
-/// exists and nothing moved.
+/// stamped implausibly far ahead of the server's clock; then the one rule of
+/// [`Schema::edit`] — the op and the row read as the newest version spells
+/// them (§3b), merged, and the row after the op validated (schema, then
+/// size) unless the row exists and nothing moved. A device's
+/// [`Schema::check_edit`] runs the same rule.
 pub fn decide(schema: &Schema, op: &Op, current: Option<&Row>, limits: &Limits) -> Decision {
     if let Some(bound) = limits.max_future_ms {
         if op.at > limits.now.saturating_add(bound) {
@@ -143,22 +144,10 @@ pub fn decide(schema: &Schema, op: &Op, current: Option<&Row>, limits: &Limits) 
             return Decision::Reject { code: CLOCK_AHEAD.to_owned(), reason };
         }
     }
-    let mut row = current.cloned().unwrap_or_default();
-    let moved = merge(&mut row, op);
-    if current.is_some() && !moved {
-        return Decision::Apply { row, moved };
+    match schema.edit(&Edit::of(op), current, limits.max_row_bytes) {
+        Ok(Edited { row, moved }) => Decision::Apply { row, moved },
+        Err(refusal) => Decision::Reject { code: refusal.code.as_str().to_owned(), reason: refusal.reason },
     }
-    if let Err(refusal) = schema.check_row(&op.table, &row) {
-        return Decision::Reject { code: refusal.code.as_str().to_owned(), reason: refusal.reason };
-    }
-    let bytes = row.encoded_len();
-    // A row stored before the bound existed may be larger: an op that does
-    // not grow it further is still judged on the schema alone.
-    if bytes > limits.max_row_bytes && bytes > current.map_or(0, Row::encoded_len) {
-        let reason = format!("the row would be {bytes} bytes, more than the limit of {} bytes", limits.max_row_bytes);
-        return Decision::Reject { code: ROW_TOO_LARGE.to_owned(), reason };
-    }
-    Decision::Apply { row, moved }
 }
 
 /// What the store knows that the batch touches, loaded under the user's lock.
@@ -293,9 +282,16 @@ impl AnswerRows {
 /// (if that is the first op, nothing is judged and the whole request fails),
 /// and before an op whose rejection or growth would take the rows the answer
 /// carries past [`Limits::max_answer_row_bytes`] (never at the first op).
-/// Every op of the prefix judged gets exactly one verdict.
+/// Every op of the prefix judged gets exactly one verdict. Ops written under
+/// an older version and rows stored under one are read as the newest version
+/// spells them (PROTOCOL §3b): rows are written, and carried, that way.
 pub fn judge_batch(schema: &Schema, batch: &[Op], known: Known, limits: &Limits) -> Result<Judgement, JudgeError> {
     let Known { mut rows, mut verdicts, mut head } = known;
+    for (key, row) in rows.iter_mut() {
+        if let std::borrow::Cow::Owned(upgraded) = schema.upgrade_row(&key.table, row) {
+            *row = upgraded;
+        }
+    }
     let mut out = Judgement::default();
     let mut written: HashMap<RowKey, u64> = HashMap::new();
     let mut answer = AnswerRows::default();
@@ -372,9 +368,11 @@ pub fn judge_batch(schema: &Schema, batch: &[Op], known: Known, limits: &Limits)
 /// `POST /v1/verdicts`, pure: what is remembered of each of `op_ids`, in the
 /// order asked. `saved` holds the remembered verdicts (with the row a
 /// rejected op edits, when known) and `rows` the current rows of those keys.
-/// Like a push answer, only the last rejection of a row carries it, and the
-/// rows carried stay within [`Limits::max_answer_row_bytes`] (past it: `row: null`).
+/// Like a push answer, only the last rejection of a row carries it, as the
+/// newest version of `schema` spells it, and the rows carried stay within
+/// [`Limits::max_answer_row_bytes`] (past it: `row: null`).
 pub fn recall(
+    schema: &Schema,
     op_ids: &[OpId],
     saved: &HashMap<OpId, (Remembered, Option<RowKey>)>,
     rows: &HashMap<RowKey, Row>,
@@ -395,15 +393,19 @@ pub fn recall(
                 None => Recalled::Unknown,
                 Some((Remembered::Applied, _)) => Recalled::Applied,
                 Some((Remembered::Rejected { reason, code }, key)) => {
-                    let row = key.as_ref().filter(|k| last.get(k) == Some(&i)).and_then(|k| rows.get(k)).filter(|row| {
-                        let size = row.encoded_len();
-                        let fits = bytes + size <= limits.max_answer_row_bytes;
-                        if fits {
-                            bytes += size;
-                        }
-                        fits
-                    });
-                    Recalled::Rejected { reason: reason.clone(), code: code.clone(), row: row.cloned() }
+                    let row = key
+                        .as_ref()
+                        .filter(|k| last.get(k) == Some(&i))
+                        .and_then(|k| rows.get(k).map(|row| schema.upgrade_row(&k.table, row)))
+                        .filter(|row| {
+                            let size = row.encoded_len();
+                            let fits = bytes + size <= limits.max_answer_row_bytes;
+                            if fits {
+                                bytes += size;
+                            }
+                            fits
+                        });
+                    Recalled::Rejected { reason: reason.clone(), code: code.clone(), row: row.map(|r| r.into_owned()) }
                 }
             };
             RememberedVerdict { op_id: id.clone(), recalled }
@@ -603,7 +605,7 @@ mod tests {
             j.remember.iter().map(|r| (r.op_id.clone(), (r.verdict.clone(), Some(r.key.clone())))).collect();
         let rows: HashMap<RowKey, Row> = j.writes.iter().map(|w| (w.key.clone(), w.row.clone())).collect();
         let ids: Vec<OpId> = ["d:1", "d:2", "d:3", "d:9"].into_iter().map(OpId::new).collect();
-        let got = recall(&ids, &saved, &rows, &Limits::default());
+        let got = recall(&s, &ids, &saved, &rows, &Limits::default());
         assert_eq!(got[0].recalled, Recalled::Applied);
         let Recalled::Rejected { reason, code, row: Some(row) } = &got[1].recalled else { panic!("{got:?}") };
         assert_eq!((reason.as_str(), code.as_str()), ("reps must be at least 1", "out_of_range"));

@@ -116,15 +116,16 @@ impl MemoryServer {
                 saved.insert(id.clone(), (v.clone(), key));
             }
         }
-        VerdictsResponse { verdicts: recall(&req.op_ids, &saved, &rows, &self.limits()), now: self.now }
+        VerdictsResponse { verdicts: recall(&self.schema, &req.op_ids, &saved, &rows, &self.limits()), now: self.now }
     }
 
     /// `GET /v1/pull?cursor&limit` for `user`: rows changed after `cursor`, in
-    /// seq order, at most `limit` and [`crate::protocol::MAX_PULL_PAGE_BYTES`] of rows.
+    /// seq order, at most `limit` and [`crate::protocol::MAX_PULL_PAGE_BYTES`] of rows,
+    /// as the schema's newest version spells them, with that version.
     pub fn pull(&self, user: &str, cursor: u64, limit: usize) -> PullResponse {
         let limit = limit.clamp(1, MAX_PULL_LIMIT);
         let Some(data) = self.users.get(user) else {
-            return PullResponse { changes: vec![], cursor, has_more: false, now: self.now };
+            return PullResponse { changes: vec![], cursor, has_more: false, now: self.now, schema_version: Some(self.schema.version) };
         };
         let (mut changes, mut bytes, mut has_more) = (Vec::new(), 0, false);
         for (seq, key) in data.by_seq.range(cursor + 1..) {
@@ -135,10 +136,11 @@ impl MemoryServer {
                 break;
             }
             bytes += size;
-            changes.push(Change { key: key.clone(), row: row.clone(), seq: *seq });
+            let row = self.schema.upgrade_row(&key.table, row).into_owned();
+            changes.push(Change { key: key.clone(), row, seq: *seq });
         }
         let cursor = changes.last().map_or(cursor, |c| c.seq);
-        PullResponse { changes, cursor, has_more, now: self.now }
+        PullResponse { changes, cursor, has_more, now: self.now, schema_version: Some(self.schema.version) }
     }
 
     /// The user's head seq.

@@ -56,9 +56,22 @@ pub fn merge_cell(row: &mut Row, field: &str, value: &Value, mark: &Mark) -> boo
 /// field's mark. Returns whether any mark moved. Idempotent and commutative:
 /// applying ops in any order, any number of times, gives the same row.
 pub fn merge(row: &mut Row, op: &Op) -> bool {
+    merge_fields(row, op.fields.iter().map(|(k, v)| (k.as_str(), v)), op.at, &op.op_id)
+}
+
+/// merge for fields given one by one, all with the mark `(at, op_id)`: the
+/// judge merges an op's fields as the newest schema spells them
+/// ([`crate::schema::Schema::edit`]) without building a new op. The names must
+/// be distinct. Returns whether any mark moved.
+pub fn merge_fields<'a>(
+    row: &mut Row,
+    fields: impl IntoIterator<Item = (&'a str, &'a Value)>,
+    at: u64,
+    op_id: &OpId,
+) -> bool {
     let mut moved = false;
-    for (field, value) in &op.fields {
-        moved |= merge_parts(row, field, value, op.at, &op.op_id);
+    for (field, value) in fields {
+        moved |= merge_parts(row, field, value, at, op_id);
     }
     moved
 }

@@ -638,6 +638,10 @@ pub struct PullResponse {
     /// The server's clock when it answered (ms since the epoch). Absent from older servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub now: Option<u64>,
+    /// The version of the server's schema (PROTOCOL §3b): a device that sees
+    /// it change fetches `GET /v1/schema`. Absent from older servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_version: Option<u32>,
 }
 
 /// Most opIds one `POST /v1/verdicts` may ask about.

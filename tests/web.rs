@@ -616,6 +616,7 @@ async fn a_pulled_row_at_the_top_of_the_clock_then_three_offline_edits_all_reach
         cursor: 1,
         has_more: false,
         now: None,
+        schema_version: None,
     };
     let (txn, _) = c.engine.borrow_mut().on_pull_response(cursor, page, 0).unwrap();
     c.store.commit(&txn).await.unwrap();

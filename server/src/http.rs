@@ -38,6 +38,7 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         .route("/v1/push", post(push))
         .route("/v1/pull", get(pull))
         .route("/v1/verdicts", post(verdicts))
+        .route("/v1/schema", get(schema))
         .route("/v1/events", get(events))
         .route_layer(middleware::from_fn_with_state(app.clone(), guard::api));
     let mut r = Router::new()
@@ -78,8 +79,8 @@ fn cors(origins: &[String]) -> Result<CorsLayer, ServerError> {
     Ok(CorsLayer::new()
         .allow_origin(allow)
         .allow_methods([Method::GET, Method::POST])
-        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
-        .expose_headers([header::RETRY_AFTER])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::IF_NONE_MATCH])
+        .expose_headers([header::RETRY_AFTER, header::ETAG])
         .max_age(Duration::from_secs(600)))
 }
 
@@ -220,7 +221,8 @@ async fn verdicts(
     let req: VerdictsRequest = read_json(&headers, body, app.max_body, "a verdicts request").await?;
     req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
     let limits = app.limits();
-    let verdicts = app.store.verdicts(&user, &req.op_ids, &limits).await.map_err(|e| ApiError::internal(&e))?;
+    let verdicts =
+        app.store.verdicts(&app.schema, &user, &req.op_ids, &limits).await.map_err(|e| ApiError::internal(&e))?;
     Ok(Json(VerdictsResponse { verdicts, now: Some(limits.now) }).into_response())
 }
 
@@ -264,7 +266,9 @@ fn query(
     q.map(|Query(q)| q).map_err(|_| ApiError::bad_request("the query string does not parse"))
 }
 
-/// `GET /v1/pull?cursor&limit`: PROTOCOL §4.
+/// `GET /v1/pull?cursor&limit`: PROTOCOL §4. Rows leave as the newest
+/// version of the schema spells them (§3b: stored rows are read, never
+/// migrated), with that version, so a device notices a new schema.
 async fn pull(
     State(app): State<App>,
     Extension(User(user)): Extension<User>,
@@ -275,8 +279,36 @@ async fn pull(
     let now = crate::store::now_ms_u64();
     let mut page = app.store.pull(&user, cursor, limit).await.map_err(|e| ApiError::internal(&e))?;
     page.now = Some(now);
+    page.schema_version = Some(app.schema.version);
+    for change in &mut page.changes {
+        if let std::borrow::Cow::Owned(row) = app.schema.upgrade_row(&change.key.table, &change.row) {
+            change.row = row;
+        }
+    }
     app.metrics.pulled(page.changes.len());
     Ok(Json(page).into_response())
+}
+
+/// `GET /v1/schema`: the schema file (PROTOCOL §3b), with an `ETag`; a
+/// request whose `If-None-Match` names it gets `304` and no body. Auth, rate
+/// limit and per-user caps as pull (the guard).
+async fn schema(State(app): State<App>, headers: HeaderMap) -> Response {
+    let file = &app.schema_file;
+    let etag = HeaderValue::from_str(&file.etag).unwrap_or_else(|_| HeaderValue::from_static("\"\""));
+    let cache = (header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if if_none_match(&headers, &file.etag) {
+        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag), cache]).into_response();
+    }
+    let json = (header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    (StatusCode::OK, [(header::ETAG, etag), cache, json], file.json.clone()).into_response()
+}
+
+/// Whether `If-None-Match` names `etag` (a list, weak or strong, or `*`).
+fn if_none_match(headers: &HeaderMap, etag: &str) -> bool {
+    headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|t| {
+        let t = t.trim();
+        t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
+    })
 }
 
 /// `GET /v1/events`: `event: poke`, `data: <head>` when the user's head grows

@@ -57,7 +57,8 @@ pub enum ServerError {
     /// The database could not be opened or migrated.
     #[error(transparent)]
     Store(#[from] store::StoreError),
-    /// The schema file cannot be read or parsed.
+    /// The schema file cannot be read, does not parse, or its history does
+    /// not compose (the problem names the version and step).
     #[error("schema file {path}: {problem}")]
     Schema {
         /// The file.
@@ -93,6 +94,8 @@ pub struct AppState {
     pub store: Store,
     /// The rules rows are judged by.
     pub schema: Arc<Schema>,
+    /// The schema as `GET /v1/schema` sends it, and its `ETag` (computed once).
+    pub schema_file: SchemaFile,
     /// Token checking.
     pub auth: Auth,
     /// Counters for `/metrics`.
@@ -125,7 +128,25 @@ impl std::ops::Deref for App {
     }
 }
 
-/// Loads the schema named by the configuration (or the built-in workout schema).
+/// The schema's file text and its `ETag`, made once at start.
+#[derive(Debug, Clone)]
+pub struct SchemaFile {
+    /// [`Schema::to_json`].
+    pub json: String,
+    /// `"<version>-<fingerprint>"`: the same on every server with the same schema.
+    pub etag: String,
+}
+
+impl SchemaFile {
+    /// The file and tag of `schema`.
+    pub fn of(schema: &Schema) -> SchemaFile {
+        SchemaFile { json: schema.to_json(), etag: format!("\"{}-{}\"", schema.version, schema.fingerprint()) }
+    }
+}
+
+/// Loads the schema named by the configuration (or the built-in workout
+/// schema). A file whose history does not compose stops the start, with the
+/// version and step named.
 pub fn load_schema(config: &Config) -> Result<Schema, ServerError> {
     if let Some(s) = &config.schema_value {
         return Ok(s.clone());
@@ -182,6 +203,7 @@ impl App {
         let (pokes, _) = broadcast::channel(1024);
         Ok(App(Arc::new(AppState {
             store,
+            schema_file: SchemaFile::of(&schema),
             schema: Arc::new(schema),
             auth: Auth::new(config.jwt_secret.as_deref(), config.dev_auth)
                 .expecting(&config.jwt_audience, config.jwt_issuer.as_deref()),

@@ -640,6 +640,7 @@ fn a_pulled_row_at_the_top_of_the_clock_does_not_swallow_later_edits() {
         cursor: 1,
         has_more: false,
         now: None,
+        schema_version: None,
     };
     e.on_pull_response(cursor, page, 1_000).unwrap();
     let ops: Vec<Op> = (0..3).map(|i| record(&mut e, &format!("d-{i}"), set(5), 2_000 + i)).collect();

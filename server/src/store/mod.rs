@@ -165,9 +165,11 @@ impl Store {
 
     /// `POST /v1/verdicts`: what is remembered of `op_ids` for `user`, in the
     /// order asked. Read-only: two reads, no lock, no write, no seq; the
-    /// answer is built by the core's [`marksync::judge::recall`].
+    /// answer is built by the core's [`marksync::judge::recall`] (rows as the
+    /// newest version of `schema` spells them).
     pub async fn verdicts(
         &self,
+        schema: &Schema,
         user: &str,
         op_ids: &[OpId],
         limits: &Limits,
@@ -190,7 +192,7 @@ impl Store {
                 Ok((OpId::new(id), (verdict, key)))
             })
             .collect::<Result<HashMap<_, _>, StoreError>>()?;
-        Ok(recall(op_ids, &saved, &rows, limits))
+        Ok(recall(schema, op_ids, &saved, &rows, limits))
     }
 
     /// Rows of `user` changed after `cursor`, at most `limit`, in seq order.
@@ -383,7 +385,7 @@ where
         changes.push(Change { key: RowKey::new(t, r), row: codec::decode_row(&f, &m)?, seq: codec::seq_from_db(seq)? });
     }
     let cursor = changes.last().map_or(cursor, |c| c.seq);
-    Ok(PullResponse { changes, cursor, has_more, now: None })
+    Ok(PullResponse { changes, cursor, has_more, now: None, schema_version: None })
 }
 
 /// Builds [`marksync::judge::Known::verdicts`] from stored columns.
