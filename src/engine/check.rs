@@ -1,13 +1,13 @@
 //! The schema on the device: edits checked before they are recorded, by the
-//! judge's own function ([`judge::decide`]) against the schema the server
-//! published, so that a refusal on the device is word for word the one the
-//! server would send.
+//! judge's own rule ([`Schema::edit`], what [`crate::judge::decide`] runs)
+//! against the schema the server published, so that a refusal on the device
+//! is word for word the one the server would send.
 
 use super::{Draft, Engine};
-use crate::judge::{self, Decision, Limits};
+use crate::judge::MAX_ROW_BYTES;
 use crate::known_schema::KnownSchema;
-use crate::protocol::{Op, OpId, Row, RowKey, MAX_SAFE_INTEGER};
-use crate::schema::Schema;
+use crate::protocol::{OpId, Row, RowKey, MAX_SAFE_INTEGER};
+use crate::schema::{Edit, Refusal, Schema};
 use crate::store::Txn;
 
 /// Why the known schema refuses an edit: the server's code and reason.
@@ -20,18 +20,6 @@ pub struct Invalid {
     pub reason: String,
     /// The field the refusal is about, when it is about one.
     pub field: Option<String>,
-}
-
-/// The field a reason names: every reason of the schema starts with the
-/// field's name (`reps must be at most 100`) or names it after a colon
-/// (`unknown field: rpe`, `missing fields: reps, weightKg` → the first).
-fn field_of(fields: &crate::protocol::Fields, reason: &str) -> Option<String> {
-    if let Some((_, rest)) = reason.split_once(": ") {
-        let first = rest.split(", ").next().unwrap_or(rest);
-        return Some(first.to_owned());
-    }
-    let first = reason.split(' ').next()?;
-    fields.contains_key(first).then(|| first.to_owned())
 }
 
 impl Engine {
@@ -87,8 +75,8 @@ impl Engine {
     fn row_as_judged(&self, schema: &Schema, key: &RowKey) -> Option<Row> {
         let mut row = self.replica.base(key).cloned();
         for op in self.outbox.on_row(key) {
-            if let Decision::Apply { row: after, .. } = judge::decide(schema, op, row.as_ref(), &Limits::default()) {
-                row = Some(after);
+            if let Ok(after) = schema.edit(&Edit::of(op), row.as_ref(), MAX_ROW_BYTES) {
+                row = Some(after.row);
             }
         }
         row
@@ -108,30 +96,23 @@ impl Engine {
     pub fn check_drafts(&self, drafts: &[Draft]) -> Result<(), (usize, Invalid)> {
         let Some(schema) = self.checking_schema() else { return Ok(()) };
         let mut after: std::collections::HashMap<RowKey, Row> = std::collections::HashMap::new();
+        // The edits are the newest writes of their rows: each wins every field
+        // it sets, each newer than the one before it (the largest marks an op
+        // can carry, so the row bound is checked at its worst).
+        let op_id = OpId::new("z".repeat(128));
         for (i, d) in drafts.iter().enumerate() {
             let key = RowKey { table: d.table.clone(), row_id: d.row_id.clone() };
-            let current = match after.get(&key) {
-                Some(row) => Some(row.clone()),
+            let current = match after.remove(&key) {
+                Some(row) => Some(row),
                 None => self.row_as_judged(schema, &key),
             };
-            // The edit is the newest write to the row: it wins every field it
-            // sets (each edit of the batch newer than the one before it).
-            let op = Op {
-                op_id: OpId::new("~check"),
-                table: d.table.clone(),
-                row_id: d.row_id.clone(),
-                fields: d.fields.clone(),
-                at: MAX_SAFE_INTEGER - (drafts.len() - 1 - i) as u64,
-                schema: self.config.schema,
-            };
-            match judge::decide(schema, &op, current.as_ref(), &Limits::default()) {
-                Decision::Apply { row, .. } => {
-                    after.insert(key, row);
+            let at = MAX_SAFE_INTEGER - (drafts.len() - 1 - i) as u64;
+            let edit = Edit { table: &d.table, fields: &d.fields, version: self.config.schema, at, op_id: &op_id };
+            match schema.edit(&edit, current.as_ref(), MAX_ROW_BYTES) {
+                Ok(done) => {
+                    after.insert(key, done.row);
                 }
-                Decision::Reject { code, reason } => {
-                    let field = field_of(&d.fields, &reason);
-                    return Err((i, Invalid { code, reason, field }));
-                }
+                Err(Refusal { code, reason, field }) => return Err((i, Invalid { code: code.as_str().to_owned(), reason, field })),
             }
         }
         Ok(())

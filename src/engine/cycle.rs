@@ -481,6 +481,9 @@ impl Engine {
         if let Some(server_now) = page.now {
             self.meta.clock.learn_offset(server_now, sent_at, now);
         }
+        if let Some(v) = page.schema_version {
+            self.saw_schema_version(v);
+        }
         let mut txn = Txn::default();
         let mut base_at: HashMap<RowKey, usize> = HashMap::new();
         for change in &page.changes {

@@ -22,6 +22,9 @@ use crate::store::{LocalStore, Meta, StoreError, Txn};
 use super::idb_store::IdbStore;
 use super::transport::Transport;
 
+/// The handler of the database's BroadcastChannel, kept alive with the client.
+type MessageHandler = Closure<dyn FnMut(web_sys::MessageEvent)>;
+
 /// Errors of the client, each with a stable code for JS.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClientError {
@@ -198,7 +201,7 @@ pub struct Client<T: Transport> {
     auto_sync: bool,
     retry_timer: RefCell<Option<gloo_timers::callback::Timeout>>,
     channel: Option<web_sys::BroadcastChannel>,
-    _on_message: RefCell<Option<Closure<dyn FnMut(web_sys::MessageEvent)>>>,
+    _on_message: RefCell<Option<MessageHandler>>,
     reserving: Cell<bool>,
     /// The server has no `/v1/schema` (older) or sent one this library cannot read.
     schema_unsupported: Cell<bool>,
@@ -668,12 +671,15 @@ impl<T: Transport + 'static> Client<T> {
             Some(etag) => etag.map(str::to_owned),
         };
         match self.transport.schema(etag.as_deref()).await {
-            Ok(Some((text, etag))) => match self.engine.borrow_mut().learn_schema(text, etag) {
-                Some(txn) => {
-                    let _ = self.commit_some(Some(txn)).await;
+            Ok(Some((text, etag))) => {
+                let learned = self.engine.borrow_mut().learn_schema(text, etag);
+                match learned {
+                    Some(txn) => {
+                        let _ = self.commit_some(Some(txn)).await;
+                    }
+                    None => self.schema_unsupported.set(true),
                 }
-                None => self.schema_unsupported.set(true),
-            },
+            }
             Ok(None) => {}
             Err(Failure::Refused(_)) => self.schema_unsupported.set(true),
             Err(_) => {}
