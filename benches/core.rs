@@ -1,7 +1,8 @@
 //! Core benchmarks (criterion). `cargo bench --bench core`.
 //!
 //! - merge: 1M field-ops into 10k rows (goal ≥ 10M field-ops/s);
-//! - judge: a 1000-op batch in memory (goal ≥ 1M ops/s);
+//! - judge: a 1000-op batch in memory (goal ≥ 1M ops/s); the same batch
+//!   written two schema versions back, against current ops (goal ≥ 90%);
 //! - replica: rebuild 100k base rows + 1k pending ops (what `open` does);
 //! - chunks: decode 100k stored base rows (the other half of `open`).
 //!
@@ -10,6 +11,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use marksync::chunks::{decode_chunk, encode_chunks};
 use marksync::judge::{judge_batch, Known, Limits};
+use marksync::protocol::Op;
 use marksync::replica::Replica;
 use marksync::schema::Schema;
 use marksync::workload::{base_rows, field_ops, merge_all, set_op};
@@ -31,6 +33,17 @@ fn bench_judge(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1000));
     g.bench_function("1000-op batch in memory", |b| {
         b.iter(|| black_box(judge_batch(&schema, &batch, Known::default(), &Limits::default()).map(|j| j.head)))
+    });
+    // The upgrade path (PROTOCOL §3b): the same sets judged by the version-3
+    // workout schema, written under version 1 (`weightKg`, two versions old)
+    // and under version 3 (`weight`). Goal: old ≥ 90% of current throughput.
+    let v3 = Schema::workout_v3();
+    let current: Vec<_> = batch.iter().map(|op| Op { schema: 3, ..v3.upgrade_op(op) }).collect();
+    g.bench_function("1000-op batch, ops two versions old (v1 under v3)", |b| {
+        b.iter(|| black_box(judge_batch(&v3, &batch, Known::default(), &Limits::default()).map(|j| j.head)))
+    });
+    g.bench_function("1000-op batch, current ops (v3 under v3)", |b| {
+        b.iter(|| black_box(judge_batch(&v3, &current, Known::default(), &Limits::default()).map(|j| j.head)))
     });
     g.finish();
 }

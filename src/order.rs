@@ -63,12 +63,7 @@ pub fn merge(row: &mut Row, op: &Op) -> bool {
 /// judge merges an op's fields as the newest schema spells them
 /// ([`crate::schema::Schema::edit`]) without building a new op. The names must
 /// be distinct. Returns whether any mark moved.
-pub fn merge_fields<'a>(
-    row: &mut Row,
-    fields: impl IntoIterator<Item = (&'a str, &'a Value)>,
-    at: u64,
-    op_id: &OpId,
-) -> bool {
+pub fn merge_fields<'a>(row: &mut Row, fields: impl IntoIterator<Item = (&'a str, &'a Value)>, at: u64, op_id: &OpId) -> bool {
     let mut moved = false;
     for (field, value) in fields {
         moved |= merge_parts(row, field, value, at, op_id);

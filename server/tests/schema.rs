@@ -97,7 +97,10 @@ async fn an_old_op_under_a_new_schema_is_upgraded_and_old_rows_are_read_without_
 
     // The server's words name the newest field, and carry the row in its names.
     let v = t.push_ok("u", &[op_v(1, "e:2", "d-1", 30, json!({"weightKg": 2000}))]).await;
-    assert_eq!((v[0]["code"].as_str(), v[0]["reason"].as_str()), (Some("out_of_range"), Some("weight must be at most 1000")));
+    assert_eq!(
+        (v[0]["code"].as_str(), v[0]["reason"].as_str()),
+        (Some("out_of_range"), Some("weight must be at most 1000"))
+    );
     assert_eq!(v[0]["row"]["fields"]["weight"], 80);
     assert!(v[0]["row"]["fields"].get("weightKg").is_none());
 
@@ -107,13 +110,20 @@ async fn an_old_op_under_a_new_schema_is_upgraded_and_old_rows_are_read_without_
     assert_eq!(t.counts("u").await.head, head);
 
     // A version-3 op on the row stored under version 1 beats the renamed cell.
-    assert_eq!(statuses(&t.push_ok("u", &[op_v(3, "g:1", "d-1", 50, json!({"weight": 90, "unit": "lb"}))]).await), ["applied"]);
+    assert_eq!(
+        statuses(&t.push_ok("u", &[op_v(3, "g:1", "d-1", 50, json!({"weight": 90, "unit": "lb"}))]).await),
+        ["applied"]
+    );
     let d1 = t.pull_all("u").await.into_iter().find(|c| c["rowId"] == "d-1").unwrap();
     assert_eq!(d1["fields"], json!({"exercise": "squat", "weight": 90, "reps": 5, "unit": "lb"}));
     assert_eq!(t.counts("u").await.rows, before.rows + 1, "one new row (e-1), d-1 rewritten in place");
 
     let (status, body) = t.push("u", &[op_v(4, "h:1", "d-1", 60, json!({"reps": 6}))]).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("schema_too_new")), "an app newer than its server waits");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("schema_too_new")),
+        "an app newer than its server waits"
+    );
     t.stop().await;
     drop_database(&database).await;
 }
@@ -142,9 +152,17 @@ async fn a_replay_across_a_schema_change_keeps_its_remembered_verdict(b: Backend
     let again = t.push_ok("u", &batch).await;
     assert_eq!(statuses(&again), ["duplicate", "rejected", "rejected"]);
     for i in [1, 2] {
-        assert_eq!((&again[i]["reason"], &again[i]["code"]), (&first[i]["reason"], &first[i]["code"]), "remembered, not judged again");
+        assert_eq!(
+            (&again[i]["reason"], &again[i]["code"]),
+            (&first[i]["reason"], &first[i]["code"]),
+            "remembered, not judged again"
+        );
     }
-    assert_eq!(again[1]["row"]["fields"], json!({"exercise": "squat", "weight": 80, "reps": 5}), "the current row, in the new names");
+    assert_eq!(
+        again[1]["row"]["fields"],
+        json!({"exercise": "squat", "weight": 80, "reps": 5}),
+        "the current row, in the new names"
+    );
     assert_eq!(t.counts("u").await, before, "no verdict, row or seq written");
     let recalled = t.verdicts_ok("u", &["d:1", "d:2", "d:3"]).await;
     assert_eq!(recalled[0]["status"], "applied");
@@ -180,7 +198,12 @@ async fn a_schema_file_whose_steps_do_not_compose_stops_the_start() {
     std::fs::write(&file, bad.to_string()).unwrap();
     let c = marksync_server::Config::try_parse_from(["marksync-server", "--schema", file.to_str().unwrap()]).unwrap();
     let err = marksync_server::load_schema(&c).unwrap_err().to_string();
-    assert!(err.ends_with(r#": version 2, step 1 (addField): sets.rpe: the default "high" breaks the rule: rpe must be an integer"#), "{err}");
+    assert!(
+        err.ends_with(
+            r#": version 2, step 1 (addField): sets.rpe: the default "high" breaks the rule: rpe must be an integer"#
+        ),
+        "{err}"
+    );
 
     bad["history"][1]["steps"][0]["addField"]["rule"]["default"] = json!(7);
     std::fs::write(&file, bad.to_string()).unwrap();

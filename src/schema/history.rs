@@ -276,8 +276,7 @@ fn check_rule(field: &str, rule: &FieldRule) -> Result<(), String> {
         if *default == Value::Null {
             return Err("a default cannot be null".into());
         }
-        rule.check(field, default)
-            .map_err(|r| format!("the default {} breaks the rule: {}", shown(default), r.reason))?;
+        rule.check(field, default).map_err(|r| format!("the default {} breaks the rule: {}", shown(default), r.reason))?;
     }
     Ok(())
 }

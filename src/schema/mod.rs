@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 use crate::order::merge_fields;
 use crate::protocol::{Fields, Op, OpId, Row, Value, DELETED, MAX_SAFE_INTEGER};
 
-pub use history::{Release, SchemaError, Step};
 use history::{Alias, SchemaFile};
+pub use history::{Release, SchemaError, Step};
 use upgrade::Spelled;
 
 /// A schema: its newest version's tables, and the history that leads there.
@@ -408,11 +408,7 @@ impl FieldRule {
             (FieldType::String, Value::String(s)) => {
                 if let Some(max) = self.max_length {
                     if s.chars().count() > max {
-                        return refuse(
-                            RefusalCode::TooLong,
-                            format!("{name} must be at most {max} characters"),
-                            Some(name),
-                        );
+                        return refuse(RefusalCode::TooLong, format!("{name} must be at most {max} characters"), Some(name));
                     }
                 }
                 Ok(())

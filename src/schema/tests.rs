@@ -127,7 +127,8 @@ fn add_field_optional_old_ops_pass_and_new_ops_are_checked() {
     let v2 = Schema::workout_v2();
     let v1_full = [("exercise", "squat".into()), ("weightKg", 80.0.into()), ("reps", 5i64.into())];
     assert_eq!(judged(&v2, &op_at(1, 5, "sets", &v1_full), None), Ok(()), "a v1 op lacks rpe: it is optional");
-    let with = |rpe: Value| op_at(2, 5, "sets", &[("exercise", "squat".into()), ("weight", 80.0.into()), ("reps", 5i64.into()), ("rpe", rpe)]);
+    let with =
+        |rpe: Value| op_at(2, 5, "sets", &[("exercise", "squat".into()), ("weight", 80.0.into()), ("reps", 5i64.into()), ("rpe", rpe)]);
     assert_eq!(judged(&v2, &with(8i64.into()), None), Ok(()));
     assert_eq!(judged(&v2, &with(11i64.into()), None), err("out_of_range", "rpe must be at most 10"));
     assert_eq!(judged(&v2, &with(7.5.into()), None), err("wrong_type", "rpe must be an integer"));
@@ -167,10 +168,18 @@ fn rename_field_carries_values_and_their_marks_and_speaks_the_new_name() {
     let e = v2.check_edit_at(1, "sets", Some(&stored), &heavy.fields).unwrap_err();
     assert_eq!((e.reason.as_str(), e.field.as_deref()), ("weight must be at most 1000", Some("weight")));
     // A v2 op on a row stored under v1 beats the renamed cell by its mark.
-    let Decision::Apply { row, moved: true } = decide(&v2, &op_at(2, 5, "sets", &[("weight", 90.0.into())]), Some(&stored), &Limits::default()) else { panic!() };
+    let Decision::Apply { row, moved: true } =
+        decide(&v2, &op_at(2, 5, "sets", &[("weight", 90.0.into())]), Some(&stored), &Limits::default())
+    else {
+        panic!()
+    };
     assert_eq!((row.get("weight"), row.get("weightKg")), (Some(&Value::from(90.0)), None));
     // …and loses to it when older, as any merge.
-    let Decision::Apply { moved: false, .. } = decide(&v2, &op_at(2, 0, "sets", &[("weight", 90.0.into())]), Some(&stored), &Limits::default()) else { panic!() };
+    let Decision::Apply { moved: false, .. } =
+        decide(&v2, &op_at(2, 0, "sets", &[("weight", 90.0.into())]), Some(&stored), &Limits::default())
+    else {
+        panic!()
+    };
 }
 
 #[test]
@@ -208,7 +217,10 @@ fn retire_field_is_ignored_in_old_ops_and_in_stored_rows() {
 fn add_table_opens_the_table_to_ops_of_every_version() {
     let v3 = Schema::workout_v3();
     assert_eq!(judged(&v3, &op_at(1, 5, "notes", &[("text", "felt strong".into())]), None), Ok(()));
-    assert_eq!(judged(&Schema::workout_v2(), &op_at(1, 5, "notes", &[("text", "x".into())]), None), err("unknown_table", "unknown table: notes"));
+    assert_eq!(
+        judged(&Schema::workout_v2(), &op_at(1, 5, "notes", &[("text", "x".into())]), None),
+        err("unknown_table", "unknown table: notes")
+    );
 }
 
 #[test]
@@ -283,21 +295,32 @@ fn a_history_that_does_not_add_up_is_refused_with_the_place_named() {
     let step = r#"{"version": 2, "steps": [{"addField": {"table": "t", "field": "b", "rule": {"type": "string"}}}]}"#;
     let cases = [
         (format!(r#"{{"version": 3, "history": [{base}, {step}]}}"#), "version: is 3, but the history ends at version 2"),
-        (format!(r#"{{"version": 3, "history": [{base}, {}]}}"#, step.replace("\"version\": 2", "\"version\": 3")),
-         "history[1].version: is 3, but must follow version 1 (versions go up by one)"),
-        (format!(r#"{{"version": 2, "history": [{base}, {{"version": 2, "steps": []}}]}}"#), "history[1]: a release after the base needs at least one step"),
+        (
+            format!(r#"{{"version": 3, "history": [{base}, {}]}}"#, step.replace("\"version\": 2", "\"version\": 3")),
+            "history[1].version: is 3, but must follow version 1 (versions go up by one)",
+        ),
+        (
+            format!(r#"{{"version": 2, "history": [{base}, {{"version": 2, "steps": []}}]}}"#),
+            "history[1]: a release after the base needs at least one step",
+        ),
         (format!(r#"{{"version": 1, "history": [{step}]}}"#), "history[0]: the first release is the base: it needs `tables`"),
-        (format!(r#"{{"version": 2, "history": [{base}, {step}], "tables": {{"t": {{"fields": {{"a": {{"type": "string"}}}}}}}}}}"#),
-         "tables: differ from the tables the history makes, at t.b"),
+        (
+            format!(r#"{{"version": 2, "history": [{base}, {step}], "tables": {{"t": {{"fields": {{"a": {{"type": "string"}}}}}}}}}}"#),
+            "tables: differ from the tables the history makes, at t.b",
+        ),
         (r#"{"version": 1}"#.to_owned(), "tables: missing: a schema needs `tables` or a `history`"),
-        (r#"{"version": 1, "tables": {"t": {"fields": {"a": {"type": "boolean", "min": 1}}}}}"#.to_owned(),
-         "tables.t.a: min and max apply to numbers and integers only"),
+        (
+            r#"{"version": 1, "tables": {"t": {"fields": {"a": {"type": "boolean", "min": 1}}}}}"#.to_owned(),
+            "tables.t.a: min and max apply to numbers and integers only",
+        ),
         (r#"{"version": 0, "tables": {}}"#.to_owned(), "version: must be at least 1 (ops carry schema 1 when they name none)"),
     ];
     for (file, want) in cases {
         assert_eq!(Schema::from_json(&file).unwrap_err().to_string(), want, "{file}");
     }
-    let ok = format!(r#"{{"version": 2, "history": [{base}, {step}], "tables": {{"t": {{"fields": {{"a": {{"type": "string"}}, "b": {{"type": "string"}}}}}}}}}}"#);
+    let ok = format!(
+        r#"{{"version": 2, "history": [{base}, {step}], "tables": {{"t": {{"fields": {{"a": {{"type": "string"}}, "b": {{"type": "string"}}}}}}}}}}"#
+    );
     assert_eq!(Schema::from_json(&ok).unwrap().tables["t"].fields.len(), 2, "tables that match the history are fine");
 }
 
@@ -315,14 +338,22 @@ fn refusals_name_their_field() {
 
 #[test]
 fn check_edit_never_lets_through_a_row_the_server_refuses_for_its_size() {
-    let s = Schema::from_json(&serde_json::json!({"version": 1, "tables": {"notes": {"fields":
-        (0..17).map(|i| (format!("n{i}"), serde_json::json!({"type": "string"}))).collect::<serde_json::Map<_, _>>()}}}).to_string()).unwrap();
+    let s = Schema::from_json(
+        &serde_json::json!({"version": 1, "tables": {"notes": {"fields":
+        (0..17).map(|i| (format!("n{i}"), serde_json::json!({"type": "string"}))).collect::<serde_json::Map<_, _>>()}}})
+        .to_string(),
+    )
+    .unwrap();
     let big: Fields = (0..16).map(|i| (format!("n{i}"), Value::from("x".repeat(4090)))).collect();
     let e = s.check_edit("notes", None, &big).unwrap_err();
     assert_eq!(e.code, RefusalCode::RowTooLarge);
     let op = Op { op_id: OpId::new("d:1"), table: "notes".into(), row_id: "n-1".into(), fields: big, at: 10, schema: 1 };
     let Decision::Reject { code, reason } = decide(&s, &op, None, &Limits::default()) else { panic!() };
-    assert_eq!(s.check_op(&op, None).map_err(|r| (r.code.as_str().to_owned(), r.reason)), Err((code, reason)), "check_op: the judge's words exactly");
+    assert_eq!(
+        s.check_op(&op, None).map_err(|r| (r.code.as_str().to_owned(), r.reason)),
+        Err((code, reason)),
+        "check_op: the judge's words exactly"
+    );
 }
 
 // ---- Properties: upgrading then judging = judging the same edit under the new version;
@@ -355,8 +386,7 @@ mod properties {
 
     /// (logical field index, value) pairs, distinct fields.
     fn edit() -> impl Strategy<Value = Vec<(usize, Value)>> {
-        proptest::collection::btree_map(0..LOGICAL.len(), value(), 0..=LOGICAL.len())
-            .prop_map(|m| m.into_iter().collect())
+        proptest::collection::btree_map(0..LOGICAL.len(), value(), 0..=LOGICAL.len()).prop_map(|m| m.into_iter().collect())
     }
 
     /// The edit as version 1 or 2 spells it (`old`), or as `newest` does:
