@@ -296,11 +296,16 @@ impl Marksync {
     }
 
     /// What the server would answer for `table/rowId` after this edit, by
-    /// the schema this device last fetched from it: `null` (accepted, or no
-    /// schema known yet) or `{ code, reason, field }` in the server's words.
-    /// Offline, synchronous, changes nothing.
+    /// the schema this device last fetched from it: `null` (accepted, no
+    /// field given, or no schema known yet) or `{ code, reason, field }` in
+    /// the server's words. Offline, synchronous, changes nothing; a malformed
+    /// edit throws `bad_input` as `change()` would.
     pub fn check(&self, table: String, row_id: String, fields: JsValue) -> Result<JsValue, JsValue> {
         let fields = fields_from_js(fields)?;
+        // Nothing typed yet is not an edit to refuse: a form asks as it fills.
+        if fields.is_empty() {
+            return Ok(JsValue::NULL);
+        }
         let engine = self.inner.engine.borrow();
         engine.draft(&table, &row_id, fields.clone()).map_err(|e| client_error(e.into()))?;
         Ok(match engine.check(&table, &row_id, &fields) {

@@ -184,7 +184,7 @@ for (const backend of backends()) {
       assert.equal(before.schema.version, 1);
       assert.ok(before.schema.etag, 'the ETag is kept');
       await a.context.setOffline(true);
-      const out = await a.run(async (id) => {
+      const out = await a.run(async ({ id, user }) => {
         const t0 = performance.now();
         let verdict;
         for (let i = 0; i < 1000; i++) verdict = db.check('sets', id, { reps: 500 });
@@ -197,10 +197,10 @@ for (const backend of backends()) {
         const pending = db.pending().length;
         // Reopen, still offline: the schema is on disk.
         db.close();
-        window.db = await window.Marksync.open({ endpoint: location.origin, token: 'unused', name: 'e2e', autoSync: false });
+        window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'e2e', autoSync: false });
         const again = await db.change('sets', id, { reps: 500 }).then(() => null, (e) => e.code);
         return { verdict, perCheckMs, ok, unknown, err, many, pending, again };
-      }, before.id);
+      }, { id: before.id, user });
       assert.deepEqual(out.verdict, { code: 'out_of_range', reason: 'reps must be at most 100', field: 'reps' });
       assert.equal(out.ok, null);
       assert.deepEqual(out.unknown, { code: 'unknown_field', reason: 'unknown field: rpe', field: 'rpe' });
