@@ -59,6 +59,17 @@ impl Engine {
         }
     }
 
+    /// A visible row as the app spells it ([`Schema::row_at`] for the app's
+    /// version): an app older than the known schema sees renamed fields under
+    /// its own names, and fields it does not know passed through. Borrowed
+    /// (no copy) whenever nothing is renamed.
+    pub fn app_row<'r>(&self, table: &str, row: &'r Row) -> std::borrow::Cow<'r, Row> {
+        match &self.schema {
+            Some((_, schema)) => schema.row_at(self.config.schema, table, row),
+            None => std::borrow::Cow::Borrowed(row),
+        }
+    }
+
     /// The schema edits are checked against: the known one, unless the app
     /// writes a newer version than it (the server will answer 409 and wait;
     /// the newer server judges those edits, not this schema).

@@ -276,6 +276,45 @@ impl Schema {
         upgrade::upgrade_row(self.aliases(table), row)
     }
 
+    /// How an app written for `version` spells this table's fields that were
+    /// renamed since: newest name → the name at `version` (the oldest name
+    /// still alive then). Empty when nothing was renamed after `version`.
+    pub fn names_at(&self, version: u32, table: &str) -> BTreeMap<String, String> {
+        let mut names: BTreeMap<String, (u32, String)> = BTreeMap::new();
+        for a in self.aliases(table) {
+            let Some(to) = &a.to else { continue };
+            if a.died <= version {
+                continue;
+            }
+            let slot = names.entry(to.clone()).or_insert((a.died, a.old.clone()));
+            if a.died < slot.0 {
+                *slot = (a.died, a.old.clone());
+            }
+        }
+        names.into_iter().map(|(newest, (_, old))| (newest, old)).collect()
+    }
+
+    /// A row as an app written for `version` spells it: cells under their
+    /// newest names first (two names of one field keep the newer mark), then
+    /// renamed fields under the app's names. Fields the app does not know
+    /// (added later) are kept as they are. Borrowed when nothing changes.
+    pub fn row_at<'r>(&self, version: u32, table: &str, row: &'r Row) -> Cow<'r, Row> {
+        if version >= self.version {
+            return Cow::Borrowed(row);
+        }
+        let names = self.names_at(version, table);
+        let newest = self.upgrade_row(table, row);
+        if names.is_empty() || !newest.cells.keys().any(|k| names.contains_key(k)) {
+            return newest;
+        }
+        let mut out = Row::default();
+        for (name, cell) in newest.cells.iter() {
+            let name = names.get(name).unwrap_or(name);
+            out.cells.insert(name.clone(), cell.clone());
+        }
+        Cow::Owned(out)
+    }
+
     /// What an app shows of a row: [`Schema::upgrade_row`]'s fields, plus the
     /// `default` of every field the row lacks.
     pub fn view(&self, table: &str, row: &Row) -> Fields {

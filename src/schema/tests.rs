@@ -490,3 +490,22 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn an_app_on_an_older_version_reads_rows_in_its_own_names_and_keeps_fields_it_does_not_know() {
+    let v2 = Schema::workout_v2();
+    assert_eq!(v2.names_at(1, "sets").get("weight").map(String::as_str), Some("weightKg"));
+    assert!(v2.names_at(2, "sets").is_empty());
+    // A row as the server sends it (newest names), read by a v1 app.
+    let pulled = row(&[("exercise", "squat".into()), ("weight", 82.5.into()), ("reps", 5i64.into()), ("rpe", 8i64.into())]);
+    let seen = v2.row_at(1, "sets", &pulled);
+    assert_eq!(seen.get("weightKg"), Some(&Value::Number(82.5)));
+    assert_eq!(seen.get("weight"), None);
+    assert_eq!(seen.get("rpe"), Some(&Value::Number(8.0)), "a field the app does not know passes through");
+    // The v2 app reads it as it is.
+    assert!(matches!(v2.row_at(2, "sets", &pulled), Cow::Borrowed(_)));
+    // An old name queued on the device and a newer name pulled: the newer mark wins, under the app's name.
+    let mut both = pulled.clone();
+    both.cells.insert("weightKg".into(), Cell { value: 90.0.into(), mark: Mark { at: 2, op_id: OpId::new("d:2") } });
+    assert_eq!(v2.row_at(1, "sets", &both).get("weightKg"), Some(&Value::Number(90.0)));
+}

@@ -268,7 +268,9 @@ impl Marksync {
         if let Some(v) = cache.1.get(&table) {
             return v.clone();
         }
-        let v = rows_to_js(self.inner.engine.borrow().rows(&table).into_iter());
+        let engine = self.inner.engine.borrow();
+        let rows: Vec<_> = engine.rows(&table).into_iter().map(|(k, r)| (k, engine.app_row(&table, r))).collect();
+        let v = rows_to_js(rows.iter().map(|(k, r)| (*k, r.as_ref())));
         cache.1.insert(table, v.clone());
         v
     }
@@ -276,8 +278,9 @@ impl Marksync {
     /// One visible row, or `null` if absent or deleted.
     pub fn row(&self, table: String, row_id: String) -> JsValue {
         let key = RowKey::new(table, row_id);
-        match self.inner.engine.borrow().row(&key) {
-            Some(r) => Array::from(&rows_to_js(std::iter::once((&key, r)))).get(0),
+        let engine = self.inner.engine.borrow();
+        match engine.row(&key) {
+            Some(r) => Array::from(&rows_to_js(std::iter::once((&key, engine.app_row(&key.table, r).as_ref())))).get(0),
             None => JsValue::NULL,
         }
     }
