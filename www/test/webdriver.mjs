@@ -6,9 +6,15 @@
 // chromedriver and the browsers from Debian).
 import { spawn } from 'node:child_process';
 import { freePort } from './helpers.mjs';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+
+/** Debian's MiniBrowser, for this machine's architecture (set MINIBROWSER elsewhere). */
+function miniBrowser() {
+  const dirs = ['x86_64-linux-gnu', 'aarch64-linux-gnu'].map((a) => `/usr/lib/${a}/webkit2gtk-4.1/MiniBrowser`);
+  return dirs.find((p) => existsSync(p)) ?? dirs[0];
+}
 
 /** The engines the suite drives, each with its driver and the capabilities of a fresh, headless profile. */
 export const ENGINES = {
@@ -35,7 +41,7 @@ export const ENGINES = {
     capabilities: () => ({
       browserName: 'MiniBrowser',
       'webkitgtk:browserOptions': {
-        binary: process.env.MINIBROWSER || '/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser',
+        binary: process.env.MINIBROWSER || miniBrowser(),
         args: ['--automation'],
       },
     }),
