@@ -201,6 +201,7 @@ impl App {
         let limiter = (config.rate_limit > 0.0)
             .then(|| RateLimiter::new(config.rate_limit, config.rate_burst.unwrap_or(config.rate_limit * 2.0)));
         let (pokes, _) = broadcast::channel(1024);
+        store.forward_pokes(pokes.clone(), shutdown.clone());
         Ok(App(Arc::new(AppState {
             store,
             schema_file: SchemaFile::of(&schema),

@@ -206,6 +206,32 @@ async fn an_event_poke_arrives_after_a_push(b: Backend) {
 }
 both!(an_event_poke_arrives_after_a_push);
 
+/// Several server processes on one PostgreSQL: a push committed by one pokes
+/// the event streams held by another (`LISTEN`/`NOTIFY`, sent on commit only).
+/// Two servers of this test process share nothing but the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_on_one_server_pokes_streams_held_by_another_on_the_same_postgres() {
+    let Some(a) = TestServer::new(Backend::Postgres).await else { return };
+    let b = TestServer::start(config(&a.database)).await;
+    let mut events = b.http.get(b.url("/v1/events?token=dev:u")).send().await.unwrap();
+    let mut seen = String::new();
+    read_until(&mut events, &mut seen, "data: 0\n").await;
+    // The LISTEN of b is set up at start; give it a moment, as a real deployment has.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.push_ok("u", &[full("d:0", "d-0", 10, 5)]).await;
+    read_until(&mut events, &mut seen, "data: 1\n").await;
+    // A push that fails before commit notifies nobody.
+    assert_eq!(a.faults(json!({"failBeforeCommit": 1})).await, 200);
+    let (status, _) = a.push("u", &[full("d:1", "d-1", 10, 5)]).await;
+    assert_eq!(status, 500);
+    a.push_ok("u", &[full("d:2", "d-2", 10, 5)]).await;
+    read_until(&mut events, &mut seen, "data: 2\n").await;
+    assert!(!seen.contains("data: 3"), "only committed heads: {seen:?}");
+    drop(events);
+    b.stop().await;
+    a.stop().await;
+}
+
 async fn read_until(resp: &mut reqwest::Response, seen: &mut String, needle: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !seen.contains(needle) {

@@ -163,6 +163,15 @@ impl Store {
         }
     }
 
+    /// Wakes this process's event streams on pushes other server processes
+    /// commit to the same database (PostgreSQL `LISTEN`/`NOTIFY`; SQLite is
+    /// one process's file: nothing to listen to).
+    pub fn forward_pokes(&self, pokes: tokio::sync::broadcast::Sender<crate::Poke>, shutdown: tokio::sync::watch::Receiver<bool>) {
+        if let Store::Postgres(s) = self {
+            s.forward_pokes(pokes, shutdown);
+        }
+    }
+
     /// `POST /v1/verdicts`: what is remembered of `op_ids` for `user`, in the
     /// order asked. Read-only: two reads, no lock, no write, no seq; the
     /// answer is built by the core's [`marksync::judge::recall`] (rows as the

@@ -65,6 +65,8 @@ mod sql {
     pub const RECALL: &str = "SELECT v.op_id, v.status, v.reason, v.code, v.table_name, v.row_id \
          FROM unnest($2::text[]) AS k(o) JOIN verdicts v ON v.user_id = $1 AND v.op_id = k.o";
     pub const WRITE_HEAD: &str = "UPDATE heads SET seq = $2 WHERE user_id = $1";
+    /// Delivered to every `LISTEN`ing server process when (and only if) the push commits.
+    pub const NOTIFY: &str = "SELECT pg_notify($1, $2)";
     pub const PULL: &str = "SELECT table_name, row_id, fields, marks, seq FROM rows \
          WHERE user_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
     pub const HEAD: &str = "SELECT seq FROM heads WHERE user_id = $1";
@@ -322,11 +324,97 @@ impl PushTxn for PgPush {
         Ok(())
     }
 
+    async fn announce(&mut self, user: &str, head: u64) -> Result<(), StoreError> {
+        sqlx::query(sql::NOTIFY).bind(POKES).bind(poke_payload(user, head)).execute(&mut *self.0).await?;
+        Ok(())
+    }
+
     async fn commit(self) -> Result<(), StoreError> {
         Ok(self.0.commit().await?)
     }
 
     async fn rollback(self) -> Result<(), StoreError> {
         Ok(self.0.rollback().await?)
+    }
+}
+
+/// Resolves once the server stops (the watch's guard is not held across awaits).
+async fn stopped(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// The `NOTIFY` channel of head pokes between server processes.
+const POKES: &str = "marksync_pokes";
+
+/// `"<head> <user>"`: the head first, so any user id (spaces included) follows whole.
+fn poke_payload(user: &str, head: u64) -> String {
+    format!("{head} {user}")
+}
+
+/// The (user, head) of a poke payload; `None` for anything else.
+fn parse_poke(payload: &str) -> Option<(&str, u64)> {
+    let (head, user) = payload.split_once(' ')?;
+    Some((user, head.parse().ok()?))
+}
+
+impl PgStore {
+    /// Forwards the head pokes of every server process on this database
+    /// (`LISTEN marksync_pokes`) to `pokes`, until `shutdown`: a push
+    /// committed by one process wakes the event streams held by all. On a
+    /// lost connection it listens again (a poke sent meanwhile is missed:
+    /// clients pull on their next sync, and again when their stream reconnects).
+    pub(crate) fn forward_pokes(&self, pokes: tokio::sync::broadcast::Sender<crate::Poke>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let pool = self.pool.clone();
+        tokio::spawn(async move {
+            loop {
+                let listened = async {
+                    let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
+                    listener.listen(POKES).await?;
+                    Ok::<_, sqlx::Error>(listener)
+                };
+                let mut listener = tokio::select! {
+                    l = listened => match l {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot LISTEN for pokes of other server processes; trying again in 1 s");
+                            tokio::select! {
+                                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
+                                _ = stopped(&mut shutdown) => return,
+                            }
+                        }
+                    },
+                    _ = stopped(&mut shutdown) => return,
+                };
+                loop {
+                    let n = tokio::select! {
+                        n = listener.recv() => n,
+                        _ = stopped(&mut shutdown) => return,
+                    };
+                    match n {
+                        Ok(n) => {
+                            if let Some((user, head)) = parse_poke(n.payload()) {
+                                // No receiver is fine: no stream is open here.
+                                let _ = pokes.send(crate::Poke { user: user.into(), head });
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "lost the LISTEN connection for pokes; listening again");
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poke_payload_carries_any_user_id_whole() {
+        assert_eq!(parse_poke(&poke_payload("a user id", 42)), Some(("a user id", 42)));
+        assert_eq!(parse_poke("x y"), None);
     }
 }

@@ -60,6 +60,13 @@ pub(crate) trait PushTxn: Sized {
     async fn write_rows(&mut self, user: &str, writes: &[RowWrite]) -> Result<(), StoreError>;
     /// Step 5: the user's new head.
     async fn write_head(&mut self, user: &str, head: u64) -> Result<(), StoreError>;
+    /// Tells the other server processes on this database that the user's
+    /// head grew, delivered only if and when the transaction commits
+    /// (PostgreSQL `NOTIFY`). Nothing for a backend one process owns (SQLite).
+    async fn announce(&mut self, user: &str, head: u64) -> Result<(), StoreError> {
+        let _ = (user, head);
+        Ok(())
+    }
     /// Commits: the verdicts, rows and head become durable together.
     async fn commit(self) -> Result<(), StoreError>;
     /// Rolls back: nothing of the attempt is kept.
@@ -111,6 +118,9 @@ pub(crate) async fn push<B: PushBackend>(
         }
         if judgement.head != old_head {
             tx.write_head(user, judgement.head).await?;
+        }
+        if !judgement.writes.is_empty() {
+            tx.announce(user, judgement.head).await?;
         }
         drop(inside);
         if ctl.fail_before_commit {
