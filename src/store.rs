@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
-use crate::protocol::{Op, OpId, Row, RowKey};
 use crate::known_schema::KnownSchema;
+use crate::protocol::{Op, OpId, Row, RowKey};
 use crate::sync_state::SyncState;
 
 /// The device's own record: who it is and how far it has got.

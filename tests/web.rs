@@ -657,7 +657,9 @@ async fn the_servers_schema_is_kept_on_the_device_and_refuses_edits_offline_in_e
     assert_eq!(err.code(), "invalid");
     assert_eq!(err.to_string(), "reps must be at most 100");
     assert_eq!(c.engine.borrow().pending_len(), 0, "nothing recorded");
-    let many = c.change_many(vec![("sets".into(), row.clone(), only("reps", 6i64.into())), ("sets".into(), row.clone(), only("reps", 0i64.into()))]).await;
+    let many = c
+        .change_many(vec![("sets".into(), row.clone(), only("reps", 6i64.into())), ("sets".into(), row.clone(), only("reps", 0i64.into()))])
+        .await;
     assert_eq!(many.unwrap_err().to_string(), "edits[1]: reps must be at least 1");
     assert_eq!(c.engine.borrow().pending_len(), 0, "all or nothing");
 

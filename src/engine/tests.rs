@@ -730,11 +730,17 @@ fn a_known_schema_refuses_in_the_servers_words_and_names_the_field() {
     assert_eq!(txn.schema.as_ref().map(|k| k.version), Some(1));
     assert_eq!(e.schema_wanted(), None);
     let bad = e.check("sets", "r", &set(1000)).unwrap_err();
-    assert_eq!((bad.code.as_str(), bad.reason.as_str(), bad.field.as_deref()), ("out_of_range", "reps must be at most 100", Some("reps")));
+    assert_eq!(
+        (bad.code.as_str(), bad.reason.as_str(), bad.field.as_deref()),
+        ("out_of_range", "reps must be at most 100", Some("reps"))
+    );
     let missing = e.check("sets", "r", &fields(&[("reps", 5.into())])).unwrap_err();
     assert_eq!((missing.code.as_str(), missing.field.as_deref()), ("missing_fields", Some("exercise")));
     let unknown = e.check("sets", "r", &fields(&[("rpe", 5.into())])).unwrap_err();
-    assert_eq!((unknown.code.as_str(), unknown.reason.as_str(), unknown.field.as_deref()), ("unknown_field", "unknown field: rpe", Some("rpe")));
+    assert_eq!(
+        (unknown.code.as_str(), unknown.reason.as_str(), unknown.field.as_deref()),
+        ("unknown_field", "unknown field: rpe", Some("rpe"))
+    );
     // An edit of one field of an existing row is checked on the row after it.
     record(&mut e, "r", set(5), 10);
     assert_eq!(e.check("sets", "r", &fields(&[("reps", 6.into())])), Ok(()));
@@ -820,7 +826,11 @@ fn check_on_the_device_equals_the_servers_verdict_over_a_corpus() {
         let mut f = Fields::new();
         for _ in 0..=(rng.next_u64() % 3) {
             let name = names[(rng.next_u64() % names.len() as u64) as usize];
-            let v = if name == "_deleted" { Value::Bool(rng.next_u64() % 2 == 0) } else { values[(rng.next_u64() % values.len() as u64) as usize].clone() };
+            let v = if name == "_deleted" {
+                Value::Bool(rng.next_u64() % 2 == 0)
+            } else {
+                values[(rng.next_u64() % values.len() as u64) as usize].clone()
+            };
             f.insert(name.into(), v);
         }
         if e.draft("sets", &row, f.clone()).is_err() {

@@ -166,7 +166,11 @@ impl Store {
     /// Wakes this process's event streams on pushes other server processes
     /// commit to the same database (PostgreSQL `LISTEN`/`NOTIFY`; SQLite is
     /// one process's file: nothing to listen to).
-    pub fn forward_pokes(&self, pokes: tokio::sync::broadcast::Sender<crate::Poke>, shutdown: tokio::sync::watch::Receiver<bool>) {
+    pub fn forward_pokes(
+        &self,
+        pokes: tokio::sync::broadcast::Sender<crate::Poke>,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
         if let Store::Postgres(s) = self {
             s.forward_pokes(pokes, shutdown);
         }

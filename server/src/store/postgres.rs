@@ -279,7 +279,11 @@ impl PushTxn for PgPush {
         Ok(sqlx::query_scalar(lock).bind(user).fetch_one(&mut *self.0).await?)
     }
 
-    async fn load(&mut self, user: &str, keys: &BatchKeys<'_>) -> Result<(Vec<StoredRow>, Vec<SavedVerdict>), StoreError> {
+    async fn load(
+        &mut self,
+        user: &str,
+        keys: &BatchKeys<'_>,
+    ) -> Result<(Vec<StoredRow>, Vec<SavedVerdict>), StoreError> {
         let tables: Vec<&str> = keys.rows.iter().map(|(t, _)| *t).collect();
         let row_ids: Vec<&str> = keys.rows.iter().map(|(_, r)| *r).collect();
         let stored =
@@ -305,8 +309,13 @@ impl PushTxn for PgPush {
 
     async fn write_rows(&mut self, user: &str, writes: &[RowWrite]) -> Result<(), StoreError> {
         let n = writes.len();
-        let (mut t, mut r, mut f, mut m, mut s) =
-            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut t, mut r, mut f, mut m, mut s) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
         for w in writes {
             let (fields, marks) = encode_row(&w.row)?;
             t.push(w.key.table.as_str());
@@ -315,7 +324,15 @@ impl PushTxn for PgPush {
             m.push(marks);
             s.push(seq_to_db(w.seq)?);
         }
-        sqlx::query(sql::WRITE_ROWS).bind(user).bind(&t).bind(&r).bind(&f).bind(&m).bind(&s).execute(&mut *self.0).await?;
+        sqlx::query(sql::WRITE_ROWS)
+            .bind(user)
+            .bind(&t)
+            .bind(&r)
+            .bind(&f)
+            .bind(&m)
+            .bind(&s)
+            .execute(&mut *self.0)
+            .await?;
         Ok(())
     }
 
@@ -363,7 +380,11 @@ impl PgStore {
     /// committed by one process wakes the event streams held by all. On a
     /// lost connection it listens again (a poke sent meanwhile is missed:
     /// clients pull on their next sync, and again when their stream reconnects).
-    pub(crate) fn forward_pokes(&self, pokes: tokio::sync::broadcast::Sender<crate::Poke>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    pub(crate) fn forward_pokes(
+        &self,
+        pokes: tokio::sync::broadcast::Sender<crate::Poke>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
         let pool = self.pool.clone();
         tokio::spawn(async move {
             loop {

@@ -12,8 +12,8 @@ use marksync::protocol::Op;
 use marksync::schema::Schema;
 
 use super::{
-    answered_by_another_writer, judge_loaded, verdict_columns, PushControl, PushError, SavedVerdict, StoreError, StoredRow,
-    VerdictColumns, MAX_JUDGE_ATTEMPTS,
+    answered_by_another_writer, judge_loaded, verdict_columns, PushControl, PushError, SavedVerdict, StoreError,
+    StoredRow, VerdictColumns, MAX_JUDGE_ATTEMPTS,
 };
 
 /// The distinct row keys and opIds of the ops that may be judged, in batch order.
@@ -52,7 +52,11 @@ pub(crate) trait PushTxn: Sized {
     async fn lock(&mut self, user: &str, ctl: &PushControl) -> Result<i64, StoreError>;
     /// Step 2: the stored rows of the batch's row keys and the saved verdicts
     /// of its opIds, one query each.
-    async fn load(&mut self, user: &str, keys: &BatchKeys<'_>) -> Result<(Vec<StoredRow>, Vec<SavedVerdict>), StoreError>;
+    async fn load(
+        &mut self,
+        user: &str,
+        keys: &BatchKeys<'_>,
+    ) -> Result<(Vec<StoredRow>, Vec<SavedVerdict>), StoreError>;
     /// Step 4: inserts the verdicts unless one is already remembered
     /// (`ON CONFLICT DO NOTHING`); how many were inserted.
     async fn remember(&mut self, user: &str, verdicts: &VerdictColumns) -> Result<usize, StoreError>;

@@ -25,7 +25,10 @@ use super::codec::{encode_row, seq_to_db};
 use super::push::{BatchKeys, PushBackend, PushTxn};
 #[cfg(feature = "bench-per-op")]
 use super::PushError;
-use super::{now_ms, page, rejected_keys, Counts, PushControl, RecalledVerdict, SavedVerdict, StoreError, StoredRow, VerdictColumns};
+use super::{
+    now_ms, page, rejected_keys, Counts, PushControl, RecalledVerdict, SavedVerdict, StoreError, StoredRow,
+    VerdictColumns,
+};
 
 /// Migrations, in order: (version, SQL). Applied once each, inside `BEGIN IMMEDIATE`.
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -282,9 +285,14 @@ impl PushTxn for SqlitePush {
         Ok(sqlx::query_scalar(sql::READ_HEAD).bind(user).fetch_one(&mut *self.0).await?)
     }
 
-    async fn load(&mut self, user: &str, keys: &BatchKeys<'_>) -> Result<(Vec<StoredRow>, Vec<SavedVerdict>), StoreError> {
+    async fn load(
+        &mut self,
+        user: &str,
+        keys: &BatchKeys<'_>,
+    ) -> Result<(Vec<StoredRow>, Vec<SavedVerdict>), StoreError> {
         let stored = sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(json(&keys.rows)?).fetch_all(&mut *self.0).await?;
-        let saved = sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(json(&keys.ops)?).fetch_all(&mut *self.0).await?;
+        let saved =
+            sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(json(&keys.ops)?).fetch_all(&mut *self.0).await?;
         Ok((stored, saved))
     }
 
@@ -292,8 +300,12 @@ impl PushTxn for SqlitePush {
         let cols: Vec<_> = (0..v.ids.len())
             .map(|i| (&v.ids[i], v.statuses[i], &v.reasons[i], &v.codes[i], &v.tables[i], &v.row_ids[i]))
             .collect();
-        let back: Vec<String> =
-            sqlx::query_scalar(sql::REMEMBER).bind(user).bind(json(&cols)?).bind(now_ms()).fetch_all(&mut *self.0).await?;
+        let back: Vec<String> = sqlx::query_scalar(sql::REMEMBER)
+            .bind(user)
+            .bind(json(&cols)?)
+            .bind(now_ms())
+            .fetch_all(&mut *self.0)
+            .await?;
         Ok(back.len())
     }
 
