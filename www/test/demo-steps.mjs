@@ -34,13 +34,23 @@ export async function addSet(page, exercise, weight, reps) {
 export const rowOf = (page, exercise, index) =>
   page.locator(`.group[data-exercise="${exercise}"] [data-testid=set-row]`).nth(index);
 
-/** Edits a row inline: `fields` maps input names (exercise, weightKg, reps) to the text typed. */
-export async function editSet(row, fields) {
+/**
+ * Opens a row's inline edit and types `fields` (input name → text: exercise,
+ * weightKg, reps) without saving. Returns the row's id and its locator (which
+ * stays valid while the row turns into its edit form and back).
+ */
+export async function typeEdit(row, fields) {
   const id = await row.getAttribute('data-row-id');
-  const page = row.page();
-  const li = page.locator(`[data-row-id="${id}"]`);
+  const li = row.page().locator(`[data-row-id="${id}"]`);
   await li.getByRole('button', { name: 'Edit set' }).click();
   for (const [name, text] of Object.entries(fields)) await li.locator(`input[name=${name}]`).fill(text);
+  return { id, li };
+}
+
+/** Edits a row inline and saves: `fields` as for `typeEdit`. */
+export async function editSet(row, fields) {
+  const page = row.page();
+  const { id, li } = await typeEdit(row, fields);
   await li.getByRole('button', { name: 'Save' }).click();
   await page.locator(`[data-row-id="${id}"]:not(.editing)`).waitFor();
   return id;

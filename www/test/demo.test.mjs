@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { backends, startServer, launch, newUser, root } from './helpers.mjs';
-import { addSet, editSet, openDemo, rowOf, waitAllSynced } from './demo-steps.mjs';
+import { addSet, openDemo, rowOf, typeEdit, waitAllSynced } from './demo-steps.mjs';
 
 const dist = join(root, 'www', 'dist');
 const built = existsSync(join(dist, 'index.html'));
@@ -34,11 +34,7 @@ for (const backend of built ? backends() : []) {
       await page.waitForFunction(() => window.db?.schema() !== null);
 
       // Editing: the reason appears while typing, Save is not offered.
-      const row = rowOf(page, 'Squat', 0);
-      const id = await row.getAttribute('data-row-id');
-      const li = page.locator(`[data-row-id="${id}"]`);
-      await li.getByRole('button', { name: 'Edit set' }).click();
-      await li.locator('input[name=reps]').fill('500');
+      const { id, li } = await typeEdit(rowOf(page, 'Squat', 0), { reps: '500' });
       await li.getByText('reps must be at most 100', { exact: true }).waitFor();
       assert.equal(await li.getByRole('button', { name: 'Save' }).isDisabled(), true);
       await li.locator('input[name=reps]').fill('6');

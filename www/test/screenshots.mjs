@@ -9,7 +9,7 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { root, startServer, launch } from './helpers.mjs';
-import { addSet, editSet, openDemo, rowOf, waitAllSynced } from './demo-steps.mjs';
+import { addSet, editSet, openDemo, rowOf, typeEdit, waitAllSynced } from './demo-steps.mjs';
 
 const dist = join(root, 'www', 'dist');
 const out = join(root, 'docs', 'screenshots');
@@ -68,11 +68,7 @@ try {
   await settle(page);
   // An edit the server would refuse: the form says why as it is typed, in
   // the server's words (the device has its schema), and offers no Save.
-  const row = rowOf(page, 'Bench press', 1);
-  const id = await row.getAttribute('data-row-id');
-  const li = page.locator(`[data-row-id="${id}"]`);
-  await li.getByRole('button', { name: 'Edit set' }).click();
-  await li.locator('input[name=reps]').fill('500');
+  const { li } = await typeEdit(rowOf(page, 'Bench press', 1), { reps: '500' });
   await li.getByText('reps must be at most 100', { exact: true }).waitFor();
   await page.getByTestId('toast').waitFor({ state: 'detached', timeout: 10000 });
   await li.evaluate((el) => window.scrollTo(0, el.getBoundingClientRect().top + window.scrollY - 120));
