@@ -6,21 +6,9 @@
 use super::{Draft, Engine};
 use crate::judge::MAX_ROW_BYTES;
 use crate::known_schema::KnownSchema;
-use crate::protocol::{OpId, Row, RowKey, MAX_SAFE_INTEGER};
-use crate::schema::{Edit, Refusal, Schema};
+use crate::protocol::{Row, RowKey};
+use crate::schema::{check_mark, Edit, Refusal, Schema};
 use crate::store::Txn;
-
-/// Why the known schema refuses an edit: the server's code and reason.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Invalid {
-    /// The server's code (`out_of_range`, `unknown_field`, `row_too_large`…).
-    pub code: String,
-    /// The server's reason, word for word.
-    pub reason: String,
-    /// The field the refusal is about, when it is about one.
-    pub field: Option<String>,
-}
 
 impl Engine {
     /// The server's schema as this device knows it, if it ever fetched one.
@@ -96,7 +84,7 @@ impl Engine {
     /// What the server would answer for the row after this edit, by the
     /// schema the device knows: `Ok` (or no schema known yet) or the
     /// refusal, in the server's words. Changes nothing.
-    pub fn check(&self, table: &str, row_id: &str, fields: &crate::protocol::Fields) -> Result<(), Invalid> {
+    pub fn check(&self, table: &str, row_id: &str, fields: &crate::protocol::Fields) -> Result<(), Refusal> {
         let draft = Draft { table: table.into(), row_id: row_id.into(), fields: fields.clone() };
         self.check_drafts(std::slice::from_ref(&draft)).map_err(|(_, e)| e)
     }
@@ -104,26 +92,24 @@ impl Engine {
     /// [`Engine::check`] for edits recorded together, in order: each is
     /// judged on the row the edits before it made. The index of the first
     /// refused edit, with its refusal.
-    pub fn check_drafts(&self, drafts: &[Draft]) -> Result<(), (usize, Invalid)> {
+    pub fn check_drafts(&self, drafts: &[Draft]) -> Result<(), (usize, Refusal)> {
         let Some(schema) = self.checking_schema() else { return Ok(()) };
         let mut after: std::collections::HashMap<RowKey, Row> = std::collections::HashMap::new();
-        // The edits are the newest writes of their rows: each wins every field
-        // it sets, each newer than the one before it (the largest marks an op
-        // can carry, so the row bound is checked at its worst).
-        let op_id = OpId::new("z".repeat(128));
+        // The edits are the newest writes of their rows, each newer than the
+        // one before it: the marks `Schema::check_edit` gives.
         for (i, d) in drafts.iter().enumerate() {
             let key = RowKey { table: d.table.clone(), row_id: d.row_id.clone() };
             let current = match after.remove(&key) {
                 Some(row) => Some(row),
                 None => self.row_as_judged(schema, &key),
             };
-            let at = MAX_SAFE_INTEGER - (drafts.len() - 1 - i) as u64;
+            let (at, op_id) = check_mark((drafts.len() - 1 - i) as u64);
             let edit = Edit { table: &d.table, fields: &d.fields, version: self.config.schema, at, op_id: &op_id };
             match schema.edit(&edit, current.as_ref(), MAX_ROW_BYTES) {
                 Ok(done) => {
                     after.insert(key, done.row);
                 }
-                Err(Refusal { code, reason, field }) => return Err((i, Invalid { code: code.as_str().to_owned(), reason, field })),
+                Err(refusal) => return Err((i, refusal)),
             }
         }
         Ok(())

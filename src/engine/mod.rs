@@ -47,7 +47,6 @@ use crate::replica::Replica;
 use crate::store::{Meta, Rejection, Snapshot, Txn};
 pub use crate::sync_state::{Metrics, RetryPolicy, SyncState};
 
-pub use check::Invalid;
 pub use record::{Draft, Recorded};
 
 /// Tunables of an engine. The defaults are the protocol's.

@@ -764,11 +764,11 @@ fn a_schema_learned_in_one_context_reaches_the_others_and_survives_reopen() {
     let mut b = engine("d");
     let txn = a.learn_schema(workout_text(), Some("\"e\"".into())).unwrap();
     b.absorb(&txn);
-    assert_eq!(b.check("sets", "r", &set(0)).unwrap_err().code, "out_of_range");
+    assert_eq!(b.check("sets", "r", &set(0)).unwrap_err().code.as_str(), "out_of_range");
     let snap = Snapshot { meta: Some(Meta::fresh("d".into())), schema: txn.schema.clone(), ..Snapshot::default() };
     let c = Engine::open(snap, Config::default()).unwrap();
     assert_eq!(c.known_schema().and_then(|k| k.etag.as_deref()), Some("\"e\""));
-    assert_eq!(c.check("sets", "r", &set(0)).unwrap_err().code, "out_of_range");
+    assert_eq!(c.check("sets", "r", &set(0)).unwrap_err().code.as_str(), "out_of_range");
 }
 
 #[test]
@@ -843,7 +843,7 @@ fn check_on_the_device_equals_the_servers_verdict_over_a_corpus() {
         match (device, verdict) {
             (Ok(()), None) => accepted += 1,
             (Err(d), Some((code, reason))) => {
-                assert_eq!((d.code, d.reason), (code, reason));
+                assert_eq!((d.code.as_str(), d.reason), (code.as_str(), reason));
                 refused += 1;
             }
             (d, v) => panic!("edit {n}: device said {d:?}, server said {v:?}"),

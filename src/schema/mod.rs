@@ -194,9 +194,11 @@ pub struct Edited {
 /// The mark [`Schema::check_edit`] gives an edit: the latest `at` and the
 /// longest, greatest opId, so the edit wins every field (a device's next edit
 /// does: its `at` is above every mark it has seen) and the row bound is
-/// checked with the largest mark an op can carry.
-fn check_mark() -> (u64, OpId) {
-    (MAX_SAFE_INTEGER, OpId::new("z".repeat(128)))
+/// checked with the largest mark an op can carry. `later`: how many edits
+/// checked together come after this one (each gets a mark above the one
+/// before it, so it wins over it too).
+pub fn check_mark(later: u64) -> (u64, OpId) {
+    (MAX_SAFE_INTEGER - later, OpId::new("z".repeat(128)))
 }
 
 impl Schema {
@@ -371,7 +373,7 @@ impl Schema {
     /// [`Schema::check_edit`] for an app that writes ops under `version`
     /// (an app older than this schema spells fields its own way).
     pub fn check_edit_at(&self, version: u32, table: &str, current: Option<&Row>, fields: &Fields) -> Result<(), Refusal> {
-        let (at, op_id) = check_mark();
+        let (at, op_id) = check_mark(0);
         let edit = Edit { table, fields, version, at, op_id: &op_id };
         self.edit(&edit, current, crate::judge::MAX_ROW_BYTES).map(|_| ())
     }

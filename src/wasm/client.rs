@@ -57,7 +57,7 @@ pub enum ClientError {
     /// The server's schema, as the device knows it, refuses the edit; nothing
     /// was recorded. The reason is the server's, word for word.
     #[error("{}", .0.reason)]
-    Invalid(crate::engine::Invalid),
+    Invalid(crate::schema::Refusal),
 }
 
 impl ClientError {

@@ -310,10 +310,10 @@ impl Marksync {
             return Ok(JsValue::NULL);
         }
         let engine = self.inner.engine.borrow();
-        engine.draft(&table, &row_id, fields.clone()).map_err(|e| client_error(e.into()))?;
-        Ok(match engine.check(&table, &row_id, &fields) {
+        let draft = engine.draft(&table, &row_id, fields).map_err(|e| client_error(e.into()))?;
+        Ok(match engine.check_drafts(std::slice::from_ref(&draft)) {
             Ok(()) => JsValue::NULL,
-            Err(why) => to_js(&why),
+            Err((_, why)) => to_js(&why),
         })
     }
 
