@@ -199,7 +199,9 @@ async fn push(
     };
     app.metrics.push_judged(judgement.verdicts.iter().map(|v| &v.outcome), started.elapsed());
     if !judgement.writes.is_empty() {
-        // No receiver is fine: nobody is listening.
+        // This process's streams at once (on PostgreSQL the NOTIFY comes back
+        // too, later; a stream pokes only when the head grows, so once). No
+        // receiver is fine: nobody is listening.
         let _ = app.pokes.send(Poke { user: user.as_str().into(), head: judgement.head });
     }
     if faults.lose_response {
