@@ -651,7 +651,7 @@ async fn the_servers_schema_is_kept_on_the_device_and_refuses_edits_offline_in_e
     c.change("sets", &row, set(5)).await.unwrap();
     assert!(c.engine.borrow().known_schema().is_none());
     c.sync().await.unwrap();
-    assert_eq!(c.engine.borrow().known_schema().map(|k| k.version), Some(1), "the first sync fetched the schema");
+    assert_eq!(c.engine.borrow().known_schema().map(|(_, s)| s.version), Some(1), "the first sync fetched the schema");
 
     let err = c.change("sets", &row, only("reps", 500i64.into())).await.unwrap_err();
     assert_eq!(err.code(), "invalid");

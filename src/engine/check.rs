@@ -11,9 +11,10 @@ use crate::schema::{check_mark, Edit, Refusal, Schema};
 use crate::store::Txn;
 
 impl Engine {
-    /// The server's schema as this device knows it, if it ever fetched one.
-    pub fn known_schema(&self) -> Option<&KnownSchema> {
-        self.schema.as_ref().map(|(k, _)| k)
+    /// The server's schema as this device knows it, if it ever fetched one:
+    /// the file as fetched, and the schema it parses to.
+    pub fn known_schema(&self) -> Option<(&KnownSchema, &Schema)> {
+        self.schema.as_ref().map(|(k, s)| (k, s))
     }
 
     /// A pull answer named the server's schema version.
@@ -26,7 +27,7 @@ impl Engine {
     pub fn schema_wanted(&self) -> Option<Option<&str>> {
         match (&self.schema, self.server_schema) {
             (None, _) => Some(None),
-            (Some((k, _)), Some(v)) if v != k.version => Some(k.etag.as_deref()),
+            (Some((k, s)), Some(v)) if v != s.version => Some(k.etag.as_deref()),
             _ => None,
         }
     }
@@ -35,7 +36,7 @@ impl Engine {
     /// it. `None` (nothing learned, nothing stored) when it does not parse.
     pub fn learn_schema(&mut self, text: String, etag: Option<String>) -> Option<Txn> {
         let (known, schema) = KnownSchema::parse(text, etag)?;
-        self.server_schema = Some(known.version);
+        self.server_schema = Some(schema.version);
         self.schema = Some((known.clone(), schema));
         Some(Txn { schema: Some(known), ..Txn::default() })
     }

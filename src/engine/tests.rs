@@ -727,7 +727,8 @@ fn without_a_known_schema_nothing_is_refused_and_the_schema_is_wanted() {
 fn a_known_schema_refuses_in_the_servers_words_and_names_the_field() {
     let mut e = engine("d");
     let txn = e.learn_schema(workout_text(), Some("\"v1\"".into())).unwrap();
-    assert_eq!(txn.schema.as_ref().map(|k| k.version), Some(1));
+    assert!(txn.schema.is_some(), "the step stores it");
+    assert_eq!(e.known_schema().map(|(_, s)| s.version), Some(1));
     assert_eq!(e.schema_wanted(), None);
     let bad = e.check("sets", "r", &set(1000)).unwrap_err();
     assert_eq!(
@@ -767,7 +768,7 @@ fn a_schema_learned_in_one_context_reaches_the_others_and_survives_reopen() {
     assert_eq!(b.check("sets", "r", &set(0)).unwrap_err().code.as_str(), "out_of_range");
     let snap = Snapshot { meta: Some(Meta::fresh("d".into())), schema: txn.schema.clone(), ..Snapshot::default() };
     let c = Engine::open(snap, Config::default()).unwrap();
-    assert_eq!(c.known_schema().and_then(|k| k.etag.as_deref()), Some("\"e\""));
+    assert_eq!(c.known_schema().and_then(|(k, _)| k.etag.as_deref()), Some("\"e\""));
     assert_eq!(c.check("sets", "r", &set(0)).unwrap_err().code.as_str(), "out_of_range");
 }
 

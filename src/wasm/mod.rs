@@ -322,9 +322,9 @@ impl Marksync {
     #[wasm_bindgen(js_name = "schema")]
     pub fn known_schema(&self) -> JsValue {
         let engine = self.inner.engine.borrow();
-        let Some(k) = engine.known_schema() else { return JsValue::NULL };
+        let Some((k, schema)) = engine.known_schema() else { return JsValue::NULL };
         let o = Object::new();
-        let _ = Reflect::set(&o, &"version".into(), &k.version.into());
+        let _ = Reflect::set(&o, &"version".into(), &schema.version.into());
         let _ = Reflect::set(&o, &"etag".into(), &k.etag.as_deref().map_or(JsValue::NULL, JsValue::from_str));
         let _ = Reflect::set(&o, &"schema".into(), &js_sys::JSON::parse(&k.text).unwrap_or(JsValue::NULL));
         o.into()
