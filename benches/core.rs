@@ -32,7 +32,7 @@ fn bench_judge(c: &mut Criterion) {
     let mut g = c.benchmark_group("judge");
     g.throughput(Throughput::Elements(1000));
     g.bench_function("1000-op batch in memory", |b| {
-        b.iter(|| black_box(judge_batch(&schema, &batch, Known::default(), &Limits::default()).map(|j| j.head)))
+        b.iter(|| black_box(judge_batch(&schema, "u", &batch, Known::default(), &Limits::default()).map(|j| j.heads)))
     });
     // The upgrade path (PROTOCOL §3b): the same sets judged by the version-3
     // workout schema, written under version 1 (`weightKg`, two versions old)
@@ -40,10 +40,10 @@ fn bench_judge(c: &mut Criterion) {
     let v3 = Schema::workout_v3();
     let current: Vec<_> = batch.iter().map(|op| Op { schema: 3, ..v3.upgrade_op(op) }).collect();
     g.bench_function("1000-op batch, ops two versions old (v1 under v3)", |b| {
-        b.iter(|| black_box(judge_batch(&v3, &batch, Known::default(), &Limits::default()).map(|j| j.head)))
+        b.iter(|| black_box(judge_batch(&v3, "u", &batch, Known::default(), &Limits::default()).map(|j| j.heads)))
     });
     g.bench_function("1000-op batch, current ops (v3 under v3)", |b| {
-        b.iter(|| black_box(judge_batch(&v3, &current, Known::default(), &Limits::default()).map(|j| j.head)))
+        b.iter(|| black_box(judge_batch(&v3, "u", &current, Known::default(), &Limits::default()).map(|j| j.heads)))
     });
     g.finish();
 }

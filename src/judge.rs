@@ -1,17 +1,19 @@
 //! The server's judge (PROTOCOL §3): decide → remember → write, as pure code.
 //!
 //! A store (SQL, or [`crate::memory_server::MemoryServer`]) works in three moves
-//! around this module, inside one transaction under the user's lock:
+//! around this module, inside one transaction under the locks of the batch's
+//! spaces (PROTOCOL §3c):
 //!
 //! 1. **load** what the batch touches into [`Known`]: the stored rows of its
-//!    row keys, the saved verdicts of its opIds, the user's head;
+//!    row keys in their spaces, the sender's saved verdicts of its opIds, the
+//!    spaces' heads and the sender's roles in them;
 //! 2. call [`judge_batch`], which decides every op in memory, in batch order
 //!    (ops on the same row see each other's effect; an opId repeated inside
 //!    the batch is a replay of its first occurrence);
 //! 3. **persist** the [`Judgement`]: first insert [`Judgement::remember`] with
 //!    `ON CONFLICT DO NOTHING` (if fewer rows come back than were sent, another
 //!    writer got there first: roll back and judge again), then upsert
-//!    [`Judgement::writes`] and the new head.
+//!    [`Judgement::writes`] and the new heads.
 //!
 //! A verdict is remembered for every op it answers for the first time, and a
 //! row is written only for ops that were remembered now and moved a mark. So a
@@ -22,6 +24,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::protocol::{Op, OpId, Outcome, Recalled, RememberedVerdict, Row, RowKey, Verdict, MAX_JUDGED_PER_PUSH};
 use crate::schema::{Edit, Edited, RefusalCode, Schema};
+use crate::space::{self, Role, SpaceId};
 
 /// The largest row an op may make, in bytes of its encoded `fields` and
 /// `marks` ([`Row::encoded_len`]): one user's row can never grow without bound.
@@ -150,34 +153,54 @@ pub fn decide(schema: &Schema, op: &Op, current: Option<&Row>, limits: &Limits) 
     }
 }
 
-/// What the store knows that the batch touches, loaded under the user's lock.
+/// A row's place: its space and its key there (two spaces may hold rows of
+/// the same key; they are different rows).
+pub type Placed = (SpaceId, RowKey);
+
+/// What the store knows that the batch touches, loaded under the locks of
+/// the batch's spaces (PROTOCOL §3c).
 #[derive(Debug, Clone, Default)]
 pub struct Known {
-    /// The stored rows of the batch's row keys (absent = no row).
-    pub rows: HashMap<RowKey, Row>,
-    /// The saved verdicts of the batch's opIds (absent = never answered).
+    /// The stored rows of the batch's row keys, in their spaces (absent = no row).
+    pub rows: HashMap<Placed, Row>,
+    /// The saved verdicts of the sender's opIds in the batch (absent = never answered).
     pub verdicts: HashMap<OpId, Remembered>,
-    /// The user's head seq.
-    pub head: u64,
+    /// The head seq of each space of the batch (absent = 0).
+    pub heads: HashMap<SpaceId, u64>,
+    /// The sender's stored membership in each space of the batch (absent =
+    /// not a member; the sender's own personal space needs none).
+    pub roles: HashMap<SpaceId, Role>,
+}
+
+impl Known {
+    /// The head of `space` (0 when it has none).
+    pub fn head(&self, space: &str) -> u64 {
+        self.heads.get(space).copied().unwrap_or(0)
+    }
 }
 
 /// One row to upsert: its state after the batch and the seq of its last change.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RowWrite {
-    /// Where.
+    /// The space the row lives in.
+    pub space: SpaceId,
+    /// Where, in that space.
     pub key: RowKey,
     /// The row after the batch.
     pub row: Row,
-    /// The seq of the last op that moved it.
+    /// The seq (in the space) of the last op that moved it.
     pub seq: u64,
 }
 
 /// A verdict given for the first time, to remember: the op, the row it
-/// edits (a rejection is recalled with that row's current state) and the verdict.
+/// edits (a rejection is recalled with that row's current state, to a sender
+/// who may then read it) and the verdict.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Remember {
     /// The op.
     pub op_id: OpId,
+    /// The space the op named (or the sender's personal one).
+    pub space: SpaceId,
     /// The row the op edits.
     pub key: RowKey,
     /// What was decided.
@@ -202,13 +225,14 @@ pub struct Judgement {
     /// Verdicts given for the first time: insert them (ON CONFLICT DO NOTHING)
     /// before writing any row.
     pub remember: Vec<Remember>,
-    /// Rows to upsert, one per row key, after `remember` went in whole.
+    /// Rows to upsert, one per placed row, after `remember` went in whole,
+    /// by space then seq.
     pub writes: Vec<RowWrite>,
-    /// The user's new head.
-    pub head: u64,
+    /// The new head of every space whose head moved, by space name.
+    pub heads: Vec<(SpaceId, u64)>,
     /// Set when judging stopped before the end of the batch (or of its first 1000 ops).
     pub stopped: Option<Stop>,
-    /// Which op took which seq (ops that moved a mark), in order.
+    /// Which op took which seq of its space (ops that moved a mark), in order.
     pub seqs: Vec<(OpId, u64)>,
 }
 
@@ -232,33 +256,33 @@ pub enum JudgeError {
 /// whole budget is never carried (`row: null`).
 #[derive(Default)]
 struct AnswerRows {
-    /// Row key → its counted size, or `None` when it is too large to carry.
-    counted: HashMap<RowKey, Option<usize>>,
+    /// Placed row → its counted size, or `None` when it is too large to carry.
+    counted: HashMap<Placed, Option<usize>>,
     bytes: usize,
 }
 
 impl AnswerRows {
-    /// Counts `row` (`None` = no row yet) for a rejection of `key`; false when it does not fit.
-    fn reject(&mut self, key: &RowKey, row: Option<&Row>, budget: usize) -> bool {
-        if self.counted.contains_key(key) {
+    /// Counts `row` (`None` = no row yet) for a rejection of `at`; false when it does not fit.
+    fn reject(&mut self, at: &Placed, row: Option<&Row>, budget: usize) -> bool {
+        if self.counted.contains_key(at) {
             return true;
         }
         let size = row.map_or(0, Row::encoded_len);
         if size > budget {
-            self.counted.insert(key.clone(), None);
+            self.counted.insert(at.clone(), None);
             return true;
         }
         if self.bytes + size > budget {
             return false;
         }
         self.bytes += size;
-        self.counted.insert(key.clone(), Some(size));
+        self.counted.insert(at.clone(), Some(size));
         true
     }
 
     /// Counts the growth of a carried row that an applied op changes; false when it does not fit.
-    fn grow(&mut self, key: &RowKey, row: &Row, budget: usize) -> bool {
-        let Some(Some(counted)) = self.counted.get(key).copied() else { return true };
+    fn grow(&mut self, at: &Placed, row: &Row, budget: usize) -> bool {
+        let Some(Some(counted)) = self.counted.get(at).copied() else { return true };
         let size = row.encoded_len();
         if size <= counted {
             return true;
@@ -267,36 +291,43 @@ impl AnswerRows {
             return false;
         }
         self.bytes += size - counted;
-        self.counted.insert(key.clone(), Some(size));
+        self.counted.insert(at.clone(), Some(size));
         true
     }
 
-    fn carries(&self, key: &RowKey) -> bool {
-        matches!(self.counted.get(key), Some(Some(_)))
+    fn carries(&self, at: &Placed) -> bool {
+        matches!(self.counted.get(at), Some(Some(_)))
     }
 }
 
-/// Judges up to [`MAX_JUDGED_PER_PUSH`] ops of `batch` (shapes already checked).
+/// Judges up to [`MAX_JUDGED_PER_PUSH`] ops of `sender`'s `batch` (shapes already checked).
 ///
 /// Stops before the first op whose schema is newer than `schema.version`
 /// (if that is the first op, nothing is judged and the whole request fails),
 /// and before an op whose rejection or growth would take the rows the answer
 /// carries past [`Limits::max_answer_row_bytes`] (never at the first op).
-/// Every op of the prefix judged gets exactly one verdict. Ops written under
-/// an older version and rows stored under one are read as the newest version
-/// spells them (PROTOCOL §3b): rows are written, and carried, that way.
-pub fn judge_batch(schema: &Schema, batch: &[Op], known: Known, limits: &Limits) -> Result<Judgement, JudgeError> {
-    let Known { mut rows, mut verdicts, mut head } = known;
-    for (key, row) in rows.iter_mut() {
+/// Every op of the prefix judged gets exactly one verdict. An op answered
+/// for the first time is refused unless its sender may write in its space
+/// ([`space::may_write`], PROTOCOL §3c); a rejection carries its row only to
+/// a sender who may read that space. Ops written under an older version and
+/// rows stored under one are read as the newest version spells them
+/// (PROTOCOL §3b): rows are written, and carried, that way.
+pub fn judge_batch(schema: &Schema, sender: &str, batch: &[Op], known: Known, limits: &Limits) -> Result<Judgement, JudgeError> {
+    let Known { mut rows, mut verdicts, mut heads, roles } = known;
+    for ((_, key), row) in rows.iter_mut() {
         if let std::borrow::Cow::Owned(upgraded) = schema.upgrade_row(&key.table, row) {
             *row = upgraded;
         }
     }
+    let personal: SpaceId = space::personal(sender).into();
+    let mut named: HashMap<&str, SpaceId> = HashMap::new();
     let mut out = Judgement::default();
-    let mut written: HashMap<RowKey, u64> = HashMap::new();
+    let mut written: HashMap<Placed, u64> = HashMap::new();
+    let mut moved_heads: HashSet<SpaceId> = HashSet::new();
     let mut answer = AnswerRows::default();
-    // (verdict index, row key) of every rejection: the rows are filled in at the end.
-    let mut rejections: Vec<(usize, RowKey)> = Vec::new();
+    // (verdict index, placed row) of every rejection whose sender may read
+    // the row's space: the rows are filled in at the end.
+    let mut rejections: Vec<(usize, Placed)> = Vec::new();
     let budget = limits.max_answer_row_bytes;
     for (i, op) in batch.iter().take(MAX_JUDGED_PER_PUSH).enumerate() {
         if op.schema > schema.version {
@@ -306,79 +337,103 @@ pub fn judge_batch(schema: &Schema, batch: &[Op], known: Known, limits: &Limits)
             out.stopped = Some(Stop::SchemaTooNew(op.schema));
             break;
         }
-        let key = op.row_key();
-        let current = rows.get(&key);
+        let space = match op.space.as_deref() {
+            None => personal.clone(),
+            Some(s) if *s == *personal => personal.clone(),
+            Some(s) => named.entry(s).or_insert_with(|| SpaceId::from(s)).clone(),
+        };
+        let role = space::role_of(sender, &space, roles.get(&space).copied());
+        let at: Placed = (space, op.row_key());
+        let current = rows.get(&at);
         if let Some(saved) = verdicts.get(&op.op_id) {
-            if let Remembered::Rejected { .. } = saved {
-                if !answer.reject(&key, current, budget) {
+            if let (Remembered::Rejected { .. }, Some(_)) = (saved, role) {
+                if !answer.reject(&at, current, budget) {
                     out.stopped = Some(Stop::AnswerFull);
                     break;
                 }
-                rejections.push((i, key));
+                rejections.push((i, at.clone()));
             }
             out.verdicts.push(Verdict { op_id: op.op_id.clone(), outcome: saved.replay(None) });
             continue;
         }
-        let (outcome, remembered) = match decide(schema, op, current, limits) {
+        let decision = match space::may_write(&at.0, role) {
+            Err(denied) => Decision::Reject { code: denied.code.to_owned(), reason: denied.reason },
+            Ok(()) => decide(schema, op, current, limits),
+        };
+        let (outcome, remembered) = match decision {
             Decision::Apply { row, moved } => {
                 if moved {
-                    if !answer.grow(&key, &row, budget) {
+                    if !answer.grow(&at, &row, budget) {
                         out.stopped = Some(Stop::AnswerFull);
                         break;
                     }
-                    head += 1;
-                    out.seqs.push((op.op_id.clone(), head));
-                    written.insert(key.clone(), head);
-                    rows.insert(key.clone(), row);
+                    let head = heads.entry(at.0.clone()).or_insert(0);
+                    *head += 1;
+                    out.seqs.push((op.op_id.clone(), *head));
+                    written.insert(at.clone(), *head);
+                    moved_heads.insert(at.0.clone());
+                    rows.insert(at.clone(), row);
                 }
                 (Outcome::Applied, Remembered::Applied)
             }
             Decision::Reject { code, reason } => {
-                if !answer.reject(&key, current, budget) {
-                    out.stopped = Some(Stop::AnswerFull);
-                    break;
+                if role.is_some() {
+                    if !answer.reject(&at, current, budget) {
+                        out.stopped = Some(Stop::AnswerFull);
+                        break;
+                    }
+                    rejections.push((i, at.clone()));
                 }
-                rejections.push((i, key.clone()));
                 (Outcome::Rejected { reason: reason.clone(), code: code.clone(), row: None }, Remembered::Rejected { reason, code })
             }
         };
         verdicts.insert(op.op_id.clone(), remembered.clone());
-        out.remember.push(Remember { op_id: op.op_id.clone(), key, verdict: remembered });
+        let (space, key) = at;
+        out.remember.push(Remember { op_id: op.op_id.clone(), space, key, verdict: remembered });
         out.verdicts.push(Verdict { op_id: op.op_id.clone(), outcome });
     }
     // Only the last rejection of a row carries it, as it stands after the
     // batch: an answer never holds one row twice (clients merge rows by
     // marks, so the newest state once is all they need).
-    let mut filled: HashSet<&RowKey> = HashSet::new();
-    for (i, key) in rejections.iter().rev() {
-        if filled.insert(key) && answer.carries(key) {
+    let mut filled: HashSet<&Placed> = HashSet::new();
+    for (i, at) in rejections.iter().rev() {
+        if filled.insert(at) && answer.carries(at) {
             if let Outcome::Rejected { row, .. } = &mut out.verdicts[*i].outcome {
-                *row = rows.get(key).cloned();
+                *row = rows.get(at).cloned();
             }
         }
     }
     let mut writes: Vec<RowWrite> =
-        written.into_iter().filter_map(|(key, seq)| rows.remove(&key).map(|row| RowWrite { key, row, seq })).collect();
-    writes.sort_by_key(|w| w.seq);
+        written.into_iter().filter_map(|(at, seq)| rows.remove(&at).map(|row| RowWrite { space: at.0, key: at.1, row, seq })).collect();
+    writes.sort_by(|a, b| (&a.space, a.seq).cmp(&(&b.space, b.seq)));
     out.writes = writes;
-    out.head = head;
+    let mut moved: Vec<(SpaceId, u64)> = moved_heads
+        .into_iter()
+        .map(|s| {
+            let h = heads.get(&s).copied().unwrap_or(0);
+            (s, h)
+        })
+        .collect();
+    moved.sort();
+    out.heads = moved;
     Ok(out)
 }
 
 /// `POST /v1/verdicts`, pure: what is remembered of each of `op_ids`, in the
 /// order asked. `saved` holds the remembered verdicts (with the row a
-/// rejected op edits, when known) and `rows` the current rows of those keys.
-/// Like a push answer, only the last rejection of a row carries it, as the
+/// rejected op edits, when known) and `rows` the current rows of those
+/// keys that the asker may read now (the store leaves out rows of spaces the
+/// asker is no longer a member of: PROTOCOL §3c). Like a push answer, only the last rejection of a row carries it, as the
 /// newest version of `schema` spells it, and the rows carried stay within
 /// [`Limits::max_answer_row_bytes`] (past it: `row: null`).
 pub fn recall(
     schema: &Schema,
     op_ids: &[OpId],
-    saved: &HashMap<OpId, (Remembered, Option<RowKey>)>,
-    rows: &HashMap<RowKey, Row>,
+    saved: &HashMap<OpId, (Remembered, Option<Placed>)>,
+    rows: &HashMap<Placed, Row>,
     limits: &Limits,
 ) -> Vec<RememberedVerdict> {
-    let mut last: HashMap<&RowKey, usize> = HashMap::new();
+    let mut last: HashMap<&Placed, usize> = HashMap::new();
     for (i, id) in op_ids.iter().enumerate() {
         if let Some((Remembered::Rejected { .. }, Some(key))) = saved.get(id) {
             last.insert(key, i);
@@ -396,7 +451,7 @@ pub fn recall(
                     let row = key
                         .as_ref()
                         .filter(|k| last.get(k) == Some(&i))
-                        .and_then(|k| rows.get(k).map(|row| schema.upgrade_row(&k.table, row)))
+                        .and_then(|k| rows.get(k).map(|row| schema.upgrade_row(&k.1.table, row)))
                         .filter(|row| {
                             let size = row.encoded_len();
                             let fits = bytes + size <= limits.max_answer_row_bytes;
@@ -426,6 +481,7 @@ mod tests {
             fields: fields.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<Fields>(),
             at,
             schema: 1,
+            space: None,
         }
     }
 
@@ -433,14 +489,19 @@ mod tests {
         op(id, row, at, &[("exercise", "squat".into()), ("weightKg", 80.0.into()), ("reps", reps.into())])
     }
 
+    /// The new head of u's personal space, if the batch moved it.
+    fn moved(j: &Judgement) -> Option<u64> {
+        j.heads.iter().find(|(s, _)| &**s == "~u").map(|(_, h)| *h)
+    }
+
     fn apply(known: &mut Known, j: &Judgement) {
         for r in &j.remember {
             known.verdicts.insert(r.op_id.clone(), r.verdict.clone());
         }
         for w in &j.writes {
-            known.rows.insert(w.key.clone(), w.row.clone());
+            known.rows.insert((w.space.clone(), w.key.clone()), w.row.clone());
         }
-        known.head = j.head;
+        known.heads.extend(j.heads.iter().cloned());
     }
 
     #[test]
@@ -448,13 +509,13 @@ mod tests {
         let s = Schema::workout();
         let mut k = Known::default();
         let b = vec![full("d:1", "d-1", 10, 5)];
-        let j = judge_batch(&s, &b, k.clone(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &b, k.clone(), &Limits::default()).unwrap();
         assert_eq!(j.verdicts[0].outcome, Outcome::Applied);
-        assert_eq!((j.head, j.writes.len(), j.remember.len()), (1, 1, 1));
+        assert_eq!((moved(&j), j.writes.len(), j.remember.len()), (Some(1), 1, 1));
         apply(&mut k, &j);
-        let j2 = judge_batch(&s, &b, k.clone(), &Limits::default()).unwrap();
+        let j2 = judge_batch(&s, "u", &b, k.clone(), &Limits::default()).unwrap();
         assert_eq!(j2.verdicts[0].outcome, Outcome::Duplicate);
-        assert_eq!((j2.head, j2.writes.len(), j2.remember.len()), (1, 0, 0));
+        assert_eq!((moved(&j2), j2.writes.len(), j2.remember.len()), (None, 0, 0));
     }
 
     #[test]
@@ -462,12 +523,12 @@ mod tests {
         let s = Schema::workout();
         let mut k = Known::default();
         let b = vec![full("d:1", "d-1", 10, 500)];
-        let j = judge_batch(&s, &b, k.clone(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &b, k.clone(), &Limits::default()).unwrap();
         let Outcome::Rejected { reason, code, row } = &j.verdicts[0].outcome else { panic!("{j:?}") };
         assert_eq!((reason.as_str(), code.as_str(), row), ("reps must be at most 100", "out_of_range", &None));
         assert!(j.writes.is_empty());
         apply(&mut k, &j);
-        let j2 = judge_batch(&s, &b, k, &Limits::default()).unwrap();
+        let j2 = judge_batch(&s, "u", &b, k, &Limits::default()).unwrap();
         assert_eq!(j2.verdicts, j.verdicts);
         assert!(j2.remember.is_empty() && j2.writes.is_empty());
     }
@@ -477,38 +538,38 @@ mod tests {
         let strict = Schema::workout();
         let mut k = Known::default();
         let b = vec![full("d:1", "d-1", 10, 150)];
-        let j = judge_batch(&strict, &b, k.clone(), &Limits::default()).unwrap();
+        let j = judge_batch(&strict, "u", &b, k.clone(), &Limits::default()).unwrap();
         apply(&mut k, &j);
         let mut relaxed = Schema::workout();
         if let Some(r) = relaxed.tables.get_mut("sets").and_then(|t| t.fields.get_mut("reps")) {
             r.max = Some(1000.0);
         }
-        let j2 = judge_batch(&relaxed, &b, k, &Limits::default()).unwrap();
+        let j2 = judge_batch(&relaxed, "u", &b, k, &Limits::default()).unwrap();
         assert!(matches!(j2.verdicts[0].outcome, Outcome::Rejected { .. }));
         assert!(j2.writes.is_empty(), "a replay writes nothing");
-        assert_eq!(j2.head, 0);
+        assert_eq!(moved(&j2), None);
     }
 
     #[test]
     fn an_op_whose_every_field_loses_is_applied_with_no_seq() {
         let s = Schema::workout();
         let mut k = Known::default();
-        let j = judge_batch(&s, &[full("d:2", "d-1", 20, 5)], k.clone(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &[full("d:2", "d-1", 20, 5)], k.clone(), &Limits::default()).unwrap();
         apply(&mut k, &j);
-        let j2 = judge_batch(&s, &[op("e:1", "d-1", 10, &[("reps", 500i64.into())])], k, &Limits::default()).unwrap();
+        let j2 = judge_batch(&s, "u", &[op("e:1", "d-1", 10, &[("reps", 500i64.into())])], k, &Limits::default()).unwrap();
         assert_eq!(j2.verdicts[0].outcome, Outcome::Applied, "no validation when nothing moved");
-        assert_eq!((j2.head, j2.writes.len(), j2.remember.len()), (1, 0, 1));
+        assert_eq!((moved(&j2), j2.writes.len(), j2.remember.len()), (None, 0, 1));
     }
 
     #[test]
     fn the_row_after_the_op_is_validated_not_the_op() {
         let s = Schema::workout();
         let mut k = Known::default();
-        let j = judge_batch(&s, &[full("d:1", "d-1", 10, 5)], k.clone(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &[full("d:1", "d-1", 10, 5)], k.clone(), &Limits::default()).unwrap();
         apply(&mut k, &j);
-        let j = judge_batch(&s, &[op("d:2", "d-1", 11, &[("reps", 6i64.into())])], k.clone(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &[op("d:2", "d-1", 11, &[("reps", 6i64.into())])], k.clone(), &Limits::default()).unwrap();
         assert_eq!(j.verdicts[0].outcome, Outcome::Applied);
-        let j = judge_batch(&s, &[op("d:3", "d-2", 11, &[("reps", 6i64.into())])], k, &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &[op("d:3", "d-2", 11, &[("reps", 6i64.into())])], k, &Limits::default()).unwrap();
         assert!(matches!(&j.verdicts[0].outcome, Outcome::Rejected { code, .. } if code == "missing_fields"));
     }
 
@@ -516,9 +577,9 @@ mod tests {
     fn ops_on_one_row_in_one_batch_see_each_other_and_the_row_gets_the_last_seq() {
         let s = Schema::workout();
         let b = vec![full("d:1", "d-1", 10, 5), op("d:2", "d-1", 11, &[("reps", 7i64.into())]), full("d:3", "d-2", 12, 1)];
-        let j = judge_batch(&s, &b, Known::default(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &b, Known::default(), &Limits::default()).unwrap();
         assert!(j.verdicts.iter().all(|v| v.outcome == Outcome::Applied));
-        assert_eq!(j.head, 3);
+        assert_eq!(moved(&j), Some(3));
         assert_eq!(j.writes.len(), 2);
         assert_eq!(j.writes[0].seq, 2);
         assert_eq!(j.writes[0].row.get("reps"), Some(&Value::Number(7.0)));
@@ -528,7 +589,7 @@ mod tests {
     fn an_op_id_repeated_in_one_batch_is_a_replay_of_its_first() {
         let s = Schema::workout();
         let b = vec![full("d:1", "d-1", 10, 5), full("d:1", "d-1", 10, 5), full("d:2", "d-2", 10, 0), full("d:2", "d-2", 10, 0)];
-        let j = judge_batch(&s, &b, Known::default(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &b, Known::default(), &Limits::default()).unwrap();
         assert_eq!(j.verdicts[1].outcome, Outcome::Duplicate);
         assert_eq!(j.verdicts[3].outcome, j.verdicts[2].outcome);
         assert_eq!(j.remember.len(), 2);
@@ -538,7 +599,7 @@ mod tests {
     fn a_rejected_op_carries_the_current_row() {
         let s = Schema::workout();
         let b = vec![full("d:1", "d-1", 10, 5), op("d:2", "d-1", 11, &[("reps", 0i64.into())])];
-        let j = judge_batch(&s, &b, Known::default(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &b, Known::default(), &Limits::default()).unwrap();
         let Outcome::Rejected { row: Some(row), .. } = &j.verdicts[1].outcome else { panic!() };
         assert_eq!(row.get("reps"), Some(&Value::Number(5.0)));
     }
@@ -549,11 +610,11 @@ mod tests {
         let mut newer = full("d:2", "d-2", 10, 5);
         newer.schema = 2;
         assert_eq!(
-            judge_batch(&s, std::slice::from_ref(&newer), Known::default(), &Limits::default()),
+            judge_batch(&s, "u", std::slice::from_ref(&newer), Known::default(), &Limits::default()),
             Err(JudgeError::SchemaTooNew { op: 2, server: 1 })
         );
-        let j =
-            judge_batch(&s, &[full("d:1", "d-1", 10, 5), newer, full("d:3", "d-3", 10, 5)], Known::default(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &[full("d:1", "d-1", 10, 5), newer, full("d:3", "d-3", 10, 5)], Known::default(), &Limits::default())
+            .unwrap();
         assert_eq!(j.verdicts.len(), 1);
         assert_eq!(j.stopped, Some(Stop::SchemaTooNew(2)));
     }
@@ -562,15 +623,15 @@ mod tests {
     fn at_most_1000_ops_are_judged() {
         let s = Schema::workout();
         let b: Vec<Op> = (0..1200).map(|i| full(&format!("d:{i}"), &format!("d-{i}"), 10, 5)).collect();
-        let j = judge_batch(&s, &b, Known::default(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &b, Known::default(), &Limits::default()).unwrap();
         assert_eq!(j.verdicts.len(), 1000);
-        assert_eq!(j.head, 1000);
+        assert_eq!(moved(&j), Some(1000));
     }
 
     #[test]
     fn tombstones_pass_without_the_required_fields() {
         let s = Schema::workout();
-        let j = judge_batch(&s, &[op("d:1", "d-9", 10, &[("_deleted", true.into())])], Known::default(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &[op("d:1", "d-9", 10, &[("_deleted", true.into())])], Known::default(), &Limits::default()).unwrap();
         assert_eq!(j.verdicts[0].outcome, Outcome::Applied);
     }
 
@@ -579,7 +640,7 @@ mod tests {
         let s = Schema::workout();
         let limits = Limits::at(1_700_000_000_000, Some(86_400_000));
         let b = vec![full("d:1", "d-1", (1 << 53) - 1, 5), full("d:2", "d-2", 1_700_000_000_000 + 86_400_000, 5)];
-        let j = judge_batch(&s, &b, Known::default(), &limits).unwrap();
+        let j = judge_batch(&s, "u", &b, Known::default(), &limits).unwrap();
         let Outcome::Rejected { reason, code, row: None } = &j.verdicts[0].outcome else { panic!("{j:?}") };
         assert_eq!(code, CLOCK_AHEAD);
         assert_eq!(
@@ -591,8 +652,8 @@ mod tests {
         let mut k = Known::default();
         apply(&mut k, &j);
         let later = Limits::at(9_000_000_000_000_000, Some(86_400_000));
-        assert_eq!(judge_batch(&s, &b[..1], k, &later).unwrap().verdicts, j.verdicts[..1], "a replay is remembered, not judged again");
-        let off = judge_batch(&s, &b[..1], Known::default(), &Limits::default()).unwrap();
+        assert_eq!(judge_batch(&s, "u", &b[..1], k, &later).unwrap().verdicts, j.verdicts[..1], "a replay is remembered, not judged again");
+        let off = judge_batch(&s, "u", &b[..1], Known::default(), &Limits::default()).unwrap();
         assert_eq!(off.verdicts[0].outcome, Outcome::Applied, "no bound, no clock check");
     }
 
@@ -600,10 +661,10 @@ mod tests {
     fn recall_answers_applied_rejected_with_the_row_and_unknown() {
         let s = Schema::workout();
         let b = vec![full("d:1", "d-1", 10, 5), op("d:2", "d-1", 11, &[("reps", 0i64.into())]), full("d:3", "d-3", 10, 0)];
-        let j = judge_batch(&s, &b, Known::default(), &Limits::default()).unwrap();
-        let saved: HashMap<OpId, (Remembered, Option<RowKey>)> =
-            j.remember.iter().map(|r| (r.op_id.clone(), (r.verdict.clone(), Some(r.key.clone())))).collect();
-        let rows: HashMap<RowKey, Row> = j.writes.iter().map(|w| (w.key.clone(), w.row.clone())).collect();
+        let j = judge_batch(&s, "u", &b, Known::default(), &Limits::default()).unwrap();
+        let saved: HashMap<OpId, (Remembered, Option<Placed>)> =
+            j.remember.iter().map(|r| (r.op_id.clone(), (r.verdict.clone(), Some((r.space.clone(), r.key.clone()))))).collect();
+        let rows: HashMap<Placed, Row> = j.writes.iter().map(|w| ((w.space.clone(), w.key.clone()), w.row.clone())).collect();
         let ids: Vec<OpId> = ["d:1", "d:2", "d:3", "d:9"].into_iter().map(OpId::new).collect();
         let got = recall(&s, &ids, &saved, &rows, &Limits::default());
         assert_eq!(got[0].recalled, Recalled::Applied);
@@ -624,7 +685,7 @@ mod tests {
             op("d:4", "d-1", 13, &[("reps", 0i64.into())]),
             op("d:5", "d-1", 14, &[("reps", 8i64.into())]),
         ];
-        let j = judge_batch(&s, &b, Known::default(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &b, Known::default(), &Limits::default()).unwrap();
         let rows: Vec<Option<&Row>> = j
             .verdicts
             .iter()
@@ -643,16 +704,16 @@ mod tests {
         let s = Schema::workout();
         let mut k = Known::default();
         let rows: Vec<Op> = (0..5).map(|i| full(&format!("d:{i}"), &format!("d-{i}"), 10, 5)).collect();
-        let j = judge_batch(&s, &rows, k.clone(), &Limits::default()).unwrap();
+        let j = judge_batch(&s, "u", &rows, k.clone(), &Limits::default()).unwrap();
         apply(&mut k, &j);
-        let one = k.rows[&RowKey::new("sets", "d-0")].encoded_len();
+        let one = k.rows[&(SpaceId::from("~u"), RowKey::new("sets", "d-0"))].encoded_len();
         let limits = Limits { max_answer_row_bytes: one * 2, ..Limits::default() };
         let bad: Vec<Op> = (0..5).map(|i| op(&format!("e:{i}"), &format!("d-{i}"), 11, &[("reps", 0i64.into())])).collect();
-        let j = judge_batch(&s, &bad, k.clone(), &limits).unwrap();
+        let j = judge_batch(&s, "u", &bad, k.clone(), &limits).unwrap();
         assert_eq!(j.verdicts.len(), 2, "two rows fit, the third op waits for the next push");
         assert_eq!(j.stopped, Some(Stop::AnswerFull));
         let tiny = Limits { max_answer_row_bytes: 1, ..Limits::default() };
-        let j = judge_batch(&s, &bad, k, &tiny).unwrap();
+        let j = judge_batch(&s, "u", &bad, k, &tiny).unwrap();
         assert_eq!(j.verdicts.len(), 5, "a row larger than the whole budget is never carried, never blocks");
         assert!(j.verdicts.iter().all(|v| matches!(v.outcome, Outcome::Rejected { row: None, .. })));
     }
@@ -661,10 +722,107 @@ mod tests {
     fn an_op_that_would_grow_a_row_past_the_bound_is_rejected() {
         let s = Schema::workout();
         let limits = Limits { max_row_bytes: 100, ..Limits::default() };
-        let j = judge_batch(&s, &[full("d:1", "d-1", 10, 5)], Known::default(), &limits).unwrap();
+        let j = judge_batch(&s, "u", &[full("d:1", "d-1", 10, 5)], Known::default(), &limits).unwrap();
         let Outcome::Rejected { code, reason, .. } = &j.verdicts[0].outcome else { panic!("{j:?}") };
         assert_eq!(code, ROW_TOO_LARGE);
         assert!(reason.ends_with("bytes, more than the limit of 100 bytes"), "{reason}");
         assert!(j.writes.is_empty());
+    }
+
+    fn in_space(space: &str, mut o: Op) -> Op {
+        o.space = Some(space.into());
+        o
+    }
+
+    fn roles(pairs: &[(&str, Role)]) -> Known {
+        Known { roles: pairs.iter().map(|(s, r)| (SpaceId::from(*s), *r)).collect(), ..Known::default() }
+    }
+
+    #[test]
+    fn a_batch_spanning_spaces_moves_each_spaces_head_and_keeps_same_named_rows_apart() {
+        let s = Schema::workout();
+        let k = roles(&[("team", Role::Editor)]);
+        let b = vec![
+            full("d:1", "r-1", 10, 5),
+            in_space("team", full("d:2", "r-1", 10, 6)),
+            in_space("team", full("d:3", "r-2", 10, 7)),
+            in_space("~u", op("d:4", "r-1", 11, &[("reps", 8i64.into())])),
+        ];
+        let j = judge_batch(&s, "u", &b, k, &Limits::default()).unwrap();
+        assert!(j.verdicts.iter().all(|v| v.outcome == Outcome::Applied), "{j:?}");
+        assert_eq!(j.heads, vec![(SpaceId::from("team"), 2), (SpaceId::from("~u"), 2)]);
+        let placed: Vec<(&str, &str, u64)> = j.writes.iter().map(|w| (&*w.space, w.key.row_id.as_str(), w.seq)).collect();
+        assert_eq!(placed, vec![("team", "r-1", 1), ("team", "r-2", 2), ("~u", "r-1", 2)]);
+        let mine = j.writes.iter().find(|w| &*w.space == "~u").unwrap();
+        assert_eq!(mine.row.get("reps"), Some(&Value::from(8i64)), "naming ~u is the same space as naming none");
+        let theirs = j.writes.iter().find(|w| &*w.space == "team" && w.key.row_id == "r-1").unwrap();
+        assert_eq!(theirs.row.get("reps"), Some(&Value::from(6i64)));
+    }
+
+    #[test]
+    fn viewers_are_read_only_non_members_forbidden_and_only_readers_see_the_row() {
+        let s = Schema::workout();
+        let mut k = roles(&[("seen", Role::Viewer)]);
+        for space in ["seen", "hidden", "~alice"] {
+            k.rows.insert((SpaceId::from(space), RowKey::new("sets", "r-1")), {
+                let j = judge_batch(
+                    &s,
+                    "x",
+                    &[in_space(&crate::space::personal("x"), full("x:1", "r-1", 1, 5))],
+                    Known::default(),
+                    &Limits::default(),
+                )
+                .unwrap();
+                j.writes[0].row.clone()
+            });
+        }
+        let b = vec![
+            in_space("seen", op("d:1", "r-1", 10, &[("reps", 9i64.into())])),
+            in_space("hidden", op("d:2", "r-1", 10, &[("reps", 9i64.into())])),
+            in_space("~alice", op("d:3", "r-1", 10, &[("reps", 9i64.into())])),
+        ];
+        let j = judge_batch(&s, "u", &b, k.clone(), &Limits::default()).unwrap();
+        let got: Vec<(&str, &str, bool)> = j
+            .verdicts
+            .iter()
+            .map(|v| match &v.outcome {
+                Outcome::Rejected { code, reason, row } => (code.as_str(), reason.as_str(), row.is_some()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("read_only", "you are a viewer of space seen: viewers cannot edit its rows", true),
+                ("forbidden", "you are not a member of space hidden", false),
+                ("forbidden", "you are not a member of space ~alice", false),
+            ]
+        );
+        assert!(j.writes.is_empty() && j.heads.is_empty());
+        assert_eq!(j.remember.len(), 3, "a refusal for permission is remembered like any verdict");
+
+        // Granted later: the refused ops stay refused, word for word; a new op goes in.
+        let mut later = k;
+        apply(&mut later, &j);
+        later.roles.insert("hidden".into(), Role::Editor);
+        later.roles.insert("seen".into(), Role::Editor);
+        let again = judge_batch(&s, "u", &b, later.clone(), &Limits::default()).unwrap();
+        assert_eq!(
+            again
+                .verdicts
+                .iter()
+                .map(|v| v.outcome.clone())
+                .map(|o| match o {
+                    Outcome::Rejected { code, .. } => code,
+                    other => panic!("{other:?}"),
+                })
+                .collect::<Vec<_>>(),
+            vec!["read_only", "forbidden", "forbidden"]
+        );
+        assert!(again.writes.is_empty());
+        let fresh =
+            judge_batch(&s, "u", &[in_space("hidden", op("d:9", "r-1", 10, &[("reps", 9i64.into())]))], later, &Limits::default()).unwrap();
+        assert_eq!(fresh.verdicts[0].outcome, Outcome::Applied);
+        assert_eq!(fresh.heads, vec![(SpaceId::from("hidden"), 1)]);
     }
 }

@@ -44,6 +44,7 @@ pub mod outbox;
 pub mod protocol;
 pub mod replica;
 pub mod schema;
+pub mod space;
 pub mod store;
 pub mod sync_state;
 

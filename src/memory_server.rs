@@ -65,22 +65,29 @@ impl MemoryServer {
         req.check_shape().map_err(|e| ErrorBody::new(ErrorCode::BadRequest, e.to_string()))?;
         let limits = self.limits();
         let data = self.users.entry(user.to_owned()).or_default();
-        let mut known = Known { head: data.head, ..Known::default() };
+        // One user's data is that user's personal space; it has no members,
+        // so an op naming any other space is refused (`forbidden`).
+        let personal: crate::space::SpaceId = crate::space::personal(user).into();
+        let mut known = Known::default();
+        known.heads.insert(personal.clone(), data.head);
         for op in &req.batch {
             let key = op.row_key();
+            if op.space_or(&personal) != &*personal {
+                continue;
+            }
             if let Some((row, _)) = data.rows.get(&key) {
-                known.rows.insert(key, row.clone());
+                known.rows.insert((personal.clone(), key), row.clone());
             }
             if let Some(v) = data.verdicts.get(&op.op_id) {
                 known.verdicts.insert(op.op_id.clone(), v.clone());
             }
         }
-        let j = judge_batch(&self.schema, &req.batch, known, &limits).map_err(|e| match e {
+        let j = judge_batch(&self.schema, user, &req.batch, known, &limits).map_err(|e| match e {
             JudgeError::SchemaTooNew { .. } => ErrorBody::new(ErrorCode::SchemaTooNew, e.to_string()),
         })?;
         for r in j.remember {
             *data.verdict_count.entry(r.op_id.clone()).or_default() += 1;
-            if let Remembered::Rejected { .. } = r.verdict {
+            if let (Remembered::Rejected { .. }, true) = (&r.verdict, r.space == personal) {
                 data.rejected_rows.insert(r.op_id.clone(), r.key);
             }
             data.verdicts.insert(r.op_id, r.verdict);
@@ -95,7 +102,9 @@ impl MemoryServer {
             data.by_seq.insert(w.seq, w.key.clone());
             data.rows.insert(w.key, (w.row, w.seq));
         }
-        data.head = j.head;
+        if let Some((_, head)) = j.heads.iter().find(|(s, _)| *s == personal) {
+            data.head = *head;
+        }
         Ok(PushResponse { attempt_key: req.attempt_key.clone(), verdicts: j.verdicts, now: self.now })
     }
 
@@ -104,13 +113,14 @@ impl MemoryServer {
     pub fn verdicts(&self, user: &str, req: &VerdictsRequest) -> VerdictsResponse {
         let mut saved = HashMap::new();
         let mut rows = HashMap::new();
+        let personal: crate::space::SpaceId = crate::space::personal(user).into();
         if let Some(data) = self.users.get(user) {
             for id in &req.op_ids {
                 let Some(v) = data.verdicts.get(id) else { continue };
-                let key = data.rejected_rows.get(id).cloned();
-                if let Some(k) = &key {
-                    if let Some((row, _)) = data.rows.get(k) {
-                        rows.insert(k.clone(), row.clone());
+                let key = data.rejected_rows.get(id).map(|k| (personal.clone(), k.clone()));
+                if let Some(at) = &key {
+                    if let Some((row, _)) = data.rows.get(&at.1) {
+                        rows.insert(at.clone(), row.clone());
                     }
                 }
                 saved.insert(id.clone(), (v.clone(), key));
@@ -170,6 +180,7 @@ mod tests {
                 .collect(),
             at: 5,
             schema: 1,
+            space: None,
         }
     }
 

@@ -100,6 +100,7 @@ mod tests {
             fields: fields.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<Fields>(),
             at,
             schema: 1,
+            space: None,
         }
     }
 
@@ -154,6 +155,7 @@ mod tests {
             fields: f.into_iter().map(|(k, v)| (k, Value::from(v))).collect(),
             at,
             schema: 1,
+            space: None,
         })
     }
 

@@ -248,6 +248,10 @@ pub struct Op {
     /// App schema version of the op.
     #[serde(default = "default_schema")]
     pub schema: u32,
+    /// The space the row lives in (PROTOCOL §3c); absent: the sender's
+    /// personal space, where every op went before spaces existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<String>,
 }
 
 fn default_schema() -> u32 {
@@ -260,6 +264,12 @@ impl Op {
         Mark { at: self.at, op_id: self.op_id.clone() }
     }
 
+    /// The space this op writes in when `personal` is its sender's personal
+    /// space: the op's `space`, or that one.
+    pub fn space_or<'a>(&'a self, personal: &'a str) -> &'a str {
+        self.space.as_deref().unwrap_or(personal)
+    }
+
     /// The key of the row this op edits.
     pub fn row_key(&self) -> RowKey {
         RowKey::new(self.table.as_str(), self.row_id.as_str())
@@ -270,6 +280,9 @@ impl Op {
         check_op_id(self.op_id.as_str()).map_err(|p| ShapeError::new(format!("{path}.opId"), p))?;
         check_table(&self.table).map_err(|p| ShapeError::new(format!("{path}.table"), p))?;
         check_row_id(&self.row_id).map_err(|p| ShapeError::new(format!("{path}.rowId"), p))?;
+        if let Some(space) = &self.space {
+            crate::space::check_space(space).map_err(|p| ShapeError::new(format!("{path}.space"), p))?;
+        }
         if self.at > MAX_SAFE_INTEGER {
             return Err(ShapeError::new(format!("{path}.at"), "must be at most 2^53-1"));
         }
@@ -644,6 +657,78 @@ pub struct PullResponse {
     pub schema_version: Option<u32>,
 }
 
+/// `POST /v1/pull` body: one pull for every space the device follows (PROTOCOL §4b).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpacesPullRequest {
+    /// Space name → where the device's copy stands. A device that follows
+    /// nothing yet sends `{}` and learns its spaces from `joined`.
+    pub spaces: BTreeMap<String, crate::space::Follow>,
+    /// Most changes in the answer, over all spaces (1..=1000, default 500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+impl SpacesPullRequest {
+    /// Checks the count, every space name and cursor, and the limit.
+    pub fn check_shape(&self) -> Result<(), ShapeError> {
+        if self.spaces.len() > crate::space::MAX_FOLLOWED {
+            return Err(ShapeError::new("spaces", format!("must name at most {} spaces", crate::space::MAX_FOLLOWED)));
+        }
+        for (name, follow) in &self.spaces {
+            crate::space::check_space(name).map_err(|p| ShapeError::new(format!("spaces[{name:?}]"), p))?;
+            if follow.cursor > MAX_SAFE_INTEGER {
+                return Err(ShapeError::new(format!("spaces[{name:?}].cursor"), "must be at most 2^53-1"));
+            }
+        }
+        if let Some(limit) = self.limit {
+            if limit == 0 || limit > MAX_PULL_LIMIT {
+                return Err(ShapeError::new("limit", format!("must be 1 to {MAX_PULL_LIMIT}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One space's part of a [`SpacesPullResponse`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpacePage {
+    /// The space.
+    pub space: String,
+    /// Its rows changed after the cursor asked, each once, in seq order.
+    pub changes: Vec<Change>,
+    /// The seq of the last change returned, or the cursor asked.
+    pub cursor: u64,
+    /// Whether more changes of this space wait past `cursor`.
+    pub has_more: bool,
+}
+
+/// `POST /v1/pull` 200 body. Read in one snapshot: the membership it names
+/// is the one the rows were read under.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpacesPullResponse {
+    /// The spaces that have changes for the device (or more to come), in byte order of their names.
+    pub spaces: Vec<SpacePage>,
+    /// Spaces the user is a member of that the request did not follow: their
+    /// rows come from the start (in `spaces`, now or in the next pulls).
+    pub joined: Vec<crate::space::Membership>,
+    /// Followed spaces whose role is not the one the request named.
+    pub roles: Vec<crate::space::Membership>,
+    /// Followed spaces the user is no longer a member of: the device removes
+    /// their rows, and its queued ops there come back `forbidden`.
+    pub left: Vec<String>,
+    /// Whether any space has more changes waiting: pull again at once.
+    pub has_more: bool,
+    /// The server's clock when it answered (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<u64>,
+    /// The version of the server's schema (PROTOCOL §3b).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_version: Option<u32>,
+}
+
 /// Most opIds one `POST /v1/verdicts` may ask about.
 pub const MAX_VERDICTS_PER_QUERY: usize = 1000;
 
@@ -722,6 +807,12 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// 409: the first op's schema is newer than the server's.
     SchemaTooNew,
+    /// 403: the caller may not do this in this space (PROTOCOL §3c).
+    Forbidden,
+    /// 404: no such space (only an admin is told; a member is told `forbidden`).
+    NotFound,
+    /// 409: the request contradicts what is stored (a space's name taken, its last owner).
+    Conflict,
     /// 429: slow down; see `Retry-After`.
     RateLimited,
     /// 408: the body did not arrive in time; nothing was judged.
@@ -738,6 +829,9 @@ impl ErrorCode {
             ErrorCode::BadRequest => 400,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::SchemaTooNew => 409,
+            ErrorCode::Forbidden => 403,
+            ErrorCode::NotFound => 404,
+            ErrorCode::Conflict => 409,
             ErrorCode::RateLimited => 429,
             ErrorCode::RequestTimeout => 408,
             ErrorCode::Internal => 500,
@@ -750,6 +844,9 @@ impl ErrorCode {
             ErrorCode::BadRequest => "bad_request",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::SchemaTooNew => "schema_too_new",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Internal => "internal",

@@ -164,6 +164,7 @@ mod tests {
             fields: f.iter().map(|(k, v)| (k.to_string(), Value::Number(*v))).collect::<Fields>(),
             at,
             schema: 1,
+            space: None,
         }
     }
 

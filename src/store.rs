@@ -281,7 +281,15 @@ pub mod contract {
     fn op(device: &str, n: u64, at: u64) -> Op {
         let mut fields = Fields::new();
         fields.insert("reps".into(), Value::Number(n as f64));
-        Op { op_id: crate::ids::op_id(device, n), table: "sets".into(), row_id: crate::ids::row_id(device, 1), fields, at, schema: 1 }
+        Op {
+            op_id: crate::ids::op_id(device, n),
+            table: "sets".into(),
+            row_id: crate::ids::row_id(device, 1),
+            fields,
+            at,
+            schema: 1,
+            space: None,
+        }
     }
 
     fn row(at: u64, id: &str) -> Row {

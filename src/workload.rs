@@ -30,6 +30,7 @@ pub fn field_ops(n: usize, rows: usize) -> (Vec<Op>, Vec<usize>) {
                 fields,
                 at: 1_000 + (x >> 30) % 100_000,
                 schema: 1,
+                space: None,
             }
         })
         .collect();
@@ -52,7 +53,15 @@ pub fn set_op(device: &str, n: usize, row: usize, at: u64) -> Op {
     fields.insert("exercise".into(), Value::from("squat"));
     fields.insert("weightKg".into(), Value::from(80.0));
     fields.insert("reps".into(), Value::from((n % 100 + 1) as i64));
-    Op { op_id: OpId::new(format!("{device}:{n}")), table: "sets".into(), row_id: format!("{device}-{row}"), fields, at, schema: 1 }
+    Op {
+        op_id: OpId::new(format!("{device}:{n}")),
+        table: "sets".into(),
+        row_id: format!("{device}-{row}"),
+        fields,
+        at,
+        schema: 1,
+        space: None,
+    }
 }
 
 /// `n` server-known rows of the workout table.

@@ -59,7 +59,7 @@ fn valid_batch() -> impl Strategy<Value = Vec<Op>> {
         if del {
             fields.insert("_deleted".into(), true.into());
         }
-        Op { op_id: OpId::new(format!("d:{id}")), table: "sets".into(), row_id: format!("d-{row}"), fields, at, schema: 1 }
+        Op { op_id: OpId::new(format!("d:{id}")), table: "sets".into(), row_id: format!("d-{row}"), fields, at, schema: 1, space: None }
     });
     prop::collection::vec(op, 1..40)
 }
@@ -89,7 +89,7 @@ proptest! {
             return Ok(());
         }
         let limits = Limits { now, max_future_ms: bound, ..Limits::default() };
-        let j = judge_batch(&Schema::workout(), &req.batch, Known::default(), &limits).unwrap();
+        let j = judge_batch(&Schema::workout(), "u", &req.batch, Known::default(), &limits).unwrap();
         prop_assert_eq!(j.verdicts.len(), req.batch.len());
     }
 
@@ -110,7 +110,7 @@ proptest! {
             known.verdicts.insert(OpId::new(format!("d:{id}")), v);
         }
         let limits = Limits { now, max_future_ms: bound, max_answer_row_bytes: budget, ..Limits::default() };
-        let j = judge_batch(&Schema::workout(), &batch, known, &limits).unwrap();
+        let j = judge_batch(&Schema::workout(), "u", &batch, known, &limits).unwrap();
         prop_assert!(!j.verdicts.is_empty());
         match j.stopped {
             None => prop_assert_eq!(j.verdicts.len(), batch.len()),

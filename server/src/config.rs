@@ -105,6 +105,12 @@ pub struct Config {
     #[arg(long, env = "MARKSYNC_JWT_ISSUER")]
     pub jwt_issuer: Option<String>,
 
+    /// The admin credential of the app's own backend: `Authorization: Bearer <it>` on
+    /// `/v1/admin/…` creates spaces and manages any space's members. Unset (the default):
+    /// the admin routes answer 404. At least 32 characters.
+    #[arg(long, env = "MARKSYNC_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
     /// A schema given in code (tests, embedding); wins over `--schema`.
     #[arg(skip)]
     pub schema_value: Option<Schema>,
@@ -146,6 +152,7 @@ impl Config {
             max_streams_per_user: 8,
             jwt_audience: Vec::new(),
             jwt_issuer: None,
+            admin_token: None,
             schema_value: None,
             sabotage: Sabotage::None,
             #[cfg(feature = "bench-per-op")]

@@ -1,4 +1,5 @@
-//! Routes and handlers: push, pull, verdicts, events, health, metrics, faults, static files.
+//! Routes and handlers: push, pull, verdicts, events, health, metrics, faults, static files
+//! (spaces and membership: [`crate::membership`]).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -29,20 +30,27 @@ use crate::error::ApiError;
 use crate::faults::FaultRequest;
 use crate::guard::{self, StreamPlace, User};
 use crate::store::{PushControl, PushError};
-use crate::{App, Config, Poke, ServerError};
+use crate::{membership, App, Config, Poke, ServerError};
 
 /// The router of the whole server.
 pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
     // Auth, rate limit, per-user caps and the body deadline come first (crate::guard).
     let api = Router::new()
         .route("/v1/push", post(push))
-        .route("/v1/pull", get(pull))
+        .route("/v1/pull", get(pull).post(membership::pull))
+        .route("/v1/spaces", get(membership::list).post(membership::create))
+        .route("/v1/spaces/members", get(membership::members).post(membership::set))
         .route("/v1/verdicts", post(verdicts))
         .route("/v1/schema", get(schema))
         .route("/v1/events", get(events))
         .route_layer(middleware::from_fn_with_state(app.clone(), guard::api));
+    let admin = Router::new()
+        .route("/v1/admin/spaces", post(membership::admin_create))
+        .route("/v1/admin/spaces/members", get(membership::admin_members).post(membership::admin_set))
+        .route_layer(middleware::from_fn_with_state(app.clone(), membership::admin));
     let mut r = Router::new()
         .merge(api)
+        .merge(admin)
         .route("/v1/{*rest}", any(not_found))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics));
@@ -93,7 +101,7 @@ async fn count_errors(State(app): State<App>, req: Request, next: Next) -> Respo
     resp
 }
 
-async fn not_found() -> Response {
+pub(crate) async fn not_found() -> Response {
     (StatusCode::NOT_FOUND, Json(serde_json::json!({"error": {"code": "not_found", "message": "no such route"}})))
         .into_response()
 }
@@ -147,7 +155,7 @@ async fn read_body(headers: &HeaderMap, mut body: Body, limit: usize) -> Result<
 }
 
 /// Reads a body within the limit and decodes it as `what` (a 400 names it).
-async fn read_json<T: serde::de::DeserializeOwned>(
+pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
@@ -198,11 +206,11 @@ async fn push(
         Err(e) => return Err(ApiError::internal(&e)),
     };
     app.metrics.push_judged(judgement.verdicts.iter().map(|v| &v.outcome), started.elapsed());
-    if !judgement.writes.is_empty() {
+    for (space, head) in &judgement.heads {
         // This process's streams at once (on PostgreSQL the NOTIFY comes back
-        // too, later; a stream pokes only when the head grows, so once). No
+        // too, later; a stream pokes only when a head grows, so once). No
         // receiver is fine: nobody is listening.
-        let _ = app.pokes.send(Poke { user: user.as_str().into(), head: judgement.head });
+        let _ = app.pokes.send(Poke::Space { space: space.clone(), head: *head });
     }
     if faults.lose_response {
         tracing::warn!(user, "fault: committed, now dropping the connection without an answer");
@@ -262,7 +270,7 @@ fn pull_params(q: &HashMap<String, String>) -> Result<(u64, usize), ApiError> {
     Ok((cursor, limit as usize))
 }
 
-fn query(
+pub(crate) fn query(
     q: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Result<HashMap<String, String>, ApiError> {
     q.map(|Query(q)| q).map_err(|_| ApiError::bad_request("the query string does not parse"))
@@ -313,23 +321,28 @@ fn if_none_match(headers: &HeaderMap, etag: &str) -> bool {
     })
 }
 
-/// `GET /v1/events`: `event: poke`, `data: <head>` when the user's head grows
-/// (and once on connect, with the current head: one read of the user's head row).
-/// The guard authenticated the user (header or `?token=`), took a rate-limit
-/// token and the stream's place among the user's streams, held to the stream's end.
+/// `GET /v1/events`: `event: poke` whenever the head of a space the user is
+/// a member of grows — `data: <head>` for the personal space, `data: <head>
+/// <space>` for another — and `data: members` when the user's memberships
+/// change; once on connect with the personal space's head. The guard
+/// authenticated the user (header or `?token=`), took a rate-limit token and
+/// the stream's place among the user's streams, held to the stream's end.
 async fn events(
     State(app): State<App>,
     Extension(User(user)): Extension<User>,
     Extension(place): Extension<StreamPlace>,
 ) -> Result<Response, ApiError> {
     let rx = app.pokes.subscribe();
-    let head = app.store.head(&user).await.map_err(|e| ApiError::internal(&e))?;
+    let spaces = followed_heads(&app, &user).await.map_err(|e| ApiError::internal(&e))?;
+    let personal: Arc<str> = marksync::space::personal(&user).into();
+    let head = spaces.get(&personal).copied().unwrap_or(0);
     let state = PokeStream {
         app: app.clone(),
         user,
+        personal,
         rx,
-        first: Some(head),
-        last: head,
+        first: Some(poke_data(None, head)),
+        spaces,
         shutdown: app.shutdown.clone(),
         _place: place,
     };
@@ -337,43 +350,73 @@ async fn events(
     Ok(sse.into_response())
 }
 
+/// The head of every space `user` is a member of.
+async fn followed_heads(app: &App, user: &str) -> Result<HashMap<Arc<str>, u64>, crate::store::StoreError> {
+    Ok(app.store.spaces_of(user).await?.into_iter().map(|(space, _, head)| (Arc::from(space), head)).collect())
+}
+
 struct PokeStream {
     app: App,
     user: String,
+    personal: Arc<str>,
     rx: tokio::sync::broadcast::Receiver<Poke>,
-    first: Option<u64>,
-    last: u64,
+    first: Option<String>,
+    /// The user's spaces and the last head poked for each.
+    spaces: HashMap<Arc<str>, u64>,
     shutdown: tokio::sync::watch::Receiver<bool>,
     /// Given back when the stream ends.
     _place: StreamPlace,
 }
 
-fn poke(head: u64) -> Event {
-    Event::default().event("poke").data(head.to_string())
+/// `<head>` for the personal space (`space` = `None`), `<head> <space>` for another.
+fn poke_data(space: Option<&str>, head: u64) -> String {
+    match space {
+        None => head.to_string(),
+        Some(s) => format!("{head} {s}"),
+    }
+}
+
+fn poke(data: String) -> Event {
+    Event::default().event("poke").data(data)
 }
 
 fn poke_stream(state: PokeStream) -> impl Stream<Item = Result<Event, Infallible>> {
     futures_util::stream::unfold(state, |mut s| async move {
-        if let Some(head) = s.first.take() {
-            return Some((Ok(poke(head)), s));
+        if let Some(data) = s.first.take() {
+            return Some((Ok(poke(data)), s));
         }
         loop {
             let received = tokio::select! {
                 r = s.rx.recv() => r,
                 _ = s.shutdown.wait_for(|stop| *stop) => return None,
             };
-            let head = match received {
-                Ok(p) if *p.user == *s.user => p.head,
-                Ok(_) => continue,
-                Err(RecvError::Lagged(_)) => match s.app.store.head(&s.user).await {
-                    Ok(h) => h,
-                    Err(_) => continue,
-                },
+            match received {
+                Ok(Poke::Space { space, head }) => {
+                    let Some(last) = s.spaces.get_mut(&space) else { continue };
+                    if head > *last {
+                        *last = head;
+                        let named = (space != s.personal).then_some(&*space);
+                        return Some((Ok(poke(poke_data(named, head))), s));
+                    }
+                }
+                Ok(Poke::Members { user }) if *user == *s.user => {
+                    if let Ok(now) = followed_heads(&s.app, &s.user).await {
+                        s.spaces = now;
+                    }
+                    return Some((Ok(poke("members".to_owned())), s));
+                }
+                Ok(Poke::Members { .. }) => {}
+                // Missed pokes: read the spaces again and poke if anything moved.
+                Err(RecvError::Lagged(_)) => {
+                    let Ok(now) = followed_heads(&s.app, &s.user).await else { continue };
+                    let moved = now.len() != s.spaces.len()
+                        || now.iter().any(|(space, head)| s.spaces.get(space).is_none_or(|last| head > last));
+                    s.spaces = now;
+                    if moved {
+                        return Some((Ok(poke("members".to_owned())), s));
+                    }
+                }
                 Err(RecvError::Closed) => return None,
-            };
-            if head > s.last {
-                s.last = head;
-                return Some((Ok(poke(head)), s));
             }
         }
     })

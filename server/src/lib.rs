@@ -26,6 +26,7 @@ pub mod error;
 pub mod faults;
 pub mod guard;
 mod http;
+mod membership;
 pub mod metrics;
 pub mod rate;
 pub mod store;
@@ -74,13 +75,45 @@ pub enum ServerError {
     Task(String),
 }
 
-/// A poke: `user`'s head is now `head`.
-#[derive(Debug, Clone)]
-pub struct Poke {
-    /// Whose head grew.
-    pub user: Arc<str>,
-    /// The new head seq.
-    pub head: u64,
+/// A poke for `/v1/events` streams, within this process and, on PostgreSQL,
+/// between server processes (`NOTIFY marksync_pokes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Poke {
+    /// `space`'s head grew to `head`: its members' streams poke.
+    Space {
+        /// The space.
+        space: Arc<str>,
+        /// The new head seq.
+        head: u64,
+    },
+    /// `user`'s memberships changed (joined, left, another role): their streams poke.
+    Members {
+        /// The user.
+        user: Arc<str>,
+    },
+}
+
+impl Poke {
+    /// The `NOTIFY` payload: `s <head> <space>` or `m <user>`, the name last
+    /// so that any name (spaces included) follows whole.
+    pub fn payload(&self) -> String {
+        match self {
+            Poke::Space { space, head } => format!("s {head} {space}"),
+            Poke::Members { user } => format!("m {user}"),
+        }
+    }
+
+    /// The poke of a payload; `None` for anything else.
+    pub fn parse(payload: &str) -> Option<Poke> {
+        match payload.split_once(' ')? {
+            ("s", rest) => {
+                let (head, space) = rest.split_once(' ')?;
+                Some(Poke::Space { space: space.into(), head: head.parse().ok()? })
+            }
+            ("m", user) if !user.is_empty() => Some(Poke::Members { user: user.into() }),
+            _ => None,
+        }
+    }
 }
 
 /// Everything a request handler needs; cheap to clone.
@@ -116,6 +149,8 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Deliberate breakage for one test run; [`Sabotage::None`] otherwise.
     pub sabotage: Sabotage,
+    /// The admin credential (`--admin-token`), when configured.
+    pub admin_token: Option<String>,
     /// Use the per-op judge (benchmark only).
     #[cfg(feature = "bench-per-op")]
     pub per_op_judge: bool,
@@ -195,6 +230,12 @@ impl App {
         if config.sabotage != Sabotage::None {
             tracing::error!(sabotage = ?config.sabotage, "THE JUDGE IS DELIBERATELY BROKEN (test only)");
         }
+        if let Some(t) = config.admin_token.as_deref().filter(|t| !t.is_empty()) {
+            if t.chars().count() < 32 {
+                return Err(ServerError::Config("--admin-token must be at least 32 characters".into()));
+            }
+            tracing::info!("admin routes on: /v1/admin/spaces, /v1/admin/spaces/members");
+        }
         let schema = load_schema(config)?;
         let store = Store::connect(&config.database, config.db_max_connections).await?;
         tracing::info!(backend = store.backend(), database = %store::redact(&config.database), schema_version = schema.version, "storage ready");
@@ -221,6 +262,7 @@ impl App {
             ),
             shutdown,
             sabotage: config.sabotage,
+            admin_token: config.admin_token.clone().filter(|t| !t.is_empty()),
             #[cfg(feature = "bench-per-op")]
             per_op_judge: config.per_op_judge,
         })))

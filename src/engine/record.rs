@@ -112,6 +112,7 @@ impl Engine {
                 fields: draft.fields,
                 at,
                 schema: self.config.schema,
+                space: None,
             });
         }
         self.ids = mine;

@@ -20,6 +20,7 @@
 mod codec;
 mod postgres;
 mod push;
+mod spaces;
 mod sqlite;
 
 use std::collections::HashMap;
@@ -27,12 +28,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use marksync::judge::{recall, JudgeError, Judgement, Limits, Remembered};
-use marksync::protocol::{Change, Op, OpId, PullResponse, RememberedVerdict, RowKey};
+use marksync::protocol::{Change, Op, OpId, PullResponse, RememberedVerdict, RowKey, SpacePage, SpacesPullResponse};
 use marksync::schema::Schema;
+use marksync::space::Role;
 
 use crate::metrics::SameUserProbe;
 
 pub use postgres::PgStore;
+pub use spaces::{Actor, SpaceError};
 pub use sqlite::SqliteStore;
 
 /// How many times a push is judged again when another writer remembered one
@@ -106,14 +109,14 @@ pub enum Sabotage {
     NoLock,
 }
 
-/// What a user has stored, for tests and diagnostics.
+/// What a user has stored (verdicts as a sender, rows of the personal space), for tests and diagnostics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Counts {
     /// Remembered verdicts.
     pub verdicts: i64,
     /// Stored rows.
     pub rows: i64,
-    /// The head seq (0 when the user has none).
+    /// The head seq of the user's personal space (0 when it has none).
     pub head: i64,
 }
 
@@ -188,41 +191,115 @@ impl Store {
         limits: &Limits,
     ) -> Result<Vec<RememberedVerdict>, StoreError> {
         let ids: Vec<&str> = op_ids.iter().map(OpId::as_str).collect();
+        let personal = marksync::space::personal(user);
         let (saved, stored) = match self {
-            Store::Sqlite(s) => s.recall(user, &ids).await?,
-            Store::Postgres(s) => s.recall(user, &ids).await?,
+            Store::Sqlite(s) => s.recall(user, &personal, &ids).await?,
+            Store::Postgres(s) => s.recall(user, &personal, &ids).await?,
         };
         let mut rows = HashMap::with_capacity(stored.len());
-        for (t, r, f, m) in stored {
-            rows.insert(RowKey::new(t, r), codec::decode_row(&f, &m)?);
+        for (space, t, r, f, m) in stored {
+            rows.insert((space.into(), RowKey::new(t, r)), codec::decode_row(&f, &m)?);
         }
         let saved = saved
             .into_iter()
-            .map(|(id, status, reason, code, table, row_id)| {
+            .map(|(id, status, reason, code, space, table, row_id)| {
                 let verdict = Remembered::from_columns(&status, reason, code)
                     .ok_or_else(|| StoreError::Corrupt(format!("verdict status {status:?}")))?;
-                let key = table.zip(row_id).map(|(t, r)| RowKey::new(t, r));
+                let space: marksync::space::SpaceId = space.as_deref().unwrap_or(&personal).into();
+                let key = table.zip(row_id).map(|(t, r)| (space, RowKey::new(t, r)));
                 Ok((OpId::new(id), (verdict, key)))
             })
             .collect::<Result<HashMap<_, _>, StoreError>>()?;
         Ok(recall(schema, op_ids, &saved, &rows, limits))
     }
 
-    /// Rows of `user` changed after `cursor`, at most `limit`, in seq order.
+    /// `GET /v1/pull`: rows of `user`'s personal space changed after
+    /// `cursor`, at most `limit`, in seq order.
     pub async fn pull(&self, user: &str, cursor: u64, limit: usize) -> Result<PullResponse, StoreError> {
+        let personal = marksync::space::personal(user);
         match self {
-            Store::Sqlite(s) => s.pull(user, cursor, limit).await,
-            Store::Postgres(s) => s.pull(user, cursor, limit).await,
+            Store::Sqlite(s) => s.pull(&personal, cursor, limit).await,
+            Store::Postgres(s) => s.pull(&personal, cursor, limit).await,
         }
     }
 
-    /// The user's head seq (0 when the user has none).
-    pub async fn head(&self, user: &str) -> Result<u64, StoreError> {
+    /// `POST /v1/pull`: every space `user` follows or belongs to, read in one
+    /// snapshot (PROTOCOL §4b).
+    pub async fn pull_spaces(
+        &self,
+        user: &str,
+        followed: &std::collections::BTreeMap<String, marksync::space::Follow>,
+        limit: Option<usize>,
+    ) -> Result<SpacesPullResponse, StoreError> {
+        match self {
+            Store::Sqlite(s) => spaces::pull(s, user, followed, limit).await,
+            Store::Postgres(s) => spaces::pull(s, user, followed, limit).await,
+        }
+    }
+
+    /// The head seq of `space` (0 when it has none).
+    pub async fn head(&self, space: &str) -> Result<u64, StoreError> {
         let head = match self {
-            Store::Sqlite(s) => s.head(user).await?,
-            Store::Postgres(s) => s.head(user).await?,
+            Store::Sqlite(s) => s.head(space).await?,
+            Store::Postgres(s) => s.head(space).await?,
         };
         codec::seq_from_db(head)
+    }
+
+    /// Every space `user` is a member of, with the role and the head: the
+    /// personal space first, then the others in byte order of their names.
+    pub async fn spaces_of(&self, user: &str) -> Result<Vec<(String, marksync::space::Role, u64)>, StoreError> {
+        let stored = match self {
+            Store::Sqlite(s) => s.memberships(user).await?,
+            Store::Postgres(s) => s.memberships(user).await?,
+        };
+        let personal = marksync::space::personal(user);
+        let head = self.head(&personal).await?;
+        let mut out = vec![(personal.clone(), Role::Owner, head)];
+        let mut rest = Vec::with_capacity(stored.len());
+        for (space, role, head) in stored {
+            if space == personal {
+                continue;
+            }
+            let role = Role::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("member role {role:?}")))?;
+            rest.push((space, role, codec::seq_from_db(head)?));
+        }
+        rest.sort_by(|a, b| a.0.cmp(&b.0));
+        out.extend(rest);
+        Ok(out)
+    }
+
+    /// Creates the shared space `space`, owned by `owner`.
+    pub async fn create_space(&self, space: &str, owner: &str) -> Result<Role, SpaceError> {
+        match self {
+            Store::Sqlite(s) => spaces::create(s, space, owner).await,
+            Store::Postgres(s) => spaces::create(s, space, owner).await,
+        }
+    }
+
+    /// Sets (or with `None` removes) `user`'s role in `space`, as `actor`.
+    pub async fn set_member(
+        &self,
+        actor: Actor<'_>,
+        space: &str,
+        user: &str,
+        role: Option<Role>,
+    ) -> Result<(), SpaceError> {
+        match self {
+            Store::Sqlite(s) => spaces::set_member(s, actor, space, user, role).await,
+            Store::Postgres(s) => spaces::set_member(s, actor, space, user, role).await,
+        }
+    }
+
+    /// The members of `space`, for a member of it or an admin.
+    pub async fn members(&self, actor: Actor<'_>, space: &str) -> Result<Vec<(String, Role)>, SpaceError> {
+        let mut list = match self {
+            Store::Sqlite(s) => spaces::members(s, actor, space).await?,
+            Store::Postgres(s) => spaces::members(s, actor, space).await?,
+        };
+        let first = usize::from(marksync::space::personal_owner(space).is_some());
+        list[first..].sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(list)
     }
 
     /// How many verdicts and rows `user` has, and the head.
@@ -279,6 +356,7 @@ pub(crate) struct VerdictColumns {
     pub(crate) reasons: Vec<Option<String>>,
     pub(crate) codes: Vec<Option<String>>,
     /// The row a rejected op edits (null for applied ones: they are recalled without a row).
+    pub(crate) spaces: Vec<Option<String>>,
     pub(crate) tables: Vec<Option<String>>,
     pub(crate) row_ids: Vec<Option<String>>,
 }
@@ -290,6 +368,7 @@ pub(crate) fn verdict_columns(j: &Judgement) -> VerdictColumns {
         statuses: Vec::with_capacity(n),
         reasons: Vec::with_capacity(n),
         codes: Vec::with_capacity(n),
+        spaces: Vec::with_capacity(n),
         tables: Vec::with_capacity(n),
         row_ids: Vec::with_capacity(n),
     };
@@ -300,12 +379,14 @@ pub(crate) fn verdict_columns(j: &Judgement) -> VerdictColumns {
             Remembered::Applied => {
                 cols.reasons.push(None);
                 cols.codes.push(None);
+                cols.spaces.push(None);
                 cols.tables.push(None);
                 cols.row_ids.push(None);
             }
             Remembered::Rejected { reason, code } => {
                 cols.reasons.push(Some(reason.clone()));
                 cols.codes.push(Some(code.clone()));
+                cols.spaces.push(Some(r.space.to_string()));
                 cols.tables.push(Some(r.key.table.clone()));
                 cols.row_ids.push(Some(r.key.row_id.clone()));
             }
@@ -314,51 +395,60 @@ pub(crate) fn verdict_columns(j: &Judgement) -> VerdictColumns {
     cols
 }
 
-/// A stored row as loaded: (table, rowId, fields JSON, marks JSON).
-pub(crate) type StoredRow = (String, String, String, String);
+/// A stored row as loaded: (space, table, rowId, fields JSON, marks JSON).
+pub(crate) type StoredRow = (String, String, String, String, String);
 /// A saved verdict as loaded: (opId, status, reason, code).
 pub(crate) type SavedVerdict = (String, String, Option<String>, Option<String>);
-/// A saved verdict as recalled: (opId, status, reason, code, table, rowId).
-pub(crate) type RecalledVerdict = (String, String, Option<String>, Option<String>, Option<String>, Option<String>);
+/// A saved verdict as recalled: (opId, status, reason, code, space, table,
+/// rowId); a null space with a row is the sender's personal space (verdicts
+/// remembered before spaces).
+pub(crate) type RecalledVerdict =
+    (String, String, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>);
 
-/// The distinct row keys that recalled rejections name.
-pub(crate) fn rejected_keys(saved: &[RecalledVerdict]) -> Vec<(&str, &str)> {
+/// The distinct placed rows that recalled rejections name, `personal` for a null space.
+pub(crate) fn rejected_keys<'a>(personal: &'a str, saved: &'a [RecalledVerdict]) -> Vec<(&'a str, &'a str, &'a str)> {
     let mut seen = std::collections::HashSet::new();
     saved
         .iter()
-        .filter_map(|(_, status, _, _, t, r)| match (status.as_str(), t, r) {
-            ("rejected", Some(t), Some(r)) => Some((t.as_str(), r.as_str())),
+        .filter_map(|(_, status, _, _, s, t, r)| match (status.as_str(), t, r) {
+            ("rejected", Some(t), Some(r)) => Some((s.as_deref().unwrap_or(personal), t.as_str(), r.as_str())),
             _ => None,
         })
         .filter(|k| seen.insert(*k))
         .collect()
 }
 
-/// Steps 2–3 once a backend has loaded, under the lock, the user's head, the
-/// batch's stored rows and its saved verdicts: builds [`marksync::judge::Known`],
-/// applies the `delayMs` fault (the lock held with the batch loaded) and judges
-/// in the core. Returns the judgement and the head it started from.
+/// Steps 2–3 once a backend has loaded, under the spaces' locks, their
+/// heads, the batch's stored rows, the sender's saved verdicts and roles:
+/// builds [`marksync::judge::Known`], applies the `delayMs` fault (the locks
+/// held with the batch loaded) and judges in the core.
 pub(crate) async fn judge_loaded(
     schema: &Schema,
+    sender: &str,
     batch: &[Op],
     limits: &Limits,
-    head: i64,
-    stored: Vec<StoredRow>,
-    saved: Vec<SavedVerdict>,
+    heads: Vec<(String, i64)>,
+    loaded: push::Loaded,
     ctl: &PushControl,
-) -> Result<(Judgement, u64), PushError> {
-    let mut known = marksync::judge::Known { head: codec::seq_from_db(head)?, ..Default::default() };
-    for (t, r, f, m) in stored {
-        known.rows.insert(marksync::RowKey::new(t, r), codec::decode_row(&f, &m)?);
+) -> Result<Judgement, PushError> {
+    let mut known = marksync::judge::Known::default();
+    for (space, head) in heads {
+        known.heads.insert(space.into(), codec::seq_from_db(head)?);
+    }
+    for (space, role) in loaded.roles {
+        let role = Role::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("member role {role:?}")))?;
+        known.roles.insert(space.into(), role);
+    }
+    for (space, t, r, f, m) in loaded.rows {
+        known.rows.insert((space.into(), marksync::RowKey::new(t, r)), codec::decode_row(&f, &m)?);
     }
     if ctl.sabotage != Sabotage::WriteBeforeRemember {
-        known.verdicts = known_verdicts(saved)?;
+        known.verdicts = known_verdicts(loaded.verdicts)?;
     }
-    let old_head = known.head;
     if !ctl.hold_lock_for.is_zero() {
         tokio::time::sleep(ctl.hold_lock_for).await;
     }
-    Ok((marksync::judge::judge_batch(schema, batch, known, limits)?, old_head))
+    Ok(marksync::judge::judge_batch(schema, sender, batch, known, limits)?)
 }
 
 /// Step 4's check: whether the verdict insert met verdicts another writer
@@ -382,7 +472,29 @@ pub(crate) type PulledRow = (String, String, String, String, i64);
 /// `limit` changes and [`marksync::protocol::MAX_PULL_PAGE_BYTES`] of rows
 /// (never fewer than one change). The stream is read only as far as the page
 /// goes, so big rows past the budget are never loaded.
-pub(crate) async fn page<S>(mut rows: S, cursor: u64, limit: usize) -> Result<PullResponse, StoreError>
+pub(crate) async fn page<S>(rows: S, cursor: u64, limit: usize) -> Result<PullResponse, StoreError>
+where
+    S: futures_util::Stream<Item = Result<PulledRow, sqlx::Error>> + Unpin,
+{
+    let (page, _) = page_within(rows, String::new(), cursor, limit, marksync::protocol::MAX_PULL_PAGE_BYTES).await?;
+    Ok(PullResponse {
+        changes: page.changes,
+        cursor: page.cursor,
+        has_more: page.has_more,
+        now: None,
+        schema_version: None,
+    })
+}
+
+/// One space's page of a pull, within `budget` bytes of rows (never fewer
+/// than one change), and the bytes it took.
+pub(crate) async fn page_within<S>(
+    mut rows: S,
+    space: String,
+    cursor: u64,
+    limit: usize,
+    budget: usize,
+) -> Result<(SpacePage, usize), StoreError>
 where
     S: futures_util::Stream<Item = Result<PulledRow, sqlx::Error>> + Unpin,
 {
@@ -390,7 +502,7 @@ where
     let (mut changes, mut bytes, mut has_more) = (Vec::new(), 0usize, false);
     while let Some((t, r, f, m, seq)) = rows.try_next().await? {
         let size = f.len() + m.len();
-        if changes.len() == limit || !marksync::protocol::page_takes(changes.len(), bytes, size) {
+        if changes.len() == limit || !(changes.is_empty() || bytes.saturating_add(size) <= budget) {
             has_more = true;
             break;
         }
@@ -398,7 +510,7 @@ where
         changes.push(Change { key: RowKey::new(t, r), row: codec::decode_row(&f, &m)?, seq: codec::seq_from_db(seq)? });
     }
     let cursor = changes.last().map_or(cursor, |c| c.seq);
-    Ok(PullResponse { changes, cursor, has_more, now: None, schema_version: None })
+    Ok((SpacePage { space, changes, cursor, has_more }, bytes))
 }
 
 /// Builds [`marksync::judge::Known::verdicts`] from stored columns.

@@ -13,20 +13,22 @@ use marksync::judge::RowWrite;
 use marksync::judge::{Judgement, Limits};
 #[cfg(feature = "bench-per-op")]
 use marksync::protocol::Op;
-use marksync::protocol::PullResponse;
+use marksync::protocol::{PullResponse, SpacePage};
 #[cfg(feature = "bench-per-op")]
 use marksync::schema::Schema;
+use marksync::space::{Role, SpaceId};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Sqlite, Transaction};
 
 #[cfg(feature = "bench-per-op")]
 use super::codec::{decode_row, seq_from_db};
 use super::codec::{encode_row, seq_to_db};
-use super::push::{BatchKeys, PushBackend, PushTxn};
+use super::push::{BatchKeys, Loaded, PushBackend, PushTxn};
+use super::spaces::{MemberBackend, MemberTxn, PullBackend, PullSnapshot};
 #[cfg(feature = "bench-per-op")]
 use super::PushError;
 use super::{
-    now_ms, page, rejected_keys, Counts, PushControl, RecalledVerdict, SavedVerdict, StoreError, StoredRow,
+    now_ms, page, page_within, rejected_keys, Counts, PushControl, RecalledVerdict, StoreError, StoredRow,
     VerdictColumns,
 };
 
@@ -34,39 +36,61 @@ use super::{
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/sqlite/0001_init.sql")),
     (2, include_str!("../../migrations/sqlite/0002_verdict_rows.sql")),
+    (3, include_str!("../../migrations/sqlite/0003_spaces.sql")),
 ];
 
 /// SQL of the batched judge (see the module docs of [`super`]).
 mod sql {
     pub const BEGIN: &str = "BEGIN IMMEDIATE";
-    pub const ENSURE_HEAD: &str = "INSERT INTO heads (user_id, seq) VALUES (?1, 0) ON CONFLICT (user_id) DO NOTHING";
-    pub const READ_HEAD: &str = "SELECT seq FROM heads WHERE user_id = ?1";
-    pub const LOAD_ROWS: &str = "SELECT table_name, row_id, fields, marks FROM rows WHERE user_id = ?1 \
-         AND (table_name, row_id) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?2))";
+    pub const ENSURE_HEAD: &str = "INSERT INTO heads (space_id, seq) VALUES (?1, 0) ON CONFLICT (space_id) DO NOTHING";
+    pub const READ_HEADS: &str = "SELECT space_id, seq FROM heads WHERE space_id IN (SELECT value FROM json_each(?1))";
+    pub const LOAD_ROWS: &str = "SELECT space_id, table_name, row_id, fields, marks FROM rows \
+         WHERE (space_id, table_name, row_id) IN \
+         (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?1))";
+    pub const LOAD_ROLES: &str =
+        "SELECT space_id, role FROM members WHERE user_id = ?1 AND space_id IN (SELECT value FROM json_each(?2))";
     pub const LOAD_VERDICTS: &str = "SELECT op_id, status, reason, code FROM verdicts WHERE user_id = ?1 \
          AND op_id IN (SELECT value FROM json_each(?2))";
     /// `WHERE true` keeps SQLite from reading `ON CONFLICT` as a join constraint.
     pub const REMEMBER: &str =
-        "INSERT INTO verdicts (user_id, op_id, status, reason, code, table_name, row_id, decided_at) \
+        "INSERT INTO verdicts (user_id, op_id, status, reason, code, space_id, table_name, row_id, decided_at) \
          SELECT ?1, json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
-                json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'), ?3 \
+                json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'), \
+                json_extract(value, '$[6]'), ?3 \
          FROM json_each(?2) WHERE true \
          ON CONFLICT (user_id, op_id) DO NOTHING RETURNING op_id";
-    pub const WRITE_ROWS: &str = "INSERT INTO rows (user_id, table_name, row_id, fields, marks, seq) \
-         SELECT ?1, json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
-                json_extract(value, '$[3]'), json_extract(value, '$[4]') FROM json_each(?2) WHERE true \
-         ON CONFLICT (user_id, table_name, row_id) \
+    pub const WRITE_ROWS: &str = "INSERT INTO rows (space_id, table_name, row_id, fields, marks, seq) \
+         SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
+                json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]') \
+         FROM json_each(?1) WHERE true \
+         ON CONFLICT (space_id, table_name, row_id) \
          DO UPDATE SET fields = excluded.fields, marks = excluded.marks, seq = excluded.seq";
+    pub const WRITE_HEAD: &str = "UPDATE heads SET seq = ?2 WHERE space_id = ?1";
     /// `POST /v1/verdicts`: the saved verdicts of some opIds, with the row a rejection names.
-    pub const RECALL: &str = "SELECT op_id, status, reason, code, table_name, row_id FROM verdicts WHERE user_id = ?1 \
-         AND op_id IN (SELECT value FROM json_each(?2))";
-    pub const WRITE_HEAD: &str = "UPDATE heads SET seq = ?2 WHERE user_id = ?1";
+    pub const RECALL: &str = "SELECT op_id, status, reason, code, space_id, table_name, row_id FROM verdicts \
+         WHERE user_id = ?1 AND op_id IN (SELECT value FROM json_each(?2))";
+    /// Rows a recalled rejection may carry: only of spaces the user may read now.
+    pub const LOAD_READABLE_ROWS: &str = "SELECT r.space_id, r.table_name, r.row_id, r.fields, r.marks FROM rows r \
+         WHERE (r.space_id, r.table_name, r.row_id) IN \
+         (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(?2)) \
+         AND (r.space_id = ?3 OR EXISTS (SELECT 1 FROM members m WHERE m.space_id = r.space_id AND m.user_id = ?1))";
     pub const PULL: &str = "SELECT table_name, row_id, fields, marks, seq FROM rows \
-         WHERE user_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
-    pub const HEAD: &str = "SELECT seq FROM heads WHERE user_id = ?1";
+         WHERE space_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
+    pub const HEAD: &str = "SELECT seq FROM heads WHERE space_id = ?1";
+    pub const MEMBERSHIPS: &str = "SELECT m.space_id, m.role, COALESCE(h.seq, 0) FROM members m \
+         LEFT JOIN heads h ON h.space_id = m.space_id WHERE m.user_id = ?1";
     pub const COUNTS: &str = "SELECT (SELECT count(*) FROM verdicts WHERE user_id = ?1), \
-                (SELECT count(*) FROM rows WHERE user_id = ?1), \
-                COALESCE((SELECT seq FROM heads WHERE user_id = ?1), 0)";
+                (SELECT count(*) FROM rows WHERE space_id = ?2), \
+                COALESCE((SELECT seq FROM heads WHERE space_id = ?2), 0)";
+    pub const SPACE_EXISTS: &str = "SELECT count(*) FROM heads WHERE space_id = ?1";
+    pub const CREATE_SPACE: &str = "INSERT INTO spaces (space_id, created_by, created_at) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (space_id) DO NOTHING RETURNING space_id";
+    pub const MEMBER: &str = "SELECT role FROM members WHERE space_id = ?1 AND user_id = ?2";
+    pub const OWNERS: &str = "SELECT count(*) FROM members WHERE space_id = ?1 AND role = 'owner'";
+    pub const SET_MEMBER: &str = "INSERT INTO members (space_id, user_id, role, changed_at) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (space_id, user_id) DO UPDATE SET role = excluded.role, changed_at = excluded.changed_at";
+    pub const REMOVE_MEMBER: &str = "DELETE FROM members WHERE space_id = ?1 AND user_id = ?2";
+    pub const LIST_MEMBERS: &str = "SELECT user_id, role FROM members WHERE space_id = ?1";
 }
 
 /// SQLite storage: a one-connection write pool and a read pool.
@@ -132,38 +156,53 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(crate) async fn pull(&self, user: &str, cursor: u64, limit: usize) -> Result<PullResponse, StoreError> {
+    /// One space's rows changed after `cursor` (`GET /v1/pull`: the personal space).
+    pub(crate) async fn pull(&self, space: &str, cursor: u64, limit: usize) -> Result<PullResponse, StoreError> {
         let rows =
-            sqlx::query_as(sql::PULL).bind(user).bind(seq_to_db(cursor)?).bind(limit as i64 + 1).fetch(&self.reader);
+            sqlx::query_as(sql::PULL).bind(space).bind(seq_to_db(cursor)?).bind(limit as i64 + 1).fetch(&self.reader);
         page(rows, cursor, limit).await
     }
 
-    /// The saved verdicts of `op_ids`, and the stored rows their rejections name (read-only).
+    /// The saved verdicts of `op_ids`, and the stored rows their rejections
+    /// name that `user` may read now (read-only).
     pub(crate) async fn recall(
         &self,
         user: &str,
+        personal: &str,
         op_ids: &[&str],
     ) -> Result<(Vec<RecalledVerdict>, Vec<StoredRow>), StoreError> {
         let saved: Vec<RecalledVerdict> =
             sqlx::query_as(sql::RECALL).bind(user).bind(json(&op_ids)?).fetch_all(&self.reader).await?;
-        let keys = rejected_keys(&saved);
+        let keys = rejected_keys(personal, &saved);
         if keys.is_empty() {
             return Ok((saved, Vec::new()));
         }
-        let rows: Vec<StoredRow> =
-            sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(json(&keys)?).fetch_all(&self.reader).await?;
+        let rows: Vec<StoredRow> = sqlx::query_as(sql::LOAD_READABLE_ROWS)
+            .bind(user)
+            .bind(json(&keys)?)
+            .bind(personal)
+            .fetch_all(&self.reader)
+            .await?;
         Ok((saved, rows))
     }
 
-    /// The head alone: one primary-key read (an event stream's connect), never a count.
-    pub(crate) async fn head(&self, user: &str) -> Result<i64, StoreError> {
-        let head: Option<i64> = sqlx::query_scalar(sql::HEAD).bind(user).fetch_optional(&self.reader).await?;
+    /// A space's head alone: one primary-key read (an event stream's connect), never a count.
+    pub(crate) async fn head(&self, space: &str) -> Result<i64, StoreError> {
+        let head: Option<i64> = sqlx::query_scalar(sql::HEAD).bind(space).fetch_optional(&self.reader).await?;
         Ok(head.unwrap_or(0))
     }
 
+    /// (space, role, head) of every stored membership of `user`.
+    pub(crate) async fn memberships(&self, user: &str) -> Result<Vec<(String, String, i64)>, StoreError> {
+        Ok(sqlx::query_as(sql::MEMBERSHIPS).bind(user).fetch_all(&self.reader).await?)
+    }
+
     pub(crate) async fn counts(&self, user: &str) -> Result<Counts, StoreError> {
-        let (verdicts, rows, head): (i64, i64, i64) =
-            sqlx::query_as(sql::COUNTS).bind(user).fetch_one(&self.reader).await?;
+        let (verdicts, rows, head): (i64, i64, i64) = sqlx::query_as(sql::COUNTS)
+            .bind(user)
+            .bind(marksync::space::personal(user))
+            .fetch_one(&self.reader)
+            .await?;
         Ok(Counts { verdicts, rows, head })
     }
 
@@ -183,8 +222,9 @@ impl SqliteStore {
         use marksync::judge::{decide, Decision, JudgeError, Remembered};
         use marksync::protocol::{Outcome, Verdict, MAX_JUDGED_PER_PUSH};
         let mut tx = self.writer.begin_with(sql::BEGIN).await?;
-        sqlx::query(sql::ENSURE_HEAD).bind(user).execute(&mut *tx).await?;
-        let mut head = seq_from_db(sqlx::query_scalar(sql::READ_HEAD).bind(user).fetch_one(&mut *tx).await?)?;
+        let personal = marksync::space::personal(user);
+        sqlx::query(sql::ENSURE_HEAD).bind(&personal).execute(&mut *tx).await?;
+        let mut head = seq_from_db(sqlx::query_scalar(sql::HEAD).bind(&personal).fetch_one(&mut *tx).await?)?;
         let mut out = Judgement::default();
         for (i, op) in batch.iter().take(MAX_JUDGED_PER_PUSH).enumerate() {
             if op.schema > schema.version {
@@ -193,13 +233,14 @@ impl SqliteStore {
                 }
                 break;
             }
-            let stored: Option<(String, String)> =
-                sqlx::query_as("SELECT fields, marks FROM rows WHERE user_id = ?1 AND table_name = ?2 AND row_id = ?3")
-                    .bind(user)
-                    .bind(&op.table)
-                    .bind(&op.row_id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+            let stored: Option<(String, String)> = sqlx::query_as(
+                "SELECT fields, marks FROM rows WHERE space_id = ?1 AND table_name = ?2 AND row_id = ?3",
+            )
+            .bind(&personal)
+            .bind(&op.table)
+            .bind(&op.row_id)
+            .fetch_optional(&mut *tx)
+            .await?;
             let current = stored.map(|(f, m)| decode_row(&f, &m)).transpose()?;
             let decision = decide(schema, op, current.as_ref(), &Limits::default());
             let remembered = match &decision {
@@ -241,10 +282,10 @@ impl SqliteStore {
                             head += 1;
                             let (f, m) = encode_row(&row)?;
                             sqlx::query(
-                                "INSERT INTO rows (user_id, table_name, row_id, fields, marks, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-                                 ON CONFLICT (user_id, table_name, row_id) DO UPDATE SET fields = excluded.fields, marks = excluded.marks, seq = excluded.seq",
+                                "INSERT INTO rows (space_id, table_name, row_id, fields, marks, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                                 ON CONFLICT (space_id, table_name, row_id) DO UPDATE SET fields = excluded.fields, marks = excluded.marks, seq = excluded.seq",
                             )
-                            .bind(user)
+                            .bind(&personal)
                             .bind(&op.table)
                             .bind(&op.row_id)
                             .bind(f)
@@ -260,9 +301,9 @@ impl SqliteStore {
             };
             out.verdicts.push(Verdict { op_id: op.op_id.clone(), outcome });
         }
-        sqlx::query(sql::WRITE_HEAD).bind(user).bind(seq_to_db(head)?).execute(&mut *tx).await?;
+        sqlx::query(sql::WRITE_HEAD).bind(&personal).bind(seq_to_db(head)?).execute(&mut *tx).await?;
         tx.commit().await?;
-        out.head = head;
+        out.heads = vec![(personal.as_str().into(), head)];
         Ok(out)
     }
 }
@@ -280,28 +321,33 @@ impl PushBackend for SqliteStore {
 }
 
 impl PushTxn for SqlitePush {
-    async fn lock(&mut self, user: &str, _ctl: &PushControl) -> Result<i64, StoreError> {
-        sqlx::query(sql::ENSURE_HEAD).bind(user).execute(&mut *self.0).await?;
-        Ok(sqlx::query_scalar(sql::READ_HEAD).bind(user).fetch_one(&mut *self.0).await?)
-    }
-
-    async fn load(
+    async fn lock(
         &mut self,
-        user: &str,
-        keys: &BatchKeys<'_>,
-    ) -> Result<(Vec<StoredRow>, Vec<SavedVerdict>), StoreError> {
-        let stored = sqlx::query_as(sql::LOAD_ROWS).bind(user).bind(json(&keys.rows)?).fetch_all(&mut *self.0).await?;
-        let saved =
-            sqlx::query_as(sql::LOAD_VERDICTS).bind(user).bind(json(&keys.ops)?).fetch_all(&mut *self.0).await?;
-        Ok((stored, saved))
+        personal: Option<&str>,
+        spaces: &[&str],
+        _ctl: &PushControl,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        if let Some(p) = personal {
+            sqlx::query(sql::ENSURE_HEAD).bind(p).execute(&mut *self.0).await?;
+        }
+        Ok(sqlx::query_as(sql::READ_HEADS).bind(json(&spaces)?).fetch_all(&mut *self.0).await?)
     }
 
-    async fn remember(&mut self, user: &str, v: &VerdictColumns) -> Result<usize, StoreError> {
+    async fn load(&mut self, sender: &str, keys: &BatchKeys<'_>) -> Result<Loaded, StoreError> {
+        let rows = sqlx::query_as(sql::LOAD_ROWS).bind(json(&keys.rows)?).fetch_all(&mut *self.0).await?;
+        let verdicts =
+            sqlx::query_as(sql::LOAD_VERDICTS).bind(sender).bind(json(&keys.ops)?).fetch_all(&mut *self.0).await?;
+        let roles =
+            sqlx::query_as(sql::LOAD_ROLES).bind(sender).bind(json(&keys.spaces)?).fetch_all(&mut *self.0).await?;
+        Ok(Loaded { rows, verdicts, roles })
+    }
+
+    async fn remember(&mut self, sender: &str, v: &VerdictColumns) -> Result<usize, StoreError> {
         let cols: Vec<_> = (0..v.ids.len())
-            .map(|i| (&v.ids[i], v.statuses[i], &v.reasons[i], &v.codes[i], &v.tables[i], &v.row_ids[i]))
+            .map(|i| (&v.ids[i], v.statuses[i], &v.reasons[i], &v.codes[i], &v.spaces[i], &v.tables[i], &v.row_ids[i]))
             .collect();
         let back: Vec<String> = sqlx::query_scalar(sql::REMEMBER)
-            .bind(user)
+            .bind(sender)
             .bind(json(&cols)?)
             .bind(now_ms())
             .fetch_all(&mut *self.0)
@@ -309,18 +355,20 @@ impl PushTxn for SqlitePush {
         Ok(back.len())
     }
 
-    async fn write_rows(&mut self, user: &str, writes: &[RowWrite]) -> Result<(), StoreError> {
+    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<(), StoreError> {
         let mut rows = Vec::with_capacity(writes.len());
         for w in writes {
             let (fields, marks) = encode_row(&w.row)?;
-            rows.push((w.key.table.as_str(), w.key.row_id.as_str(), fields, marks, seq_to_db(w.seq)?));
+            rows.push((&*w.space, w.key.table.as_str(), w.key.row_id.as_str(), fields, marks, seq_to_db(w.seq)?));
         }
-        sqlx::query(sql::WRITE_ROWS).bind(user).bind(json(&rows)?).execute(&mut *self.0).await?;
+        sqlx::query(sql::WRITE_ROWS).bind(json(&rows)?).execute(&mut *self.0).await?;
         Ok(())
     }
 
-    async fn write_head(&mut self, user: &str, head: u64) -> Result<(), StoreError> {
-        sqlx::query(sql::WRITE_HEAD).bind(user).bind(seq_to_db(head)?).execute(&mut *self.0).await?;
+    async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), StoreError> {
+        for (space, head) in heads {
+            sqlx::query(sql::WRITE_HEAD).bind(&**space).bind(seq_to_db(*head)?).execute(&mut *self.0).await?;
+        }
         Ok(())
     }
 
@@ -330,6 +378,113 @@ impl PushTxn for SqlitePush {
 
     async fn rollback(self) -> Result<(), StoreError> {
         Ok(self.0.rollback().await?)
+    }
+}
+
+impl MemberBackend for SqliteStore {
+    type Txn = SqlitePush;
+
+    async fn begin_members(&self) -> Result<SqlitePush, StoreError> {
+        Ok(SqlitePush(self.writer.begin_with(sql::BEGIN).await?))
+    }
+}
+
+impl MemberTxn for SqlitePush {
+    async fn lock_space(&mut self, space: &str) -> Result<bool, StoreError> {
+        if marksync::space::personal_owner(space).is_some() {
+            sqlx::query(sql::ENSURE_HEAD).bind(space).execute(&mut *self.0).await?;
+        }
+        let n: i64 = sqlx::query_scalar(sql::SPACE_EXISTS).bind(space).fetch_one(&mut *self.0).await?;
+        Ok(n > 0)
+    }
+
+    async fn create(&mut self, space: &str, owner: &str) -> Result<bool, StoreError> {
+        let made: Option<String> = sqlx::query_scalar(sql::CREATE_SPACE)
+            .bind(space)
+            .bind(owner)
+            .bind(now_ms())
+            .fetch_optional(&mut *self.0)
+            .await?;
+        if made.is_none() {
+            return Ok(false);
+        }
+        sqlx::query(sql::ENSURE_HEAD).bind(space).execute(&mut *self.0).await?;
+        self.set(space, owner, Some(Role::Owner)).await?;
+        Ok(true)
+    }
+
+    async fn member(&mut self, space: &str, user: &str) -> Result<Option<Role>, StoreError> {
+        let role: Option<String> =
+            sqlx::query_scalar(sql::MEMBER).bind(space).bind(user).fetch_optional(&mut *self.0).await?;
+        role.map(|r| Role::parse(&r).ok_or_else(|| StoreError::Corrupt(format!("member role {r:?}")))).transpose()
+    }
+
+    async fn owners(&mut self, space: &str) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(sql::OWNERS).bind(space).fetch_one(&mut *self.0).await?)
+    }
+
+    async fn set(&mut self, space: &str, user: &str, role: Option<Role>) -> Result<(), StoreError> {
+        match role {
+            Some(r) => {
+                sqlx::query(sql::SET_MEMBER)
+                    .bind(space)
+                    .bind(user)
+                    .bind(r.as_str())
+                    .bind(now_ms())
+                    .execute(&mut *self.0)
+                    .await?
+            }
+            None => sqlx::query(sql::REMOVE_MEMBER).bind(space).bind(user).execute(&mut *self.0).await?,
+        };
+        Ok(())
+    }
+
+    async fn list(&mut self, space: &str) -> Result<Vec<(String, Role)>, StoreError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(sql::LIST_MEMBERS).bind(space).fetch_all(&mut *self.0).await?;
+        rows.into_iter()
+            .map(|(u, r)| {
+                Role::parse(&r).map(|r| (u, r)).ok_or_else(|| StoreError::Corrupt(format!("member role {r:?}")))
+            })
+            .collect()
+    }
+
+    async fn commit(self) -> Result<(), StoreError> {
+        Ok(self.0.commit().await?)
+    }
+}
+
+/// A read transaction on a reader connection: in WAL mode it sees the
+/// database as of its first read, throughout.
+pub(crate) struct SqliteSnapshot(Transaction<'static, Sqlite>);
+
+impl PullBackend for SqliteStore {
+    type Snapshot = SqliteSnapshot;
+
+    async fn snapshot(&self) -> Result<SqliteSnapshot, StoreError> {
+        Ok(SqliteSnapshot(self.reader.begin().await?))
+    }
+}
+
+impl PullSnapshot for SqliteSnapshot {
+    async fn memberships(&mut self, user: &str) -> Result<Vec<(String, String, i64)>, StoreError> {
+        Ok(sqlx::query_as(sql::MEMBERSHIPS).bind(user).fetch_all(&mut *self.0).await?)
+    }
+
+    async fn head(&mut self, space: &str) -> Result<i64, StoreError> {
+        let head: Option<i64> = sqlx::query_scalar(sql::HEAD).bind(space).fetch_optional(&mut *self.0).await?;
+        Ok(head.unwrap_or(0))
+    }
+
+    async fn page(
+        &mut self,
+        space: &str,
+        cursor: u64,
+        limit: usize,
+        bytes: usize,
+    ) -> Result<(SpacePage, usize), StoreError> {
+        let rows =
+            sqlx::query_as(sql::PULL).bind(space).bind(seq_to_db(cursor)?).bind(limit as i64 + 1).fetch(&mut *self.0);
+        page_within(rows, space.to_owned(), cursor, limit, bytes).await
     }
 }
 

@@ -1,0 +1,271 @@
+//! Spaces (PROTOCOL §3c): every row lives in exactly one space, and the
+//! sender of an op must be an owner or editor of that space when the op is
+//! judged. Pure: the store loads the sender's roles under the spaces' locks,
+//! and this module says what they allow.
+//!
+//! A user's **personal space** is named `~` followed by the user id; the user
+//! is always its owner (no membership row needed), so an op without a space
+//! lands there — today's ops and stored rows, unchanged. Every other space is
+//! **shared**: created over HTTP with a name of the opId alphabet (which has no
+//! `~`, so a shared name never collides with a personal one).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+/// The first character of every personal space's name, and of no shared one.
+pub const PERSONAL_PREFIX: char = '~';
+
+/// The longest space name: a personal space is the prefix and a user id of up
+/// to 256 bytes; a shared name is at most 128 bytes.
+pub const MAX_SPACE_BYTES: usize = 1 + 256;
+
+/// The rejection code of an op whose sender is not a member of its space.
+pub const FORBIDDEN: &str = "forbidden";
+/// The rejection code of an op whose sender is a viewer of its space.
+pub const READ_ONLY: &str = "read_only";
+
+/// A space's name, cheap to clone (a batch names a few, many times).
+pub type SpaceId = Arc<str>;
+
+/// The name of `user`'s personal space.
+pub fn personal(user: &str) -> String {
+    format!("{PERSONAL_PREFIX}{user}")
+}
+
+/// The user whose personal space `space` is, if it is one.
+pub fn personal_owner(space: &str) -> Option<&str> {
+    space.strip_prefix(PERSONAL_PREFIX)
+}
+
+/// Checks the shape of a space name as an op or a pull names it: a personal
+/// space (`~` and a user id: no control characters) or a shared name.
+pub fn check_space(s: &str) -> Result<(), &'static str> {
+    match personal_owner(s) {
+        Some(user) => {
+            if user.is_empty() || s.len() > MAX_SPACE_BYTES || user.chars().any(char::is_control) {
+                return Err("a personal space is ~ and a user id of 1 to 256 bytes without control characters");
+            }
+            Ok(())
+        }
+        None => check_shared_space(s),
+    }
+}
+
+/// Checks the name of a shared space: the opId alphabet `[A-Za-z0-9:._-]`, 1..=128.
+pub fn check_shared_space(s: &str) -> Result<(), &'static str> {
+    crate::protocol::check_op_id(s)
+}
+
+/// What a member may do in a space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reads, writes rows, and manages the members.
+    Owner,
+    /// Reads and writes rows.
+    Editor,
+    /// Reads.
+    Viewer,
+}
+
+impl Role {
+    /// The role's name on the wire and in the database.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Editor => "editor",
+            Role::Viewer => "viewer",
+        }
+    }
+
+    /// The role named `s`, if any.
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "owner" => Some(Role::Owner),
+            "editor" => Some(Role::Editor),
+            "viewer" => Some(Role::Viewer),
+            _ => None,
+        }
+    }
+
+    /// Whether this role may write rows.
+    pub const fn writes(self) -> bool {
+        matches!(self, Role::Owner | Role::Editor)
+    }
+}
+
+/// `user`'s role in `space`, given the membership row the store holds
+/// (`member`): the owner of a personal space is its user, whatever is stored.
+pub fn role_of(user: &str, space: &str, member: Option<Role>) -> Option<Role> {
+    if personal_owner(space) == Some(user) {
+        return Some(Role::Owner);
+    }
+    member
+}
+
+/// Why a sender may not write in a space: the verdict's code and reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Denied {
+    /// [`FORBIDDEN`] or [`READ_ONLY`].
+    pub code: &'static str,
+    /// Human reason, the same for every op refused this way in this space.
+    pub reason: String,
+}
+
+/// Whether a sender with `role` in `space` (`None`: not a member) may write
+/// a row there. The one rule: the judge runs it on every op it answers for
+/// the first time, and a device runs it before recording an edit.
+pub fn may_write(space: &str, role: Option<Role>) -> Result<(), Denied> {
+    match role {
+        Some(r) if r.writes() => Ok(()),
+        Some(_) => Err(Denied { code: READ_ONLY, reason: format!("you are a viewer of space {space}: viewers cannot edit its rows") }),
+        // The same words whether the space exists or not: a refusal never
+        // tells a non-member what spaces there are.
+        None => Err(Denied { code: FORBIDDEN, reason: format!("you are not a member of space {space}") }),
+    }
+}
+
+/// Whether a member with `role` may see who else is a member and manage them.
+pub fn manages_members(role: Option<Role>) -> bool {
+    role == Some(Role::Owner)
+}
+
+/// The most spaces one pull may follow.
+pub const MAX_FOLLOWED: usize = 10_000;
+
+/// One space a device follows: where its copy stands (PROTOCOL §4b).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Follow {
+    /// The seq of the last change of the space the device holds (0: none).
+    pub cursor: u64,
+    /// The role the device last learned; a pull names the role again when it differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+}
+
+/// A space and a user's role in it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Membership {
+    /// The space.
+    pub space: String,
+    /// The role.
+    pub role: Role,
+}
+
+/// What one pull reads and says about membership, decided from what the
+/// device follows and what the user is a member of now (read in the same
+/// snapshot as the rows, so no row of a space the user has left leaves).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PullPlan {
+    /// Spaces to read changes of, with the cursor to read after, in byte order of their names.
+    pub read: Vec<(String, u64)>,
+    /// Member spaces the device does not follow: backfilled from their start.
+    pub joined: Vec<Membership>,
+    /// Followed spaces whose role differs from the one the device named.
+    pub roles: Vec<Membership>,
+    /// Followed spaces the user is no longer a member of: the device drops them.
+    pub left: Vec<String>,
+}
+
+/// Plans a pull: `followed` by the device, `members` = (space, role, head)
+/// of every space the user is a member of now. A space is read only when its
+/// head passed the device's cursor, so a device in many spaces with nothing
+/// new reads nothing.
+pub fn plan_pull(followed: &std::collections::BTreeMap<String, Follow>, members: &[(String, Role, u64)]) -> PullPlan {
+    let mut plan = PullPlan::default();
+    let mut member_of = std::collections::HashSet::with_capacity(members.len());
+    let mut sorted: Vec<&(String, Role, u64)> = members.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    for (space, role, head) in sorted {
+        member_of.insert(space.as_str());
+        match followed.get(space) {
+            None => {
+                plan.joined.push(Membership { space: space.clone(), role: *role });
+                if *head > 0 {
+                    plan.read.push((space.clone(), 0));
+                }
+            }
+            Some(f) => {
+                if f.role != Some(*role) {
+                    plan.roles.push(Membership { space: space.clone(), role: *role });
+                }
+                if *head > f.cursor {
+                    plan.read.push((space.clone(), f.cursor));
+                }
+            }
+        }
+    }
+    plan.left = followed.keys().filter(|s| !member_of.contains(s.as_str())).cloned().collect();
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_personal_space_is_its_users_and_no_shared_name_is_personal() {
+        assert_eq!(personal("alice"), "~alice");
+        assert_eq!(personal_owner("~alice"), Some("alice"));
+        assert_eq!(role_of("alice", "~alice", None), Some(Role::Owner));
+        // A stored membership cannot demote the personal space's user.
+        assert_eq!(role_of("alice", "~alice", Some(Role::Viewer)), Some(Role::Owner));
+        assert_eq!(role_of("bob", "~alice", None), None);
+        assert_eq!(role_of("bob", "~alice", Some(Role::Viewer)), Some(Role::Viewer));
+        assert!(check_shared_space("~alice").is_err());
+        assert!(check_shared_space("team-1").is_ok());
+        assert!(check_space("~a b").is_ok());
+        for bad in ["", "~", "~a\nb", "a b", &"x".repeat(129)] {
+            assert!(check_space(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_pull_reads_only_spaces_that_moved_and_names_joins_leaves_and_role_changes() {
+        let followed: std::collections::BTreeMap<String, Follow> = [
+            ("~u".to_owned(), Follow { cursor: 5, role: Some(Role::Owner) }),
+            ("quiet".to_owned(), Follow { cursor: 9, role: Some(Role::Viewer) }),
+            ("gone".to_owned(), Follow { cursor: 3, role: Some(Role::Editor) }),
+            ("promoted".to_owned(), Follow { cursor: 1, role: Some(Role::Viewer) }),
+        ]
+        .into_iter()
+        .collect();
+        let members = vec![
+            ("~u".to_owned(), Role::Owner, 7),
+            ("quiet".to_owned(), Role::Viewer, 9),
+            ("promoted".to_owned(), Role::Editor, 1),
+            ("new".to_owned(), Role::Viewer, 4),
+            ("empty".to_owned(), Role::Editor, 0),
+        ];
+        let plan = plan_pull(&followed, &members);
+        assert_eq!(plan.read, vec![("new".to_owned(), 0), ("~u".to_owned(), 5)]);
+        assert_eq!(
+            plan.joined,
+            vec![Membership { space: "empty".into(), role: Role::Editor }, Membership { space: "new".into(), role: Role::Viewer }]
+        );
+        assert_eq!(plan.roles, vec![Membership { space: "promoted".into(), role: Role::Editor }]);
+        assert_eq!(plan.left, vec!["gone".to_owned()]);
+        // Nothing new anywhere: nothing read, nothing said.
+        let quiet: Vec<_> = members.iter().filter(|m| m.0 != "new" && m.0 != "empty").cloned().collect();
+        let mut same = followed.clone();
+        same.remove("gone");
+        same.insert("~u".into(), Follow { cursor: 7, role: Some(Role::Owner) });
+        same.insert("promoted".into(), Follow { cursor: 1, role: Some(Role::Editor) });
+        assert_eq!(plan_pull(&same, &quiet), PullPlan::default());
+    }
+
+    #[test]
+    fn only_owners_and_editors_write() {
+        assert!(may_write("s", Some(Role::Owner)).is_ok());
+        assert!(may_write("s", Some(Role::Editor)).is_ok());
+        assert_eq!(may_write("s", Some(Role::Viewer)).unwrap_err().code, READ_ONLY);
+        let denied = may_write("s", None).unwrap_err();
+        assert_eq!((denied.code, denied.reason.as_str()), (FORBIDDEN, "you are not a member of space s"));
+        assert!(manages_members(Some(Role::Owner)));
+        assert!(!manages_members(Some(Role::Editor)));
+    }
+}
