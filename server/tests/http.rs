@@ -232,18 +232,6 @@ async fn a_push_on_one_server_pokes_streams_held_by_another_on_the_same_postgres
     a.stop().await;
 }
 
-async fn read_until(resp: &mut reqwest::Response, seen: &mut String, needle: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !seen.contains(needle) {
-        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
-            .await
-            .unwrap_or_else(|_| panic!("no {needle:?} within 10 s; got {seen:?}"))
-            .unwrap()
-            .unwrap_or_else(|| panic!("stream ended; got {seen:?}"));
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
-}
-
 /// Fault `loseResponses`: the push commits, the client gets a network error
 /// (no HTTP answer at all), and a retry gets `duplicate`.
 async fn a_lost_response_is_a_network_error_after_commit(b: Backend) {

@@ -289,3 +289,16 @@ pub fn jwt(secret: &str, sub: &str, ttl_secs: i64) -> String {
     )
     .unwrap()
 }
+
+/// Reads an event stream until `needle` was seen (10 s at most).
+pub async fn read_until(resp: &mut reqwest::Response, seen: &mut String, needle: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !seen.contains(needle) {
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no {needle:?} within 10 s; got {seen:?}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("stream ended; got {seen:?}"));
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
