@@ -3,6 +3,7 @@
 //! - merge: 1M field-ops into 10k rows (goal ≥ 10M field-ops/s);
 //! - judge: a 1000-op batch in memory (goal ≥ 1M ops/s); the same batch
 //!   written two schema versions back, against current ops (goal ≥ 90%);
+//!   sent into shared spaces by an editor, against the personal path (goal ≥ 90%);
 //! - replica: rebuild 100k base rows + 1k pending ops (what `open` does);
 //! - chunks: decode 100k stored base rows (the other half of `open`).
 //!
@@ -44,6 +45,23 @@ fn bench_judge(c: &mut Criterion) {
     });
     g.bench_function("1000-op batch, current ops (v3 under v3)", |b| {
         b.iter(|| black_box(judge_batch(&v3, "u", &current, Known::default(), &Limits::default()).map(|j| j.heads)))
+    });
+    // Spaces (PROTOCOL §3c): the same batch sent by an editor into a shared
+    // space (every op names it; the role is looked up per op), and spread
+    // over 10 shared spaces, against the personal path above. Goal ≥ 90%.
+    let mut editor = Known::default();
+    let spaces: Vec<String> = (0..10).map(|i| format!("team-{i}")).collect();
+    for s in &spaces {
+        editor.roles.insert(s.as_str().into(), marksync::space::Role::Editor);
+    }
+    let shared: Vec<_> = batch.iter().map(|op| Op { space: Some("team-0".into()), ..op.clone() }).collect();
+    let spread: Vec<_> =
+        batch.iter().enumerate().map(|(i, op)| Op { space: Some(spaces[i % 10].clone()), ..op.clone() }).collect();
+    g.bench_function("1000-op batch, an editor in one shared space", |b| {
+        b.iter(|| black_box(judge_batch(&schema, "u", &shared, editor.clone(), &Limits::default()).map(|j| j.heads)))
+    });
+    g.bench_function("1000-op batch, an editor across 10 shared spaces", |b| {
+        b.iter(|| black_box(judge_batch(&schema, "u", &spread, editor.clone(), &Limits::default()).map(|j| j.heads)))
     });
     g.finish();
 }

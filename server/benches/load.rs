@@ -22,6 +22,12 @@
 //! split over its clients, at least 2 per client (so 1 user pushes 80, 8 users
 //! 10 each, 64 users 2 each; per-op: 16, 2 each, 2 each). 0 skips that judge.
 //!
+//! Then shared spaces, per backend: the empty pull of a reader in
+//! `LOAD_SPACES` (1000) spaces with nothing new, `LOAD_EMPTY_PULLS` (50)
+//! times, and the backfill of a `LOAD_BACKFILL_ROWS` (100000)-row space after
+//! a grant (0 skips either). Only the spaces part:
+//! `LOAD_USERS_LIST=0 LOAD_HOT_CLIENTS=0 LOAD_USERS=0`.
+//!
 //! Other environment: `LOAD_BACKENDS` (`sqlite,postgres`), `LOAD_JSON` (write
 //! every result there as a JSON array of `{backend, judge, users, clients,
 //! scenario, opsPerSec, p50Ms, p99Ms, pushes, pullRowsPerSec}`; a relative path
@@ -352,6 +358,113 @@ fn report(
     row
 }
 
+/// Shared spaces (PROTOCOL §3c, §4b), on one backend: a reader in `spaces`
+/// spaces (one row each) with nothing new pulls with one `POST /v1/pull`
+/// (`LOAD_EMPTY_PULLS` times, median and p99 of the request as the client
+/// sees it over loopback); then a member granted a space of `backfill` rows
+/// pulls it from its start in pages of 1000. Returns the markdown lines.
+async fn spaces_run(backend: &'static str, database: &str, spaces: usize, backfill: usize) -> Vec<String> {
+    let mut config = Config::with_database(database);
+    config.dev_auth = true;
+    config.rate_limit = 0.0;
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = marksync_server::start(config, listener).await.unwrap();
+    let store = &server.app.store;
+    let base = server.url();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(600)).build().unwrap();
+    let post = |path: &str, user: &str, body: String| {
+        http.post(format!("{base}{path}")).header("authorization", format!("Bearer dev:{user}")).body(body).send()
+    };
+    let mut lines = Vec::new();
+    if spaces > 0 {
+        for i in 0..spaces {
+            let space = format!("s{i}");
+            store.create_space(&space, "owner").await.unwrap();
+            store
+                .set_member(marksync_server::store::Actor::Admin, &space, "reader", Some(marksync::space::Role::Viewer))
+                .await
+                .unwrap();
+        }
+        // One row in each space, in pushes that span 1000 spaces each.
+        for chunk in (0..spaces).collect::<Vec<_>>().chunks(OPS_PER_PUSH) {
+            let ops: Vec<_> = chunk
+                .iter()
+                .map(|i| json!({"opId": format!("o:{i}"), "table": "sets", "rowId": format!("r-{i}"), "space": format!("s{i}"),
+                                "at": 1, "fields": {"exercise": "squat", "weightKg": 1, "reps": 1}}))
+                .collect();
+            let r = post("/v1/push", "owner", json!({"attemptKey": unique("a"), "batch": ops}).to_string()).await.unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+        }
+        let mut follow = serde_json::Map::new();
+        follow.insert("~reader".into(), json!({"cursor": 0, "role": "owner"}));
+        for i in 0..spaces {
+            follow.insert(format!("s{i}"), json!({"cursor": 1, "role": "viewer"}));
+        }
+        let body = json!({"spaces": follow}).to_string();
+        let n = env("LOAD_EMPTY_PULLS", 50).max(1);
+        let mut times = Vec::with_capacity(n);
+        for _ in 0..n + 5 {
+            let started = Instant::now();
+            let r = post("/v1/pull", "reader", body.clone()).await.unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            let answer: serde_json::Value = r.json().await.unwrap();
+            times.push(started.elapsed());
+            assert_eq!(answer["spaces"], json!([]), "nothing new: {answer}");
+            assert_eq!(answer["joined"], json!([]));
+        }
+        let mut times = times.split_off(5);
+        times.sort();
+        let (p50, p99) = (pct(&times, 0.5).as_secs_f64() * 1e3, pct(&times, 0.99).as_secs_f64() * 1e3);
+        println!("{backend} empty pull in {spaces} spaces: {n} requests, p50 {p50:.2} ms p99 {p99:.2} ms ({} bytes each)", body.len());
+        lines.push(format!("| {} | empty pull, {spaces} spaces followed | p50 {p50:.2} ms, p99 {p99:.2} ms ({n} requests) |", backend_name(backend)));
+    }
+    if backfill > 0 {
+        store.create_space("big", "owner").await.unwrap();
+        for p in 0..backfill.div_ceil(OPS_PER_PUSH) {
+            let ops: Vec<_> = (p * OPS_PER_PUSH..((p + 1) * OPS_PER_PUSH).min(backfill))
+                .map(|i| json!({"opId": format!("b:{i}"), "table": "sets", "rowId": format!("b-{i}"), "space": "big",
+                                "at": 1, "fields": {"exercise": "squat", "weightKg": 82.5, "reps": (i % 100) + 1}}))
+                .collect();
+            let r = post("/v1/push", "owner", json!({"attemptKey": unique("a"), "batch": ops}).to_string()).await.unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+        }
+        store
+            .set_member(marksync_server::store::Actor::Admin, "big", "late", Some(marksync::space::Role::Viewer))
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let (mut follow, mut rows, mut requests) = (serde_json::Map::new(), 0usize, 0usize);
+        loop {
+            let r = post("/v1/pull", "late", json!({"spaces": follow, "limit": 1000}).to_string()).await.unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            let answer: serde_json::Value = r.json().await.unwrap();
+            requests += 1;
+            for m in answer["joined"].as_array().unwrap() {
+                follow.insert(m["space"].as_str().unwrap().to_owned(), json!({"cursor": 0, "role": m["role"]}));
+            }
+            for page in answer["spaces"].as_array().unwrap() {
+                rows += page["changes"].as_array().unwrap().len();
+                follow[page["space"].as_str().unwrap()]["cursor"] = page["cursor"].clone();
+            }
+            if !answer["hasMore"].as_bool().unwrap() {
+                break;
+            }
+        }
+        let wall = started.elapsed().as_secs_f64();
+        assert_eq!(rows, backfill);
+        println!("{backend} backfill of a {backfill}-row space: {requests} pulls in {:.2} s = {:.0} rows/s", wall, rows as f64 / wall);
+        lines.push(format!(
+            "| {} | backfill of a {backfill}-row space after a grant | {:.2} s, {:.0} rows/s ({requests} pulls of ≤ 1000) |",
+            backend_name(backend),
+            wall,
+            rows as f64 / wall
+        ));
+    }
+    server.stop().await.unwrap();
+    lines
+}
+
 fn backend_name(b: &str) -> &'static str {
     if b == "sqlite" {
         "SQLite"
@@ -491,8 +604,25 @@ async fn main() {
             rows.push(report(backend, "batched", "paced", paced_users, paced_users, &r));
         }
     }
+    // Shared spaces: `LOAD_SPACES` (1000; 0 skips) and `LOAD_BACKFILL_ROWS` (100000; 0 skips).
+    let (spaces, backfill) = (env("LOAD_SPACES", 1000), env("LOAD_BACKFILL_ROWS", 100_000));
+    let mut space_lines = Vec::new();
+    for backend in ["sqlite", "postgres"].into_iter().filter(|b| backends.contains(b)) {
+        if (spaces == 0 && backfill == 0) || (backend == "postgres" && std::env::var_os("MARKSYNC_TEST_POSTGRES_URL").is_none()) {
+            continue;
+        }
+        let db = fresh_database(backend).await.unwrap();
+        space_lines.extend(spaces_run(backend, &db, spaces, backfill).await);
+        drop_database(&db).await;
+    }
     println!();
     print!("{}", markdown(&rows));
+    if !space_lines.is_empty() {
+        println!("\n| backend | spaces | result |\n|---|---|---|");
+        for l in &space_lines {
+            println!("{l}");
+        }
+    }
     if let Some(path) = std::env::var("LOAD_JSON").ok().filter(|p| !p.is_empty()) {
         write_json(&path, &rows);
     }
