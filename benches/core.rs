@@ -55,8 +55,7 @@ fn bench_judge(c: &mut Criterion) {
         editor.roles.insert(s.as_str().into(), marksync::space::Role::Editor);
     }
     let shared: Vec<_> = batch.iter().map(|op| Op { space: Some("team-0".into()), ..op.clone() }).collect();
-    let spread: Vec<_> =
-        batch.iter().enumerate().map(|(i, op)| Op { space: Some(spaces[i % 10].clone()), ..op.clone() }).collect();
+    let spread: Vec<_> = batch.iter().enumerate().map(|(i, op)| Op { space: Some(spaces[i % 10].clone()), ..op.clone() }).collect();
     g.bench_function("1000-op batch, an editor in one shared space", |b| {
         b.iter(|| black_box(judge_batch(&schema, "u", &shared, editor.clone(), &Limits::default()).map(|j| j.heads)))
     });

@@ -1,35 +1,41 @@
-//! An in-memory server: the [`crate::judge`] over hash maps, per user.
+//! An in-memory server: the [`crate::judge`] over hash maps, per space.
 //!
-//! It answers push and pull exactly as the reference server does, without
-//! HTTP or SQL. The simulator syncs devices against it; apps can use it in
-//! their own tests.
+//! It answers push, pull (one space or every followed space), verdicts and
+//! membership exactly as the reference server does, without HTTP or SQL.
+//! The simulator syncs devices against it; apps can use it in their own tests.
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::judge::{judge_batch, recall, JudgeError, Known, Limits, Remembered};
+use crate::judge::{judge_batch, recall, JudgeError, Known, Limits, Placed, Remembered};
 use crate::protocol::{
-    page_takes, Change, ErrorBody, ErrorCode, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, VerdictsRequest,
-    VerdictsResponse, MAX_PULL_LIMIT,
+    page_fits, Change, ErrorBody, ErrorCode, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, SpacePage, SpacesPullRequest,
+    SpacesPullResponse, VerdictsRequest, VerdictsResponse, DEFAULT_PULL_LIMIT, MAX_PULL_LIMIT, MAX_PULL_PAGE_BYTES,
 };
 use crate::schema::Schema;
+use crate::space::{self, MemberRefusal, Role, SpaceId};
 
-/// One user's data: remembered verdicts, rows with their seq, the head.
+/// One user's verdicts, remembered forever, and audit counts.
 #[derive(Debug, Clone, Default)]
 pub struct UserData {
     /// (opId) → remembered verdict. Never purged.
     pub verdicts: HashMap<OpId, Remembered>,
-    /// (opId) → the row a rejected op edits, to recall the rejection with that row.
-    pub rejected_rows: HashMap<OpId, RowKey>,
-    /// Row key → (row, seq of its latest change).
-    pub rows: HashMap<RowKey, (Row, u64)>,
-    /// seq → row key, for pull in seq order (one entry per row, at its latest seq).
-    pub by_seq: BTreeMap<u64, RowKey>,
-    /// The user's head seq.
-    pub head: u64,
+    /// (opId) → the placed row a rejected op edits, to recall the rejection with that row.
+    pub rejected_rows: HashMap<OpId, Placed>,
     /// Audit: how many verdicts were remembered per opId (must never exceed 1).
     pub verdict_count: HashMap<OpId, u32>,
     /// Audit: how many seqs each opId took (must never exceed 1).
     pub seq_count: HashMap<OpId, u32>,
+}
+
+/// One space's rows with their seq, and its head.
+#[derive(Debug, Clone, Default)]
+pub struct SpaceData {
+    /// Row key → (row, seq of its latest change).
+    pub rows: HashMap<RowKey, (Row, u64)>,
+    /// seq → row key, for pull in seq order (one entry per row, at its latest seq).
+    pub by_seq: BTreeMap<u64, RowKey>,
+    /// The space's head seq.
+    pub head: u64,
 }
 
 /// The whole in-memory server.
@@ -37,8 +43,14 @@ pub struct UserData {
 pub struct MemoryServer {
     /// The schema rows are validated against (may be swapped to model a release).
     pub schema: Schema,
-    /// user id → data.
+    /// user id → verdicts.
     pub users: HashMap<String, UserData>,
+    /// space name → rows (a personal space, `~<user>`, appears at its first write).
+    pub spaces: HashMap<String, SpaceData>,
+    /// Shared spaces that exist (created; a personal space always exists).
+    pub created: std::collections::HashSet<String>,
+    /// (space, user) → role: the stored memberships.
+    pub members: BTreeMap<(String, String), Role>,
     /// The injected server clock (ms): answers carry it as `now`, and
     /// `max_future_ms` bounds `at` by it. `None` (the default): no clock.
     pub now: Option<u64>,
@@ -49,7 +61,15 @@ pub struct MemoryServer {
 impl MemoryServer {
     /// An empty server with `schema`.
     pub fn new(schema: Schema) -> Self {
-        MemoryServer { schema, users: HashMap::new(), now: None, max_future_ms: None }
+        MemoryServer {
+            schema,
+            users: HashMap::new(),
+            spaces: HashMap::new(),
+            created: Default::default(),
+            members: BTreeMap::new(),
+            now: None,
+            max_future_ms: None,
+        }
     }
 
     /// The judge's limits: the injected clock and bound (none unless both are set).
@@ -60,35 +80,46 @@ impl MemoryServer {
         }
     }
 
+    fn stored_role(&self, space: &str, user: &str) -> Option<Role> {
+        self.members.get(&(space.to_owned(), user.to_owned())).copied()
+    }
+
+    /// `user`'s role in `space` (the personal space's user owns it).
+    pub fn role(&self, space: &str, user: &str) -> Option<Role> {
+        space::role_of(user, space, self.stored_role(space, user))
+    }
+
     /// `POST /v1/push` for `user`: shape check, judge, remember, write.
     pub fn push(&mut self, user: &str, req: &PushRequest) -> Result<PushResponse, ErrorBody> {
         req.check_shape().map_err(|e| ErrorBody::new(ErrorCode::BadRequest, e.to_string()))?;
         let limits = self.limits();
-        let data = self.users.entry(user.to_owned()).or_default();
-        // One user's data is that user's personal space; it has no members,
-        // so an op naming any other space is refused (`forbidden`).
-        let personal: crate::space::SpaceId = crate::space::personal(user).into();
+        let personal = space::personal(user);
         let mut known = Known::default();
-        known.heads.insert(personal.clone(), data.head);
+        let verdicts = self.users.get(user);
         for op in &req.batch {
-            let key = op.row_key();
-            if op.space_or(&personal) != &*personal {
-                continue;
+            let name = op.space_or(&personal);
+            let space: SpaceId = name.into();
+            if let Some(role) = self.stored_role(name, user) {
+                known.roles.insert(space.clone(), role);
             }
-            if let Some((row, _)) = data.rows.get(&key) {
-                known.rows.insert((personal.clone(), key), row.clone());
+            if let Some(data) = self.spaces.get(name) {
+                known.heads.insert(space.clone(), data.head);
+                if let Some((row, _)) = data.rows.get(&op.row_key()) {
+                    known.rows.insert((space, op.row_key()), row.clone());
+                }
             }
-            if let Some(v) = data.verdicts.get(&op.op_id) {
+            if let Some(v) = verdicts.and_then(|d| d.verdicts.get(&op.op_id)) {
                 known.verdicts.insert(op.op_id.clone(), v.clone());
             }
         }
         let j = judge_batch(&self.schema, user, &req.batch, known, &limits).map_err(|e| match e {
             JudgeError::SchemaTooNew { .. } => ErrorBody::new(ErrorCode::SchemaTooNew, e.to_string()),
         })?;
+        let data = self.users.entry(user.to_owned()).or_default();
         for r in j.remember {
             *data.verdict_count.entry(r.op_id.clone()).or_default() += 1;
-            if let (Remembered::Rejected { .. }, true) = (&r.verdict, r.space == personal) {
-                data.rejected_rows.insert(r.op_id.clone(), r.key);
+            if let Remembered::Rejected { .. } = r.verdict {
+                data.rejected_rows.insert(r.op_id.clone(), (r.space, r.key));
             }
             data.verdicts.insert(r.op_id, r.verdict);
         }
@@ -96,71 +127,177 @@ impl MemoryServer {
             *data.seq_count.entry(id).or_default() += 1;
         }
         for w in j.writes {
-            if let Some((_, old_seq)) = data.rows.get(&w.key) {
-                data.by_seq.remove(old_seq);
+            let space = self.spaces.entry(w.space.to_string()).or_default();
+            if let Some((_, old_seq)) = space.rows.get(&w.key) {
+                space.by_seq.remove(old_seq);
             }
-            data.by_seq.insert(w.seq, w.key.clone());
-            data.rows.insert(w.key, (w.row, w.seq));
+            space.by_seq.insert(w.seq, w.key.clone());
+            space.rows.insert(w.key, (w.row, w.seq));
         }
-        if let Some((_, head)) = j.heads.iter().find(|(s, _)| *s == personal) {
-            data.head = *head;
+        for (name, head) in j.heads {
+            self.spaces.entry(name.to_string()).or_default().head = head;
         }
         Ok(PushResponse { attempt_key: req.attempt_key.clone(), verdicts: j.verdicts, now: self.now })
     }
 
     /// `POST /v1/verdicts` for `user` (shape already checked): what is
-    /// remembered of each opId, read-only — nothing is judged or written.
+    /// remembered of each opId, read-only — nothing is judged or written. A
+    /// rejection carries a row only of a space `user` may read now.
     pub fn verdicts(&self, user: &str, req: &VerdictsRequest) -> VerdictsResponse {
         let mut saved = HashMap::new();
         let mut rows = HashMap::new();
-        let personal: crate::space::SpaceId = crate::space::personal(user).into();
         if let Some(data) = self.users.get(user) {
             for id in &req.op_ids {
                 let Some(v) = data.verdicts.get(id) else { continue };
-                let key = data.rejected_rows.get(id).map(|k| (personal.clone(), k.clone()));
-                if let Some(at) = &key {
-                    if let Some((row, _)) = data.rows.get(&at.1) {
-                        rows.insert(at.clone(), row.clone());
+                let at = data.rejected_rows.get(id).cloned();
+                if let Some((space, key)) = &at {
+                    let readable = self.role(space, user).is_some();
+                    if let (true, Some((row, _))) = (readable, self.spaces.get(&**space).and_then(|d| d.rows.get(key))) {
+                        rows.insert((space.clone(), key.clone()), row.clone());
                     }
                 }
-                saved.insert(id.clone(), (v.clone(), key));
+                saved.insert(id.clone(), (v.clone(), at));
             }
         }
         VerdictsResponse { verdicts: recall(&self.schema, &req.op_ids, &saved, &rows, &self.limits()), now: self.now }
     }
 
-    /// `GET /v1/pull?cursor&limit` for `user`: rows changed after `cursor`, in
-    /// seq order, at most `limit` and [`crate::protocol::MAX_PULL_PAGE_BYTES`] of rows,
-    /// as the schema's newest version spells them, with that version.
-    pub fn pull(&self, user: &str, cursor: u64, limit: usize) -> PullResponse {
-        let limit = limit.clamp(1, MAX_PULL_LIMIT);
-        let Some(data) = self.users.get(user) else {
-            return PullResponse { changes: vec![], cursor, has_more: false, now: self.now, schema_version: Some(self.schema.version) };
-        };
+    /// One space's rows changed after `cursor`, in seq order, at most
+    /// `limit` changes and `budget` bytes of rows (never fewer than one
+    /// change), as the schema's newest version spells them.
+    fn page(&self, name: &str, cursor: u64, limit: usize, budget: usize) -> (SpacePage, usize) {
         let (mut changes, mut bytes, mut has_more) = (Vec::new(), 0, false);
-        for (seq, key) in data.by_seq.range(cursor + 1..) {
-            let Some((row, _)) = data.rows.get(key) else { continue };
-            let size = row.encoded_len();
-            if changes.len() == limit || !page_takes(changes.len(), bytes, size) {
-                has_more = true;
-                break;
+        if let Some(data) = self.spaces.get(name) {
+            for (seq, key) in data.by_seq.range(cursor + 1..) {
+                let Some((row, _)) = data.rows.get(key) else { continue };
+                let size = row.encoded_len();
+                if changes.len() == limit || !page_fits(changes.len(), bytes, size, budget) {
+                    has_more = true;
+                    break;
+                }
+                bytes += size;
+                let row = self.schema.upgrade_row(&key.table, row).into_owned();
+                changes.push(Change { key: key.clone(), row, seq: *seq });
             }
-            bytes += size;
-            let row = self.schema.upgrade_row(&key.table, row).into_owned();
-            changes.push(Change { key: key.clone(), row, seq: *seq });
         }
         let cursor = changes.last().map_or(cursor, |c| c.seq);
-        PullResponse { changes, cursor, has_more, now: self.now, schema_version: Some(self.schema.version) }
+        (SpacePage { space: name.to_owned(), changes, cursor, has_more }, bytes)
     }
 
-    /// The user's head seq.
+    /// `GET /v1/pull?cursor&limit` for `user`: the personal space's rows
+    /// changed after `cursor`, in seq order, at most `limit` and
+    /// [`crate::protocol::MAX_PULL_PAGE_BYTES`] of rows, as the schema's
+    /// newest version spells them, with that version.
+    pub fn pull(&self, user: &str, cursor: u64, limit: usize) -> PullResponse {
+        let limit = limit.clamp(1, MAX_PULL_LIMIT);
+        let (page, _) = self.page(&space::personal(user), cursor, limit, MAX_PULL_PAGE_BYTES);
+        PullResponse {
+            changes: page.changes,
+            cursor: page.cursor,
+            has_more: page.has_more,
+            now: self.now,
+            schema_version: Some(self.schema.version),
+        }
+    }
+
+    /// `POST /v1/pull` for `user` (shape already checked): every space the
+    /// device follows or `user` belongs to (PROTOCOL §4b).
+    pub fn pull_spaces(&self, user: &str, req: &SpacesPullRequest) -> SpacesPullResponse {
+        let personal = space::personal(user);
+        let mut members: Vec<(String, Role, u64)> = self
+            .members
+            .iter()
+            .filter(|((s, u), _)| u == user && *s != personal)
+            .map(|((s, _), r)| (s.clone(), *r, self.head_of(s)))
+            .collect();
+        members.push((personal.clone(), Role::Owner, self.head_of(&personal)));
+        let plan = space::plan_pull(&req.spaces, &members);
+        let mut out = SpacesPullResponse {
+            joined: plan.joined,
+            roles: plan.roles,
+            left: plan.left,
+            now: self.now,
+            schema_version: Some(self.schema.version),
+            ..Default::default()
+        };
+        let (mut changes_left, mut bytes_left) = (req.limit.unwrap_or(DEFAULT_PULL_LIMIT), MAX_PULL_PAGE_BYTES);
+        for (name, cursor) in plan.read {
+            if changes_left == 0 || bytes_left == 0 {
+                out.spaces.push(SpacePage { space: name, changes: Vec::new(), cursor, has_more: true });
+                out.has_more = true;
+                continue;
+            }
+            let (page, bytes) = self.page(&name, cursor, changes_left, bytes_left);
+            changes_left -= page.changes.len().min(changes_left);
+            bytes_left = bytes_left.saturating_sub(bytes);
+            out.has_more |= page.has_more;
+            out.spaces.push(page);
+        }
+        out
+    }
+
+    /// Creates the shared space `name`, owned by `owner` (again by its owner: nothing changes).
+    pub fn create_space(&mut self, name: &str, owner: &str) -> Result<(), ErrorBody> {
+        space::check_shared_space(name).map_err(|p| ErrorBody::new(ErrorCode::BadRequest, format!("space: {p}")))?;
+        if self.created.contains(name) {
+            return match self.stored_role(name, owner) {
+                Some(Role::Owner) => Ok(()),
+                _ => Err(ErrorBody::new(ErrorCode::Conflict, format!("a space named {name} exists already"))),
+            };
+        }
+        self.created.insert(name.to_owned());
+        self.members.insert((name.to_owned(), owner.to_owned()), Role::Owner);
+        Ok(())
+    }
+
+    /// Sets `user`'s role in `name` (`None`: removes), as `by` (`None`: the
+    /// admin credential), with the rules of [`space::check_member_change`].
+    pub fn set_member(&mut self, by: Option<&str>, name: &str, user: &str, role: Option<Role>) -> Result<(), ErrorBody> {
+        let refused = |r: MemberRefusal| match r {
+            MemberRefusal::Forbidden(m) => ErrorBody::new(ErrorCode::Forbidden, m),
+            MemberRefusal::Conflict(m) => ErrorBody::new(ErrorCode::Conflict, m),
+            MemberRefusal::BadRequest(m) => ErrorBody::new(ErrorCode::BadRequest, m),
+        };
+        space::check_member_change(name, user, None, None, 0).map_err(refused)?;
+        let exists = space::personal_owner(name).is_some() || self.created.contains(name);
+        match by {
+            None if !exists => return Err(ErrorBody::new(ErrorCode::NotFound, format!("no space {name}"))),
+            None => {}
+            Some(caller) => {
+                if !exists || !space::manages_members(self.role(name, caller)) {
+                    return Err(refused(space::not_an_owner(name)));
+                }
+            }
+        }
+        let before = self.stored_role(name, user);
+        let owners = self.members.iter().filter(|((s, _), r)| s == name && **r == Role::Owner).count();
+        if space::check_member_change(name, user, before, role, owners).map_err(refused)? {
+            let key = (name.to_owned(), user.to_owned());
+            match role {
+                Some(r) => self.members.insert(key, r),
+                None => self.members.remove(&key),
+            };
+        }
+        Ok(())
+    }
+
+    fn head_of(&self, name: &str) -> u64 {
+        self.spaces.get(name).map_or(0, |d| d.head)
+    }
+
+    /// The head seq of the user's personal space.
     pub fn head(&self, user: &str) -> u64 {
-        self.users.get(user).map_or(0, |d| d.head)
+        self.head_of(&space::personal(user))
     }
 
-    /// A user's rows, for checks.
+    /// A user's personal rows, for checks.
     pub fn rows(&self, user: &str) -> BTreeMap<RowKey, Row> {
-        self.users.get(user).map(|d| d.rows.iter().map(|(k, (r, _))| (k.clone(), r.clone())).collect()).unwrap_or_default()
+        self.space_rows(&space::personal(user))
+    }
+
+    /// A space's rows, for checks.
+    pub fn space_rows(&self, name: &str) -> BTreeMap<RowKey, Row> {
+        self.spaces.get(name).map(|d| d.rows.iter().map(|(k, (r, _))| (k.clone(), r.clone())).collect()).unwrap_or_default()
     }
 }
 
@@ -281,6 +418,40 @@ mod tests {
         assert!(matches!(&resp.verdicts[0].outcome, Outcome::Rejected { code, .. } if code == "clock_ahead"));
         assert_eq!(resp.verdicts[1].outcome, Outcome::Applied);
         assert_eq!(s.pull("u", 0, 10).now, Some(1_000));
+    }
+
+    #[test]
+    fn spaces_roles_and_one_pull_for_every_space() {
+        let mut s = MemoryServer::new(Schema::workout());
+        s.create_space("gym", "alice").unwrap();
+        assert_eq!(s.create_space("gym", "bob").unwrap_err().error.code, ErrorCode::Conflict);
+        let mut shared = op("a:1", "r-1");
+        shared.space = Some("gym".into());
+        assert_eq!(s.push("alice", &req("a:a1", vec![shared.clone(), op("a:2", "r-1")])).unwrap().verdicts[0].outcome, Outcome::Applied);
+        assert_eq!((s.head("alice"), s.head_of("gym")), (1, 1));
+        let mut bobs = op("b:1", "r-1");
+        bobs.space = Some("gym".into());
+        let v = s.push("bob", &req("b:a1", vec![bobs.clone()])).unwrap();
+        assert!(matches!(&v.verdicts[0].outcome, Outcome::Rejected { code, row: None, .. } if code == "forbidden"));
+        assert_eq!(s.set_member(Some("bob"), "gym", "bob", Some(Role::Owner)).unwrap_err().error.code, ErrorCode::Forbidden);
+        s.set_member(Some("alice"), "gym", "bob", Some(Role::Viewer)).unwrap();
+        let first = s.pull_spaces("bob", &SpacesPullRequest::default());
+        assert_eq!(
+            first.joined.iter().map(|m| (m.space.as_str(), m.role)).collect::<Vec<_>>(),
+            [("gym", Role::Viewer), ("~bob", Role::Owner)]
+        );
+        assert_eq!(first.spaces.len(), 1);
+        assert_eq!(first.spaces[0].changes.len(), 1);
+        // Granted: the early refusal stays; the viewer's new edit is read_only.
+        let mut again = bobs;
+        again.op_id = OpId::new("b:2");
+        let v = s.push("bob", &req("b:a2", vec![again])).unwrap();
+        assert!(matches!(&v.verdicts[0].outcome, Outcome::Rejected { code, row: Some(_), .. } if code == "read_only"));
+        s.set_member(None, "gym", "bob", None).unwrap();
+        let follow: SpacesPullRequest =
+            serde_json::from_value(serde_json::json!({"spaces": {"gym": {"cursor": 1, "role": "viewer"}}})).unwrap();
+        assert_eq!(s.pull_spaces("bob", &follow).left, ["gym"]);
+        assert_eq!(s.set_member(None, "gym", "alice", None).unwrap_err().error.code, ErrorCode::Conflict, "the last owner");
     }
 
     #[test]

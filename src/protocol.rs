@@ -31,7 +31,14 @@ pub const MAX_PULL_PAGE_BYTES: usize = 1 << 20;
 /// Whether a pull page holding `held` changes of `bytes` row bytes may take
 /// one more of `next` bytes (see [`MAX_PULL_PAGE_BYTES`]).
 pub fn page_takes(held: usize, bytes: usize, next: usize) -> bool {
-    held == 0 || bytes.saturating_add(next) <= MAX_PULL_PAGE_BYTES
+    page_fits(held, bytes, next, MAX_PULL_PAGE_BYTES)
+}
+
+/// [`page_takes`] within `budget` bytes (one pull of many spaces shares its
+/// bytes between them): a page holding `held` changes of `bytes` takes the
+/// next of `next` bytes if it is the first or fits.
+pub fn page_fits(held: usize, bytes: usize, next: usize, budget: usize) -> bool {
+    held == 0 || bytes.saturating_add(next) <= budget
 }
 
 /// The pull page size when the request names none.

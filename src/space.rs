@@ -132,6 +132,55 @@ pub fn manages_members(role: Option<Role>) -> bool {
     role == Some(Role::Owner)
 }
 
+/// Why a membership change is refused (the server answers it as the HTTP
+/// error of the same name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MemberRefusal {
+    /// 403: the caller does not manage the space's members (or may not see them).
+    #[error("{0}")]
+    Forbidden(String),
+    /// 409: the change would leave a shared space without an owner.
+    #[error("{0}")]
+    Conflict(String),
+    /// 400: the change names the personal space's own user.
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+/// The refusal of a caller who is not an owner of `space` (or not a member
+/// at all, or the space does not exist: the same words for all three).
+pub fn not_an_owner(space: &str) -> MemberRefusal {
+    MemberRefusal::Forbidden(format!("you are not an owner of space {space}"))
+}
+
+/// The refusal of a caller who may not see `space`'s members.
+pub fn not_a_member(space: &str) -> MemberRefusal {
+    MemberRefusal::Forbidden(format!("you are not a member of space {space}"))
+}
+
+/// Whether `user` may be given `role` (`None`: removed) in `space`, by a
+/// caller already known to manage it: the personal space's own user cannot
+/// be changed, and a shared space keeps at least one owner (`owners` is how
+/// many it has now). `Ok(false)`: nothing to change.
+pub fn check_member_change(
+    space: &str,
+    user: &str,
+    before: Option<Role>,
+    after: Option<Role>,
+    owners: usize,
+) -> Result<bool, MemberRefusal> {
+    if personal_owner(space) == Some(user) {
+        return Err(MemberRefusal::BadRequest(format!("{user} owns their personal space {space}; that cannot change")));
+    }
+    if before == after {
+        return Ok(false);
+    }
+    if before == Some(Role::Owner) && personal_owner(space).is_none() && owners <= 1 {
+        return Err(MemberRefusal::Conflict(format!("{user} is the last owner of space {space}; add another owner first")));
+    }
+    Ok(true)
+}
+
 /// The most spaces one pull may follow.
 pub const MAX_FOLLOWED: usize = 10_000;
 
@@ -256,6 +305,17 @@ mod tests {
         same.insert("~u".into(), Follow { cursor: 7, role: Some(Role::Owner) });
         same.insert("promoted".into(), Follow { cursor: 1, role: Some(Role::Editor) });
         assert_eq!(plan_pull(&same, &quiet), PullPlan::default());
+    }
+
+    #[test]
+    fn a_shared_space_keeps_an_owner_and_a_personal_space_its_user() {
+        assert_eq!(check_member_change("s", "a", None, Some(Role::Viewer), 1), Ok(true));
+        assert_eq!(check_member_change("s", "a", Some(Role::Viewer), Some(Role::Viewer), 1), Ok(false));
+        assert!(matches!(check_member_change("s", "a", Some(Role::Owner), None, 1), Err(MemberRefusal::Conflict(_))));
+        assert!(matches!(check_member_change("s", "a", Some(Role::Owner), Some(Role::Editor), 1), Err(MemberRefusal::Conflict(_))));
+        assert_eq!(check_member_change("s", "a", Some(Role::Owner), None, 2), Ok(true));
+        assert!(matches!(check_member_change("~a", "a", None, None, 0), Err(MemberRefusal::BadRequest(_))));
+        assert_eq!(check_member_change("~a", "b", Some(Role::Owner), None, 1), Ok(true), "a personal space keeps its user");
     }
 
     #[test]

@@ -393,7 +393,8 @@ async fn spaces_run(backend: &'static str, database: &str, spaces: usize, backfi
                 .map(|i| json!({"opId": format!("o:{i}"), "table": "sets", "rowId": format!("r-{i}"), "space": format!("s{i}"),
                                 "at": 1, "fields": {"exercise": "squat", "weightKg": 1, "reps": 1}}))
                 .collect();
-            let r = post("/v1/push", "owner", json!({"attemptKey": unique("a"), "batch": ops}).to_string()).await.unwrap();
+            let r =
+                post("/v1/push", "owner", json!({"attemptKey": unique("a"), "batch": ops}).to_string()).await.unwrap();
             assert_eq!(r.status().as_u16(), 200);
         }
         let mut follow = serde_json::Map::new();
@@ -416,17 +417,26 @@ async fn spaces_run(backend: &'static str, database: &str, spaces: usize, backfi
         let mut times = times.split_off(5);
         times.sort();
         let (p50, p99) = (pct(&times, 0.5).as_secs_f64() * 1e3, pct(&times, 0.99).as_secs_f64() * 1e3);
-        println!("{backend} empty pull in {spaces} spaces: {n} requests, p50 {p50:.2} ms p99 {p99:.2} ms ({} bytes each)", body.len());
-        lines.push(format!("| {} | empty pull, {spaces} spaces followed | p50 {p50:.2} ms, p99 {p99:.2} ms ({n} requests) |", backend_name(backend)));
+        println!(
+            "{backend} empty pull in {spaces} spaces: {n} requests, p50 {p50:.2} ms p99 {p99:.2} ms ({} bytes each)",
+            body.len()
+        );
+        lines.push(format!(
+            "| {} | empty pull, {spaces} spaces followed | p50 {p50:.2} ms, p99 {p99:.2} ms ({n} requests) |",
+            backend_name(backend)
+        ));
     }
     if backfill > 0 {
         store.create_space("big", "owner").await.unwrap();
         for p in 0..backfill.div_ceil(OPS_PER_PUSH) {
             let ops: Vec<_> = (p * OPS_PER_PUSH..((p + 1) * OPS_PER_PUSH).min(backfill))
-                .map(|i| json!({"opId": format!("b:{i}"), "table": "sets", "rowId": format!("b-{i}"), "space": "big",
-                                "at": 1, "fields": {"exercise": "squat", "weightKg": 82.5, "reps": (i % 100) + 1}}))
+                .map(|i| {
+                    json!({"opId": format!("b:{i}"), "table": "sets", "rowId": format!("b-{i}"), "space": "big",
+                                "at": 1, "fields": {"exercise": "squat", "weightKg": 82.5, "reps": (i % 100) + 1}})
+                })
                 .collect();
-            let r = post("/v1/push", "owner", json!({"attemptKey": unique("a"), "batch": ops}).to_string()).await.unwrap();
+            let r =
+                post("/v1/push", "owner", json!({"attemptKey": unique("a"), "batch": ops}).to_string()).await.unwrap();
             assert_eq!(r.status().as_u16(), 200);
         }
         store
@@ -453,7 +463,11 @@ async fn spaces_run(backend: &'static str, database: &str, spaces: usize, backfi
         }
         let wall = started.elapsed().as_secs_f64();
         assert_eq!(rows, backfill);
-        println!("{backend} backfill of a {backfill}-row space: {requests} pulls in {:.2} s = {:.0} rows/s", wall, rows as f64 / wall);
+        println!(
+            "{backend} backfill of a {backfill}-row space: {requests} pulls in {:.2} s = {:.0} rows/s",
+            wall,
+            rows as f64 / wall
+        );
         lines.push(format!(
             "| {} | backfill of a {backfill}-row space after a grant | {:.2} s, {:.0} rows/s ({requests} pulls of ≤ 1000) |",
             backend_name(backend),
@@ -608,7 +622,9 @@ async fn main() {
     let (spaces, backfill) = (env("LOAD_SPACES", 1000), env("LOAD_BACKFILL_ROWS", 100_000));
     let mut space_lines = Vec::new();
     for backend in ["sqlite", "postgres"].into_iter().filter(|b| backends.contains(b)) {
-        if (spaces == 0 && backfill == 0) || (backend == "postgres" && std::env::var_os("MARKSYNC_TEST_POSTGRES_URL").is_none()) {
+        if (spaces == 0 && backfill == 0)
+            || (backend == "postgres" && std::env::var_os("MARKSYNC_TEST_POSTGRES_URL").is_none())
+        {
             continue;
         }
         let db = fresh_database(backend).await.unwrap();

@@ -502,7 +502,7 @@ where
     let (mut changes, mut bytes, mut has_more) = (Vec::new(), 0usize, false);
     while let Some((t, r, f, m, seq)) = rows.try_next().await? {
         let size = f.len() + m.len();
-        if changes.len() == limit || !(changes.is_empty() || bytes.saturating_add(size) <= budget) {
+        if changes.len() == limit || !marksync::protocol::page_fits(changes.len(), bytes, size, budget) {
             has_more = true;
             break;
         }

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use marksync::protocol::{SpacePage, SpacesPullResponse, DEFAULT_PULL_LIMIT};
-use marksync::space::{self, Follow, Role};
+use marksync::space::{self, Follow, MemberRefusal, Role};
 
 use super::StoreError;
 
@@ -100,8 +100,18 @@ async fn may_manage<T: MemberTxn>(tx: &mut T, actor: Actor<'_>, space: &str) -> 
             if space::manages_members(space::role_of(user, space, stored)) {
                 Ok(())
             } else {
-                Err(SpaceError::Forbidden(format!("you are not an owner of space {space}")))
+                Err(space::not_an_owner(space).into())
             }
+        }
+    }
+}
+
+impl From<MemberRefusal> for SpaceError {
+    fn from(r: MemberRefusal) -> Self {
+        match r {
+            MemberRefusal::Forbidden(m) => SpaceError::Forbidden(m),
+            MemberRefusal::Conflict(m) => SpaceError::Conflict(m),
+            MemberRefusal::BadRequest(m) => SpaceError::BadRequest(m),
         }
     }
 }
@@ -173,7 +183,7 @@ pub(crate) async fn members<B: MemberBackend>(
         Actor::User(user) => {
             let stored = if exists { tx.member(space, user).await? } else { None };
             if space::role_of(user, space, stored).is_none() {
-                return Err(SpaceError::Forbidden(format!("you are not a member of space {space}")));
+                return Err(space::not_a_member(space).into());
             }
         }
     }
