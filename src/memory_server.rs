@@ -262,12 +262,10 @@ impl MemoryServer {
         let exists = space::personal_owner(name).is_some() || self.created.contains(name);
         match by {
             None if !exists => return Err(ErrorBody::new(ErrorCode::NotFound, format!("no space {name}"))),
-            None => {}
-            Some(caller) => {
-                if !exists || !space::manages_members(self.role(name, caller)) {
-                    return Err(refused(space::not_an_owner(name)));
-                }
+            Some(caller) if !exists || !space::manages_members(self.role(name, caller)) => {
+                return Err(refused(space::not_an_owner(name)));
             }
+            _ => {}
         }
         let before = self.stored_role(name, user);
         let owners = self.members.iter().filter(|((s, _), r)| s == name && **r == Role::Owner).count();
