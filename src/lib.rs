@@ -50,6 +50,8 @@ pub mod sync_state;
 
 #[cfg(feature = "sim")]
 pub mod sim;
+#[cfg(feature = "sim")]
+pub mod sim_spaces;
 
 #[doc(hidden)]
 pub mod workload;

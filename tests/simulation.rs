@@ -56,3 +56,28 @@ fn frozen_seeds() {
         }
     }
 }
+
+/// Shared spaces (PROTOCOL §3c, §4b): users, spaces, grants, role changes and
+/// revokes in seeded schedules; isolation, convergence of every member on
+/// every space, no op lost, refusals that stand after a grant.
+#[test]
+fn spaces_with_changing_membership_converge_and_never_leak() {
+    use marksync::sim_spaces::{run, run_many, SpacesConfig};
+    let cfg = SpacesConfig::default();
+    if let Some(seed) = env_u64("MARKSYNC_SPACES_SEED") {
+        if let Err(f) = run(seed, &cfg) {
+            panic!("{f}");
+        }
+        return;
+    }
+    let n = env_u64("MARKSYNC_SIM_SCHEDULES").map_or(2_000, |n| n / 5);
+    match run_many(0, n, &cfg) {
+        Ok(stats) => {
+            println!("{n} space schedules: {stats:?}");
+            assert!(stats.applied > 0 && stats.forbidden > 0 && stats.read_only > 0, "{stats:?}");
+            assert!(stats.grants > 0 && stats.revokes > 0 && stats.left > 0, "{stats:?}");
+            assert!(stats.resent > 0 && stats.refused_then_granted > 0, "{stats:?}");
+        }
+        Err(f) => panic!("replay with MARKSYNC_SPACES_SEED={}\n{f}", f.seed),
+    }
+}

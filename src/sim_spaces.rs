@@ -1,0 +1,375 @@
+//! A seeded simulation of shared spaces (PROTOCOL §3c, §4b) against the
+//! in-memory server, which judges with the same core as the reference
+//! server: users, spaces, and membership changes (grants, role changes,
+//! revokes) interleaved with pushes — into spaces a user belongs to, and
+//! into ones they do not — answers lost after the commit and sent again, and
+//! pulls of every followed space.
+//!
+//! Each user pulls as the protocol tells a device to: it follows the spaces
+//! it was told of (`joined`, from cursor 0), keeps each space's rows and
+//! cursor, takes the roles it is told, and drops a space it `left`. (The
+//! browser client does not follow spaces yet; this follower is the
+//! contract such a client keeps.) After the schedule every user pulls until
+//! nothing is new, and [`run`] checks:
+//! - **isolation**: a pull never returned a row of a space the user was not
+//!   a member of at that moment;
+//! - **convergence**: every member's copy of every space equals the server's,
+//!   and no user holds a space they are not a member of;
+//! - **nothing lost**: every op sent has exactly one verdict, remembered
+//!   once; every answer to a resend is the first answer (a rejection word
+//!   for word); an applied op's space holds a mark at least as new as its own;
+//! - **refusals stand**: an op refused for permission is still refused when
+//!   sent again after its sender was granted a role.
+
+use std::collections::{BTreeMap, HashMap};
+
+use fastrand::Rng;
+
+use crate::memory_server::MemoryServer;
+use crate::protocol::{Fields, Op, OpId, Outcome, PushRequest, Row, RowKey, SpacesPullRequest, Value};
+use crate::schema::Schema;
+use crate::space::{self, Follow, Role, FORBIDDEN, READ_ONLY};
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct SpacesConfig {
+    /// How many users.
+    pub users: usize,
+    /// How many shared spaces (each created by a random user).
+    pub spaces: usize,
+    /// How many random events.
+    pub events: usize,
+}
+
+impl Default for SpacesConfig {
+    fn default() -> Self {
+        SpacesConfig { users: 4, spaces: 3, events: 120 }
+    }
+}
+
+/// What a run did, in numbers (proof the interesting cases happened).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpacesStats {
+    /// Ops sent for the first time.
+    pub ops: usize,
+    /// Ops applied.
+    pub applied: usize,
+    /// Ops refused `forbidden`.
+    pub forbidden: usize,
+    /// Ops refused `read_only`.
+    pub read_only: usize,
+    /// Grants and role changes.
+    pub grants: usize,
+    /// Revokes.
+    pub revokes: usize,
+    /// Spaces a user left (told by a pull).
+    pub left: usize,
+    /// Answers lost after the commit, and the op sent again.
+    pub resent: usize,
+    /// Refused ops sent again after their sender was granted a role.
+    pub refused_then_granted: usize,
+}
+
+/// A failed run: the seed and what broke, with the schedule so far.
+#[derive(Debug, Clone)]
+pub struct SpacesFailure {
+    /// The seed that replays it.
+    pub seed: u64,
+    /// What broke.
+    pub problem: String,
+    /// The events until then.
+    pub log: Vec<String>,
+}
+
+impl std::fmt::Display for SpacesFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "seed {}: {}", self.seed, self.problem)?;
+        for line in self.log.iter().rev().take(40).collect::<Vec<_>>().into_iter().rev() {
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One user's device, following spaces as the protocol says.
+#[derive(Debug, Default)]
+struct Follower {
+    follows: BTreeMap<String, Follow>,
+    rows: BTreeMap<String, BTreeMap<RowKey, Row>>,
+}
+
+struct Run {
+    seed: u64,
+    rng: Rng,
+    server: MemoryServer,
+    users: Vec<String>,
+    spaces: Vec<String>,
+    followers: HashMap<String, Follower>,
+    /// Every op sent: (sender, op, the first answer).
+    sent: Vec<(String, Op, Outcome)>,
+    stats: SpacesStats,
+    log: Vec<String>,
+    n: u64,
+}
+
+impl Run {
+    fn fail(&self, problem: String) -> SpacesFailure {
+        SpacesFailure { seed: self.seed, problem, log: self.log.clone() }
+    }
+
+    fn pick<'a>(&mut self, from: &'a [String]) -> &'a str {
+        &from[self.rng.usize(..from.len())]
+    }
+
+    fn role(&self, space: &str, user: &str) -> Option<Role> {
+        self.server.role(space, user)
+    }
+
+    fn membership(&mut self) {
+        let space = self.pick(&self.spaces.clone()).to_owned();
+        let user = self.pick(&self.users.clone()).to_owned();
+        let role = match self.rng.u8(..4) {
+            0 => None,
+            1 => Some(Role::Viewer),
+            2 => Some(Role::Editor),
+            _ => Some(Role::Owner),
+        };
+        // An owner of the space acts (or, now and then, someone who is not).
+        let owners: Vec<String> = self.users.iter().filter(|u| self.role(&space, u) == Some(Role::Owner)).cloned().collect();
+        let by = if owners.is_empty() || self.rng.u8(..6) == 0 {
+            self.pick(&self.users.clone()).to_owned()
+        } else {
+            self.pick(&owners).to_owned()
+        };
+        let result = self.server.set_member(Some(&by), &space, &user, role);
+        self.log.push(format!("{by} sets {user} in {space} to {role:?}: {:?}", result.as_ref().map_err(|e| &e.error.code)));
+        if result.is_ok() {
+            if role.is_some() {
+                self.stats.grants += 1;
+            } else {
+                self.stats.revokes += 1;
+            }
+        }
+    }
+
+    fn push(&mut self) -> Result<(), SpacesFailure> {
+        let sender = self.pick(&self.users.clone()).to_owned();
+        // Mostly a space the sender is in; sometimes any space, or their own.
+        let space = match self.rng.u8(..5) {
+            0 => space::personal(&sender),
+            _ => self.pick(&self.spaces.clone()).to_owned(),
+        };
+        // Now and then, send again an op that was refused for permission.
+        let refused: Vec<usize> = (0..self.sent.len())
+            .filter(|&i| {
+                self.sent[i].0 == sender
+                    && matches!(&self.sent[i].2, Outcome::Rejected { code, .. } if code == FORBIDDEN || code == READ_ONLY)
+            })
+            .collect();
+        let (op, again) = if !refused.is_empty() && self.rng.u8(..4) == 0 {
+            let i = refused[self.rng.usize(..refused.len())];
+            (self.sent[i].1.clone(), Some(i))
+        } else {
+            self.n += 1;
+            let row = format!("r{}", self.rng.u8(..6));
+            let mut fields = Fields::new();
+            fields.insert("exercise".into(), Value::from("squat"));
+            fields.insert("weightKg".into(), Value::from(80.0));
+            fields.insert("reps".into(), Value::from(i64::from(self.rng.u8(1..20))));
+            let op = Op {
+                op_id: OpId::new(format!("{sender}:{}", self.n)),
+                table: "sets".into(),
+                row_id: row,
+                fields,
+                at: self.n,
+                schema: 1,
+                space: Some(space.clone()),
+            };
+            (op, None)
+        };
+        let may_now = self.role(op.space.as_deref().unwrap_or_default(), &sender).is_some_and(Role::writes);
+        let req = PushRequest { attempt_key: format!("{sender}:a{}", self.n), batch: vec![op.clone()] };
+        let answer = self.server.push(&sender, &req).map_err(|e| self.fail(format!("push refused whole: {e:?}")))?;
+        let outcome = answer.verdicts[0].outcome.clone();
+        self.log.push(format!("{sender} pushes {} into {space}: {outcome:?}", op.op_id.as_str()));
+        let first_of = |o: &Outcome| match o {
+            Outcome::Duplicate => Outcome::Applied,
+            Outcome::Rejected { reason, code, .. } => Outcome::Rejected { reason: reason.clone(), code: code.clone(), row: None },
+            other => other.clone(),
+        };
+        match again {
+            Some(i) => {
+                if first_of(&outcome) != first_of(&self.sent[i].2) {
+                    return Err(self.fail(format!("{} answered {outcome:?}, first {:?}", op.op_id.as_str(), self.sent[i].2)));
+                }
+                if may_now {
+                    self.stats.refused_then_granted += 1;
+                }
+            }
+            None => {
+                self.stats.ops += 1;
+                match &outcome {
+                    Outcome::Applied => self.stats.applied += 1,
+                    Outcome::Rejected { code, row, .. } => {
+                        if code == FORBIDDEN {
+                            self.stats.forbidden += 1;
+                            if row.is_some() {
+                                return Err(self.fail(format!("a forbidden op carried a row: {outcome:?}")));
+                            }
+                        } else if code == READ_ONLY {
+                            self.stats.read_only += 1;
+                        }
+                    }
+                    Outcome::Duplicate => return Err(self.fail(format!("a new op answered duplicate: {op:?}"))),
+                }
+                let expect_write = may_now;
+                if expect_write != matches!(outcome, Outcome::Applied) {
+                    return Err(self.fail(format!("{sender} may write in {space}: {may_now}, but the op got {outcome:?}")));
+                }
+                // The answer is lost after the commit; the op goes again.
+                if self.rng.u8(..3) == 0 {
+                    self.stats.resent += 1;
+                    let again = self.server.push(&sender, &req).map_err(|e| self.fail(format!("{e:?}")))?;
+                    if first_of(&again.verdicts[0].outcome) != first_of(&outcome) {
+                        return Err(self.fail(format!("a resend answered {:?}, first {outcome:?}", again.verdicts[0].outcome)));
+                    }
+                }
+                self.sent.push((sender, op, outcome));
+            }
+        }
+        Ok(())
+    }
+
+    /// One pull of `user`, applied as a device does; checks isolation.
+    fn pull(&mut self, user: &str) -> Result<bool, SpacesFailure> {
+        let follower = self.followers.entry(user.to_owned()).or_default();
+        let req = SpacesPullRequest { spaces: follower.follows.clone(), limit: Some(1 + self.rng.usize(..8)) };
+        let answer = self.server.pull_spaces(user, &req);
+        for page in &answer.spaces {
+            if self.server.role(&page.space, user).is_none() && !page.changes.is_empty() {
+                return Err(self.fail(format!("{user} pulled rows of {}, not a member", page.space)));
+            }
+        }
+        let follower = self.followers.entry(user.to_owned()).or_default();
+        for m in &answer.joined {
+            follower.follows.insert(m.space.clone(), Follow { cursor: 0, role: Some(m.role) });
+        }
+        for m in &answer.roles {
+            if let Some(f) = follower.follows.get_mut(&m.space) {
+                f.role = Some(m.role);
+            }
+        }
+        for s in &answer.left {
+            follower.follows.remove(s);
+            follower.rows.remove(s);
+            self.stats.left += 1;
+        }
+        for page in answer.spaces {
+            let rows = follower.rows.entry(page.space.clone()).or_default();
+            for c in page.changes {
+                rows.insert(c.key, c.row);
+            }
+            if let Some(f) = follower.follows.get_mut(&page.space) {
+                f.cursor = f.cursor.max(page.cursor);
+            }
+        }
+        let quiet = !answer.has_more && answer.joined.is_empty() && answer.left.is_empty() && answer.roles.is_empty();
+        self.log.push(format!("{user} pulls (quiet: {quiet})"));
+        Ok(quiet)
+    }
+
+    fn check(&mut self) -> Result<(), SpacesFailure> {
+        for user in self.users.clone() {
+            let mut quiet = false;
+            for _ in 0..200 {
+                if self.pull(&user)? {
+                    quiet = true;
+                    break;
+                }
+            }
+            if !quiet {
+                return Err(self.fail(format!("{user} never caught up")));
+            }
+            let f = &self.followers[&user];
+            let mut all = self.spaces.clone();
+            all.push(space::personal(&user));
+            for s in all {
+                let member = self.server.role(&s, &user).is_some();
+                let held = f.rows.get(&s).cloned().unwrap_or_default();
+                if !member && (f.follows.contains_key(&s) || !held.is_empty()) {
+                    return Err(self.fail(format!("{user} holds {s} without being a member")));
+                }
+                if member && held != self.server.space_rows(&s) {
+                    return Err(self.fail(format!("{user}'s copy of {s} differs from the server's")));
+                }
+            }
+        }
+        // Nothing lost: one verdict per op, remembered once; applied ops are in their space.
+        for (sender, op, outcome) in &self.sent {
+            let data = &self.server.users[sender];
+            if data.verdict_count.get(&op.op_id) != Some(&1) {
+                return Err(self.fail(format!("{} remembered {:?} times", op.op_id.as_str(), data.verdict_count.get(&op.op_id))));
+            }
+            if let Outcome::Applied = outcome {
+                let rows = self.server.space_rows(op.space.as_deref().unwrap_or_default());
+                let row = rows.get(&op.row_key());
+                let held = row.and_then(|r| r.cells.get("reps")).map(|c| c.mark.clone());
+                if held.is_none_or(|m| crate::order::newer(&op.mark(), &m)) {
+                    return Err(self.fail(format!("applied {} is not in its space", op.op_id.as_str())));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs one seeded schedule.
+pub fn run(seed: u64, cfg: &SpacesConfig) -> Result<SpacesStats, SpacesFailure> {
+    let mut r = Run {
+        seed,
+        rng: Rng::with_seed(seed),
+        server: MemoryServer::new(Schema::workout()),
+        users: (0..cfg.users).map(|i| format!("user{i}")).collect(),
+        spaces: (0..cfg.spaces).map(|i| format!("space{i}")).collect(),
+        followers: HashMap::new(),
+        sent: Vec::new(),
+        stats: SpacesStats::default(),
+        log: Vec::new(),
+        n: 0,
+    };
+    for s in r.spaces.clone() {
+        let owner = r.pick(&r.users.clone()).to_owned();
+        r.server.create_space(&s, &owner).map_err(|e| r.fail(format!("{e:?}")))?;
+        r.log.push(format!("{owner} creates {s}"));
+    }
+    for _ in 0..cfg.events {
+        match r.rng.u8(..10) {
+            0..=2 => r.membership(),
+            3..=6 => r.push()?,
+            _ => {
+                let user = r.pick(&r.users.clone()).to_owned();
+                r.pull(&user)?;
+            }
+        }
+    }
+    r.check()?;
+    Ok(r.stats)
+}
+
+/// Runs `count` schedules from `first_seed`; the stats summed.
+pub fn run_many(first_seed: u64, count: u64, cfg: &SpacesConfig) -> Result<SpacesStats, SpacesFailure> {
+    let mut total = SpacesStats::default();
+    for seed in first_seed..first_seed + count {
+        let s = run(seed, cfg)?;
+        total.ops += s.ops;
+        total.applied += s.applied;
+        total.forbidden += s.forbidden;
+        total.read_only += s.read_only;
+        total.grants += s.grants;
+        total.revokes += s.revokes;
+        total.left += s.left;
+        total.resent += s.resent;
+        total.refused_then_granted += s.refused_then_granted;
+    }
+    Ok(total)
+}
