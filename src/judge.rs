@@ -300,6 +300,14 @@ impl AnswerRows {
     }
 }
 
+/// One space of a batch as the judge goes: the sender's role and the head.
+struct Slot {
+    name: SpaceId,
+    role: Option<Role>,
+    head: u64,
+    moved: bool,
+}
+
 /// Judges up to [`MAX_JUDGED_PER_PUSH`] ops of `sender`'s `batch` (shapes already checked).
 ///
 /// Stops before the first op whose schema is newer than `schema.version`
@@ -313,17 +321,20 @@ impl AnswerRows {
 /// rows stored under one are read as the newest version spells them
 /// (PROTOCOL §3b): rows are written, and carried, that way.
 pub fn judge_batch(schema: &Schema, sender: &str, batch: &[Op], known: Known, limits: &Limits) -> Result<Judgement, JudgeError> {
-    let Known { mut rows, mut verdicts, mut heads, roles } = known;
+    let Known { mut rows, mut verdicts, heads, roles } = known;
     for ((_, key), row) in rows.iter_mut() {
         if let std::borrow::Cow::Owned(upgraded) = schema.upgrade_row(&key.table, row) {
             *row = upgraded;
         }
     }
     let personal: SpaceId = space::personal(sender).into();
-    let mut named: HashMap<&str, SpaceId> = HashMap::new();
+    // The batch's spaces, each looked up once (a batch names few, many
+    // times: the last one used is tried first).
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut slot_of: HashMap<&str, usize> = HashMap::new();
+    let mut last = usize::MAX;
     let mut out = Judgement::default();
     let mut written: HashMap<Placed, u64> = HashMap::new();
-    let mut moved_heads: HashSet<SpaceId> = HashSet::new();
     let mut answer = AnswerRows::default();
     // (verdict index, placed row) of every rejection whose sender may read
     // the row's space: the rows are filled in at the end.
@@ -337,13 +348,19 @@ pub fn judge_batch(schema: &Schema, sender: &str, batch: &[Op], known: Known, li
             out.stopped = Some(Stop::SchemaTooNew(op.schema));
             break;
         }
-        let space = match op.space.as_deref() {
-            None => personal.clone(),
-            Some(s) if *s == *personal => personal.clone(),
-            Some(s) => named.entry(s).or_insert_with(|| SpaceId::from(s)).clone(),
-        };
-        let role = space::role_of(sender, &space, roles.get(&space).copied());
-        let at: Placed = (space, op.row_key());
+        let name = op.space_or(&personal);
+        if slots.get(last).is_none_or(|s| *s.name != *name) {
+            last = *slot_of.entry(name).or_insert_with(|| {
+                let id: SpaceId = if name == &*personal { personal.clone() } else { name.into() };
+                let role = space::role_of(sender, &id, roles.get(&id).copied());
+                let head = heads.get(&id).copied().unwrap_or(0);
+                slots.push(Slot { name: id, role, head, moved: false });
+                slots.len() - 1
+            });
+        }
+        let slot = &mut slots[last];
+        let role = slot.role;
+        let at: Placed = (slot.name.clone(), op.row_key());
         let current = rows.get(&at);
         if let Some(saved) = verdicts.get(&op.op_id) {
             if let (Remembered::Rejected { .. }, Some(_)) = (saved, role) {
@@ -367,11 +384,11 @@ pub fn judge_batch(schema: &Schema, sender: &str, batch: &[Op], known: Known, li
                         out.stopped = Some(Stop::AnswerFull);
                         break;
                     }
-                    let head = heads.entry(at.0.clone()).or_insert(0);
-                    *head += 1;
-                    out.seqs.push((op.op_id.clone(), *head));
-                    written.insert(at.clone(), *head);
-                    moved_heads.insert(at.0.clone());
+                    let slot = &mut slots[last];
+                    slot.head += 1;
+                    slot.moved = true;
+                    out.seqs.push((op.op_id.clone(), slot.head));
+                    written.insert(at.clone(), slot.head);
                     rows.insert(at.clone(), row);
                 }
                 (Outcome::Applied, Remembered::Applied)
@@ -407,13 +424,7 @@ pub fn judge_batch(schema: &Schema, sender: &str, batch: &[Op], known: Known, li
         written.into_iter().filter_map(|(at, seq)| rows.remove(&at).map(|row| RowWrite { space: at.0, key: at.1, row, seq })).collect();
     writes.sort_by(|a, b| (&a.space, a.seq).cmp(&(&b.space, b.seq)));
     out.writes = writes;
-    let mut moved: Vec<(SpaceId, u64)> = moved_heads
-        .into_iter()
-        .map(|s| {
-            let h = heads.get(&s).copied().unwrap_or(0);
-            (s, h)
-        })
-        .collect();
+    let mut moved: Vec<(SpaceId, u64)> = slots.into_iter().filter(|s| s.moved).map(|s| (s.name, s.head)).collect();
     moved.sort();
     out.heads = moved;
     Ok(out)
