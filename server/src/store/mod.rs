@@ -261,8 +261,7 @@ impl Store {
             if space == personal {
                 continue;
             }
-            let role = Role::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("member role {role:?}")))?;
-            rest.push((space, role, codec::seq_from_db(head)?));
+            rest.push((space, stored_role(&role)?, codec::seq_from_db(head)?));
         }
         rest.sort_by(|a, b| a.0.cmp(&b.0));
         out.extend(rest);
@@ -436,8 +435,7 @@ pub(crate) async fn judge_loaded(
         known.heads.insert(space.into(), codec::seq_from_db(head)?);
     }
     for (space, role) in loaded.roles {
-        let role = Role::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("member role {role:?}")))?;
-        known.roles.insert(space.into(), role);
+        known.roles.insert(space.into(), stored_role(&role)?);
     }
     for (space, t, r, f, m) in loaded.rows {
         known.rows.insert((space.into(), marksync::RowKey::new(t, r)), codec::decode_row(&f, &m)?);
@@ -449,6 +447,11 @@ pub(crate) async fn judge_loaded(
         tokio::time::sleep(ctl.hold_lock_for).await;
     }
     Ok(marksync::judge::judge_batch(schema, sender, batch, known, limits)?)
+}
+
+/// A role as stored in `members.role`.
+pub(crate) fn stored_role(role: &str) -> Result<Role, StoreError> {
+    Role::parse(role).ok_or_else(|| StoreError::Corrupt(format!("member role {role:?}")))
 }
 
 /// Step 4's check: whether the verdict insert met verdicts another writer

@@ -56,12 +56,14 @@ impl From<sqlx::Error> for SpaceError {
 /// the transaction [`MemberBackend::begin_members`] opened.
 #[allow(async_fn_in_trait)]
 pub(crate) trait MemberTxn: Sized {
-    /// Takes `space`'s lock (its heads row, made for a personal space);
-    /// whether the space exists (a personal space always does).
-    async fn lock_space(&mut self, space: &str) -> Result<bool, StoreError>;
-    /// Creates the shared space `space` with `owner` as its owner, unless the
-    /// name is taken; whether it was created.
-    async fn create(&mut self, space: &str, owner: &str) -> Result<bool, StoreError>;
+    /// Makes `space`'s heads row (its lock) unless it exists.
+    async fn ensure_head(&mut self, space: &str) -> Result<(), StoreError>;
+    /// Takes `space`'s lock (its heads row, held to the end of the
+    /// transaction); whether the row exists.
+    async fn lock_head(&mut self, space: &str) -> Result<bool, StoreError>;
+    /// Inserts the shared space `space`, created by `owner`, unless the name
+    /// is taken; whether it was inserted.
+    async fn insert_space(&mut self, space: &str, owner: &str) -> Result<bool, StoreError>;
     /// `user`'s stored role in `space`.
     async fn member(&mut self, space: &str, user: &str) -> Result<Option<Role>, StoreError>;
     /// How many owners `space` has stored.
@@ -89,9 +91,18 @@ pub(crate) trait MemberBackend {
     async fn begin_members(&self) -> Result<Self::Txn, StoreError>;
 }
 
+/// Takes `space`'s lock; whether the space exists (a personal space always
+/// does: its heads row is made here if the user never wrote).
+async fn lock_space<T: MemberTxn>(tx: &mut T, space: &str) -> Result<bool, StoreError> {
+    if space::personal_owner(space).is_some() {
+        tx.ensure_head(space).await?;
+    }
+    tx.lock_head(space).await
+}
+
 /// `actor`'s right to manage `space`'s members, under the space's lock.
 async fn may_manage<T: MemberTxn>(tx: &mut T, actor: Actor<'_>, space: &str) -> Result<(), SpaceError> {
-    let exists = tx.lock_space(space).await?;
+    let exists = lock_space(tx, space).await?;
     match actor {
         Actor::Admin if exists => Ok(()),
         Actor::Admin => Err(SpaceError::NotFound(space.to_owned())),
@@ -122,8 +133,11 @@ impl From<MemberRefusal> for SpaceError {
 pub(crate) async fn create<B: MemberBackend>(backend: &B, space: &str, owner: &str) -> Result<Role, SpaceError> {
     space::check_shared_space(space).map_err(|p| SpaceError::BadRequest(format!("space: {p}")))?;
     let mut tx = backend.begin_members().await?;
-    if !tx.create(space, owner).await? {
-        tx.lock_space(space).await?;
+    if tx.insert_space(space, owner).await? {
+        tx.ensure_head(space).await?;
+        tx.set(space, owner, Some(Role::Owner)).await?;
+    } else {
+        tx.lock_head(space).await?;
         if tx.member(space, owner).await? != Some(Role::Owner) {
             return Err(SpaceError::Conflict(format!("a space named {space} exists already")));
         }
@@ -176,7 +190,7 @@ pub(crate) async fn members<B: MemberBackend>(
 ) -> Result<Vec<(String, Role)>, SpaceError> {
     space::check_space(space).map_err(|p| SpaceError::BadRequest(format!("space: {p}")))?;
     let mut tx = backend.begin_members().await?;
-    let exists = tx.lock_space(space).await?;
+    let exists = lock_space(&mut tx, space).await?;
     match actor {
         Actor::Admin if !exists => return Err(SpaceError::NotFound(space.to_owned())),
         Actor::Admin => {}
@@ -236,7 +250,7 @@ pub(crate) async fn pull<B: PullBackend>(
     let personal = space::personal(user);
     let mut members = Vec::new();
     for (space, role, head) in snap.memberships(user).await? {
-        let role = Role::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("member role {role:?}")))?;
+        let role = super::stored_role(&role)?;
         if space != personal {
             members.push((space, role, super::codec::seq_from_db(head)?));
         }

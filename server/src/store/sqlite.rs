@@ -390,33 +390,31 @@ impl MemberBackend for SqliteStore {
 }
 
 impl MemberTxn for SqlitePush {
-    async fn lock_space(&mut self, space: &str) -> Result<bool, StoreError> {
-        if marksync::space::personal_owner(space).is_some() {
-            sqlx::query(sql::ENSURE_HEAD).bind(space).execute(&mut *self.0).await?;
-        }
+    async fn ensure_head(&mut self, space: &str) -> Result<(), StoreError> {
+        sqlx::query(sql::ENSURE_HEAD).bind(space).execute(&mut *self.0).await?;
+        Ok(())
+    }
+
+    /// The single writer is every space's lock already: whether the row exists.
+    async fn lock_head(&mut self, space: &str) -> Result<bool, StoreError> {
         let n: i64 = sqlx::query_scalar(sql::SPACE_EXISTS).bind(space).fetch_one(&mut *self.0).await?;
         Ok(n > 0)
     }
 
-    async fn create(&mut self, space: &str, owner: &str) -> Result<bool, StoreError> {
+    async fn insert_space(&mut self, space: &str, owner: &str) -> Result<bool, StoreError> {
         let made: Option<String> = sqlx::query_scalar(sql::CREATE_SPACE)
             .bind(space)
             .bind(owner)
             .bind(now_ms())
             .fetch_optional(&mut *self.0)
             .await?;
-        if made.is_none() {
-            return Ok(false);
-        }
-        sqlx::query(sql::ENSURE_HEAD).bind(space).execute(&mut *self.0).await?;
-        self.set(space, owner, Some(Role::Owner)).await?;
-        Ok(true)
+        Ok(made.is_some())
     }
 
     async fn member(&mut self, space: &str, user: &str) -> Result<Option<Role>, StoreError> {
         let role: Option<String> =
             sqlx::query_scalar(sql::MEMBER).bind(space).bind(user).fetch_optional(&mut *self.0).await?;
-        role.map(|r| Role::parse(&r).ok_or_else(|| StoreError::Corrupt(format!("member role {r:?}")))).transpose()
+        role.as_deref().map(super::stored_role).transpose()
     }
 
     async fn owners(&mut self, space: &str) -> Result<i64, StoreError> {
@@ -441,11 +439,7 @@ impl MemberTxn for SqlitePush {
 
     async fn list(&mut self, space: &str) -> Result<Vec<(String, Role)>, StoreError> {
         let rows: Vec<(String, String)> = sqlx::query_as(sql::LIST_MEMBERS).bind(space).fetch_all(&mut *self.0).await?;
-        rows.into_iter()
-            .map(|(u, r)| {
-                Role::parse(&r).map(|r| (u, r)).ok_or_else(|| StoreError::Corrupt(format!("member role {r:?}")))
-            })
-            .collect()
+        rows.into_iter().map(|(u, r)| Ok((u, super::stored_role(&r)?))).collect()
     }
 
     async fn commit(self) -> Result<(), StoreError> {
