@@ -290,13 +290,19 @@ async fn pull(
     let mut page = app.store.pull(&user, cursor, limit).await.map_err(|e| ApiError::internal(&e))?;
     page.now = Some(now);
     page.schema_version = Some(app.schema.version);
-    for change in &mut page.changes {
+    upgrade_changes(&app, &mut page.changes);
+    app.metrics.pulled(page.changes.len());
+    Ok(Json(page).into_response())
+}
+
+/// Pulled rows as the newest version of the schema spells them (§3b:
+/// stored rows are read, never migrated).
+pub(crate) fn upgrade_changes(app: &App, changes: &mut [marksync::protocol::Change]) {
+    for change in changes {
         if let std::borrow::Cow::Owned(row) = app.schema.upgrade_row(&change.key.table, &change.row) {
             change.row = row;
         }
     }
-    app.metrics.pulled(page.changes.len());
-    Ok(Json(page).into_response())
 }
 
 /// `GET /v1/schema`: the schema file (PROTOCOL §3b), with an `ETag`; a

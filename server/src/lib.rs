@@ -357,3 +357,22 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServe
     });
     Ok(RunningServer { addr, app, stop: Some(tx), task })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Poke;
+
+    #[test]
+    fn a_poke_payload_carries_any_name_whole() {
+        for poke in [
+            Poke::Space { space: "~a user id with spaces".into(), head: 42 },
+            Poke::Space { space: "team-1".into(), head: 0 },
+            Poke::Members { user: "a user id".into() },
+        ] {
+            assert_eq!(Poke::parse(&poke.payload()), Some(poke));
+        }
+        for bad in ["", "x y", "s 1", "s x team", "m ", "42 alice"] {
+            assert_eq!(Poke::parse(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -57,11 +57,7 @@ pub(crate) async fn pull(
     let mut pulled = 0;
     for page in &mut answer.spaces {
         pulled += page.changes.len();
-        for change in &mut page.changes {
-            if let std::borrow::Cow::Owned(row) = app.schema.upgrade_row(&change.key.table, &change.row) {
-                change.row = row;
-            }
-        }
+        crate::http::upgrade_changes(&app, &mut page.changes);
     }
     app.metrics.pulled(pulled);
     Ok(Json(answer).into_response())
