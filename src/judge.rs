@@ -172,13 +172,6 @@ pub struct Known {
     pub roles: HashMap<SpaceId, Role>,
 }
 
-impl Known {
-    /// The head of `space` (0 when it has none).
-    pub fn head(&self, space: &str) -> u64 {
-        self.heads.get(space).copied().unwrap_or(0)
-    }
-}
-
 /// One row to upsert: its state after the batch and the seq of its last change.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RowWrite {
