@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::judge::{judge_batch, recall, JudgeError, Known, Limits, Placed, Remembered};
 use crate::protocol::{
     page_fits, Change, ErrorBody, ErrorCode, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, SpacePage, SpacesPullRequest,
-    SpacesPullResponse, VerdictsRequest, VerdictsResponse, DEFAULT_PULL_LIMIT, MAX_PULL_LIMIT, MAX_PULL_PAGE_BYTES,
+    SpacesPullResponse, VerdictsRequest, VerdictsResponse, MAX_PULL_LIMIT, MAX_PULL_PAGE_BYTES,
 };
 use crate::schema::Schema;
 use crate::space::{self, MemberRefusal, Role, SpaceId};
@@ -220,16 +220,15 @@ impl MemoryServer {
             schema_version: Some(self.schema.version),
             ..Default::default()
         };
-        let (mut changes_left, mut bytes_left) = (req.limit.unwrap_or(DEFAULT_PULL_LIMIT), MAX_PULL_PAGE_BYTES);
+        let mut budget = space::PullBudget::new(req.limit);
         for (name, cursor) in plan.read {
-            if changes_left == 0 || bytes_left == 0 {
+            if budget.spent() {
                 out.spaces.push(SpacePage { space: name, changes: Vec::new(), cursor, has_more: true });
                 out.has_more = true;
                 continue;
             }
-            let (page, bytes) = self.page(&name, cursor, changes_left, bytes_left);
-            changes_left -= page.changes.len().min(changes_left);
-            bytes_left = bytes_left.saturating_sub(bytes);
+            let (page, bytes) = self.page(&name, cursor, budget.changes, budget.bytes);
+            budget.take(page.changes.len(), bytes);
             out.has_more |= page.has_more;
             out.spaces.push(page);
         }

@@ -252,6 +252,35 @@ pub fn plan_pull(followed: &std::collections::BTreeMap<String, Follow>, members:
     plan
 }
 
+/// What is left of one pull's budget as it reads space after space: at most
+/// `limit` changes (default [`crate::protocol::DEFAULT_PULL_LIMIT`]) and
+/// [`crate::protocol::MAX_PULL_PAGE_BYTES`] of rows over all spaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PullBudget {
+    /// Changes the answer may still carry.
+    pub changes: usize,
+    /// Bytes of rows the answer may still carry.
+    pub bytes: usize,
+}
+
+impl PullBudget {
+    /// The whole budget of a pull asking for `limit` changes.
+    pub fn new(limit: Option<usize>) -> PullBudget {
+        PullBudget { changes: limit.unwrap_or(crate::protocol::DEFAULT_PULL_LIMIT), bytes: crate::protocol::MAX_PULL_PAGE_BYTES }
+    }
+
+    /// Whether nothing is left: the next spaces are answered empty, with `hasMore`.
+    pub fn spent(&self) -> bool {
+        self.changes == 0 || self.bytes == 0
+    }
+
+    /// Takes what one space's page used.
+    pub fn take(&mut self, changes: usize, bytes: usize) {
+        self.changes = self.changes.saturating_sub(changes);
+        self.bytes = self.bytes.saturating_sub(bytes);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use marksync::protocol::{SpacePage, SpacesPullResponse, DEFAULT_PULL_LIMIT};
+use marksync::protocol::{SpacePage, SpacesPullResponse};
 use marksync::space::{self, Follow, MemberRefusal, Role};
 
 use super::StoreError;
@@ -259,17 +259,15 @@ pub(crate) async fn pull<B: PullBackend>(
     members.push((personal, Role::Owner, personal_head));
     let plan = space::plan_pull(followed, &members);
     let mut out = SpacesPullResponse { joined: plan.joined, roles: plan.roles, left: plan.left, ..Default::default() };
-    let (mut left_changes, mut left_bytes) =
-        (limit.unwrap_or(DEFAULT_PULL_LIMIT), marksync::protocol::MAX_PULL_PAGE_BYTES);
+    let mut budget = space::PullBudget::new(limit);
     for (space, cursor) in plan.read {
-        if left_changes == 0 || left_bytes == 0 {
+        if budget.spent() {
             out.spaces.push(SpacePage { space, changes: Vec::new(), cursor, has_more: true });
             out.has_more = true;
             continue;
         }
-        let (page, bytes) = snap.page(&space, cursor, left_changes, left_bytes).await?;
-        left_changes -= page.changes.len().min(left_changes);
-        left_bytes = left_bytes.saturating_sub(bytes);
+        let (page, bytes) = snap.page(&space, cursor, budget.changes, budget.bytes).await?;
+        budget.take(page.changes.len(), bytes);
         out.has_more |= page.has_more;
         out.spaces.push(page);
     }
