@@ -406,8 +406,16 @@ fn poke_stream(state: PokeStream) -> impl Stream<Item = Result<Event, Infallible
                     }
                 }
                 Ok(Poke::Members { user }) if *user == *s.user => {
+                    // The spaces now, each known one at the head last poked
+                    // (a push's poke that comes after this read still pokes).
                     if let Ok(now) = followed_heads(&s.app, &s.user).await {
-                        s.spaces = now;
+                        s.spaces = now
+                            .into_iter()
+                            .map(|(space, head)| {
+                                let last = s.spaces.get(&space).copied().unwrap_or(head);
+                                (space, last)
+                            })
+                            .collect();
                     }
                     return Some((Ok(poke("members".to_owned())), s));
                 }
