@@ -2,16 +2,20 @@
 //! of the browser store, with no IndexedDB in them (pure, tested natively).
 //!
 //! A chunk is one record holding many rows, sorted by key. Its IndexedDB key
-//! is its first row's `[table, rowId]`, so the chunk keys alone tell which
-//! chunk a row belongs to: the chunk with the greatest first key at or below
-//! the row's key (or the first chunk).
+//! is its first row's `[table, rowId]` (`[table, rowId, space]` in a shared
+//! space), so the chunk keys alone tell which chunk a row belongs to: the
+//! chunk with the greatest first key at or below the row's key (or the
+//! first chunk).
 //!
-//! Encoding 3 (written now): the bytes `FF 03`, then a [postcard] sequence of
-//! rows `(table, rowId, [(at, opId, [(field, value), …]), …])` — the cells one
-//! op set share one mark (one opId allocation once decoded); strings are
-//! length-prefixed, numbers binary, so decoding is a copy, not a parse.
-//! Still read: encoding 2 (the UTF-8 bytes of the same shape as a JSON array)
-//! and encoding 1 (JSON text, one `[field, value, at, opId]` per cell).
+//! Encoding 4 (written now): the bytes `FF 04`, then a [postcard] sequence of
+//! rows `(table, rowId, space, [(at, opId, [(field, value), …]), …])` — the
+//! cells one op set share one mark (one opId allocation once decoded);
+//! strings are length-prefixed, numbers binary, so decoding is a copy, not a
+//! parse. A row with no cell is a removal ([`Row::is_gone`]): folding drops it.
+//! Still read, their rows in the personal space: encoding 3 (`FF 03`, the
+//! same without the space), encoding 2 (the UTF-8 bytes of encoding 3's shape
+//! as a JSON array) and encoding 1 (JSON text, one `[field, value, at, opId]`
+//! per cell).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -21,8 +25,10 @@ use serde::{Deserialize, Serialize};
 use crate::protocol::{Cell, Cells, Mark, OpId, Row, RowKey, Value};
 use crate::store::StoreError;
 
-/// The first two bytes of an encoding-3 chunk (never the start of JSON text).
-pub const MAGIC: [u8; 2] = [0xFF, 0x03];
+/// The first two bytes of an encoding-4 chunk (never the start of JSON text).
+pub const MAGIC: [u8; 2] = [0xFF, 0x04];
+/// The first two bytes of an encoding-3 chunk, still read.
+const MAGIC_V3: [u8; 2] = [0xFF, 0x03];
 
 /// A chunk is split once it holds more rows than this.
 pub const MAX_ROWS: usize = 2_000;
@@ -46,7 +52,16 @@ enum ValueBin<'a> {
 struct GroupBin<'a>(u64, #[serde(borrow)] Cow<'a, str>, #[serde(borrow)] Vec<(Cow<'a, str>, ValueBin<'a>)>);
 
 #[derive(Serialize, Deserialize)]
-struct RowBin<'a>(#[serde(borrow)] Cow<'a, str>, #[serde(borrow)] Cow<'a, str>, #[serde(borrow)] Vec<GroupBin<'a>>);
+struct RowBin<'a>(
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Vec<GroupBin<'a>>,
+);
+
+/// Encoding 3, still read: a row with no space.
+#[derive(Deserialize)]
+struct RowV3<'a>(#[serde(borrow)] Cow<'a, str>, #[serde(borrow)] Cow<'a, str>, #[serde(borrow)] Vec<GroupBin<'a>>);
 
 /// Encoding 2, still read.
 #[derive(Deserialize)]
@@ -81,7 +96,8 @@ fn encode_row(key: &RowKey, row: &Row) -> Result<Vec<u8>, StoreError> {
             None => groups.push(GroupBin(c.mark.at, Cow::Borrowed(c.mark.op_id.as_str()), vec![(Cow::Borrowed(f), value)])),
         }
     }
-    postcard::to_allocvec(&RowBin(Cow::Borrowed(&key.table), Cow::Borrowed(&key.row_id), groups)).map_err(corrupt)
+    postcard::to_allocvec(&RowBin(Cow::Borrowed(&key.table), Cow::Borrowed(&key.row_id), Cow::Borrowed(&key.space), groups))
+        .map_err(corrupt)
 }
 
 /// Joins encoded rows into one chunk: the magic bytes, the count, the rows.
@@ -101,16 +117,24 @@ pub fn encode_snapshot(rows: &[(RowKey, Row)]) -> Result<Vec<u8>, StoreError> {
     join(&rows.iter().map(|(k, r)| encode_row(k, r)).collect::<Result<Vec<_>, _>>()?)
 }
 
-/// Decodes a chunk stored as bytes (encoding 3, or 2) into its rows, in stored order.
+/// Decodes a chunk stored as bytes (encoding 4, 3 or 2) into its rows, in stored order.
 pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
-    let Some(body) = bytes.strip_prefix(&MAGIC) else { return decode_chunk_v2(bytes) };
-    let rows: Vec<RowBin<'_>> = postcard::from_bytes(body).map_err(corrupt)?;
+    let rows: Vec<RowBin<'_>> = if let Some(body) = bytes.strip_prefix(&MAGIC) {
+        postcard::from_bytes(body).map_err(corrupt)?
+    } else if let Some(body) = bytes.strip_prefix(&MAGIC_V3) {
+        let v3: Vec<RowV3<'_>> = postcard::from_bytes(body).map_err(corrupt)?;
+        v3.into_iter().map(|RowV3(t, r, g)| RowBin(t, r, Cow::Borrowed(""), g)).collect()
+    } else {
+        return decode_chunk_v2(bytes);
+    };
     rows.into_iter()
-        .map(|RowBin(table, row_id, groups)| {
+        .map(|RowBin(table, row_id, space, groups)| {
             let groups = groups
                 .into_iter()
                 .map(|GroupBin(at, op_id, fields)| (at, op_id, fields.into_iter().map(|(f, v)| value_of(v).map(|v| (f.into_owned(), v)))));
-            row_of(table.into_owned(), row_id.into_owned(), groups)
+            let (mut key, row) = row_of(table.into_owned(), row_id.into_owned(), groups)?;
+            key.space = space.into_owned();
+            Ok((key, row))
         })
         .collect()
 }
@@ -141,7 +165,7 @@ where
             cells.insert(f, Cell { value, mark: Mark { at, op_id: op_id.clone() } });
         }
     }
-    Ok((RowKey { table, row_id }, Row { cells }))
+    Ok((RowKey::new(table, row_id), Row { cells }))
 }
 
 /// Decodes a chunk in encoding 2 (the UTF-8 bytes of a JSON array).
@@ -161,7 +185,7 @@ pub fn decode_chunk_v1(text: &str) -> Result<Vec<(RowKey, Row)>, StoreError> {
         .into_iter()
         .map(|RowV1(table, row_id, cells)| {
             let cells = cells.into_iter().map(|CellV1(f, value, at, op_id)| (f, Cell { value, mark: Mark { at, op_id } })).collect();
-            (RowKey { table, row_id }, Row { cells })
+            (RowKey::new(table, row_id), Row { cells })
         })
         .collect())
 }
@@ -206,21 +230,23 @@ pub fn chunk_of(firsts: &[RowKey], key: &RowKey) -> Option<usize> {
     Some(firsts.partition_point(|f| f <= key).saturating_sub(1))
 }
 
-/// Folds `deltas` (latest wins) into the rows of one chunk; returns all rows sorted.
+/// Folds `deltas` (latest wins; a removal drops the row) into the rows of
+/// one chunk; returns all rows sorted.
 pub fn fold(chunk: Vec<(RowKey, Row)>, deltas: impl IntoIterator<Item = (RowKey, Row)>) -> Vec<(RowKey, Row)> {
     let mut rows: BTreeMap<RowKey, Row> = chunk.into_iter().collect();
     rows.extend(deltas);
-    rows.into_iter().collect()
+    rows.into_iter().filter(|(_, r)| !r.is_gone()).collect()
 }
 
-/// Base rows as loaded at open: every chunk row unless a delta replaces it, then the deltas.
+/// Base rows as loaded at open: every chunk row unless a delta replaces (or
+/// removes) it, then the deltas that are rows.
 pub fn overlay(chunks: Vec<(RowKey, Row)>, deltas: Vec<(RowKey, Row)>) -> Vec<(RowKey, Row)> {
     if deltas.is_empty() {
         return chunks;
     }
     let newer: BTreeMap<RowKey, Row> = deltas.into_iter().collect();
     let mut base: Vec<(RowKey, Row)> = chunks.into_iter().filter(|(k, _)| !newer.contains_key(k)).collect();
-    base.extend(newer);
+    base.extend(newer.into_iter().filter(|(_, r)| !r.is_gone()));
     base
 }
 
@@ -282,7 +308,31 @@ mod tests {
     }
 
     #[test]
+    fn rows_keep_their_space_and_a_removal_folds_the_row_away() {
+        let shared = RowKey::in_space("team", "sets", "r1");
+        let mine = RowKey::new("sets", "r1");
+        let r = row(&[("reps", Value::Number(5.0), 5, "a:1")]);
+        let mut rows = vec![(shared.clone(), r.clone()), (mine.clone(), r.clone())];
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(rows[0].0, mine, "the personal copy sorts first, the shared one next to it");
+        assert_eq!(decode_chunk(&encode_snapshot(&rows).unwrap()).unwrap(), rows);
+        let gone = (shared.clone(), Row::default());
+        assert_eq!(decode_chunk(&encode_snapshot(std::slice::from_ref(&gone)).unwrap()).unwrap(), vec![gone.clone()]);
+        assert_eq!(fold(rows.clone(), [gone.clone()]), vec![(mine.clone(), r.clone())]);
+        assert_eq!(overlay(rows, vec![gone]), vec![(mine, r)]);
+    }
+
+    #[test]
     fn the_earlier_encodings_still_read() {
+        // Encoding 3: no space, so the personal space.
+        let v3 = vec![(
+            Cow::Borrowed("sets"),
+            Cow::Borrowed("r1"),
+            vec![GroupBin(5, Cow::Borrowed("a:1"), vec![(Cow::Borrowed("reps"), ValueBin::Number(5.0))])],
+        )];
+        let mut bytes = MAGIC_V3.to_vec();
+        bytes.extend(postcard::to_allocvec(&v3).unwrap());
+        assert_eq!(decode_chunk(&bytes).unwrap(), vec![(RowKey::new("sets", "r1"), row(&[("reps", Value::Number(5.0), 5, "a:1")]))]);
         let v2 = br#"[["sets","r1",[[5,"a:1",[["exercise","squat"],["reps",5]]],[6,"b:1",[["weightKg",80.5]]]]]]"#;
         let expected = vec![(
             RowKey::new("sets", "r1"),

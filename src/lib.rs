@@ -20,6 +20,8 @@
 //! | [`judge`] | the server's decide → remember → write |
 //! | [`known_schema`] | the server's schema as the device keeps it |
 //! | [`memory_server`] | the judge over in-memory maps |
+//! | [`space`] | spaces and roles: who may write where, what a pull reads |
+//! | [`following`] | the spaces a device follows, their cursors and roles |
 //! | [`replica`] | base rows ⊕ pending ops = visible rows |
 //! | [`outbox`] | pending ops in record order |
 //! | [`attempt`] | attempts, failures, backoff, row status |
@@ -35,6 +37,7 @@ pub mod attempt;
 pub mod chunks;
 pub mod clock;
 pub mod engine;
+pub mod following;
 pub mod ids;
 pub mod judge;
 pub mod known_schema;

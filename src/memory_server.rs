@@ -213,6 +213,7 @@ impl MemoryServer {
         members.push((personal.clone(), Role::Owner, self.head_of(&personal)));
         let plan = space::plan_pull(&req.spaces, &members);
         let mut out = SpacesPullResponse {
+            personal: Some(personal),
             joined: plan.joined,
             roles: plan.roles,
             left: plan.left,

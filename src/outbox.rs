@@ -28,7 +28,7 @@ impl Outbox {
             return;
         }
         self.by_id.insert(op.op_id.clone(), op.at);
-        self.by_row.entry(op.row_key()).or_default().insert(op.at);
+        self.by_row.entry(op.place()).or_default().insert(op.at);
         self.ops.insert(op.at, op);
     }
 
@@ -36,7 +36,7 @@ impl Outbox {
     pub fn remove(&mut self, id: &OpId) -> Option<Op> {
         let at = self.by_id.remove(id)?;
         let op = self.ops.remove(&at)?;
-        let key = op.row_key();
+        let key = op.place();
         if let Some(set) = self.by_row.get_mut(&key) {
             set.remove(&at);
             if set.is_empty() {

@@ -277,9 +277,16 @@ impl Op {
         self.space.as_deref().unwrap_or(personal)
     }
 
-    /// The key of the row this op edits.
+    /// The key of the row this op edits, within its space (as the server
+    /// keys rows: the space apart, [`RowKey::space`] empty).
     pub fn row_key(&self) -> RowKey {
         RowKey::new(self.table.as_str(), self.row_id.as_str())
+    }
+
+    /// Where the row this op edits lives on a device: its key with the op's
+    /// space (empty for the personal space, where an op without `space` goes).
+    pub fn place(&self) -> RowKey {
+        RowKey { table: self.table.clone(), row_id: self.row_id.clone(), space: self.space.clone().unwrap_or_default() }
     }
 
     /// Checks every shape rule of PROTOCOL §1–2; `path` prefixes error paths.
@@ -419,6 +426,13 @@ impl Row {
         self.cells.get(field).map(|c| &c.value)
     }
 
+    /// Whether the row has no cell at all. No server row is ever empty, so
+    /// a device's store takes an empty base row as "this row is gone from
+    /// the device" (its space was left).
+    pub fn is_gone(&self) -> bool {
+        self.cells.is_empty()
+    }
+
     /// Whether the row is a tombstone (`_deleted` is true).
     pub fn is_deleted(&self) -> bool {
         matches!(self.get(DELETED), Some(Value::Bool(true)))
@@ -515,7 +529,14 @@ impl<'de> Deserialize<'de> for Row {
     }
 }
 
-/// Where a row lives: (table, rowId). The user is implicit (the token's).
+/// Where a row lives: (table, rowId), and on a device its space.
+///
+/// The server keys rows by (space, key) and leaves `space` empty here. A
+/// device follows many spaces and keys its rows by all three: `space` is
+/// the shared space's name, or empty for the user's personal space (where
+/// ops without a space go, and every row of the days before spaces). It is
+/// the last field, so a table's rows sort by rowId and the copies of one
+/// rowId in several spaces sit side by side.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RowKey {
@@ -523,12 +544,20 @@ pub struct RowKey {
     pub table: String,
     /// The row's name.
     pub row_id: String,
+    /// On a device: the row's space, empty for the personal one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub space: String,
 }
 
 impl RowKey {
-    /// A key from its parts.
+    /// A key from its parts, in the personal space.
     pub fn new(table: impl Into<String>, row_id: impl Into<String>) -> Self {
-        RowKey { table: table.into(), row_id: row_id.into() }
+        RowKey { table: table.into(), row_id: row_id.into(), space: String::new() }
+    }
+
+    /// A key in `space` (empty: the personal space).
+    pub fn in_space(space: impl Into<String>, table: impl Into<String>, row_id: impl Into<String>) -> Self {
+        RowKey { table: table.into(), row_id: row_id.into(), space: space.into() }
     }
 }
 
@@ -641,7 +670,7 @@ impl<'de> Deserialize<'de> for Change {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = ChangeWire::deserialize(d)?;
         let row = Row::from_parts(w.fields, w.marks).map_err(de::Error::custom)?;
-        Ok(Change { key: RowKey { table: w.table, row_id: w.row_id }, row, seq: w.seq })
+        Ok(Change { key: RowKey::new(w.table, w.row_id), row, seq: w.seq })
     }
 }
 
@@ -728,6 +757,11 @@ pub struct SpacesPullResponse {
     pub left: Vec<String>,
     /// Whether any space has more changes waiting: pull again at once.
     pub has_more: bool,
+    /// The name of the user's personal space (`~` and the user id), so a
+    /// device knows which followed space is its own. Absent from servers
+    /// before it was added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub personal: Option<String>,
     /// The server's clock when it answered (ms since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub now: Option<u64>,

@@ -20,7 +20,7 @@ pub struct Replica {
 impl Replica {
     /// A replica from stored base rows and pending ops.
     pub fn new(base: impl IntoIterator<Item = (RowKey, Row)>, pending: &[Op]) -> Self {
-        let mut r = Replica { base: base.into_iter().collect(), overlay: BTreeMap::new() };
+        let mut r = Replica { base: base.into_iter().filter(|(_, row)| !row.is_gone()).collect(), overlay: BTreeMap::new() };
         for op in pending {
             r.add_pending(op);
         }
@@ -39,7 +39,7 @@ impl Replica {
 
     /// A new local op: merged into the visible row.
     pub fn add_pending(&mut self, op: &Op) {
-        let key = op.row_key();
+        let key = op.place();
         let row = match self.overlay.entry(key) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
@@ -54,7 +54,7 @@ impl Replica {
     /// says whether the row has other pending ops (else the overlay is dropped).
     /// Returns the new base row.
     pub fn fold(&mut self, op: &Op, still_pending: bool) -> Row {
-        let key = op.row_key();
+        let key = op.place();
         let base = self.base.entry(key.clone()).or_default();
         merge(base, op);
         let out = base.clone();
@@ -104,9 +104,34 @@ impl Replica {
         out
     }
 
-    /// Puts a base row as another engine stored it (see `Engine::absorb`).
+    /// Puts a base row as another engine stored it (see `Engine::absorb`);
+    /// a row with no cell removes it.
     pub fn put_base(&mut self, key: &RowKey, row: &Row) {
-        self.base.insert(key.clone(), row.clone());
+        if row.is_gone() {
+            self.base.remove(key);
+        } else {
+            self.base.insert(key.clone(), row.clone());
+        }
+    }
+
+    /// Removes every base row of `space` (the user left it); returns their
+    /// keys. Rows with pending ops stay visible until those are answered.
+    pub fn drop_space(&mut self, space: &str) -> Vec<RowKey> {
+        let gone: Vec<RowKey> = self.base.keys().filter(|k| k.space == space).cloned().collect();
+        for k in &gone {
+            self.base.remove(k);
+        }
+        gone
+    }
+
+    /// Every visible row named `table/row_id`, in any space (the personal
+    /// space's first, then by space name), tombstones included.
+    pub fn named<'a>(&'a self, table: &str, row_id: &str) -> Vec<(&'a RowKey, &'a Row)> {
+        let start = RowKey::new(table, row_id);
+        let same = |(k, _): &(&RowKey, &Row)| k.table == table && k.row_id == row_id;
+        let mut out: BTreeMap<&RowKey, &Row> = self.base.range(start.clone()..).take_while(same).collect();
+        out.extend(self.overlay.range(start..).take_while(same));
+        out.into_iter().collect()
     }
 
     /// The visible rows of `table` in rowId order, tombstones included.

@@ -35,8 +35,8 @@ use crate::judge::Remembered;
 use crate::memory_server::MemoryServer;
 use crate::order::newer;
 use crate::protocol::{
-    Fields, Mark, Op, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, Value, VerdictsRequest, VerdictsResponse,
-    MAX_SAFE_INTEGER,
+    Fields, Mark, Op, OpId, PushRequest, PushResponse, Row, RowKey, SpacesPullRequest, SpacesPullResponse, Value, VerdictsRequest,
+    VerdictsResponse, MAX_SAFE_INTEGER,
 };
 use crate::schema::Schema;
 use crate::store::{LocalStore, MemoryStore, Meta, Txn};
@@ -174,14 +174,14 @@ const USER: &str = "user";
 #[derive(Debug, Clone)]
 enum Req {
     Push(PushRequest),
-    Pull { cursor: u64, limit: usize },
+    Pull(SpacesPullRequest),
     Verdicts(Vec<OpId>),
 }
 
 #[derive(Debug, Clone)]
 enum Resp {
     Push { key: String, result: Result<PushResponse, Failure> },
-    Pull { cursor: u64, page: Result<PullResponse, Failure> },
+    Pull { sent: SpacesPullRequest, page: Result<SpacesPullResponse, Failure> },
     Verdicts(Result<VerdictsResponse, Failure>),
 }
 
@@ -194,7 +194,7 @@ enum Msg {
 #[derive(Debug, Clone, PartialEq)]
 enum Awaiting {
     Push(String),
-    Pull(u64),
+    Pull(SpacesPullRequest),
     Verdicts,
 }
 
@@ -281,7 +281,7 @@ impl Sim {
             self.stats.orphaned_flights += 1;
             for id in &f.op_ids {
                 let Some(op) = engine.pending().find(|o| &o.op_id == id).cloned() else { continue };
-                let phase = engine.status(&op.row_key()).phase;
+                let phase = engine.status(&op.place()).phase;
                 if phase == Phase::Pending || phase == Phase::Synced {
                     return Err(self.fail(format!("dev{d} reopened with {id} in flight, and shows it {phase:?}")));
                 }
@@ -292,7 +292,7 @@ impl Sim {
         if let Some(f) = &flight {
             for id in &f.op_ids {
                 let Some(op) = engine.pending().find(|o| &o.op_id == id).cloned() else { continue };
-                let phase = engine.status(&op.row_key()).phase;
+                let phase = engine.status(&op.place()).phase;
                 if !matches!(phase, Phase::UnknownOutcome | Phase::RecoveryRequired) {
                     return Err(self.fail(format!("dev{d}: orphaned {id} shows {phase:?}, not unknown-outcome")));
                 }
@@ -432,10 +432,10 @@ impl Sim {
                 self.log.push(format!("dev{d} asks the server about {} ops", ids.len()));
                 self.net.push(Msg::ToServer { dev: d, life, req: Req::Verdicts(ids) });
             }
-            Step::Pull { cursor, limit } => {
-                dev.awaiting = Some(Awaiting::Pull(cursor));
-                self.log.push(format!("dev{d} pull from {cursor}"));
-                self.net.push(Msg::ToServer { dev: d, life, req: Req::Pull { cursor, limit } });
+            Step::Pull(req) => {
+                dev.awaiting = Some(Awaiting::Pull(req.clone()));
+                self.log.push(format!("dev{d} pull from {:?}", req.spaces.values().map(|f| f.cursor).collect::<Vec<_>>()));
+                self.net.push(Msg::ToServer { dev: d, life, req: Req::Pull(req) });
             }
             Step::Done(_) => {
                 dev.awaiting = None;
@@ -475,7 +475,7 @@ impl Sim {
                 let result = self.server.push(USER, p).map_err(|e| Failure::from_http(e.error.code.http_status(), Some(&e), None));
                 Resp::Push { key: p.attempt_key.clone(), result }
             }
-            Req::Pull { cursor, limit } => Resp::Pull { cursor: *cursor, page: Ok(self.server.pull(USER, *cursor, *limit)) },
+            Req::Pull(sent) => Resp::Pull { sent: sent.clone(), page: Ok(self.server.pull_spaces(USER, sent)) },
             Req::Verdicts(ids) => Resp::Verdicts(Ok(self.server.verdicts(USER, &VerdictsRequest { op_ids: ids.clone() }))),
         }
     }
@@ -492,7 +492,7 @@ impl Sim {
         };
         let late = match (&resp, &dev.awaiting) {
             (Resp::Push { key, .. }, Some(Awaiting::Push(k))) => key != k,
-            (Resp::Pull { cursor, .. }, Some(Awaiting::Pull(c))) => cursor != c,
+            (Resp::Pull { sent, .. }, Some(Awaiting::Pull(r))) => sent != r,
             (Resp::Verdicts(_), Some(Awaiting::Verdicts)) => false,
             _ => true,
         };
@@ -502,8 +502,8 @@ impl Sim {
         let out: Option<(Txn, Step)> = match resp {
             Resp::Push { result: Ok(r), .. } => engine.on_push_response(r, now),
             Resp::Push { key, result: Err(f) } => engine.on_push_failed(&key, f, now),
-            Resp::Pull { cursor, page: Ok(p) } => engine.on_pull_response(cursor, p, now),
-            Resp::Pull { cursor, page: Err(f) } => engine.on_pull_failed(cursor, f, now),
+            Resp::Pull { sent, page: Ok(p) } => engine.on_pull_response(&sent, p, now),
+            Resp::Pull { sent, page: Err(f) } => engine.on_pull_failed(&sent, f, now),
             Resp::Verdicts(Ok(v)) => engine.on_verdicts(v, now),
             Resp::Verdicts(Err(_)) => engine.on_verdicts_failed(),
         };
@@ -524,7 +524,7 @@ impl Sim {
         };
         let step = match aw {
             Awaiting::Push(k) => engine.on_push_failed(&k, Failure::Timeout, now),
-            Awaiting::Pull(c) => engine.on_pull_failed(c, Failure::Timeout, now),
+            Awaiting::Pull(r) => engine.on_pull_failed(&r, Failure::Timeout, now),
             Awaiting::Verdicts => engine.on_verdicts_failed(),
         };
         self.log.push(format!("dev{d} timed out"));

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
+use crate::following::Following;
 use crate::known_schema::KnownSchema;
 use crate::protocol::{Op, OpId, Row, RowKey};
 use crate::sync_state::SyncState;
@@ -65,6 +66,9 @@ pub struct Rejection {
 
 /// One atomic step of the device's state. Apply in field order: meta, base
 /// puts, pending deletes then puts, rejection deletes then puts.
+///
+/// A base row put with no cells ([`Row::is_gone`]) removes the row: the
+/// rows of a space the user left go that way, through the same log.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Txn {
@@ -86,6 +90,9 @@ pub struct Txn {
     /// The server's schema, when the device learned a new one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<KnownSchema>,
+    /// The spaces the device follows, when they changed (whole record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub following: Option<Following>,
 }
 
 impl Txn {
@@ -99,6 +106,7 @@ impl Txn {
             && self.put_rejections.is_empty()
             && self.sync.is_none()
             && self.schema.is_none()
+            && self.following.is_none()
     }
 
     /// Adds `later`, a step planned after this one, so both commit as one:
@@ -122,6 +130,9 @@ impl Txn {
         if later.schema.is_some() {
             self.schema = later.schema;
         }
+        if later.following.is_some() {
+            self.following = later.following;
+        }
     }
 }
 
@@ -143,6 +154,9 @@ pub struct Snapshot {
     /// The server's schema, if the device ever fetched it.
     #[serde(default)]
     pub schema: Option<KnownSchema>,
+    /// The spaces the device follows, if it ever pulled them.
+    #[serde(default)]
+    pub following: Option<Following>,
 }
 
 /// What can go wrong in a local store.
@@ -184,6 +198,8 @@ pub struct Tables {
     pub sync: Option<SyncState>,
     /// The server's schema as last fetched.
     pub schema: Option<KnownSchema>,
+    /// The spaces the device follows.
+    pub following: Option<Following>,
 }
 
 impl Tables {
@@ -193,7 +209,11 @@ impl Tables {
             self.meta = Some(m.clone());
         }
         for (k, r) in &txn.put_base {
-            self.base.insert(k.clone(), r.clone());
+            if r.is_gone() {
+                self.base.remove(k);
+            } else {
+                self.base.insert(k.clone(), r.clone());
+            }
         }
         for at in &txn.delete_pending {
             self.pending.remove(at);
@@ -213,6 +233,9 @@ impl Tables {
         if let Some(s) = &txn.schema {
             self.schema = Some(s.clone());
         }
+        if let Some(f) = &txn.following {
+            self.following = Some(f.clone());
+        }
     }
 
     /// The tables as a snapshot.
@@ -224,6 +247,7 @@ impl Tables {
             rejections: self.rejections.values().cloned().collect(),
             sync: self.sync.clone(),
             schema: self.schema.clone(),
+            following: self.following.clone(),
         }
     }
 }
@@ -407,8 +431,8 @@ pub mod contract {
                     store.commit(&txn).await.map_err(|e| err(&e))?;
                     next
                 }
-                Step::Pull { cursor, limit } => {
-                    let (txn, next) = engine.on_pull_response(cursor, server.pull("u", cursor, limit), 0).ok_or("page ignored")?;
+                Step::Pull(req) => {
+                    let (txn, next) = engine.on_pull_response(&req, server.pull_spaces("u", &req), 0).ok_or("page ignored")?;
                     store.commit(&txn).await.map_err(|e| err(&e))?;
                     next
                 }
@@ -420,6 +444,10 @@ pub mod contract {
         let reopened = Engine::open(again, Config::default()).map_err(|e| err(&e))?;
         check(reopened.pending_len() == 0, "verdicts emptied the stored outbox")?;
         check(reopened.cursor() == engine.cursor() && engine.cursor() == 2, "the cursor was stored with the page")?;
+        check(
+            reopened.following() == engine.following() && engine.following().personal.as_deref() == Some("~u"),
+            "the followed spaces were stored",
+        )?;
         check(reopened.all_visible() == engine.all_visible(), "stored base rows = the engine's rows")?;
         check(reopened.all_visible().len() == 2, "own row and the pulled row")?;
         let reasons: Vec<String> = reopened.rejections().map(|r| r.reason.clone()).collect();

@@ -86,7 +86,8 @@ impl Engine {
     /// schema the device knows: `Ok` (or no schema known yet) or the
     /// refusal, in the server's words. Changes nothing.
     pub fn check(&self, table: &str, row_id: &str, fields: &crate::protocol::Fields) -> Result<(), Refusal> {
-        let draft = Draft { table: table.into(), row_id: row_id.into(), fields: fields.clone() };
+        let space = self.locate(table, row_id).map(|k| k.space).filter(|s| !s.is_empty());
+        let draft = Draft { space, table: table.into(), row_id: row_id.into(), fields: fields.clone() };
         self.check_drafts(std::slice::from_ref(&draft)).map_err(|(_, e)| e)
     }
 
@@ -99,7 +100,7 @@ impl Engine {
         // The edits are the newest writes of their rows, each newer than the
         // one before it: the marks `Schema::check_edit` gives.
         for (i, d) in drafts.iter().enumerate() {
-            let key = RowKey { table: d.table.clone(), row_id: d.row_id.clone() };
+            let key = d.place();
             let current = match after.remove(&key) {
                 Some(row) => Some(row),
                 None => self.row_as_judged(schema, &key),

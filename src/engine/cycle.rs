@@ -9,7 +9,9 @@ use std::collections::HashMap;
 
 use super::{Engine, Step, SyncReport, MAX_EMPTY_ANSWERS};
 use crate::attempt::{Failure, InFlight, Recovery};
-use crate::protocol::{Op, OpId, Outcome, PullResponse, PushRequest, PushResponse, Recalled, Row, RowKey, VerdictsResponse};
+use crate::protocol::{
+    Op, OpId, Outcome, PushRequest, PushResponse, Recalled, Row, RowKey, SpacesPullRequest, SpacesPullResponse, VerdictsResponse,
+};
 use crate::protocol::{MAX_SAFE_INTEGER, MAX_VERDICTS_PER_QUERY};
 use crate::store::{Rejection, Txn};
 use crate::sync_state::Flight;
@@ -73,8 +75,13 @@ impl Engine {
         if !self.outbox.is_empty() {
             return Step::Push(self.new_attempt(now));
         }
-        self.pull_in_flight = Some((self.meta.cursor, now));
-        Step::Pull { cursor: self.meta.cursor, limit: self.config.pull_limit }
+        self.pull_step(now)
+    }
+
+    pub(super) fn pull_step(&mut self, now: u64) -> Step {
+        let req = self.following.request(self.config.pull_limit);
+        self.pull_in_flight = Some((req.clone(), now));
+        Step::Pull(req)
     }
 
     pub(super) fn new_attempt(&mut self, now: u64) -> PushRequest {
@@ -181,7 +188,7 @@ impl Engine {
             return;
         };
         txn.delete_pending.push(op.at);
-        let key = op.row_key();
+        let key = op.place();
         if recalled {
             self.report.reconciled += 1;
             self.sync.metrics.reconciled += 1;
@@ -200,6 +207,12 @@ impl Engine {
                     }
                 }
                 self.meta.clock.acked(op.at);
+                if self.following.has_left(&key.space) {
+                    // Applied before the user left: the row is not theirs to keep.
+                    let remain: Vec<Op> = self.outbox.on_row(&key).cloned().collect();
+                    self.replica.rebuild(&key, remain.iter());
+                    return;
+                }
                 let still = self.outbox.has_row(&key);
                 let base = self.replica.fold(&op, still);
                 Self::put_base(txn, base_at, key, base);
@@ -471,40 +484,64 @@ impl Engine {
         (!t.is_empty()).then_some(t)
     }
 
-    /// A pull page arrived. `None` if no pull from that cursor is in flight
-    /// (a late page: ignored). Otherwise commit the txn (rows and cursor
-    /// together), then do the step.
-    pub fn on_pull_response(&mut self, cursor: u64, page: PullResponse, now: u64) -> Option<(Txn, Step)> {
-        let (_, sent_at) = self.pull_in_flight.filter(|(c, _)| *c == cursor)?;
-        self.pull_in_flight = None;
+    /// A pull answer arrived for `sent`. `None` if that pull is not the one
+    /// in flight (a late answer: ignored). Otherwise commit the txn (rows,
+    /// cursors and membership together), then do the step.
+    ///
+    /// Spaces joined are followed from their start; a space left loses its
+    /// rows on the device at once (its queued ops are sent, and the server
+    /// answers them `forbidden`, with their content kept as rejections);
+    /// pages of spaces the device does not follow are never taken.
+    pub fn on_pull_response(&mut self, sent: &SpacesPullRequest, answer: SpacesPullResponse, now: u64) -> Option<(Txn, Step)> {
+        let (_, sent_at) = self.pull_in_flight.take_if(|(r, _)| r == sent)?;
         self.backoff.reset();
-        if let Some(server_now) = page.now {
+        if let Some(server_now) = answer.now {
             self.meta.clock.learn_offset(server_now, sent_at, now);
         }
-        if let Some(v) = page.schema_version {
+        if let Some(v) = answer.schema_version {
             self.saw_schema_version(v);
         }
         let mut txn = Txn::default();
         let mut base_at: HashMap<RowKey, usize> = HashMap::new();
-        for change in &page.changes {
-            for c in change.row.cells.values() {
-                self.meta.clock.observe(c.mark.at, now);
-            }
-            if let Some(base) = self.replica.merge_remote(&change.key, &change.row) {
-                Self::put_base(&mut txn, &mut base_at, change.key.clone(), base);
+        let learned = self.following.learn(&answer);
+        let mut moved = learned.changed;
+        for local in &learned.left {
+            for key in self.replica.drop_space(local) {
+                Self::put_base(&mut txn, &mut base_at, key, Row::default());
             }
         }
-        self.meta.cursor = self.meta.cursor.max(page.cursor);
+        for page in &answer.spaces {
+            let before = self.following.spaces.get(&page.space).map(|f| f.cursor);
+            if !self.following.advance(page) {
+                continue;
+            }
+            moved |= before.is_some_and(|c| page.cursor > c);
+            let local = self.following.local(&page.space).to_owned();
+            for change in &page.changes {
+                for c in change.row.cells.values() {
+                    self.meta.clock.observe(c.mark.at, now);
+                }
+                let key = RowKey::in_space(local.as_str(), change.key.table.as_str(), change.key.row_id.as_str());
+                if let Some(base) = self.replica.merge_remote(&key, &change.row) {
+                    Self::put_base(&mut txn, &mut base_at, key, base);
+                }
+            }
+            self.report.pulled += page.changes.len();
+        }
+        self.meta.cursor = self.meta.cursor.max(self.following.personal_cursor());
         txn.meta = Some(self.meta.clone());
+        if moved {
+            txn.following = Some(self.following.clone());
+        }
         self.sync.metrics.pulls += 1;
         self.touch();
-        self.report.pulled += page.changes.len();
         self.report.cursor = self.meta.cursor;
-        let step = if page.has_more && page.cursor > cursor {
-            self.pull_in_flight = Some((self.meta.cursor, now));
-            Step::Pull { cursor: self.meta.cursor, limit: self.config.pull_limit }
+        // More waits, and this answer moved something: pull again (a server
+        // saying "more" while moving nothing would loop forever).
+        let step = if answer.has_more && moved {
+            self.pull_step(now)
         } else if !self.outbox.is_empty() && self.blocked().is_none() {
-            // Edits made during the pull: push them in this cycle too.
+            // Edits made during the pull, or queued in a space just left: push them in this cycle too.
             Step::Push(self.new_attempt(now))
         } else {
             Step::Done(self.report.clone())
@@ -512,10 +549,9 @@ impl Engine {
         Some((self.with_sync(txn), step))
     }
 
-    /// A pull got no usable answer. `None` if no pull from that cursor is in flight.
-    pub fn on_pull_failed(&mut self, cursor: u64, failure: Failure, now: u64) -> Option<(Txn, Step)> {
-        self.pull_in_flight.filter(|(c, _)| *c == cursor)?;
-        self.pull_in_flight = None;
+    /// A pull got no usable answer. `None` if `sent` is not the pull in flight.
+    pub fn on_pull_failed(&mut self, sent: &SpacesPullRequest, failure: Failure, now: u64) -> Option<(Txn, Step)> {
+        self.pull_in_flight.take_if(|(r, _)| r == sent)?;
         let step = self.after_failure(failure, now, &[]);
         Some((self.with_sync(Txn::default()), step))
     }

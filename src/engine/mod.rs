@@ -40,9 +40,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::attempt::{Backoff, InFlight, Phase, Recovery, RowStatus};
+use crate::following::{Following, SpaceInfo};
 use crate::ids::{IdBlock, SplitMix};
 use crate::outbox::Outbox;
-use crate::protocol::{Op, OpId, PushRequest, Row, RowKey, ShapeError, DEFAULT_PULL_LIMIT, MAX_JUDGED_PER_PUSH};
+use crate::protocol::{Op, OpId, PushRequest, Row, RowKey, ShapeError, SpacesPullRequest, DEFAULT_PULL_LIMIT, MAX_JUDGED_PER_PUSH};
 use crate::replica::Replica;
 use crate::store::{Meta, Rejection, Snapshot, Txn};
 pub use crate::sync_state::{Metrics, RetryPolicy, SyncState};
@@ -99,6 +100,10 @@ pub enum EngineError {
     /// reached 2^53-1): the edit is refused rather than share an `at`.
     #[error("this device's clock has no later time left (2^53-1 reached); the edit was not recorded")]
     ClockExhausted,
+    /// The user may not write in the edit's space, by what the device last
+    /// learned (a viewer, or a space the user left): the judge's code and words.
+    #[error("{0}")]
+    Denied(#[from] crate::space::Denied),
 }
 
 /// What the caller should do next in a sync cycle.
@@ -109,13 +114,9 @@ pub enum Step {
     /// Ask the server what it remembers of these ops (`POST /v1/verdicts`),
     /// then hand the answer to [`Engine::on_verdicts`].
     Reconcile(Vec<OpId>),
-    /// Send this pull.
-    Pull {
-        /// The cursor to pull after.
-        cursor: u64,
-        /// The page size.
-        limit: usize,
-    },
+    /// Send this pull (`POST /v1/pull`: every followed space at once), then
+    /// hand the answer, with this request, to [`Engine::on_pull_response`].
+    Pull(SpacesPullRequest),
     /// The cycle is over: outbox empty (or nothing more to push) and pulled to the head.
     Done(SyncReport),
     /// The cycle stopped on a failure; start a new one at `until` (ms).
@@ -170,8 +171,10 @@ pub struct Engine {
     in_flight: Option<InFlight>,
     /// The ops this engine asked the server about, and whether a person asked (no push after).
     reconcile_in_flight: Option<(Vec<OpId>, bool)>,
-    /// The pull this engine waits for: its cursor and when it left.
-    pull_in_flight: Option<(u64, u64)>,
+    /// The pull this engine waits for, and when it left.
+    pull_in_flight: Option<(SpacesPullRequest, u64)>,
+    /// The spaces this device follows (stored; pulls move it).
+    following: Following,
     backoff: Backoff,
     max_batch: usize,
     config: Config,
@@ -218,6 +221,7 @@ impl Engine {
             empty_answers: 0,
             schema: None,
             server_schema: None,
+            following: snapshot.following.unwrap_or_default(),
         };
         if let Some(known) = &snapshot.schema {
             engine.absorb_schema(known);
@@ -249,6 +253,23 @@ impl Engine {
     /// The visible row (base ⊕ pending), `None` if absent or deleted.
     pub fn row(&self, key: &RowKey) -> Option<&Row> {
         self.replica.visible(key).filter(|r| !r.is_deleted())
+    }
+
+    /// Where `table/row_id` lives on this device: the key of its visible
+    /// copy (a tombstone too), the personal space's first when several
+    /// spaces hold one; `None` when no space does.
+    pub fn locate(&self, table: &str, row_id: &str) -> Option<RowKey> {
+        self.replica.named(table, row_id).first().map(|(k, _)| (*k).clone())
+    }
+
+    /// The spaces this device follows, as stored.
+    pub fn following(&self) -> &Following {
+        &self.following
+    }
+
+    /// The user's spaces as the app lists them: the personal one first.
+    pub fn spaces(&self) -> Vec<SpaceInfo> {
+        self.following.list()
     }
 
     /// The visible rows of a table, tombstones hidden, in rowId order.
@@ -333,7 +354,7 @@ impl Engine {
             }
             return st;
         }
-        if let Some(r) = self.rejections.values().rev().find(|r| &r.op.row_key() == key) {
+        if let Some(r) = self.rejections.values().rev().find(|r| &r.op.place() == key) {
             st.phase = Phase::Rejected;
             st.reason = Some(r.reason.clone());
             st.code = Some(r.code.clone());
@@ -374,11 +395,11 @@ impl Engine {
         for at in &txn.delete_pending {
             if let Some(op) = self.outbox.remove_at(*at) {
                 self.sync.ops.remove(&op.op_id);
-                touched.push(op.row_key());
+                touched.push(op.place());
             }
         }
         for op in &txn.put_pending {
-            touched.push(op.row_key());
+            touched.push(op.place());
             self.outbox.insert(op.clone());
         }
         for id in &txn.delete_rejections {
@@ -393,6 +414,9 @@ impl Engine {
         }
         if let Some(k) = &txn.schema {
             self.absorb_schema(k);
+        }
+        if let Some(f) = &txn.following {
+            self.following = f.clone();
         }
         touched.sort();
         touched.dedup();
@@ -413,5 +437,7 @@ impl Engine {
     }
 }
 
+#[cfg(test)]
+mod spaces_tests;
 #[cfg(test)]
 mod tests;

@@ -4,15 +4,24 @@
 
 use super::{Engine, EngineError};
 use crate::ids::{self, IdBlock};
-use crate::protocol::{check_fields, check_row_id, check_table, Fields, Op, ShapeError, Value, DELETED};
+use crate::protocol::{check_fields, check_row_id, check_table, Fields, Op, RowKey, ShapeError, Value, DELETED};
 use crate::store::{Meta, Txn};
 
 /// A checked edit, not yet recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Draft {
+    /// The shared space it goes to; `None`: the personal space.
+    pub(super) space: Option<String>,
     pub(super) table: String,
     pub(super) row_id: String,
     pub(super) fields: Fields,
+}
+
+impl Draft {
+    /// Where the edited row lives on the device.
+    pub fn place(&self) -> RowKey {
+        RowKey::in_space(self.space.clone().unwrap_or_default(), self.table.as_str(), self.row_id.as_str())
+    }
 }
 
 /// An op planned inside a store transaction; hand it back to
@@ -57,20 +66,48 @@ impl Engine {
         Ok(ids::row_id(&self.meta.device_id, n))
     }
 
-    /// Checks an edit's shapes (PROTOCOL §1–2). Changes nothing.
+    /// Checks an edit's shapes (PROTOCOL §1–2) for the row where it lives
+    /// ([`Engine::locate`]), or a new row of the personal space. Changes nothing.
     pub fn draft(&self, table: &str, row_id: &str, fields: Fields) -> Result<Draft, EngineError> {
+        self.draft_in(None, table, row_id, fields)
+    }
+
+    /// [`Engine::draft`] in `space` when one is named (a shared space's
+    /// name, or a personal space's: this user's own is the unnamed one).
+    /// Refused at once, with the judge's code and words, when the device
+    /// knows the user may not write there: a viewer (`read_only`), or a
+    /// space the user left (`forbidden`). A space the device has not heard
+    /// of yet is the server's to judge.
+    pub fn draft_in(&self, space: Option<&str>, table: &str, row_id: &str, fields: Fields) -> Result<Draft, EngineError> {
         let path = |p: &str, what: &str| ShapeError { path: p.into(), problem: what.into() };
         check_table(table).map_err(|w| path("table", w))?;
         check_row_id(row_id).map_err(|w| path("rowId", w))?;
         check_fields(&fields).map_err(|e| path(&format!("fields{}", e.path), &e.problem))?;
-        Ok(Draft { table: table.into(), row_id: row_id.into(), fields })
+        let local = match space {
+            Some(name) => {
+                crate::space::check_space(name).map_err(|w| path("space", w))?;
+                let local = self.following.local(name);
+                if self.following.personal.is_none() && crate::space::personal_owner(local).is_some() {
+                    // It may be this user's own: its rows would be keyed twice.
+                    return Err(
+                        path("space", "this device has not learned its personal space's name yet: sync first, or name no space").into()
+                    );
+                }
+                local.to_owned()
+            }
+            None => self.locate(table, row_id).map(|k| k.space).unwrap_or_default(),
+        };
+        self.following.may_write(&local)?;
+        let space = (!local.is_empty()).then_some(local);
+        Ok(Draft { space, table: table.into(), row_id: row_id.into(), fields })
     }
 
-    /// A draft that marks a row deleted (`true`) or restores it (`false`).
-    pub fn draft_deleted(&self, table: &str, row_id: &str, deleted: bool) -> Result<Draft, EngineError> {
+    /// A draft that marks a row deleted (`true`) or restores it (`false`),
+    /// where it lives (or in `space`).
+    pub fn draft_deleted(&self, space: Option<&str>, table: &str, row_id: &str, deleted: bool) -> Result<Draft, EngineError> {
         let mut f = Fields::new();
         f.insert(DELETED.into(), Value::Bool(deleted));
-        self.draft(table, row_id, f)
+        self.draft_in(space, table, row_id, f)
     }
 
     /// Turns a draft into an op, inside the store transaction that read
@@ -112,7 +149,7 @@ impl Engine {
                 fields: draft.fields,
                 at,
                 schema: self.config.schema,
-                space: None,
+                space: draft.space,
             });
         }
         self.ids = mine;

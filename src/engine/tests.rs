@@ -37,7 +37,7 @@ fn sync(e: &mut Engine, s: &mut MemoryServer, now: u64) -> SyncReport {
                 let resp = s.push("u", &req).unwrap();
                 e.on_push_response(resp, now).unwrap().1
             }
-            Step::Pull { cursor, limit } => e.on_pull_response(cursor, s.pull("u", cursor, limit), now).unwrap().1,
+            Step::Pull(req) => e.on_pull_response(&req, s.pull_spaces("u", &req), now).unwrap().1,
             Step::Done(r) => return r,
             other => panic!("{other:?}"),
         }
@@ -189,7 +189,7 @@ fn deletes_hide_rows_and_restores_bring_them_back() {
     let mut s = MemoryServer::new(Schema::workout());
     let (mut a, mut b) = (engine("a"), engine("b"));
     record(&mut a, "a-1", set(5), 10);
-    let d = a.draft_deleted("sets", "a-1", true).unwrap();
+    let d = a.draft_deleted(None, "sets", "a-1", true).unwrap();
     let m = a.meta().clone();
     let (_, rec) = a.plan_record(d, &m, 11).unwrap();
     a.recorded(rec);
@@ -198,7 +198,7 @@ fn deletes_hide_rows_and_restores_bring_them_back() {
     sync(&mut b, &mut s, 12);
     assert!(b.rows("sets").is_empty());
     assert!(b.all_visible().values().next().unwrap().is_deleted(), "the tombstone travelled");
-    let d = b.draft_deleted("sets", "a-1", false).unwrap();
+    let d = b.draft_deleted(None, "sets", "a-1", false).unwrap();
     let m = b.meta().clone();
     let (_, rec) = b.plan_record(d, &m, 13).unwrap();
     b.recorded(rec);
@@ -275,7 +275,7 @@ fn a_1200_op_queue_drains_in_two_pushes() {
                 pushes += 1;
                 e.on_push_response(s.push("u", &req).unwrap(), 0).unwrap().1
             }
-            Step::Pull { cursor, limit } => e.on_pull_response(cursor, s.pull("u", cursor, limit), 0).unwrap().1,
+            Step::Pull(req) => e.on_pull_response(&req, s.pull_spaces("u", &req), 0).unwrap().1,
             Step::Done(_) => break,
             other => panic!("{other:?}"),
         }
@@ -304,8 +304,8 @@ fn absorb_follows_another_engine_on_the_same_database() {
                 txns.push(t);
                 st
             }
-            Step::Pull { cursor, limit } => {
-                let (t, st) = b.on_pull_response(cursor, s.pull("u", cursor, limit), 0).unwrap();
+            Step::Pull(req) => {
+                let (t, st) = b.on_pull_response(&req, s.pull_spaces("u", &req), 0).unwrap();
                 txns.push(t);
                 st
             }
@@ -322,7 +322,9 @@ fn absorb_follows_another_engine_on_the_same_database() {
 
 // ----- issue: truthful status, bounded retries, the clock --------------------
 
-use crate::protocol::{Change, PullResponse, Recalled, RememberedVerdict, Verdict, VerdictsRequest, VerdictsResponse, MAX_SAFE_INTEGER};
+use crate::protocol::{
+    Change, Recalled, RememberedVerdict, SpacesPullResponse, Verdict, VerdictsRequest, VerdictsResponse, MAX_SAFE_INTEGER,
+};
 use crate::store::Tables;
 
 /// Two engines on one database: `b` follows `a` through the txns `a` commits.
@@ -634,15 +636,19 @@ fn a_pulled_row_at_the_top_of_the_clock_does_not_swallow_later_edits() {
         "reps".into(),
         crate::protocol::Cell { value: Value::Number(3.0), mark: crate::protocol::Mark { at: MAX_SAFE_INTEGER, op_id: OpId::new("z:1") } },
     );
-    let (_, Step::Pull { cursor, .. }) = e.start_sync(1_000) else { panic!() };
-    let page = PullResponse {
-        changes: vec![Change { key: RowKey::new("sets", "z-1"), row: poisoned, seq: 1 }],
-        cursor: 1,
-        has_more: false,
-        now: None,
-        schema_version: None,
+    let (_, Step::Pull(req)) = e.start_sync(1_000) else { panic!() };
+    let page = SpacesPullResponse {
+        personal: Some("~u".into()),
+        joined: vec![crate::space::Membership { space: "~u".into(), role: crate::space::Role::Owner }],
+        spaces: vec![crate::protocol::SpacePage {
+            space: "~u".into(),
+            changes: vec![Change { key: RowKey::new("sets", "z-1"), row: poisoned, seq: 1 }],
+            cursor: 1,
+            has_more: false,
+        }],
+        ..SpacesPullResponse::default()
     };
-    e.on_pull_response(cursor, page, 1_000).unwrap();
+    e.on_pull_response(&req, page, 1_000).unwrap();
     let ops: Vec<Op> = (0..3).map(|i| record(&mut e, &format!("d-{i}"), set(5), 2_000 + i)).collect();
     let ats: Vec<u64> = ops.iter().map(|o| o.at).collect();
     assert_eq!(ats, vec![2_000, 2_001, 2_002]);
@@ -752,7 +758,7 @@ fn a_known_schema_refuses_in_the_servers_words_and_names_the_field() {
 fn edits_recorded_together_are_checked_in_order_on_the_row_they_make() {
     let mut e = engine("d");
     e.learn_schema(workout_text(), None).unwrap();
-    let d = |f: Fields| Draft { table: "sets".into(), row_id: "r".into(), fields: f };
+    let d = |f: Fields| Draft { space: None, table: "sets".into(), row_id: "r".into(), fields: f };
     // The second edit alone lacks required fields; after the first it is whole.
     assert_eq!(e.check_drafts(&[d(set(5)), d(fields(&[("reps", 7.into())]))]), Ok(()));
     let (i, why) = e.check_drafts(&[d(set(5)), d(fields(&[("reps", 700.into())]))]).unwrap_err();

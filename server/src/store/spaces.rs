@@ -256,9 +256,15 @@ pub(crate) async fn pull<B: PullBackend>(
         }
     }
     let personal_head = super::codec::seq_from_db(snap.head(&personal).await?)?;
-    members.push((personal, Role::Owner, personal_head));
+    members.push((personal.clone(), Role::Owner, personal_head));
     let plan = space::plan_pull(followed, &members);
-    let mut out = SpacesPullResponse { joined: plan.joined, roles: plan.roles, left: plan.left, ..Default::default() };
+    let mut out = SpacesPullResponse {
+        personal: Some(personal),
+        joined: plan.joined,
+        roles: plan.roles,
+        left: plan.left,
+        ..Default::default()
+    };
     let mut budget = space::PullBudget::new(limit);
     for (space, cursor) in plan.read {
         if budget.spent() {

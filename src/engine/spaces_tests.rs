@@ -1,0 +1,252 @@
+//! The engine in shared spaces (PROTOCOL §3c, §4b): grants backfill, roles
+//! refuse on the device in the judge's words, revokes remove rows and turn
+//! queued ops into rejections with their content.
+
+use super::*;
+use crate::memory_server::MemoryServer;
+use crate::protocol::{Fields, Value};
+use crate::schema::Schema;
+use crate::space::{Role, FORBIDDEN, READ_ONLY};
+use crate::store::Tables;
+
+fn engine(dev: &str) -> Engine {
+    let snap = Snapshot { meta: Some(Meta::fresh(dev.into())), ..Snapshot::default() };
+    Engine::open(snap, Config::default()).unwrap()
+}
+
+fn set(reps: i64) -> Fields {
+    [("exercise", Value::from("squat")), ("weightKg", 80.0.into()), ("reps", reps.into())]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+}
+
+fn record(e: &mut Engine, d: Draft, store: &mut Tables) -> Op {
+    let meta = e.meta().clone();
+    let (txn, rec) = e.plan_record(d, &meta, 1_000).unwrap();
+    store.apply(&txn);
+    let op = rec.ops[0].clone();
+    e.recorded(rec);
+    op
+}
+
+/// Runs `step` and the rest of its cycle as `user`, committing every txn to `store`.
+fn run(e: &mut Engine, s: &mut MemoryServer, user: &str, mut step: Step, store: &mut Tables) -> SyncReport {
+    loop {
+        step = match step {
+            Step::Push(req) => {
+                let (t, next) = e.on_push_response(s.push(user, &req).unwrap(), 1_000).unwrap();
+                store.apply(&t);
+                next
+            }
+            Step::Pull(req) => {
+                let (t, next) = e.on_pull_response(&req, s.pull_spaces(user, &req), 1_000).unwrap();
+                store.apply(&t);
+                next
+            }
+            Step::Done(r) => return r,
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+fn sync(e: &mut Engine, s: &mut MemoryServer, user: &str, store: &mut Tables) -> SyncReport {
+    let (t, step) = e.start_sync(1_000);
+    store.apply(&t);
+    run(e, s, user, step, store)
+}
+
+/// Alice's space `gym` with two rows written by her.
+fn gym() -> MemoryServer {
+    let mut s = MemoryServer::new(Schema::workout());
+    s.create_space("gym", "alice").unwrap();
+    let mut batch = vec![crate::workload::set_op("a", 1, 1, 5), crate::workload::set_op("a", 2, 2, 6)];
+    for op in &mut batch {
+        op.space = Some("gym".into());
+    }
+    let verdicts = s.push("alice", &PushRequest { attempt_key: "a:1".into(), batch }).unwrap().verdicts;
+    assert!(verdicts.iter().all(|v| v.outcome == crate::protocol::Outcome::Applied), "{verdicts:?}");
+    s
+}
+
+fn gym_rows(e: &Engine) -> Vec<String> {
+    e.rows("sets").into_iter().filter(|(k, _)| k.space == "gym").map(|(k, _)| k.row_id.clone()).collect()
+}
+
+#[test]
+fn a_grant_backfills_a_viewer_is_refused_on_the_device_and_a_promotion_lets_edits_through() {
+    let mut s = gym();
+    let (mut bob, mut store) = (engine("b"), Tables::default());
+    sync(&mut bob, &mut s, "bob", &mut store);
+    assert_eq!(bob.following().personal.as_deref(), Some("~bob"));
+    assert!(gym_rows(&bob).is_empty(), "not a member: nothing of gym");
+
+    s.set_member(Some("alice"), "gym", "bob", Some(Role::Viewer)).unwrap();
+    let report = sync(&mut bob, &mut s, "bob", &mut store);
+    assert_eq!(report.pulled, 2);
+    assert_eq!(gym_rows(&bob), vec!["a-1".to_owned(), "a-2".to_owned()], "the whole space, from its start");
+    let listed: Vec<(Option<String>, Role)> = bob.spaces().into_iter().map(|i| (i.space, i.role)).collect();
+    assert_eq!(listed, vec![(Some("~bob".into()), Role::Owner), (Some("gym".into()), Role::Viewer)]);
+
+    // A viewer's edit: refused at once, the judge's code and words, nothing recorded.
+    let denied = bob.draft("sets", "a-1", set(9)).unwrap_err();
+    assert_eq!(denied.to_string(), "you are a viewer of space gym: viewers cannot edit its rows");
+    assert!(matches!(&denied, EngineError::Denied(d) if d.code == READ_ONLY));
+    assert!(matches!(bob.draft_in(Some("gym"), "sets", "b-1", set(9)), Err(EngineError::Denied(_))));
+    // Its own space stays the default for new rows.
+    assert!(bob.draft("sets", "b-1", set(9)).unwrap().space.is_none());
+
+    s.set_member(Some("alice"), "gym", "bob", Some(Role::Editor)).unwrap();
+    sync(&mut bob, &mut s, "bob", &mut store);
+    let d = bob.draft("sets", "a-1", set(12)).unwrap();
+    assert_eq!(d.place(), RowKey::in_space("gym", "sets", "a-1"), "the row's space, found where it lives");
+    let op = record(&mut bob, d, &mut store);
+    assert_eq!(op.space.as_deref(), Some("gym"));
+    let report = sync(&mut bob, &mut s, "bob", &mut store);
+    assert_eq!(report.applied, 1);
+    assert_eq!(s.space_rows("gym")[&RowKey::new("sets", "a-1")].get("reps"), Some(&Value::Number(12.0)));
+    assert_eq!(bob.row(&RowKey::in_space("gym", "sets", "a-1")).unwrap().get("reps"), Some(&Value::Number(12.0)));
+
+    // Everything the engine knows came from the store, so it reopens the same.
+    let again = Engine::open(store.snapshot(), Config::default()).unwrap();
+    assert_eq!(again.all_visible(), bob.all_visible());
+    assert_eq!(again.following(), bob.following());
+}
+
+#[test]
+fn a_revoke_removes_the_rows_and_queued_edits_come_back_forbidden_with_their_content() {
+    let mut s = gym();
+    s.set_member(Some("alice"), "gym", "bob", Some(Role::Editor)).unwrap();
+    let (mut bob, mut store) = (engine("b"), Tables::default());
+    {
+        let d = bob.draft("sets", "b-1", set(3)).unwrap();
+        record(&mut bob, d, &mut store)
+    };
+    sync(&mut bob, &mut s, "bob", &mut store);
+    assert_eq!(gym_rows(&bob).len(), 2);
+
+    // The pull leaves with nothing queued; an edit in gym is made while it
+    // is out, and the revoke lands before the server answers.
+    let (t, step) = bob.start_sync(1_000);
+    store.apply(&t);
+    assert!(matches!(step, Step::Pull(_)));
+    let queued = {
+        let d = bob.draft("sets", "a-2", set(40)).unwrap();
+        record(&mut bob, d, &mut store)
+    };
+    s.set_member(Some("alice"), "gym", "bob", None).unwrap();
+    let report = run(&mut bob, &mut s, "bob", step, &mut store);
+
+    assert!(gym_rows(&bob).is_empty(), "the space's rows left the replica");
+    assert!(store.base.keys().all(|k| k.space != "gym"), "and the store");
+    assert_eq!(bob.rows("sets").len(), 1, "the personal row stays");
+    assert_eq!(report.rejected, 1);
+    let rejected: Vec<&crate::store::Rejection> = bob.rejections().collect();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!((rejected[0].code.as_str(), rejected[0].reason.as_str()), (FORBIDDEN, "you are not a member of space gym"));
+    assert_eq!(rejected[0].op, queued, "the edit comes back whole: the app can copy it elsewhere");
+    assert_eq!(bob.pending_len(), 0);
+    assert_eq!(bob.status(&RowKey::in_space("gym", "sets", "a-2")).phase, crate::attempt::Phase::Rejected);
+    // An edit there now is refused on the device, in the judge's words.
+    let denied = bob.draft_in(Some("gym"), "sets", "a-2", set(1)).unwrap_err();
+    assert!(matches!(&denied, EngineError::Denied(d) if d.code == FORBIDDEN), "{denied}");
+    assert_eq!(bob.spaces().len(), 1);
+
+    let again = Engine::open(store.snapshot(), Config::default()).unwrap();
+    assert_eq!(again.all_visible(), bob.all_visible(), "reopened: the rows stay gone");
+
+    // Granted again: the space comes back from its start.
+    s.set_member(Some("alice"), "gym", "bob", Some(Role::Viewer)).unwrap();
+    sync(&mut bob, &mut s, "bob", &mut store);
+    assert_eq!(gym_rows(&bob).len(), 2);
+    assert!(!bob.following().has_left("gym"));
+}
+
+#[test]
+fn an_op_applied_just_before_a_revoke_leaves_no_row_behind() {
+    let mut s = gym();
+    s.set_member(Some("alice"), "gym", "bob", Some(Role::Editor)).unwrap();
+    let (mut bob, mut store) = (engine("b"), Tables::default());
+    sync(&mut bob, &mut s, "bob", &mut store);
+    let op = {
+        let d = bob.draft("sets", "a-1", set(7)).unwrap();
+        record(&mut bob, d, &mut store)
+    };
+    // The push is judged, then its answer is lost; the revoke comes next.
+    let (t, Step::Push(req)) = bob.start_sync(1_000) else { panic!("a push first") };
+    store.apply(&t);
+    s.push("bob", &req).unwrap();
+    bob.on_push_failed(&req.attempt_key, crate::attempt::Failure::Timeout, 1_000).unwrap();
+    s.set_member(Some("alice"), "gym", "bob", None).unwrap();
+    // A pull alone (as after a poke) learns of the revoke first.
+    bob.pull_in_flight = None;
+    let step = bob.pull_step(1_000);
+    let report = run(&mut bob, &mut s, "bob", step, &mut store);
+    assert_eq!(report.duplicate, 1, "the resend is answered from memory: applied");
+    assert!(bob.rejections().next().is_none(), "never reported refused: it was applied");
+    assert!(bob.row(&op.place()).is_none() && gym_rows(&bob).is_empty(), "and its row went with the space");
+    assert!(store.base.keys().all(|k| k.space != "gym"));
+}
+
+#[test]
+fn the_same_row_id_in_two_spaces_is_two_rows() {
+    let mut s = gym();
+    s.set_member(Some("alice"), "gym", "bob", Some(Role::Editor)).unwrap();
+    let (mut bob, mut store) = (engine("b"), Tables::default());
+    sync(&mut bob, &mut s, "bob", &mut store);
+    // Bob names a personal row exactly like one of gym's.
+    let mine = {
+        let d = bob.draft_in(Some("~bob"), "sets", "a-1", set(1)).unwrap();
+        record(&mut bob, d, &mut store)
+    };
+    assert_eq!(mine.space, None, "its own personal space is the unnamed one");
+    sync(&mut bob, &mut s, "bob", &mut store);
+    let copies: Vec<(String, Value)> = bob
+        .rows("sets")
+        .into_iter()
+        .filter(|(k, _)| k.row_id == "a-1")
+        .map(|(k, r)| (k.space.clone(), r.get("reps").cloned().unwrap()))
+        .collect();
+    assert_eq!(copies, vec![(String::new(), Value::Number(1.0)), ("gym".to_owned(), Value::Number(2.0))]);
+    assert_eq!(bob.locate("sets", "a-1").unwrap().space, "", "the personal copy is found first");
+    assert_eq!(s.rows("bob").len(), 1);
+    assert_eq!(s.space_rows("gym")[&RowKey::new("sets", "a-1")].get("reps"), Some(&Value::Number(2.0)));
+}
+
+#[test]
+fn a_device_from_before_spaces_keeps_its_rows_and_learns_its_space_in_one_pull() {
+    let mut s = MemoryServer::new(Schema::workout());
+    let (mut e, mut store) = (engine("d"), Tables::default());
+    {
+        let d = e.draft("sets", "d-1", set(1)).unwrap();
+        record(&mut e, d, &mut store)
+    };
+    sync(&mut e, &mut s, "u", &mut store);
+    // As stored by a version that pulled `GET /v1/pull`: a cursor, no following.
+    store.following = None;
+    let mut meta = store.meta.clone().unwrap();
+    meta.cursor = 1;
+    store.meta = Some(meta);
+    let mut old = Engine::open(store.snapshot(), Config::default()).unwrap();
+    let before = old.all_visible();
+    sync(&mut old, &mut s, "u", &mut store);
+    assert_eq!(old.all_visible(), before);
+    assert_eq!(old.following().personal.as_deref(), Some("~u"));
+    assert_eq!(old.cursor(), 1);
+}
+
+#[test]
+fn a_late_pull_answer_is_ignored_and_a_page_of_an_unfollowed_space_is_never_taken() {
+    let s = gym();
+    let (mut bob, mut store) = (engine("b"), Tables::default());
+    let (_, Step::Pull(first)) = bob.start_sync(1_000) else { panic!() };
+    let (_, Step::Pull(second)) = bob.start_sync(1_000) else { panic!() };
+    assert!(bob.on_pull_response(&SpacesPullRequest { limit: Some(1), ..first }, s.pull_spaces("bob", &second), 1_000).is_none());
+    // A server that sends rows of a space it never said the user joined.
+    let mut answer = s.pull_spaces("alice", &SpacesPullRequest::default());
+    answer.personal = Some("~bob".into());
+    answer.joined.retain(|m| m.space == "~bob");
+    let (t, _) = bob.on_pull_response(&second, answer, 1_000).unwrap();
+    store.apply(&t);
+    assert!(gym_rows(&bob).is_empty());
+}

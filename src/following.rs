@@ -1,0 +1,249 @@
+//! The spaces a device follows (PROTOCOL §4b): one record, stored whole,
+//! that says which spaces the device holds rows of, how far each copy has
+//! got (a cursor per space) and the role the user last had in each.
+//!
+//! On the device the personal space is the unnamed one: its rows are keyed
+//! with an empty [`RowKey::space`](crate::protocol::RowKey), ops without a
+//! space go there, and a device learns its name (`~` and the user id) from
+//! its first `POST /v1/pull`. Every other space is keyed by its name.
+//!
+//! Pure: the engine feeds it pull answers and asks it who may write where.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{SpacePage, SpacesPullRequest, SpacesPullResponse};
+use crate::space::{self, Denied, Follow, Role};
+
+/// The spaces a device follows, as stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Following {
+    /// The name of the user's personal space, once a pull said it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub personal: Option<String>,
+    /// Every followed space by name (the personal one too, once known):
+    /// where the device's copy stands and the role last learned.
+    #[serde(default)]
+    pub spaces: BTreeMap<String, Follow>,
+    /// Spaces a pull said the user left, until they join again: their rows
+    /// were removed, an applied echo of an op there is not kept, and an
+    /// edit there is refused on the device.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub left: BTreeSet<String>,
+}
+
+/// A space as the app sees it: `db.spaces()`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpaceInfo {
+    /// The space's name; `None` for the personal space before its name is known.
+    pub space: Option<String>,
+    /// The user's role.
+    pub role: Role,
+    /// Whether this is the user's personal space (where rows go by default).
+    pub personal: bool,
+}
+
+/// What a pull answer changed in the membership the device knows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Learned {
+    /// Spaces joined (their rows come from the start).
+    pub joined: Vec<String>,
+    /// Spaces left, by their name on the device: their rows go.
+    pub left: Vec<String>,
+    /// Whether anything of the record changed.
+    pub changed: bool,
+}
+
+impl Following {
+    /// The name a device keys `space`'s rows by: empty for the personal space.
+    pub fn local<'a>(&self, space: &'a str) -> &'a str {
+        if self.personal.as_deref() == Some(space) {
+            ""
+        } else {
+            space
+        }
+    }
+
+    /// The name of a space the device keys by `local` (`None`: the personal
+    /// space, name not yet known).
+    pub fn name<'a>(&'a self, local: &'a str) -> Option<&'a str> {
+        if local.is_empty() {
+            self.personal.as_deref()
+        } else {
+            Some(local)
+        }
+    }
+
+    /// The pull that asks for everything new in every followed space.
+    pub fn request(&self, limit: usize) -> SpacesPullRequest {
+        SpacesPullRequest { spaces: self.spaces.clone(), limit: Some(limit) }
+    }
+
+    /// The user's role in the space keyed `local`, as last learned (`None`:
+    /// not followed, or not a member any more).
+    pub fn role(&self, local: &str) -> Option<Role> {
+        if local.is_empty() {
+            return Some(Role::Owner);
+        }
+        self.spaces.get(local).and_then(|f| f.role)
+    }
+
+    /// Whether the device was told the user left the space keyed `local`.
+    pub fn has_left(&self, local: &str) -> bool {
+        !local.is_empty() && self.left.contains(local)
+    }
+
+    /// Whether an edit in the space keyed `local` would be refused, by what
+    /// this device last learned: the judge's own rule and words
+    /// ([`space::may_write`]). A space the device knows nothing of yet is
+    /// the server's to judge (a grant may be on its way).
+    pub fn may_write(&self, local: &str) -> Result<(), Denied> {
+        if self.has_left(local) {
+            return space::may_write(local, None);
+        }
+        match self.role(local) {
+            Some(role) => space::may_write(self.name(local).unwrap_or(local), Some(role)),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes the membership news of a pull answer (before its pages): the
+    /// personal space's name, spaces joined (followed from the start), roles
+    /// changed, spaces left (unfollowed).
+    pub fn learn(&mut self, answer: &SpacesPullResponse) -> Learned {
+        let mut out = Learned::default();
+        if let Some(p) = &answer.personal {
+            if self.personal.as_ref() != Some(p) && space::personal_owner(p).is_some() {
+                self.personal = Some(p.clone());
+                out.changed = true;
+            }
+        }
+        for m in &answer.joined {
+            let follow = self.spaces.entry(m.space.clone()).or_default();
+            follow.role = Some(m.role);
+            self.left.remove(&m.space);
+            out.joined.push(m.space.clone());
+            out.changed = true;
+        }
+        for m in &answer.roles {
+            if let Some(f) = self.spaces.get_mut(&m.space) {
+                f.role = Some(m.role);
+                out.changed = true;
+            }
+        }
+        for s in &answer.left {
+            // A server never says a user left their own space; if one did, the rows stay.
+            if self.personal.as_ref() == Some(s) || self.spaces.remove(s).is_none() {
+                continue;
+            }
+            self.left.insert(s.clone());
+            out.left.push(self.local(s).to_owned());
+            out.changed = true;
+        }
+        out
+    }
+
+    /// Moves a followed space's cursor past a page. `false` (nothing taken)
+    /// for a page of a space the device does not follow.
+    pub fn advance(&mut self, page: &SpacePage) -> bool {
+        match self.spaces.get_mut(&page.space) {
+            Some(f) => {
+                f.cursor = f.cursor.max(page.cursor);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The personal space's cursor (0 until its name is known).
+    pub fn personal_cursor(&self) -> u64 {
+        self.personal.as_ref().and_then(|p| self.spaces.get(p)).map_or(0, |f| f.cursor)
+    }
+
+    /// The spaces as the app lists them: the personal one first, then the
+    /// others by name.
+    pub fn list(&self) -> Vec<SpaceInfo> {
+        let mut out = vec![SpaceInfo { space: self.personal.clone(), role: Role::Owner, personal: true }];
+        for (name, f) in &self.spaces {
+            if Some(name) == self.personal.as_ref() {
+                continue;
+            }
+            if let Some(role) = f.role {
+                out.push(SpaceInfo { space: Some(name.clone()), role, personal: false });
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::space::Membership;
+
+    fn answer(personal: &str, joined: &[(&str, Role)], roles: &[(&str, Role)], left: &[&str]) -> SpacesPullResponse {
+        let m = |l: &[(&str, Role)]| l.iter().map(|(s, r)| Membership { space: (*s).into(), role: *r }).collect();
+        SpacesPullResponse {
+            personal: Some(personal.into()),
+            joined: m(joined),
+            roles: m(roles),
+            left: left.iter().map(|s| (*s).into()).collect(),
+            ..SpacesPullResponse::default()
+        }
+    }
+
+    #[test]
+    fn the_personal_space_is_the_unnamed_one_and_always_writable() {
+        let mut f = Following::default();
+        assert_eq!(f.local("~ann"), "~ann", "not known yet");
+        assert!(f.may_write("").is_ok());
+        f.learn(&answer("~ann", &[("~ann", Role::Owner)], &[], &[]));
+        assert_eq!(f.local("~ann"), "");
+        assert_eq!(f.name(""), Some("~ann"));
+        assert_eq!(f.list()[0], SpaceInfo { space: Some("~ann".into()), role: Role::Owner, personal: true });
+        assert_eq!(f.list().len(), 1);
+        // A server saying the user left their own space is not believed.
+        let l = f.learn(&answer("~ann", &[], &[], &["~ann"]));
+        assert!(l.left.is_empty() && f.spaces.contains_key("~ann"));
+    }
+
+    #[test]
+    fn joins_roles_and_leaves_decide_who_may_write_where() {
+        let mut f = Following::default();
+        let l = f.learn(&answer("~coach", &[("~coach", Role::Owner), ("diary", Role::Viewer)], &[], &[]));
+        assert_eq!(l.joined, vec!["~coach".to_owned(), "diary".to_owned()]);
+        let denied = f.may_write("diary").unwrap_err();
+        assert_eq!(
+            (denied.code, denied.reason.as_str()),
+            (space::READ_ONLY, "you are a viewer of space diary: viewers cannot edit its rows")
+        );
+        assert!(f.may_write("elsewhere").is_ok(), "a space not known yet is the server's to judge");
+        f.learn(&answer("~coach", &[], &[("diary", Role::Editor)], &[]));
+        assert!(f.may_write("diary").is_ok());
+        assert_eq!(f.request(10).spaces["diary"].role, Some(Role::Editor));
+        let l = f.learn(&answer("~coach", &[], &[], &["diary"]));
+        assert_eq!(l.left, vec!["diary".to_owned()]);
+        assert!(f.has_left("diary") && !f.request(10).spaces.contains_key("diary"));
+        assert_eq!(f.may_write("diary").unwrap_err().code, space::FORBIDDEN);
+        // Joined again: followed from the start, writable.
+        f.learn(&answer("~coach", &[("diary", Role::Editor)], &[], &[]));
+        assert!(!f.has_left("diary") && f.may_write("diary").is_ok());
+        assert_eq!(f.spaces["diary"].cursor, 0);
+    }
+
+    #[test]
+    fn a_page_moves_only_its_followed_space() {
+        let mut f = Following::default();
+        f.learn(&answer("~a", &[("~a", Role::Owner), ("s", Role::Editor)], &[], &[]));
+        let page = |s: &str, c| SpacePage { space: s.into(), changes: vec![], cursor: c, has_more: false };
+        assert!(f.advance(&page("s", 7)));
+        assert!(f.advance(&page("s", 3)), "a cursor never goes back");
+        assert_eq!(f.spaces["s"].cursor, 7);
+        assert!(!f.advance(&page("unknown", 9)));
+        assert!(f.advance(&page("~a", 4)));
+        assert_eq!(f.personal_cursor(), 4);
+    }
+}
