@@ -770,6 +770,57 @@ pub struct SpacesPullResponse {
     pub schema_version: Option<u32>,
 }
 
+/// `POST /v1/spaces` (and `/v1/admin/spaces`) body: create a shared space.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSpace {
+    /// The new space's name: `[A-Za-z0-9:._-]`, 1..=128.
+    pub space: String,
+    /// Admin only: the owner (a user creates for themself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// `POST /v1/spaces/members` body: `role` `null` removes the member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetMember {
+    /// The space.
+    pub space: String,
+    /// The member's user id.
+    pub user: String,
+    /// The new role; `None` removes the member.
+    pub role: Option<crate::space::Role>,
+}
+
+/// A member as listed or set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Member {
+    /// The member's user id.
+    pub user: String,
+    /// The role (`None`: removed).
+    pub role: Option<crate::space::Role>,
+}
+
+/// `GET /v1/spaces/members?space=` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MembersList {
+    /// The space.
+    pub space: String,
+    /// Its members (the personal space's own user included).
+    pub members: Vec<Member>,
+}
+
+/// `GET /v1/spaces` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpacesList {
+    /// The personal space first, then the others by name.
+    pub spaces: Vec<crate::space::Membership>,
+}
+
 /// Most opIds one `POST /v1/verdicts` may ask about.
 pub const MAX_VERDICTS_PER_QUERY: usize = 1000;
 

@@ -14,7 +14,7 @@ use marksync::memory_server::MemoryServer;
 use marksync::protocol::{Fields, RowKey, Value};
 use marksync::schema::Schema;
 use marksync::store::{contract, LocalStore, Meta, Txn};
-use marksync::wasm::client::Client;
+use marksync::wasm::client::{Client, Edit};
 use marksync::wasm::idb_store::IdbStore;
 use marksync::wasm::transport::MemoryTransport;
 use wasm_bindgen_test::*;
@@ -36,12 +36,24 @@ fn only(k: &str, v: Value) -> Fields {
     [(k.to_string(), v)].into_iter().collect()
 }
 
+fn edit(row: &str, fields: Fields) -> Edit {
+    Edit { space: None, table: "sets".into(), row_id: row.into(), fields }
+}
+
+fn memory_as(server: &Rc<RefCell<MemoryServer>>, user: &str) -> MemoryTransport {
+    MemoryTransport { server: server.clone(), user: user.into(), lose_next: Rc::new(RefCell::new(0)), fail_next: Rc::new(RefCell::new(0)) }
+}
+
 fn memory(server: &Rc<RefCell<MemoryServer>>) -> MemoryTransport {
-    MemoryTransport { server: server.clone(), user: "u".into(), lose_next: Rc::new(RefCell::new(0)), fail_next: Rc::new(RefCell::new(0)) }
+    memory_as(server, "u")
 }
 
 async fn client(name: &str, server: &Rc<RefCell<MemoryServer>>) -> Rc<Client<MemoryTransport>> {
-    match Client::open(name, memory(server), Config::default(), false, true).await {
+    client_as(name, server, "u").await
+}
+
+async fn client_as(name: &str, server: &Rc<RefCell<MemoryServer>>, user: &str) -> Rc<Client<MemoryTransport>> {
+    match Client::open(name, memory_as(server, user), Config::default(), false, true).await {
         Ok(c) => c,
         Err(e) => panic!("open {name}: {e}"),
     }
@@ -148,7 +160,7 @@ async fn a_rejected_op_disappears_and_its_row_is_rebuilt_and_persisted() {
     let row = c.new_row_id().unwrap();
     c.change("sets", &row, set(5)).await.unwrap();
     c.sync().await.unwrap();
-    c.change_with("sets", &row, only("reps", 500i64.into()), false).await.unwrap();
+    c.change_with(None, "sets", &row, only("reps", 500i64.into()), false).await.unwrap();
     c.change("sets", &row, only("weightKg", 90.0.into())).await.unwrap();
     let report = c.sync().await.unwrap();
     assert_eq!((report.report.applied, report.report.rejected), (1, 1));
@@ -432,7 +444,7 @@ async fn recording_an_edit_waits_for_the_disk() {
     let c = client(&name, &server).await;
     let row = c.new_row_id().unwrap();
     c.change("sets", &row, set(5)).await.unwrap();
-    c.change_many(vec![("sets".into(), row.clone(), set(6))]).await.unwrap();
+    c.change_many(vec![edit(&row, set(6))]).await.unwrap();
     c.close();
     let seen = js_sys::Array::from(&unwatch.call0(&wasm_bindgen::JsValue::NULL).unwrap());
     let records: Vec<String> = seen
@@ -609,16 +621,20 @@ async fn a_pulled_row_at_the_top_of_the_clock_then_three_offline_edits_all_reach
     let mut poisoned = marksync::protocol::Row::default();
     let mark = marksync::protocol::Mark { at: marksync::protocol::MAX_SAFE_INTEGER, op_id: marksync::protocol::OpId::new("z:1") };
     poisoned.cells.insert("note".into(), marksync::protocol::Cell { value: Value::from("x"), mark });
-    let (txn, Step::Pull { cursor, .. }) = c.engine.borrow_mut().start_sync(0) else { panic!() };
+    let (txn, Step::Pull(req)) = c.engine.borrow_mut().start_sync(0) else { panic!() };
     c.store.commit(&txn).await.unwrap();
-    let page = marksync::protocol::PullResponse {
-        changes: vec![marksync::protocol::Change { key: RowKey::new("sets", "z-1"), row: poisoned, seq: 1 }],
-        cursor: 1,
-        has_more: false,
-        now: None,
-        schema_version: None,
+    let page = marksync::protocol::SpacesPullResponse {
+        personal: Some("~u".into()),
+        joined: vec![marksync::space::Membership { space: "~u".into(), role: marksync::space::Role::Owner }],
+        spaces: vec![marksync::protocol::SpacePage {
+            space: "~u".into(),
+            changes: vec![marksync::protocol::Change { key: RowKey::new("sets", "z-1"), row: poisoned, seq: 1 }],
+            cursor: 1,
+            has_more: false,
+        }],
+        ..Default::default()
     };
-    let (txn, _) = c.engine.borrow_mut().on_pull_response(cursor, page, 0).unwrap();
+    let (txn, _) = c.engine.borrow_mut().on_pull_response(&req, page, 0).unwrap();
     c.store.commit(&txn).await.unwrap();
     for i in 0..3 {
         let row = c.new_row_id().unwrap();
@@ -657,9 +673,7 @@ async fn the_servers_schema_is_kept_on_the_device_and_refuses_edits_offline_in_e
     assert_eq!(err.code(), "invalid");
     assert_eq!(err.to_string(), "reps must be at most 100");
     assert_eq!(c.engine.borrow().pending_len(), 0, "nothing recorded");
-    let many = c
-        .change_many(vec![("sets".into(), row.clone(), only("reps", 6i64.into())), ("sets".into(), row.clone(), only("reps", 0i64.into()))])
-        .await;
+    let many = c.change_many(vec![edit(&row, only("reps", 6i64.into())), edit(&row, only("reps", 0i64.into()))]).await;
     assert_eq!(many.unwrap_err().to_string(), "edits[1]: reps must be at least 1");
     assert_eq!(c.engine.borrow().pending_len(), 0, "all or nothing");
 
@@ -681,7 +695,55 @@ async fn the_servers_schema_is_kept_on_the_device_and_refuses_edits_offline_in_e
     let again = client(&name, &server).await;
     assert_eq!(again.change("sets", &row, only("reps", 500i64.into())).await.unwrap_err().code(), "invalid");
     // The app may record it anyway: the server stays the judge.
-    again.change_with("sets", &row, only("reps", 500i64.into()), false).await.unwrap();
+    again.change_with(None, "sets", &row, only("reps", 500i64.into()), false).await.unwrap();
     let report = again.sync().await.unwrap();
     assert_eq!(report.report.rejected, 1);
+}
+
+/// Shared spaces on IndexedDB: a grant's backfill, the role refused on the
+/// device, a revoke's removal — each as stored, so a reopened database says
+/// the same (PROTOCOL §4b).
+#[wasm_bindgen_test]
+async fn a_shared_space_is_backfilled_refused_to_a_viewer_and_gone_after_a_revoke_on_disk() {
+    use marksync::space::Role;
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let alice = client_as(&unique("alice"), &server, "alice").await;
+    let bob_db = unique("bob");
+    let bob = client_as(&bob_db, &server, "bob").await;
+    alice.create_space("diary").await.unwrap();
+    let row = alice.new_row_id().unwrap();
+    alice.change_with(Some("diary"), "sets", &row, set(5), true).await.unwrap();
+    alice.sync().await.unwrap();
+    assert_eq!(alice.engine.borrow().locate("sets", &row).unwrap().space, "diary");
+
+    alice.set_member("diary", "bob", Some(Role::Viewer)).await.unwrap();
+    bob.sync().await.unwrap();
+    let key = RowKey::in_space("diary", "sets", row.as_str());
+    assert!(bob.engine.borrow().row(&key).is_some(), "backfilled on grant");
+    let err = bob.change("sets", &row, set(9)).await.unwrap_err();
+    assert_eq!((err.code(), err.to_string().as_str()), ("read_only", "you are a viewer of space diary: viewers cannot edit its rows"));
+    assert_eq!(bob.engine.borrow().pending_len(), 0, "nothing recorded");
+
+    alice.set_member("diary", "bob", Some(Role::Editor)).await.unwrap();
+    bob.sync().await.unwrap();
+    bob.change("sets", &row, set(7)).await.unwrap();
+    bob.sync().await.unwrap();
+    alice.sync().await.unwrap();
+    assert_eq!(alice.engine.borrow().row(&key).unwrap().get("reps"), Some(&Value::from(7i64)), "the editor's edit reached the owner");
+
+    // Bob edits offline; the revoke lands before he syncs.
+    let queued = bob.change("sets", &row, set(8)).await.unwrap();
+    alice.set_member("diary", "bob", None).await.unwrap();
+    bob.sync().await.unwrap();
+    bob.sync().await.unwrap();
+    assert!(bob.engine.borrow().row(&key).is_none(), "the space's rows left the device");
+    let rejected: Vec<_> = bob.engine.borrow().rejections().map(|r| (r.op.op_id.clone(), r.code.clone())).collect();
+    assert_eq!(rejected, vec![(queued, "forbidden".to_owned())], "the queued edit came back, not dropped");
+    bob.close();
+    let again = client_as(&bob_db, &server, "bob").await;
+    let e = again.engine.borrow();
+    assert!(e.row(&key).is_none(), "and the database too");
+    assert!(e.following().has_left("diary"));
+    assert_eq!(e.rejections().count(), 1);
+    assert_eq!(e.spaces().len(), 1, "only the personal space is listed");
 }

@@ -4,8 +4,28 @@ export type Value = string | number | boolean | null;
 /** The fields of an edit: 1 to 64 entries; names `[A-Za-z][A-Za-z0-9_]{0,63}`. */
 export type Fields = Record<string, Value>;
 
-/** A visible row: its fields, plus `_id`, its rowId. */
-export type Row = Readonly<{ _id: string } & Fields>;
+/**
+ * A visible row: its fields, plus `_id`, its rowId, and `_space`, its space,
+ * when it lives in a shared space (absent for the personal space's rows).
+ */
+export type Row = Readonly<{ _id: string; _space?: string } & Fields>;
+
+/** A member's role in a space: owners manage members, editors write rows, viewers read. */
+export type Role = 'owner' | 'editor' | 'viewer';
+
+/** A space the user is a member of, as this device last learned it. */
+export interface Space {
+  /** The space's name; `null` for the personal space until the first sync names it (`~` and the user id). */
+  space: string | null;
+  role: Role;
+  /** Whether this is the user's personal space, where rows go unless a space is named. */
+  personal: boolean;
+}
+
+/** Which space a row is read from or written to: a space's name; absent or `null`: where the row lives, else the personal space. */
+export interface SpaceOption {
+  space?: string | null;
+}
 
 /** Where a row stands with the server. */
 export type Phase = 'synced' | 'pending' | 'awaiting-ack' | 'unknown-outcome' | 'rejected' | 'recovery-required';
@@ -38,6 +58,8 @@ export interface Op {
   fields: Fields;
   at: number;
   schema: number;
+  /** The shared space the op writes in; absent: the personal space. */
+  space?: string;
 }
 
 export interface Rejection {
@@ -148,7 +170,7 @@ export interface Refusal {
 }
 
 /** Options of `change()` and `changeMany()`. */
-export interface ChangeOptions {
+export interface ChangeOptions extends SpaceOption {
   /**
    * `false` records an edit even when the server's schema, as this device knows it, refuses it (the server stays the
    * judge: the edit comes back rejected). Default: checked, refused at once with code `invalid`, nothing recorded.
@@ -166,6 +188,9 @@ export interface Database {
    * Records `table/rowId: fields`. Resolves with the opId once the op is in IndexedDB. Rejects with code `invalid` (with
    * `reason`, `refusal`, `field`), recording nothing, when the server's schema as this device knows it refuses the row
    * after the edit; before any schema is known, every well-formed edit is recorded.
+   *
+   * The space is `options.space`, else the one the row lives in, else the personal space. Rejects at once with code
+   * `read_only` (the user is a viewer there) or `forbidden` (the user left it), the server's own words, recording nothing.
    */
   change(table: string, rowId: string, fields: Fields, options?: ChangeOptions): Promise<string>;
   /**
@@ -173,25 +198,37 @@ export interface Database {
    * For many new rows at once, name them yourself (any unique rowId): `newRowId()` hands out a reserved block of ids and
    * throws `ids_exhausted` when called many times without an await.
    */
-  changeMany(edits: readonly { table: string; rowId: string; fields: Fields }[], options?: ChangeOptions): Promise<string[]>;
+  changeMany(edits: readonly { table: string; rowId: string; fields: Fields; space?: string | null }[], options?: ChangeOptions): Promise<string[]>;
   /**
    * What the server would answer for `table/rowId` after this edit, by the schema this device last fetched from it:
    * `null` (accepted, or no schema known yet) or the refusal in the server's words. Offline, synchronous, records nothing.
    */
-  check(table: string, rowId: string, fields: Fields): Refusal | null;
+  check(table: string, rowId: string, fields: Fields, options?: SpaceOption): Refusal | null;
   /** The server's schema as this device knows it (fetched after a pull names a version it does not have), or null. */
   schema(): { version: number; etag: string | null; schema: unknown } | null;
   /** Deletes a row (a tombstone). Resolves with the opId. */
-  remove(table: string, rowId: string): Promise<string>;
+  remove(table: string, rowId: string, options?: SpaceOption): Promise<string>;
   /** Restores a deleted row. Resolves with the opId. */
-  restore(table: string, rowId: string): Promise<string>;
-  /** The visible rows of a table; the same frozen array until something changes. */
-  rows(table: string): readonly Row[];
+  restore(table: string, rowId: string, options?: SpaceOption): Promise<string>;
+  /** The visible rows of a table, from every space (or `options.space` alone); the same frozen array until something changes. */
+  rows(table: string, options?: SpaceOption): readonly Row[];
   /** One visible row, or null (absent or deleted). */
-  row(table: string, rowId: string): Row | null;
+  row(table: string, rowId: string, options?: SpaceOption): Row | null;
+  /**
+   * The user's spaces, the personal one first, as of the last sync: a grant shows here (and its rows in `rows()`) once
+   * a sync has backfilled it; after a revoke the space and its rows are gone, and edits still queued there come back
+   * as rejections with code `forbidden` and their content.
+   */
+  spaces(): readonly Space[];
+  /** Creates a shared space owned by this user (online). Rejects with code `refused` (`refusal`: the server's code, e.g. `conflict`). */
+  createSpace(space: string): Promise<{ space: string; role: Role }>;
+  /** An owner gives `user` a role in `space`, or removes them (`null`). Rejects with code `refused` (`forbidden`, `conflict`). */
+  setMember(space: string, user: string, role: Role | null): Promise<{ user: string; role: Role | null }>;
+  /** Who is a member of `space` (any member may ask). */
+  members(space: string): Promise<{ space: string; members: { user: string; role: Role }[] }>;
   /** Calls `listener` after every change of rows or statuses; returns the unsubscribe function. */
   subscribe(listener: () => void): () => void;
-  status(table: string, rowId: string): RowStatus;
+  status(table: string, rowId: string, options?: SpaceOption): RowStatus;
   /** The pending ops, in the order they will be sent. */
   pending(): Op[];
   /**

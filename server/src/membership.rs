@@ -20,9 +20,8 @@ use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use marksync::protocol::{ErrorCode, SpacesPullRequest};
-use marksync::space::{Membership, Role};
-use serde::{Deserialize, Serialize};
+use marksync::protocol::{CreateSpace, ErrorCode, Member, MembersList, SetMember, SpacesList, SpacesPullRequest};
+use marksync::space::Membership;
 
 use crate::error::ApiError;
 use crate::guard::User;
@@ -63,29 +62,11 @@ pub(crate) async fn pull(
     Ok(Json(answer).into_response())
 }
 
-/// `GET /v1/spaces` answer.
-#[derive(Debug, Serialize)]
-struct SpacesList {
-    /// The personal space first, then the others by name.
-    spaces: Vec<Membership>,
-}
-
 /// `GET /v1/spaces`: the caller's spaces and roles.
 pub(crate) async fn list(State(app): State<App>, Extension(User(user)): Extension<User>) -> Result<Response, ApiError> {
     let spaces = app.store.spaces_of(&user).await.map_err(|e| ApiError::internal(&e))?;
     let spaces = spaces.into_iter().map(|(space, role, _)| Membership { space, role }).collect();
     Ok(Json(SpacesList { spaces }).into_response())
-}
-
-/// `POST /v1/spaces` (and `/v1/admin/spaces`) body.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct CreateSpace {
-    /// The new space's name: `[A-Za-z0-9:._-]`, 1..=128.
-    space: String,
-    /// Admin only: the owner (a user creates for themself).
-    #[serde(default)]
-    owner: Option<String>,
 }
 
 /// `POST /v1/spaces`: creates a shared space owned by the caller.
@@ -106,29 +87,6 @@ async fn create_for(app: &App, space: &str, owner: &str) -> Result<Response, Api
     let role = app.store.create_space(space, owner).await?;
     let _ = app.pokes.send(Poke::Members { user: owner.into() });
     Ok(Json(Membership { space: space.to_owned(), role }).into_response())
-}
-
-/// `POST /v1/spaces/members` body: `role` `null` removes the member.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct SetMember {
-    space: String,
-    user: String,
-    role: Option<Role>,
-}
-
-/// A member as listed or set.
-#[derive(Debug, Serialize)]
-struct Member {
-    user: String,
-    role: Option<Role>,
-}
-
-/// `GET /v1/spaces/members` answer.
-#[derive(Debug, Serialize)]
-struct MembersList {
-    space: String,
-    members: Vec<Member>,
 }
 
 /// `POST /v1/spaces/members`: an owner adds, changes or removes a member.

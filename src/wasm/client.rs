@@ -16,7 +16,8 @@ use wasm_bindgen::JsCast;
 use crate::attempt::{Failure, Recovery};
 use crate::engine::{Config, Engine, EngineError, Step, SyncReport};
 use crate::ids::{device_id_from, BLOCK};
-use crate::protocol::{Fields, OpId};
+use crate::protocol::{CreateSpace, Fields, Member, MembersList, OpId, SetMember};
+use crate::space::{Membership, Role};
 use crate::store::{LocalStore, Meta, StoreError, Txn};
 
 use super::idb_store::IdbStore;
@@ -58,6 +59,15 @@ pub enum ClientError {
     /// was recorded. The reason is the server's, word for word.
     #[error("{}", .0.reason)]
     Invalid(crate::schema::Refusal),
+    /// The user may not write in the edit's space, by what the device last
+    /// learned; nothing was recorded. Code and reason are the judge's
+    /// (`read_only` for a viewer, `forbidden` for a space the user left).
+    #[error("{}", .0.reason)]
+    Denied(crate::space::Denied),
+    /// A membership call was refused by the server (its code: `forbidden`,
+    /// `conflict`, `bad_request`, `not_found`), or got no answer (`network`).
+    #[error("{}", .0.message)]
+    Refused(super::transport::CallError),
 }
 
 impl ClientError {
@@ -72,6 +82,8 @@ impl ClientError {
             ClientError::IdsExhausted => "ids_exhausted",
             ClientError::ClockExhausted(_) => "clock_exhausted",
             ClientError::Invalid(_) => "invalid",
+            ClientError::Denied(d) => d.code,
+            ClientError::Refused(_) => "refused",
         }
     }
 }
@@ -90,9 +102,24 @@ impl From<EngineError> for ClientError {
         match e {
             EngineError::IdsExhausted => ClientError::IdsExhausted,
             EngineError::ClockExhausted => ClientError::ClockExhausted(e.to_string()),
+            EngineError::Denied(d) => ClientError::Denied(d),
             other => ClientError::BadInput(other.to_string()),
         }
     }
+}
+
+/// One edit of [`Client::change_many`]: `fields` on `table/row_id`, in
+/// `space` (`None`: where the row lives, or the personal space).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edit {
+    /// The space named, if any.
+    pub space: Option<String>,
+    /// The table.
+    pub table: String,
+    /// The row.
+    pub row_id: String,
+    /// The fields set.
+    pub fields: Fields,
 }
 
 /// How a sync call ended.
@@ -336,38 +363,55 @@ impl<T: Transport + 'static> Client<T> {
         Ok(id)
     }
 
-    /// Records `table/row_id: fields`; resolves once the op is in IndexedDB.
-    /// An edit the known schema refuses is not recorded ([`ClientError::Invalid`]).
+    /// Records `table/row_id: fields` where the row lives (a new row: in the
+    /// personal space); resolves once the op is in IndexedDB. An edit the
+    /// known schema refuses is not recorded ([`ClientError::Invalid`]).
     pub async fn change(self: &Rc<Self>, table: &str, row_id: &str, fields: Fields) -> Result<OpId, ClientError> {
-        self.change_with(table, row_id, fields, true).await
+        self.change_with(None, table, row_id, fields, true).await
     }
 
-    /// [`Client::change`]; without `check`, the server alone judges the edit.
-    pub async fn change_with(self: &Rc<Self>, table: &str, row_id: &str, fields: Fields, check: bool) -> Result<OpId, ClientError> {
+    /// [`Client::change`] in `space` when one is named; without `check`, the
+    /// server alone judges the edit (a role refusal on the device still stands).
+    pub async fn change_with(
+        self: &Rc<Self>,
+        space: Option<&str>,
+        table: &str,
+        row_id: &str,
+        fields: Fields,
+        check: bool,
+    ) -> Result<OpId, ClientError> {
         self.check_open()?;
-        let draft = self.engine.borrow().draft(table, row_id, fields)?;
+        let draft = self.engine.borrow().draft_in(space, table, row_id, fields)?;
         if check {
             self.engine.borrow().check_drafts(std::slice::from_ref(&draft)).map_err(|(_, e)| ClientError::Invalid(e))?;
         }
         self.record_one(draft).await
     }
 
-    /// Records many edits `(table, row_id, fields)` in one IndexedDB
-    /// transaction: all or none. Every edit is checked before anything is
-    /// written; resolves with the opIds, in order.
-    pub async fn change_many(self: &Rc<Self>, edits: Vec<(String, String, Fields)>) -> Result<Vec<OpId>, ClientError> {
+    /// Records many edits in one IndexedDB transaction: all or none. Every
+    /// edit is checked before anything is written; resolves with the opIds,
+    /// in order.
+    pub async fn change_many(self: &Rc<Self>, edits: Vec<Edit>) -> Result<Vec<OpId>, ClientError> {
         self.change_many_with(edits, true).await
     }
 
     /// [`Client::change_many`]; without `check`, the server alone judges the edits.
-    pub async fn change_many_with(self: &Rc<Self>, edits: Vec<(String, String, Fields)>, check: bool) -> Result<Vec<OpId>, ClientError> {
+    pub async fn change_many_with(self: &Rc<Self>, edits: Vec<Edit>, check: bool) -> Result<Vec<OpId>, ClientError> {
         self.check_open()?;
         let drafts = {
             let engine = self.engine.borrow();
             edits
                 .into_iter()
                 .enumerate()
-                .map(|(i, (t, r, f))| engine.draft(&t, &r, f).map_err(|e| ClientError::BadInput(format!("edits[{i}]: {e}"))))
+                .map(|(i, e)| {
+                    engine.draft_in(e.space.as_deref(), &e.table, &e.row_id, e.fields).map_err(|err| match err {
+                        crate::engine::EngineError::Denied(mut d) => {
+                            d.reason = format!("edits[{i}]: {}", d.reason);
+                            ClientError::Denied(d)
+                        }
+                        other => ClientError::BadInput(format!("edits[{i}]: {other}")),
+                    })
+                })
                 .collect::<Result<Vec<_>, _>>()?
         };
         if drafts.is_empty() {
@@ -382,10 +426,11 @@ impl<T: Transport + 'static> Client<T> {
         self.record(drafts).await
     }
 
-    /// Marks a row deleted (`true`) or restores it (`false`).
-    pub async fn set_deleted(self: &Rc<Self>, table: &str, row_id: &str, deleted: bool) -> Result<OpId, ClientError> {
+    /// Marks a row deleted (`true`) or restores it (`false`), where it
+    /// lives (or in `space`).
+    pub async fn set_deleted(self: &Rc<Self>, space: Option<&str>, table: &str, row_id: &str, deleted: bool) -> Result<OpId, ClientError> {
         self.check_open()?;
-        let draft = self.engine.borrow().draft_deleted(table, row_id, deleted)?;
+        let draft = self.engine.borrow().draft_deleted(space, table, row_id, deleted)?;
         self.record_one(draft).await
     }
 
@@ -403,6 +448,36 @@ impl<T: Transport + 'static> Client<T> {
             self.schedule_sync(0);
         }
         Ok(ids)
+    }
+
+    /// Creates a shared space owned by the user (online: membership is the
+    /// server's). The device follows it from the next sync, started now.
+    pub async fn create_space(self: &Rc<Self>, space: &str) -> Result<Membership, ClientError> {
+        self.check_open()?;
+        let req = CreateSpace { space: space.to_owned(), owner: None };
+        let m = self.transport.create_space(&req).await.map_err(ClientError::Refused)?;
+        if self.auto_sync {
+            self.schedule_sync(0);
+        }
+        Ok(m)
+    }
+
+    /// Gives `user` a role in `space` (`None`: removes them); the caller must
+    /// be one of its owners. A sync follows, so a change of one's own role shows.
+    pub async fn set_member(self: &Rc<Self>, space: &str, user: &str, role: Option<Role>) -> Result<Member, ClientError> {
+        self.check_open()?;
+        let req = SetMember { space: space.to_owned(), user: user.to_owned(), role };
+        let m = self.transport.set_member(&req).await.map_err(ClientError::Refused)?;
+        if self.auto_sync {
+            self.schedule_sync(0);
+        }
+        Ok(m)
+    }
+
+    /// Who is a member of `space`, with roles (any member may ask).
+    pub async fn members(&self, space: &str) -> Result<MembersList, ClientError> {
+        self.check_open()?;
+        self.transport.members(space).await.map_err(ClientError::Refused)
     }
 
     /// Dismisses a rejection.
@@ -612,13 +687,12 @@ impl<T: Transport + 'static> Client<T> {
                     };
                     self.or_restart(out, &mut unsaved)
                 }
-                Step::Pull { cursor, limit } => {
-                    let (saved, page) =
-                        futures_util::future::join(self.commit_some(unsaved.take()), self.transport.pull(cursor, limit)).await;
+                Step::Pull(req) => {
+                    let (saved, page) = futures_util::future::join(self.commit_some(unsaved.take()), self.transport.pull(&req)).await;
                     saved?;
                     match page {
                         Ok(page) => {
-                            let out = self.engine.borrow_mut().on_pull_response(cursor, page, now());
+                            let out = self.engine.borrow_mut().on_pull_response(&req, page, now());
                             self.or_restart(out, &mut unsaved)
                         }
                         Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
@@ -626,7 +700,7 @@ impl<T: Transport + 'static> Client<T> {
                             self.or_restart(None, &mut unsaved)
                         }
                         Err(f) => {
-                            let out = self.engine.borrow_mut().on_pull_failed(cursor, f, now());
+                            let out = self.engine.borrow_mut().on_pull_failed(&req, f, now());
                             self.or_restart(out, &mut unsaved)
                         }
                     }

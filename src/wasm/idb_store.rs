@@ -5,7 +5,9 @@
 //! counter and clock; applying a push answer's verdicts; applying a pull page
 //! with the cursor; recording an attempt going out, and its outcome (the sync
 //! state, [`crate::sync_state::SyncState`], one record `"sync"` in `meta`).
-//! Records are JSON strings (base chunks and batches: binary, see [`crate::chunks`]); keys: `"meta"`, `[table, rowId]`,
+//! Records are JSON strings (base chunks and batches: binary, see [`crate::chunks`]); keys: `"meta"` (and `"sync"`,
+//! `"schema"`, `"following"`, the followed spaces, in the same store), `[table, rowId]` (`[table, rowId, space]`
+//! in a shared space),
 //! `at` (a number, so the outbox reads back in record order), `opId`.
 //!
 //! Base rows live in chunks plus a log, so that open reads a few large
@@ -42,6 +44,8 @@ const META: &str = "meta";
 const SYNC: &str = "sync";
 /// The key of the server's schema, as last fetched, in the `meta` store.
 const SCHEMA: &str = "schema";
+/// The key of the followed spaces ([`crate::following::Following`]) in the `meta` store.
+const FOLLOWING: &str = "following";
 const CHUNKS: &str = "base_chunks";
 const DELTA: &str = "base_delta";
 /// Base rows put since the last compaction, one record per committed step
@@ -85,8 +89,13 @@ fn parse<T: serde::de::DeserializeOwned>(v: &JsValue) -> Result<T, StoreError> {
     serde_json::from_str(&s).map_err(corrupt)
 }
 
+/// A chunk's IndexedDB key: its first row's `[table, rowId]`, and the
+/// space when it is a shared one.
 fn row_key(k: &RowKey) -> JsValue {
-    Array::of2(&JsValue::from_str(&k.table), &JsValue::from_str(&k.row_id)).into()
+    if k.space.is_empty() {
+        return Array::of2(&JsValue::from_str(&k.table), &JsValue::from_str(&k.row_id)).into();
+    }
+    Array::of3(&JsValue::from_str(&k.table), &JsValue::from_str(&k.row_id), &JsValue::from_str(&k.space)).into()
 }
 
 /// A stored chunk's rows: UTF-8 JSON bytes, or JSON text in the first encoding.
@@ -136,9 +145,10 @@ fn deltas_in_order(per_row: &[JsValue], batches: &[JsValue]) -> Result<Vec<(RowK
 
 fn key_of(v: &JsValue) -> Result<RowKey, StoreError> {
     let a = Array::from(v);
-    match (a.length(), a.get(0).as_string(), a.get(1).as_string()) {
-        (2, Some(table), Some(row_id)) => Ok(RowKey { table, row_id }),
-        _ => Err(corrupt("a base chunk key is not [table, rowId]")),
+    match (a.length(), a.get(0).as_string(), a.get(1).as_string(), a.get(2).as_string()) {
+        (2, Some(table), Some(row_id), _) => Ok(RowKey::new(table, row_id)),
+        (3, Some(table), Some(row_id), Some(space)) => Ok(RowKey::in_space(space, table, row_id)),
+        _ => Err(corrupt("a base chunk key is not [table, rowId] or [table, rowId, space]")),
     }
 }
 
@@ -393,6 +403,9 @@ impl IdbStore {
         if let Some(schema) = &txn.schema {
             store(META)?.put(&json(schema)?, Some(&JsValue::from_str(SCHEMA))).map_err(failed)?;
         }
+        if let Some(following) = &txn.following {
+            store(META)?.put(&json(following)?, Some(&JsValue::from_str(FOLLOWING))).map_err(failed)?;
+        }
         if !txn.put_base.is_empty() {
             // One record for all the step's base rows: one put, not one per row.
             let bytes = encode_snapshot(&txn.put_base)?;
@@ -419,7 +432,7 @@ impl IdbStore {
 
     fn stores_of(txn: &Txn) -> Vec<&'static str> {
         let mut v = Vec::new();
-        if txn.meta.is_some() || txn.sync.is_some() || txn.schema.is_some() {
+        if txn.meta.is_some() || txn.sync.is_some() || txn.schema.is_some() || txn.following.is_some() {
             v.push(META);
         }
         if !txn.put_base.is_empty() {
@@ -463,6 +476,7 @@ impl LocalStore for IdbStore {
         // awaited in that order.
         let sync_req = meta_store.get(Query::Key(JsValue::from_str(SYNC))).map_err(failed)?;
         let schema_req = meta_store.get(Query::Key(JsValue::from_str(SCHEMA))).map_err(failed)?;
+        let following_req = meta_store.get(Query::Key(JsValue::from_str(FOLLOWING))).map_err(failed)?;
         let chunks_v = chunks_req.await.map_err(failed)?;
         let delta_v = delta_req.await.map_err(failed)?;
         let batches_v = batches_req.await.map_err(failed)?;
@@ -470,6 +484,7 @@ impl LocalStore for IdbStore {
         let rej_v = rej_req.await.map_err(failed)?;
         let sync_v = sync_req.await.map_err(failed)?;
         let schema_v = schema_req.await.map_err(failed)?;
+        let following_v = following_req.await.map_err(failed)?;
         let committed = tx.await.map_err(failed)?;
         if committed != TransactionResult::Committed {
             return Err(failed("open was aborted"));
@@ -488,7 +503,10 @@ impl LocalStore for IdbStore {
         let sync = sync_v.and_then(|v| parse(&v).ok());
         // An unreadable schema is fetched again at the next pull.
         let schema = schema_v.and_then(|v| parse(&v).ok());
-        Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections, sync, schema })
+        // The followed spaces must read: without them a left space's rows
+        // could not be told from the rest.
+        let following = following_v.map(|v| parse(&v)).transpose()?;
+        Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections, sync, schema, following })
     }
 
     async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {

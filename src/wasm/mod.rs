@@ -21,7 +21,7 @@ use wasm_bindgen_futures::{future_to_promise, JsFuture};
 
 use crate::engine::Config;
 use crate::protocol::{Fields, Row, RowKey};
-use client::{Client, ClientError};
+use client::{Client, ClientError, Edit};
 use transport::{FetchTransport, TokenSource};
 
 /// A JS `Error` with a stable `code` property.
@@ -33,6 +33,9 @@ pub fn js_error(code: &str, message: &str) -> JsValue {
 
 fn client_error(e: ClientError) -> JsValue {
     let err = js_error(e.code(), &e.to_string());
+    if let ClientError::Refused(why) = &e {
+        let _ = Reflect::set(&err, &"refusal".into(), &why.code.as_str().into());
+    }
     if let ClientError::RecoveryRequired { code, .. } = &e {
         let _ = Reflect::set(&err, &"recovery".into(), &code.as_str().into());
     }
@@ -48,16 +51,20 @@ fn to_js<T: Serialize>(v: &T) -> JsValue {
     v.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).unwrap_or(JsValue::NULL)
 }
 
-/// A visible row as JSON: its fields plus `_id`, the rowId (field names
-/// starting with `_` are reserved by the protocol, so `_id` never collides
-/// with a field): `{"_id": rowId, field: value, …}`.
+/// A visible row as JSON: its fields plus `_id`, the rowId, and `_space`,
+/// its space, for a row that is not in the personal space (field names
+/// starting with `_` are reserved by the protocol, so neither collides with
+/// a field): `{"_id": rowId, "_space": "team", field: value, …}`.
 struct VisibleRow<'a>(&'a RowKey, &'a Row);
 
 impl Serialize for VisibleRow<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(self.1.cells.len() + 1))?;
+        let mut m = s.serialize_map(Some(self.1.cells.len() + 2))?;
         m.serialize_entry("_id", &self.0.row_id)?;
+        if !self.0.space.is_empty() {
+            m.serialize_entry("_space", &self.0.space)?;
+        }
         for (k, c) in &self.1.cells {
             m.serialize_entry(k, &c.value)?;
         }
@@ -94,7 +101,19 @@ fn fields_from_js(v: JsValue) -> Result<Fields, JsValue> {
     serde_wasm_bindgen::from_value::<Fields>(v).map_err(|e| js_error("bad_input", &format!("fields: {e}")))
 }
 
-fn edits_from_js(v: JsValue) -> Result<Vec<(String, String, Fields)>, JsValue> {
+/// `options.space`: a space's name, `null`/absent for none; anything else is bad input.
+fn space_of(options: &JsValue) -> Result<Option<String>, JsValue> {
+    if !options.is_object() {
+        return Ok(None);
+    }
+    let v = Reflect::get(options, &"space".into()).unwrap_or(JsValue::UNDEFINED);
+    if v.is_undefined() || v.is_null() {
+        return Ok(None);
+    }
+    v.as_string().map(Some).ok_or_else(|| js_error("bad_input", "options.space must be a space's name (a string) or null"))
+}
+
+fn edits_from_js(v: JsValue) -> Result<Vec<Edit>, JsValue> {
     let list: Array = v.dyn_into().map_err(|_| js_error("bad_input", "edits must be an array of { table, rowId, fields }"))?;
     let mut out = Vec::with_capacity(list.length() as usize);
     for (i, e) in list.iter().enumerate() {
@@ -111,7 +130,9 @@ fn edits_from_js(v: JsValue) -> Result<Vec<(String, String, Fields)>, JsValue> {
         }
         let fields =
             serde_wasm_bindgen::from_value::<Fields>(fields).map_err(|e| js_error("bad_input", &format!("edits[{i}].fields: {e}")))?;
-        out.push((table, row_id, fields));
+        let space =
+            space_of(&e).map_err(|_| js_error("bad_input", &format!("edits[{i}].space must be a space's name (a string) or null")))?;
+        out.push(Edit { space, table, row_id, fields });
     }
     Ok(out)
 }
@@ -216,16 +237,22 @@ impl Marksync {
     /// server's code) when the server's schema, as this device knows it,
     /// refuses the row after the edit — nothing is recorded. `options.check:
     /// false` records it anyway; the server stays the judge.
+    ///
+    /// The row's space: `options.space` when given, else the space the row
+    /// already lives in, else the personal space. Rejects at once with code
+    /// `read_only` (a viewer) or `forbidden` (a space the user left), the
+    /// server's own words, when the device knows the user may not write there.
     pub fn change(&self, table: String, row_id: String, fields: JsValue, options: JsValue) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
             let fields = fields_from_js(fields)?;
-            let id = inner.change_with(&table, &row_id, fields, checks(&options)).await.map_err(client_error)?;
+            let space = space_of(&options)?;
+            let id = inner.change_with(space.as_deref(), &table, &row_id, fields, checks(&options)).await.map_err(client_error)?;
             Ok(JsValue::from_str(id.as_str()))
         })
     }
 
-    /// Records many edits `[{ table, rowId, fields }, …]` in one IndexedDB
+    /// Records many edits `[{ table, rowId, fields, space? }, …]` in one IndexedDB
     /// transaction: all or none, every edit checked first (shapes, and the
     /// known schema unless `options.check` is `false`, each edit on the row
     /// the ones before it made). Resolves with the opIds, in order.
@@ -239,50 +266,125 @@ impl Marksync {
         })
     }
 
-    /// Deletes a row (a tombstone: `_deleted = true`). Resolves with the opId.
-    pub fn remove(&self, table: String, row_id: String) -> Promise {
-        self.deleted(table, row_id, true)
+    /// Deletes a row (a tombstone: `_deleted = true`) where it lives, or in
+    /// `options.space`. Resolves with the opId.
+    pub fn remove(&self, table: String, row_id: String, options: JsValue) -> Promise {
+        self.deleted(table, row_id, options, true)
     }
 
     /// Restores a deleted row (`_deleted = false`). Resolves with the opId.
-    pub fn restore(&self, table: String, row_id: String) -> Promise {
-        self.deleted(table, row_id, false)
+    pub fn restore(&self, table: String, row_id: String, options: JsValue) -> Promise {
+        self.deleted(table, row_id, options, false)
     }
 
-    fn deleted(&self, table: String, row_id: String, deleted: bool) -> Promise {
+    fn deleted(&self, table: String, row_id: String, options: JsValue, deleted: bool) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
-            let id = inner.set_deleted(&table, &row_id, deleted).await.map_err(client_error)?;
+            let space = space_of(&options)?;
+            let id = inner.set_deleted(space.as_deref(), &table, &row_id, deleted).await.map_err(client_error)?;
             Ok(JsValue::from_str(id.as_str()))
         })
     }
 
-    /// The visible rows of a table (deleted rows hidden), in rowId order.
-    /// The same frozen array until something changes: fit for `useSyncExternalStore`.
-    pub fn rows(&self, table: String) -> JsValue {
+    /// The visible rows of a table (deleted rows hidden), in rowId order,
+    /// from every space the device follows (a row of a shared space carries
+    /// `_space`), or from `options.space` alone. The same frozen array until
+    /// something changes: fit for `useSyncExternalStore`.
+    pub fn rows(&self, table: String, options: JsValue) -> Result<JsValue, JsValue> {
+        let only = space_of(&options)?;
         let version = self.inner.version();
         let mut cache = self.cache.borrow_mut();
         if cache.0 != version {
             *cache = (version, HashMap::new());
         }
-        if let Some(v) = cache.1.get(&table) {
-            return v.clone();
+        let cache_key = match &only {
+            Some(s) => format!("{table}\u{0}{s}"),
+            None => table.clone(),
+        };
+        if let Some(v) = cache.1.get(&cache_key) {
+            return Ok(v.clone());
         }
         let engine = self.inner.engine.borrow();
-        let rows: Vec<_> = engine.rows(&table).into_iter().map(|(k, r)| (k, engine.app_row(&table, r))).collect();
+        let local = only.as_deref().map(|s| engine.following().local(s));
+        let rows: Vec<_> = engine
+            .rows(&table)
+            .into_iter()
+            .filter(|(k, _)| local.is_none_or(|l| k.space == l))
+            .map(|(k, r)| (k, engine.app_row(&table, r)))
+            .collect();
         let v = rows_to_js(rows.iter().map(|(k, r)| (*k, r.as_ref())));
-        cache.1.insert(table, v.clone());
-        v
+        cache.1.insert(cache_key, v.clone());
+        Ok(v)
     }
 
-    /// One visible row, or `null` if absent or deleted.
-    pub fn row(&self, table: String, row_id: String) -> JsValue {
-        let key = RowKey::new(table, row_id);
+    /// One visible row, or `null` if absent or deleted: in `options.space`,
+    /// or where the row lives (the personal space's copy first).
+    pub fn row(&self, table: String, row_id: String, options: JsValue) -> Result<JsValue, JsValue> {
         let engine = self.inner.engine.borrow();
-        match engine.row(&key) {
+        let key = Self::key_of(&engine, table, row_id, &options)?;
+        Ok(match engine.row(&key) {
             Some(r) => Array::from(&rows_to_js(std::iter::once((&key, engine.app_row(&key.table, r).as_ref())))).get(0),
             None => JsValue::NULL,
+        })
+    }
+
+    /// The key of `table/row_id` in `options.space`, or where it lives.
+    fn key_of(engine: &crate::engine::Engine, table: String, row_id: String, options: &JsValue) -> Result<RowKey, JsValue> {
+        Ok(match space_of(options)? {
+            Some(s) => RowKey::in_space(engine.following().local(&s), table, row_id),
+            None => engine.locate(&table, &row_id).unwrap_or_else(|| RowKey::new(table, row_id)),
+        })
+    }
+
+    /// The user's spaces: `[{ space, role, personal }]`, the personal space
+    /// first (`space` is `null` until the first sync names it), then the
+    /// shared ones by name. Changes after a sync that learned a grant, a
+    /// role change or a revoke.
+    pub fn spaces(&self) -> JsValue {
+        let list = to_js(&self.inner.engine.borrow().spaces());
+        if let Some(a) = list.dyn_ref::<Array>() {
+            for s in a.iter() {
+                Object::freeze(s.unchecked_ref::<Object>());
+            }
+            Object::freeze(a);
         }
+        list
+    }
+
+    /// Creates a shared space owned by this user (needs the server).
+    /// Resolves with `{ space, role }`; rejects with code `refused` and
+    /// `refusal` (the server's code, e.g. `conflict` for a taken name) or
+    /// `network`.
+    #[wasm_bindgen(js_name = "createSpace")]
+    pub fn create_space(&self, space: String) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move { Ok(to_js(&inner.create_space(&space).await.map_err(client_error)?)) })
+    }
+
+    /// Gives `user` `role` (`"owner"`, `"editor"`, `"viewer"`) in `space`, or
+    /// removes them with `null`. Only owners may (else `refused` with
+    /// `refusal: "forbidden"`); a space keeps an owner (`conflict`).
+    #[wasm_bindgen(js_name = "setMember")]
+    pub fn set_member(&self, space: String, user: String, role: JsValue) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let role = if role.is_null() || role.is_undefined() {
+                None
+            } else {
+                let name = role.as_string().unwrap_or_default();
+                Some(
+                    crate::space::Role::parse(&name)
+                        .ok_or_else(|| js_error("bad_input", "role must be \"owner\", \"editor\", \"viewer\" or null"))?,
+                )
+            };
+            Ok(to_js(&inner.set_member(&space, &user, role).await.map_err(client_error)?))
+        })
+    }
+
+    /// The members of `space` with their roles: `{ space, members: [{ user, role }] }`.
+    pub fn members(&self, space: String) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move { Ok(to_js(&inner.members(&space).await.map_err(client_error)?)) })
     }
 
     /// Calls `listener()` after every change of rows or statuses. Returns a
@@ -303,14 +405,26 @@ impl Marksync {
     /// field given, or no schema known yet) or `{ code, reason, field }` in
     /// the server's words. Offline, synchronous, changes nothing; a malformed
     /// edit throws `bad_input` as `change()` would.
-    pub fn check(&self, table: String, row_id: String, fields: JsValue) -> Result<JsValue, JsValue> {
+    pub fn check(&self, table: String, row_id: String, fields: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
         let fields = fields_from_js(fields)?;
         // Nothing typed yet is not an edit to refuse: a form asks as it fills.
         if fields.is_empty() {
             return Ok(JsValue::NULL);
         }
+        let space = space_of(&options)?;
         let engine = self.inner.engine.borrow();
-        let draft = engine.draft(&table, &row_id, fields).map_err(|e| client_error(e.into()))?;
+        let draft = match engine.draft_in(space.as_deref(), &table, &row_id, fields) {
+            Ok(d) => d,
+            // A role refusal answers like a schema one: the server's code and words.
+            Err(crate::engine::EngineError::Denied(d)) => {
+                let o = Object::new();
+                let _ = Reflect::set(&o, &"code".into(), &d.code.into());
+                let _ = Reflect::set(&o, &"reason".into(), &d.reason.into());
+                let _ = Reflect::set(&o, &"field".into(), &JsValue::NULL);
+                return Ok(o.into());
+            }
+            Err(e) => return Err(client_error(e.into())),
+        };
         Ok(match engine.check_drafts(std::slice::from_ref(&draft)) {
             Ok(()) => JsValue::NULL,
             Err((_, why)) => to_js(&why),
@@ -330,9 +444,12 @@ impl Marksync {
         o.into()
     }
 
-    /// The sync status of a row: `{ phase, reason, code, pendingOps, attempts, nextRetryAt }`.
-    pub fn status(&self, table: String, row_id: String) -> JsValue {
-        to_js(&self.inner.engine.borrow().status(&RowKey::new(table, row_id)))
+    /// The sync status of a row: `{ phase, reason, code, pendingOps, attempts, nextRetryAt }`
+    /// (in `options.space`, or where the row lives).
+    pub fn status(&self, table: String, row_id: String, options: JsValue) -> Result<JsValue, JsValue> {
+        let engine = self.inner.engine.borrow();
+        let key = Self::key_of(&engine, table, row_id, &options)?;
+        Ok(to_js(&engine.status(&key)))
     }
 
     /// The pending ops, in the order they will be sent.

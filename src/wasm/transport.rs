@@ -13,15 +13,41 @@ use wasm_bindgen_futures::JsFuture;
 
 use crate::attempt::Failure;
 use crate::memory_server::MemoryServer;
-use crate::protocol::{ErrorBody, OpId, PullResponse, PushRequest, PushResponse, VerdictsRequest, VerdictsResponse};
+use crate::protocol::{
+    CreateSpace, ErrorBody, Member, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse,
+    VerdictsRequest, VerdictsResponse,
+};
+use crate::space::Membership;
+
+/// Why a membership call failed: the server's error code and message
+/// (`forbidden`, `conflict`, `bad_request`, …), or `network` when no answer came.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CallError {
+    /// The server's code, or `network`.
+    pub code: String,
+    /// What went wrong, in the server's words when it answered.
+    pub message: String,
+}
+
+impl CallError {
+    fn network(f: Failure) -> CallError {
+        CallError { code: "network".into(), message: f.to_string() }
+    }
+
+    fn of(e: ErrorBody) -> CallError {
+        let code = serde_json::to_value(e.error.code).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "error".into());
+        CallError { code, message: e.error.message }
+    }
+}
 
 /// A way to reach the server.
 #[allow(async_fn_in_trait)]
 pub trait Transport {
     /// Sends a push; `Ok` only for a 200 whose body parses.
     async fn push(&self, req: &PushRequest) -> Result<PushResponse, Failure>;
-    /// Sends a pull; `Ok` only for a 200 whose body parses.
-    async fn pull(&self, cursor: u64, limit: usize) -> Result<PullResponse, Failure>;
+    /// Sends a pull of every followed space (`POST /v1/pull`); `Ok` only for a 200 whose body parses.
+    async fn pull(&self, req: &SpacesPullRequest) -> Result<SpacesPullResponse, Failure>;
     /// Asks what the server remembers of these ops (`POST /v1/verdicts`, read-only).
     async fn verdicts(&self, op_ids: &[OpId]) -> Result<VerdictsResponse, Failure>;
     /// `GET /v1/schema`: the server's schema file and its `ETag`; `None`
@@ -29,6 +55,12 @@ pub trait Transport {
     async fn schema(&self, etag: Option<&str>) -> Result<Option<(String, Option<String>)>, Failure>;
     /// After a 401: get a fresh token. `false` if there is no way to.
     async fn refresh_auth(&self) -> bool;
+    /// `POST /v1/spaces`: creates a shared space owned by the user.
+    async fn create_space(&self, req: &CreateSpace) -> Result<Membership, CallError>;
+    /// `POST /v1/spaces/members`: adds, changes or removes a member.
+    async fn set_member(&self, req: &SetMember) -> Result<Member, CallError>;
+    /// `GET /v1/spaces/members?space=`: who is a member of a space.
+    async fn members(&self, space: &str) -> Result<MembersList, CallError>;
 }
 
 /// Where the token comes from: a fixed string or an (async) function.
@@ -100,6 +132,35 @@ impl FetchTransport {
     /// One request; a 200 (or a 304 when `if_none_match` is given) is an
     /// answer, anything else a [`Failure`].
     async fn exchange(&self, method: &str, path: &str, body: Option<String>, if_none_match: Option<&str>) -> Result<Answer, Failure> {
+        let (a, retry_after) = self.fetch(method, path, body, if_none_match).await?;
+        if a.status == 200 || (a.status == 304 && if_none_match.is_some()) {
+            return Ok(a);
+        }
+        let body: Option<ErrorBody> = serde_json::from_str(&a.text).ok();
+        Err(Failure::from_http(a.status, body.as_ref(), retry_after.map(|s| s * 1000)))
+    }
+
+    /// A membership call: the 200's body parsed, or the server's error.
+    async fn call<T: serde::de::DeserializeOwned>(&self, method: &str, path: &str, body: Option<String>) -> Result<T, CallError> {
+        let (a, _) = self.fetch(method, path, body, None).await.map_err(CallError::network)?;
+        if a.status == 200 {
+            return serde_json::from_str(&a.text).map_err(|e| CallError::network(Failure::BadResponse(e.to_string())));
+        }
+        match serde_json::from_str::<ErrorBody>(&a.text) {
+            Ok(e) => Err(CallError::of(e)),
+            Err(_) => Err(CallError { code: "network".into(), message: format!("the server answered {}", a.status) }),
+        }
+    }
+
+    /// One request, whatever its status; with `Retry-After` (s). Fails only
+    /// when no answer came.
+    async fn fetch(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<String>,
+        if_none_match: Option<&str>,
+    ) -> Result<(Answer, Option<u64>), Failure> {
         let global = js_sys::global();
         let fetch: Function = Reflect::get(&global, &"fetch".into())
             .ok()
@@ -144,12 +205,8 @@ impl FetchTransport {
                 .map_err(|e| if controller.signal().aborted() { Failure::Timeout } else { Failure::Network(js_text(&e)) })?
                 .as_string()
                 .unwrap_or_default();
-            if status == 200 || (status == 304 && if_none_match.is_some()) {
-                let etag = resp.headers().get("ETag").ok().flatten();
-                return Ok(Answer { status, text, etag });
-            }
-            let body: Option<ErrorBody> = serde_json::from_str(&text).ok();
-            Err(Failure::from_http(status, body.as_ref(), retry_after.map(|s| s * 1000)))
+            let etag = resp.headers().get("ETag").ok().flatten();
+            Ok((Answer { status, text, etag }, retry_after))
         }
         .await;
         drop(timer);
@@ -179,8 +236,9 @@ impl Transport for FetchTransport {
         serde_json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
     }
 
-    async fn pull(&self, cursor: u64, limit: usize) -> Result<PullResponse, Failure> {
-        let text = self.request("GET", &format!("/v1/pull?cursor={cursor}&limit={limit}"), None).await?;
+    async fn pull(&self, req: &SpacesPullRequest) -> Result<SpacesPullResponse, Failure> {
+        let body = serde_json::to_string(req).map_err(|e| Failure::Refused(e.to_string()))?;
+        let text = self.request("POST", "/v1/pull", Some(body)).await?;
         serde_json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
     }
 
@@ -200,6 +258,19 @@ impl Transport for FetchTransport {
         let is_fn = matches!(&*self.token_source.borrow(), TokenSource::Function(_));
         *self.token.borrow_mut() = None;
         is_fn && self.token().await.is_some()
+    }
+
+    async fn create_space(&self, req: &CreateSpace) -> Result<Membership, CallError> {
+        self.call("POST", "/v1/spaces", serde_json::to_string(req).ok()).await
+    }
+
+    async fn set_member(&self, req: &SetMember) -> Result<Member, CallError> {
+        self.call("POST", "/v1/spaces/members", serde_json::to_string(req).ok()).await
+    }
+
+    async fn members(&self, space: &str) -> Result<MembersList, CallError> {
+        let q = String::from(js_sys::encode_uri_component(space));
+        self.call("GET", &format!("/v1/spaces/members?space={q}"), None).await
     }
 }
 
@@ -235,8 +306,8 @@ impl Transport for MemoryTransport {
         r.map_err(|e| Failure::from_http(e.error.code.http_status(), Some(&e), None))
     }
 
-    async fn pull(&self, cursor: u64, limit: usize) -> Result<PullResponse, Failure> {
-        Ok(self.server.borrow().pull(&self.user, cursor, limit))
+    async fn pull(&self, req: &SpacesPullRequest) -> Result<SpacesPullResponse, Failure> {
+        Ok(self.server.borrow().pull_spaces(&self.user, req))
     }
 
     async fn verdicts(&self, op_ids: &[OpId]) -> Result<VerdictsResponse, Failure> {
@@ -250,5 +321,30 @@ impl Transport for MemoryTransport {
 
     async fn refresh_auth(&self) -> bool {
         false
+    }
+
+    async fn create_space(&self, req: &CreateSpace) -> Result<Membership, CallError> {
+        let mut server = self.server.borrow_mut();
+        server.create_space(&req.space, &self.user).map_err(CallError::of)?;
+        let role = server.role(&req.space, &self.user).unwrap_or(crate::space::Role::Owner);
+        Ok(Membership { space: req.space.clone(), role })
+    }
+
+    async fn set_member(&self, req: &SetMember) -> Result<Member, CallError> {
+        self.server.borrow_mut().set_member(Some(&self.user), &req.space, &req.user, req.role).map_err(CallError::of)?;
+        Ok(Member { user: req.user.clone(), role: req.role })
+    }
+
+    async fn members(&self, space: &str) -> Result<MembersList, CallError> {
+        let server = self.server.borrow();
+        if server.role(space, &self.user).is_none() {
+            return Err(CallError::of(ErrorBody::new(
+                crate::protocol::ErrorCode::Forbidden,
+                format!("you are not a member of space {space}"),
+            )));
+        }
+        let members =
+            server.members.iter().filter(|((s, _), _)| s == space).map(|((_, u), r)| Member { user: u.clone(), role: Some(*r) }).collect();
+        Ok(MembersList { space: space.to_owned(), members })
     }
 }
