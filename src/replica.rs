@@ -124,6 +124,16 @@ impl Replica {
         gone
     }
 
+    /// The spaces this replica holds a row of (base or pending), the
+    /// personal space (empty name) included.
+    pub fn spaces(&self) -> std::collections::BTreeSet<&str> {
+        let mut out = std::collections::BTreeSet::new();
+        for k in self.base.keys().chain(self.overlay.keys()) {
+            out.insert(k.space.as_str());
+        }
+        out
+    }
+
     /// Every visible row named `table/row_id`, in any space (the personal
     /// space's first, then by space name), tombstones included.
     pub fn named<'a>(&'a self, table: &str, row_id: &str) -> Vec<(&'a RowKey, &'a Row)> {

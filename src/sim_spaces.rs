@@ -7,10 +7,13 @@
 //!
 //! Each user pulls as the protocol tells a device to: it follows the spaces
 //! it was told of (`joined`, from cursor 0), keeps each space's rows and
-//! cursor, takes the roles it is told, and drops a space it `left`. (The
-//! browser client does not follow spaces yet; this follower is the
-//! contract such a client keeps.) After the schedule every user pulls until
-//! nothing is new, and [`run`] checks:
+//! cursor, takes the roles it is told, and drops a space it `left` (the
+//! contract, written plainly). Each user also has a **device running the
+//! real engine** ([`crate::engine::Engine`], the browser client's core): it
+//! records edits in its own space and in shared ones — refused on the device
+//! when it knows the user is a viewer there or left — and syncs, its answers
+//! lost now and then. After the schedule every user pulls until nothing is
+//! new, every device syncs until it is done, and [`run`] checks:
 //! - **isolation**: a pull never returned a row of a space the user was not
 //!   a member of at that moment;
 //! - **convergence**: every member's copy of every space equals the server's,
@@ -19,16 +22,23 @@
 //!   once; every answer to a resend is the first answer (a rejection word
 //!   for word); an applied op's space holds a mark at least as new as its own;
 //! - **refusals stand**: an op refused for permission is still refused when
-//!   sent again after its sender was granted a role.
+//!   sent again after its sender was granted a role;
+//! - **the engine's device**: its rows of every space it is a member of equal
+//!   the server's, it holds no row of another space, its outbox is empty, and
+//!   every edit it recorded was applied or is in its rejections with the
+//!   server's remembered code and reason — none lost; an edit refused on the
+//!   device was refused by the rule the judge runs on what the device knew.
 
 use std::collections::{BTreeMap, HashMap};
 
 use fastrand::Rng;
 
+use crate::engine::{Config, Engine, EngineError, Step};
 use crate::memory_server::MemoryServer;
 use crate::protocol::{Fields, Op, OpId, Outcome, PushRequest, Row, RowKey, SpacesPullRequest, Value};
 use crate::schema::Schema;
 use crate::space::{self, Follow, Role, FORBIDDEN, READ_ONLY};
+use crate::store::{Meta, Snapshot};
 
 /// What to simulate.
 #[derive(Debug, Clone)]
@@ -68,6 +78,14 @@ pub struct SpacesStats {
     pub resent: usize,
     /// Refused ops sent again after their sender was granted a role.
     pub refused_then_granted: usize,
+    /// Edits the engine's devices recorded.
+    pub device_ops: usize,
+    /// Edits the devices refused themselves (a viewer, a space left).
+    pub device_refused: usize,
+    /// Device edits that came back rejected for permission (queued when the role went).
+    pub device_rejected: usize,
+    /// Spaces a device dropped (told `left` by a pull).
+    pub device_left: usize,
 }
 
 /// A failed run: the seed and what broke, with the schedule so far.
@@ -98,8 +116,15 @@ struct Follower {
     rows: BTreeMap<String, BTreeMap<RowKey, Row>>,
 }
 
+/// One user's device running the engine, and what it recorded.
+struct Device {
+    engine: crate::engine::Engine,
+    recorded: Vec<Op>,
+}
+
 struct Run {
     seed: u64,
+    devices: HashMap<String, Device>,
     rng: Rng,
     server: MemoryServer,
     users: Vec<String>,
@@ -278,7 +303,195 @@ impl Run {
         Ok(quiet)
     }
 
+    fn device(&mut self, user: &str) -> &mut Device {
+        self.devices.entry(user.to_owned()).or_insert_with(|| {
+            let snap = Snapshot { meta: Some(Meta::fresh(format!("{user}-dev"))), ..Snapshot::default() };
+            let config = Config { pull_limit: 3, max_batch: 4, ..Config::default() };
+            let engine = Engine::open(snap, config).unwrap_or_else(|e| panic!("a fresh engine opens: {e}"));
+            Device { engine, recorded: Vec::new() }
+        })
+    }
+
+    /// The device records an edit: its own row, or a row of a shared space
+    /// (one it holds, or any); refused on the device only by the judge's rule.
+    fn device_edit(&mut self) -> Result<(), SpacesFailure> {
+        let user = self.pick(&self.users.clone()).to_owned();
+        let space = match self.rng.u8(..3) {
+            0 => None,
+            _ => Some(self.pick(&self.spaces.clone()).to_owned()),
+        };
+        let row = format!("d{}", self.rng.u8(..4));
+        let mut fields = Fields::new();
+        fields.insert("exercise".into(), Value::from("row"));
+        fields.insert("weightKg".into(), Value::from(50.0));
+        fields.insert("reps".into(), Value::from(i64::from(self.rng.u8(1..20))));
+        self.n += 1;
+        let now = self.n;
+        let dev = self.device(&user);
+        // Without a space the edit goes where the row lives: that space's rule.
+        let target = match &space {
+            Some(s) => s.clone(),
+            None => dev.engine.locate("sets", &row).map(|k| k.space).unwrap_or_default(),
+        };
+        let known = dev.engine.following().may_write(&target);
+        let outcome: Result<Option<Op>, String> = match dev.engine.draft_in(space.as_deref(), "sets", &row, fields) {
+            Err(EngineError::Denied(d)) if known.as_ref().err() == Some(&d) => Ok(None),
+            Err(e) => Err(format!("{user}'s device refused an edit in {space:?}: {e}")),
+            Ok(draft) => {
+                let stored = dev.engine.meta().clone();
+                match dev.engine.plan_record(draft, &stored, now) {
+                    Ok((_, rec)) => {
+                        let op = rec.ops[0].clone();
+                        dev.engine.recorded(rec);
+                        dev.recorded.push(op.clone());
+                        Ok(Some(op))
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        };
+        match outcome.map_err(|e| self.fail(e))? {
+            None => {
+                self.stats.device_refused += 1;
+                self.log.push(format!("{user}'s device refuses an edit in {space:?}"));
+            }
+            Some(op) => {
+                self.stats.device_ops += 1;
+                self.log.push(format!("{user}'s device records {} in {space:?}", op.op_id.as_str()));
+            }
+        }
+        Ok(())
+    }
+
+    /// One sync cycle of `user`'s device, a push answer lost after the
+    /// commit now and then. `true` when it ended done with nothing queued.
+    fn device_sync(&mut self, user: &str) -> Result<bool, SpacesFailure> {
+        self.n += 1;
+        let now = self.n;
+        let lose = self.rng.u8(..4) == 0;
+        let dev = self.devices.get_mut(user).ok_or_else(|| SpacesFailure { seed: self.seed, problem: "no device".into(), log: vec![] })?;
+        let mut step = dev.engine.start_sync(now).1;
+        let mut lost = false;
+        for _ in 0..100 {
+            step = match step {
+                Step::Push(req) => {
+                    self.log.push(format!(
+                        "{user}'s device pushes {:?}",
+                        req.batch.iter().map(|o| (o.op_id.as_str(), o.space.as_deref())).collect::<Vec<_>>()
+                    ));
+                    let answer = self.server.push(user, &req).map_err(|e| SpacesFailure {
+                        seed: self.seed,
+                        problem: format!("{e:?}"),
+                        log: vec![],
+                    })?;
+                    if lose && !lost {
+                        lost = true;
+                        self.stats.resent += 1;
+                        match dev.engine.on_push_failed(&req.attempt_key, crate::attempt::Failure::Timeout, now) {
+                            Some((_, s)) => s,
+                            None => break,
+                        }
+                    } else {
+                        match dev.engine.on_push_response(answer, now) {
+                            Some((_, s)) => s,
+                            None => break,
+                        }
+                    }
+                }
+                Step::Pull(req) => {
+                    let answer = self.server.pull_spaces(user, &req);
+                    self.stats.device_left += answer.left.len();
+                    match dev.engine.on_pull_response(&req, answer, now) {
+                        Some((_, s)) => s,
+                        None => break,
+                    }
+                }
+                Step::Reconcile(ids) => {
+                    let answer = self.server.verdicts(user, &crate::protocol::VerdictsRequest { op_ids: ids });
+                    match dev.engine.on_verdicts(answer, now) {
+                        Some((_, s)) => s,
+                        None => break,
+                    }
+                }
+                Step::Done(_) => return Ok(dev.engine.pending_len() == 0),
+                Step::Wait { .. } | Step::Blocked(_) => return Ok(false),
+            };
+        }
+        Ok(false)
+    }
+
+    /// Syncs `user`'s device until it has sent everything and pulled to the end.
+    fn flush_device(&mut self, user: &str) -> Result<(), SpacesFailure> {
+        let mut done = false;
+        for _ in 0..50 {
+            if self.device_sync(user)? {
+                done = true;
+                break;
+            }
+            if let Some(d) = self.devices.get_mut(user) {
+                // A wait (lost answers) is over when the schedule is: try again now.
+                d.engine.retry_exhausted();
+            }
+        }
+        if !done {
+            return Err(self.fail(format!("{user}'s device never finished syncing")));
+        }
+        Ok(())
+    }
+
+    /// The engine's device agrees with the server, and lost nothing (once
+    /// every device has sent everything and pulled again).
+    fn check_device(&mut self, user: &str) -> Result<(), SpacesFailure> {
+        self.flush_device(user)?;
+        let dev = &self.devices[user];
+        let visible = dev.engine.all_visible();
+        let mut all = self.spaces.clone();
+        all.push(space::personal(user));
+        for s in &all {
+            let local = dev.engine.following().local(s).to_owned();
+            let held: BTreeMap<RowKey, Row> = visible
+                .iter()
+                .filter(|(k, _)| k.space == local)
+                .map(|(k, r)| (RowKey::new(k.table.as_str(), k.row_id.as_str()), r.clone()))
+                .collect();
+            let member = self.server.role(s, user).is_some();
+            if !member && !held.is_empty() {
+                return Err(self.fail(format!("{user}'s device holds rows of {s}, not a member")));
+            }
+            if member && held != self.server.space_rows(s) {
+                return Err(self.fail(format!("{user}'s device's copy of {s} differs from the server's")));
+            }
+        }
+        let data = self.server.users.get(user);
+        for op in &dev.recorded {
+            let remembered = data.and_then(|d| d.verdicts.get(&op.op_id));
+            let rejection = dev.engine.rejections().find(|r| r.op.op_id == op.op_id);
+            match (remembered, rejection) {
+                (Some(crate::judge::Remembered::Applied), None) => {}
+                (Some(crate::judge::Remembered::Rejected { code, reason }), Some(r)) if *code == r.code && *reason == r.reason => {
+                    if r.code == FORBIDDEN || r.code == READ_ONLY {
+                        self.stats.device_rejected += 1;
+                    }
+                }
+                (server, device) => {
+                    return Err(self.fail(format!("{} of {user}'s device: server {server:?}, device {device:?}", op.op_id.as_str())))
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn check(&mut self) -> Result<(), SpacesFailure> {
+        // The devices send what they hold, then each pulls to the end: no
+        // device writes after that, so each must equal the server.
+        let mut with_device: Vec<String> = self.devices.keys().cloned().collect();
+        with_device.sort();
+        for user in &with_device {
+            self.flush_device(user)?;
+        }
+        for user in &with_device {
+            self.check_device(user)?;
+        }
         for user in self.users.clone() {
             let mut quiet = false;
             for _ in 0..200 {
@@ -300,7 +513,11 @@ impl Run {
                     return Err(self.fail(format!("{user} holds {s} without being a member")));
                 }
                 if member && held != self.server.space_rows(&s) {
-                    return Err(self.fail(format!("{user}'s copy of {s} differs from the server's")));
+                    return Err(self.fail(format!(
+                        "{user}'s copy of {s} differs from the server's: {:?} vs {:?}",
+                        held.keys().collect::<Vec<_>>(),
+                        self.server.space_rows(&s).keys().collect::<Vec<_>>()
+                    )));
                 }
             }
         }
@@ -332,6 +549,7 @@ pub fn run(seed: u64, cfg: &SpacesConfig) -> Result<SpacesStats, SpacesFailure> 
         users: (0..cfg.users).map(|i| format!("user{i}")).collect(),
         spaces: (0..cfg.spaces).map(|i| format!("space{i}")).collect(),
         followers: HashMap::new(),
+        devices: HashMap::new(),
         sent: Vec::new(),
         stats: SpacesStats::default(),
         log: Vec::new(),
@@ -343,12 +561,18 @@ pub fn run(seed: u64, cfg: &SpacesConfig) -> Result<SpacesStats, SpacesFailure> 
         r.log.push(format!("{owner} creates {s}"));
     }
     for _ in 0..cfg.events {
-        match r.rng.u8(..10) {
+        match r.rng.u8(..14) {
             0..=2 => r.membership(),
             3..=6 => r.push()?,
-            _ => {
+            7..=9 => {
                 let user = r.pick(&r.users.clone()).to_owned();
                 r.pull(&user)?;
+            }
+            10..=11 => r.device_edit()?,
+            _ => {
+                let user = r.pick(&r.users.clone()).to_owned();
+                r.device(&user);
+                r.device_sync(&user)?;
             }
         }
     }
@@ -370,6 +594,10 @@ pub fn run_many(first_seed: u64, count: u64, cfg: &SpacesConfig) -> Result<Space
         total.left += s.left;
         total.resent += s.resent;
         total.refused_then_granted += s.refused_then_granted;
+        total.device_ops += s.device_ops;
+        total.device_refused += s.device_refused;
+        total.device_rejected += s.device_rejected;
+        total.device_left += s.device_left;
     }
     Ok(total)
 }

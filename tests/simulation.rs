@@ -77,7 +77,27 @@ fn spaces_with_changing_membership_converge_and_never_leak() {
             assert!(stats.applied > 0 && stats.forbidden > 0 && stats.read_only > 0, "{stats:?}");
             assert!(stats.grants > 0 && stats.revokes > 0 && stats.left > 0, "{stats:?}");
             assert!(stats.resent > 0 && stats.refused_then_granted > 0, "{stats:?}");
+            assert!(stats.device_ops > 0 && stats.device_refused > 0 && stats.device_rejected > 0 && stats.device_left > 0, "{stats:?}");
         }
         Err(f) => panic!("replay with MARKSYNC_SPACES_SEED={}\n{f}", f.seed),
+    }
+}
+
+/// Space seeds that once failed, frozen with what each caught.
+#[test]
+fn frozen_space_seeds() {
+    use marksync::sim_spaces::{run, SpacesConfig};
+    let cfg = SpacesConfig::default();
+    // 65: a device's own ops were applied in a space while its user was an
+    // editor there, and the user was revoked before the device ever pulled
+    // that space: nothing told the device it left, so it kept the rows. A
+    // device now follows every space it holds rows of (role unknown) and the
+    // next pull says the role or that it left.
+    // 8: the device refused an edit without a space by the rule of the space
+    // the row lives in — right; the simulation expected the personal space's.
+    for seed in [65, 8] {
+        if let Err(f) = run(seed, &cfg) {
+            panic!("frozen seed {seed} fails again\n{f}");
+        }
     }
 }

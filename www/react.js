@@ -1,19 +1,35 @@
-// React bindings: `useRows(db, table)` and `useRowStatus(db, table, rowId)`,
-// both on useSyncExternalStore (db.rows() is a stable snapshot).
+// React bindings: `useRows(db, table, options)`, `useRowStatus(db, table,
+// rowId, options)` and `useSpaces(db)`, on useSyncExternalStore (db.rows() is
+// a stable snapshot). `options.space` names a space (PROTOCOL §4b).
 import { useCallback, useRef, useSyncExternalStore } from 'react';
 
-/** The visible rows of `table`, re-rendering when they change. */
-export function useRows(db, table) {
+/** The visible rows of `table` (of every space, or of `options.space`), re-rendering when they change. */
+export function useRows(db, table, options) {
   const subscribe = useCallback((cb) => db.subscribe(cb), [db]);
-  return useSyncExternalStore(subscribe, () => db.rows(table));
+  const space = options?.space;
+  return useSyncExternalStore(subscribe, () => db.rows(table, space === undefined ? undefined : { space }));
 }
 
 /** The sync status of one row, re-rendering when it changes. */
-export function useRowStatus(db, table, rowId) {
+export function useRowStatus(db, table, rowId, options) {
+  const last = useRef({ key: '', value: null });
+  const subscribe = useCallback((cb) => db.subscribe(cb), [db]);
+  const space = options?.space;
+  const snapshot = () => {
+    const value = db.status(table, rowId, space == null ? undefined : { space });
+    const key = JSON.stringify(value);
+    if (key !== last.current.key) last.current = { key, value };
+    return last.current.value;
+  };
+  return useSyncExternalStore(subscribe, snapshot);
+}
+
+/** The user's spaces (`db.spaces()`), re-rendering when a sync learns a grant, a role change or a revoke. */
+export function useSpaces(db) {
   const last = useRef({ key: '', value: null });
   const subscribe = useCallback((cb) => db.subscribe(cb), [db]);
   const snapshot = () => {
-    const value = db.status(table, rowId);
+    const value = db.spaces();
     const key = JSON.stringify(value);
     if (key !== last.current.key) last.current = { key, value };
     return last.current.value;

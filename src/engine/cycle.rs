@@ -79,6 +79,22 @@ impl Engine {
     }
 
     pub(super) fn pull_step(&mut self, now: u64) -> Step {
+        // A space the device holds rows of without following it (its own
+        // ops applied there before it ever pulled the space) is followed
+        // from now on, role unknown: the answer names the role, or says the
+        // user left it — then those rows go too.
+        let held: Vec<String> = self
+            .replica
+            .spaces()
+            .into_iter()
+            .filter(|s| !s.is_empty() && !self.following.spaces.contains_key(*s))
+            .map(str::to_owned)
+            .collect();
+        for s in held {
+            self.following.left.remove(&s);
+            self.following.spaces.insert(s, crate::space::Follow::default());
+            self.following_moved = true;
+        }
         let req = self.following.request(self.config.pull_limit);
         self.pull_in_flight = Some((req.clone(), now));
         Step::Pull(req)
@@ -504,7 +520,7 @@ impl Engine {
         let mut txn = Txn::default();
         let mut base_at: HashMap<RowKey, usize> = HashMap::new();
         let learned = self.following.learn(&answer);
-        let mut moved = learned.changed;
+        let mut moved = learned.changed || std::mem::take(&mut self.following_moved);
         for local in &learned.left {
             for key in self.replica.drop_space(local) {
                 Self::put_base(&mut txn, &mut base_at, key, Row::default());

@@ -175,6 +175,8 @@ pub struct Engine {
     pull_in_flight: Option<(SpacesPullRequest, u64)>,
     /// The spaces this device follows (stored; pulls move it).
     following: Following,
+    /// Whether `following` changed since the last pull's txn stored it.
+    following_moved: bool,
     backoff: Backoff,
     max_batch: usize,
     config: Config,
@@ -222,6 +224,7 @@ impl Engine {
             schema: None,
             server_schema: None,
             following: snapshot.following.unwrap_or_default(),
+            following_moved: false,
         };
         if let Some(known) = &snapshot.schema {
             engine.absorb_schema(known);

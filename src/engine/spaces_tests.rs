@@ -250,3 +250,25 @@ fn a_late_pull_answer_is_ignored_and_a_page_of_an_unfollowed_space_is_never_take
     store.apply(&t);
     assert!(gym_rows(&bob).is_empty());
 }
+
+#[test]
+fn rows_of_a_space_the_device_never_pulled_go_when_the_user_is_no_member() {
+    let mut s = gym();
+    s.set_member(Some("alice"), "gym", "bob", Some(Role::Editor)).unwrap();
+    let (mut bob, mut store) = (engine("b"), Tables::default());
+    // Bob writes in gym before his device ever pulled it: applied, folded in.
+    let d = bob.draft_in(Some("gym"), "sets", "b-1", set(4)).unwrap();
+    record(&mut bob, d, &mut store);
+    let (t, Step::Push(req)) = bob.start_sync(1_000) else { panic!("a push first") };
+    store.apply(&t);
+    let (t, next) = bob.on_push_response(s.push("bob", &req).unwrap(), 1_000).unwrap();
+    store.apply(&t);
+    assert!(bob.row(&RowKey::in_space("gym", "sets", "b-1")).is_some());
+    // Revoked before the pull: the pull asks about gym all the same, and the rows go.
+    s.set_member(Some("alice"), "gym", "bob", None).unwrap();
+    let Step::Pull(req) = next else { panic!("then a pull") };
+    assert!(req.spaces.contains_key("gym"), "a space it holds rows of is followed, role unknown");
+    run(&mut bob, &mut s, "bob", Step::Pull(req), &mut store);
+    assert!(gym_rows(&bob).is_empty() && store.base.keys().all(|k| k.space != "gym"));
+    assert!(bob.following().has_left("gym"));
+}

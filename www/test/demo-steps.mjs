@@ -63,3 +63,12 @@ export async function waitAllSynced(page, n) {
     return all.length === n && all.every((r) => r.dataset.phase === 'synced');
   }, n, { timeout: 30000 });
 }
+
+/** Shares the person's diary with `user` as `role` (`viewer` or `editor`) and waits for them in the list. */
+export async function shareWith(page, user, role) {
+  const card = page.getByTestId('sharing');
+  await card.locator('input[name=user]').fill(user);
+  await card.locator('select[name=role]').selectOption(role);
+  await card.getByRole('button', { name: 'Share' }).click();
+  await card.locator(`[data-testid=member][data-user="${user}"]`).waitFor();
+}

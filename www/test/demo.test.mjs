@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { backends, startServer, launch, newUser, root } from './helpers.mjs';
-import { addSet, openDemo, rowOf, typeEdit, waitAllSynced } from './demo-steps.mjs';
+import { addSet, openDemo, rowOf, shareWith, typeEdit, waitAllSynced } from './demo-steps.mjs';
 
 const dist = join(root, 'www', 'dist');
 const built = existsSync(join(dist, 'index.html'));
@@ -55,6 +55,45 @@ for (const backend of built ? backends() : []) {
       assert.equal(await page.evaluate(() => window.db.pending().length), 0);
       assert.equal((await server.rows(user)).get(`sets/${id}`).fields.reps, 6);
       await context.close();
+    });
+
+    test('sharing: a coach sees the diary live, view only; made an editor he edits it; revoked, it leaves his phone', async () => {
+      const owner = newUser('demo-owner');
+      const coach = newUser('demo-coach');
+      const a = await openDemo(browser, server, owner);
+      const b = await openDemo(browser, server, coach);
+      await addSet(a.page, 'Squat', '80', '5');
+      await waitAllSynced(a.page, 1);
+      await shareWith(a.page, coach, 'viewer');
+
+      const diary = b.page.getByTestId('shared-diary');
+      await diary.getByText(`${owner}’s diary`).waitFor();
+      await diary.getByText('view only').waitFor();
+      await diary.locator('[data-testid=set-row]').first().waitFor();
+      assert.equal(await diary.getByRole('button', { name: 'Edit set' }).count(), 0, 'a viewer is offered no edit');
+
+      // Live: her next set shows on his phone without a tap.
+      await addSet(a.page, 'Squat', '85', '5');
+      await b.page.waitForFunction(() => document.querySelectorAll('[data-testid=shared-diary] [data-testid=set-row]').length === 2);
+
+      // Made an editor: he edits her set, and it reaches her phone.
+      await a.page.getByRole('combobox', { name: `Role of ${coach}` }).selectOption('editor');
+      await diary.getByText('you can edit').waitFor();
+      const row = diary.locator('[data-testid=set-row]').first();
+      const id = await row.getAttribute('data-row-id');
+      await row.getByRole('button', { name: 'Edit set' }).click();
+      const li = diary.locator(`[data-row-id="${id}"]`);
+      await li.locator('input[name=reps]').fill('7');
+      await li.getByRole('button', { name: 'Save' }).click();
+      await a.page.locator(`[data-row-id="${id}"] .figures`).getByText('7', { exact: true }).waitFor();
+      assert.equal((await server.rows(owner)).get(`sets/${id}`).fields.reps, 7);
+
+      // Revoked: her diary leaves his phone.
+      await a.page.getByTestId('sharing').getByRole('button', { name: 'Revoke' }).click();
+      await diary.waitFor({ state: 'detached' });
+      assert.equal(await b.page.evaluate(() => window.db.rows('sets').length), 0);
+      await a.context.close();
+      await b.context.close();
     });
 
     test('offline: the badge says so, new sets wait, and the app opens again without a network', async () => {

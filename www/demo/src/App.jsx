@@ -1,10 +1,11 @@
-import { useCallback, useEffect, useState } from 'react';
-import { useRows } from 'marksync/react';
+import { useCallback, useEffect, useMemo, useState } from 'react';
+import { useRows, useSpaces } from 'marksync/react';
 import { useMetrics, useOnline } from './hooks.js';
 import { formatKg, formatReps, shortDevice } from './format.js';
 import { AddSetForm } from './AddSetForm.jsx';
 import { SetList } from './SetList.jsx';
 import { Rejections } from './Rejections.jsx';
+import { Sharing, ownerOf } from './Sharing.jsx';
 import { Toast } from './Toast.jsx';
 import { SyncIcon } from './icons.jsx';
 import { syncNow } from './sync.js';
@@ -26,7 +27,12 @@ const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
 export function App({ db, user }) {
   const online = useOnline();
   const metrics = useMetrics(db);
-  const rows = useRows(db, 'sets');
+  const all = useRows(db, 'sets');
+  const spaces = useSpaces(db);
+  // Rows of the person's own diary carry no `_space`; a diary shared with them does.
+  const rows = useMemo(() => all.filter((r) => !r._space), [all]);
+  const personal = spaces.find((s) => s.personal)?.space ?? null;
+  const shared = spaces.filter((s) => !s.personal);
   const [toast, setToast] = useState(null);
   const [syncing, setSyncing] = useState(false);
   const [lastAdded, setLastAdded] = useState(null);
@@ -59,14 +65,14 @@ export function App({ db, user }) {
 
   const remove = useCallback(async (row) => {
     try {
-      await db.remove('sets', row._id);
+      await db.remove('sets', row._id, { space: row._space });
     } catch (e) {
       fail(e);
       return;
     }
     say(`Deleted ${row.exercise} · ${formatKg(row.weightKg)} kg × ${formatReps(row.reps)}`, {
       ms: UNDO_MS,
-      action: { label: 'Undo', run: () => db.restore('sets', row._id).catch(fail) },
+      action: { label: 'Undo', run: () => db.restore('sets', row._id, { space: row._space }).catch(fail) },
     });
   }, [db, say, fail]);
 
@@ -95,6 +101,18 @@ export function App({ db, user }) {
       <AddSetForm db={db} rows={rows} onAdded={added} onError={fail} />
       <Rejections db={db} />
       <SetList db={db} rows={rows} highlight={lastAdded} onDelete={remove} onError={fail} />
+      {shared.map((s) => (
+        <SetList
+          key={s.space}
+          db={db}
+          rows={all.filter((r) => r._space === s.space)}
+          title={`${ownerOf(s.space)}’s diary`}
+          role={s.role}
+          onDelete={remove}
+          onError={fail}
+        />
+      ))}
+      <Sharing db={db} personal={personal} onError={fail} say={say} />
       <Toast toast={toast} onClose={() => setToast(null)} />
     </div>
   );

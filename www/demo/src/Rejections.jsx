@@ -1,5 +1,6 @@
 import { useRejections } from './hooks.js';
 import { describeFields, formatKg, formatReps } from './format.js';
+import { ownerOf } from './Sharing.jsx';
 
 /**
  * Every change the server refused, with its reason word for word, until
@@ -19,10 +20,12 @@ export function Rejections({ db }) {
       <p className="hint">The server refused these changes and kept its own version. A refused new set is not in your list.</p>
       <ul>
         {list.map((r) => {
-          const row = db.row(r.op.table, r.op.rowId);
+          const row = db.row(r.op.table, r.op.rowId, { space: r.op.space });
           const what = row
             ? `Edit of ${row.exercise} · ${formatKg(row.weightKg)} kg × ${formatReps(row.reps)}: ${describeFields(r.op.fields, '→ ')}`
-            : `New set: ${describeFields(r.op.fields)}`;
+            : r.op.space
+              ? `In ${ownerOf(r.op.space)}’s diary: ${describeFields(r.op.fields)}`
+              : `New set: ${describeFields(r.op.fields)}`;
           return (
             <li key={r.op.opId}>
               <p className="reason">{r.reason}</p>

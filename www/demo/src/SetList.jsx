@@ -3,15 +3,25 @@ import { useRowStatus } from 'marksync/react';
 import { formatKg, formatReps, groupByExercise, parseNumber } from './format.js';
 import { CheckIcon, PencilIcon, TrashIcon } from './icons.jsx';
 
-/** Sets grouped by exercise (A→Z); in a group, in the order they were added on each device. */
-export function SetList({ db, rows, highlight, onDelete, onError }) {
+/**
+ * Sets grouped by exercise (A→Z); in a group, in the order they were added on
+ * each device. With `title`, a diary someone shared (`role`: what the person
+ * may do there; a viewer gets no edit buttons, and the device would refuse
+ * the edit anyway, in the server's words).
+ */
+export function SetList({ db, rows, highlight, onDelete, onError, title, role }) {
   const groups = useMemo(() => groupByExercise(rows), [rows]);
+  const id = title ? `sets-${title.replace(/[^A-Za-z0-9]/g, '-')}` : 'sets-title';
+  const readOnly = role === 'viewer';
   return (
-    <section className="sets" aria-labelledby="sets-title">
-      <h2 id="sets-title">
-        Sets <span className="count">{rows.length}</span>
+    <section className={`sets${title ? ' shared' : ''}`} aria-labelledby={id} data-testid={title ? 'shared-diary' : 'own-diary'}>
+      <h2 id={id}>
+        {title ?? 'Sets'} <span className="count">{rows.length}</span>
+        {role && <span className={`role ${role}`}>{readOnly ? 'view only' : 'you can edit'}</span>}
       </h2>
-      {rows.length === 0 ? (
+      {title && rows.length === 0 ? (
+        <p className="empty">Nothing here yet.</p>
+      ) : rows.length === 0 ? (
         <p className="empty">
           No sets yet. Log one above: it is saved on this phone at once, and reaches the server when there is a network.
         </p>
@@ -23,7 +33,15 @@ export function SetList({ db, rows, highlight, onDelete, onError }) {
             </h3>
             <ul>
               {g.rows.map((row) => (
-                <SetRow key={row._id} db={db} row={row} fresh={row._id === highlight} onDelete={onDelete} onError={onError} />
+                <SetRow
+                  key={`${row._space ?? ''}/${row._id}`}
+                  db={db}
+                  row={row}
+                  fresh={row._id === highlight}
+                  readOnly={readOnly}
+                  onDelete={onDelete}
+                  onError={onError}
+                />
               ))}
             </ul>
           </div>
@@ -33,8 +51,8 @@ export function SetList({ db, rows, highlight, onDelete, onError }) {
   );
 }
 
-function SetRow({ db, row, fresh, onDelete, onError }) {
-  const status = useRowStatus(db, 'sets', row._id);
+function SetRow({ db, row, fresh, readOnly, onDelete, onError }) {
+  const status = useRowStatus(db, 'sets', row._id, { space: row._space });
   const [editing, setEditing] = useState(false);
   if (editing) return <EditSet db={db} row={row} onDone={() => setEditing(false)} onError={onError} />;
   return (
@@ -49,14 +67,16 @@ function SetRow({ db, row, fresh, onDelete, onError }) {
         </p>
         <StatusBadge status={status} />
       </div>
-      <div className="actions">
-        <button type="button" className="icon" aria-label="Edit set" title="Edit" onClick={() => setEditing(true)}>
-          <PencilIcon />
-        </button>
-        <button type="button" className="icon" aria-label="Delete set" title="Delete" onClick={() => onDelete(row)}>
-          <TrashIcon />
-        </button>
-      </div>
+      {!readOnly && (
+        <div className="actions">
+          <button type="button" className="icon" aria-label="Edit set" title="Edit" onClick={() => setEditing(true)}>
+            <PencilIcon />
+          </button>
+          <button type="button" className="icon" aria-label="Delete set" title="Delete" onClick={() => onDelete(row)}>
+            <TrashIcon />
+          </button>
+        </div>
+      )}
       {status.phase === 'rejected' && <Refusal db={db} row={row} status={status} />}
       {status.phase === 'recovery-required' && <NeedsAttention db={db} status={status} onError={onError} />}
     </li>
@@ -128,7 +148,7 @@ function NeedsAttention({ db, status, onError }) {
 /** The server's reason, word for word, and a way to say "seen". */
 function Refusal({ db, row, status }) {
   async function dismiss() {
-    const mine = db.rejections().filter((r) => r.op.table === 'sets' && r.op.rowId === row._id);
+    const mine = db.rejections().filter((r) => r.op.table === 'sets' && r.op.rowId === row._id && (r.op.space ?? undefined) === row._space);
     const shown = mine.filter((r) => r.reason === status.reason).at(-1) ?? mine.at(-1);
     if (shown) await db.dismiss(shown.op.opId);
   }
@@ -161,7 +181,8 @@ function EditSet({ db, row, onDone, onError }) {
     if (count !== null && count !== row.reps) changed.reps = count;
     return changed;
   };
-  const refusal = db.check('sets', row._id, changedFields());
+  const where = { space: row._space };
+  const refusal = db.check('sets', row._id, changedFields(), where);
 
   async function save(event) {
     event.preventDefault();
@@ -174,7 +195,7 @@ function EditSet({ db, row, onDone, onError }) {
     if (refusal) return;
     const changed = changedFields();
     try {
-      if (Object.keys(changed).length) await db.change('sets', row._id, changed);
+      if (Object.keys(changed).length) await db.change('sets', row._id, changed, where);
       onDone();
     } catch (e) {
       if (e.code === 'invalid') setProblem(e.reason);
