@@ -1,5 +1,5 @@
 // Drives the demo app (www/dist) in headless Chromium at a phone viewport and
-// writes docs/screenshots/{normal,offline,rejected}.png.
+// writes docs/screenshots/{normal,offline,rejected,sharing,shared}.png.
 //
 //   (cd www && npx vite build --config demo/vite.config.js)   # or scripts/build-www.sh
 //   node www/test/screenshots.mjs
@@ -9,7 +9,7 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { root, startServer, launch } from './helpers.mjs';
-import { addSet, editSet, openDemo, rowOf, typeEdit, waitAllSynced } from './demo-steps.mjs';
+import { addSet, editSet, openDemo, rowOf, shareWith, typeEdit, waitAllSynced } from './demo-steps.mjs';
 
 const dist = join(root, 'www', 'dist');
 const out = join(root, 'docs', 'screenshots');
@@ -74,6 +74,26 @@ try {
   await li.evaluate((el) => window.scrollTo(0, el.getBoundingClientRect().top + window.scrollY - 120));
   await page.screenshot({ path: join(out, 'rejected.png') });
   console.log('rejected.png');
+  await li.getByRole('button', { name: 'Cancel' }).click();
+
+  // Sharing: Sam shares the diary with a coach (view only) and a friend (can edit).
+  await shareWith(page, 'coach', 'viewer');
+  await shareWith(page, 'kim', 'editor');
+  await settle(page);
+  await page.getByTestId('sharing').evaluate((el) => window.scrollTo(0, el.getBoundingClientRect().bottom + window.scrollY - window.innerHeight + 24));
+  await page.screenshot({ path: join(out, 'sharing.png') });
+  console.log('sharing.png');
+
+  // The coach's phone: Sam's diary, live and view only, below the coach's own (empty) list.
+  const coach = await openDemo(browser, server, 'coach');
+  const diary = coach.page.getByTestId('shared-diary');
+  await diary.getByText('view only').waitFor();
+  await diary.locator('[data-testid=set-row]').nth(7).waitFor();
+  await settle(coach.page);
+  await diary.evaluate((el) => window.scrollTo(0, el.getBoundingClientRect().top + window.scrollY - 80));
+  await coach.page.screenshot({ path: join(out, 'shared.png') });
+  console.log('shared.png');
+  await coach.context.close();
 
   await context.close();
 } finally {
