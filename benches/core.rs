@@ -5,7 +5,10 @@
 //!   written two schema versions back, against current ops (goal ≥ 90%);
 //!   sent into shared spaces by an editor, against the personal path (goal ≥ 90%);
 //! - replica: rebuild 100k base rows + 1k pending ops (what `open` does);
-//! - chunks: decode 100k stored base rows (the other half of `open`).
+//! - chunks: decode 100k stored base rows (the other half of `open`);
+//! - device pull: a device takes the backfill of a 100k-row space it was
+//!   just granted (in pages of 1000, as pulled), and the empty answer of a
+//!   pull while following 1,000 spaces (the request built, the answer taken).
 //!
 //! The workloads come from `marksync::workload`, shared with the browser benchmarks.
 
@@ -89,5 +92,64 @@ fn bench_chunks(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_merge, bench_judge, bench_replica, bench_chunks);
+fn bench_device_pull(c: &mut Criterion) {
+    use marksync::engine::{Config, Engine, Step};
+    use marksync::protocol::{Change, SpacePage, SpacesPullResponse};
+    use marksync::space::{Membership, Role};
+    use marksync::store::{Meta, Snapshot};
+    let open = || Engine::open(Snapshot { meta: Some(Meta::fresh("dev".into())), ..Snapshot::default() }, Config::default()).unwrap();
+    let rows = base_rows(100_000);
+    let pages: Vec<Vec<Change>> = rows
+        .chunks(1000)
+        .enumerate()
+        .map(|(p, chunk)| {
+            chunk.iter().enumerate().map(|(i, (k, r))| Change { key: k.clone(), row: r.clone(), seq: (p * 1000 + i + 1) as u64 }).collect()
+        })
+        .collect();
+    let mut g = c.benchmark_group("device pull");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(rows.len() as u64));
+    g.bench_function("backfill of a granted 100k-row space, 100 pages", |b| {
+        b.iter_batched(
+            open,
+            |mut e| {
+                let (_, mut step) = e.start_sync(0);
+                for (p, changes) in pages.iter().enumerate() {
+                    let Step::Pull(req) = step else { panic!("a pull") };
+                    let answer = SpacesPullResponse {
+                        personal: Some("~me".into()),
+                        joined: if p == 0 { vec![Membership { space: "team".into(), role: Role::Editor }] } else { vec![] },
+                        spaces: vec![SpacePage {
+                            space: "team".into(),
+                            changes: changes.clone(),
+                            cursor: ((p + 1) * 1000) as u64,
+                            has_more: p + 1 < pages.len(),
+                        }],
+                        has_more: p + 1 < pages.len(),
+                        ..SpacesPullResponse::default()
+                    };
+                    step = e.on_pull_response(&req, answer, 0).unwrap().1;
+                }
+                black_box(e)
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    // A device following 1,000 spaces, nothing new anywhere.
+    let mut e = open();
+    let (_, Step::Pull(req)) = e.start_sync(0) else { panic!("a pull") };
+    let joined = (0..1000).map(|i| Membership { space: format!("space-{i}"), role: Role::Editor }).collect();
+    e.on_pull_response(&req, SpacesPullResponse { personal: Some("~me".into()), joined, ..SpacesPullResponse::default() }, 0).unwrap();
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("empty pull following 1000 spaces", |b| {
+        b.iter(|| {
+            let (_, Step::Pull(req)) = e.start_sync(0) else { panic!("a pull") };
+            let answer = SpacesPullResponse { personal: Some("~me".into()), ..SpacesPullResponse::default() };
+            black_box(e.on_pull_response(&req, answer, 0).unwrap())
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_merge, bench_judge, bench_replica, bench_chunks, bench_device_pull);
 criterion_main!(benches);

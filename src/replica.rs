@@ -15,12 +15,17 @@ use crate::protocol::{Op, Row, RowKey};
 pub struct Replica {
     base: BTreeMap<RowKey, Row>,
     overlay: BTreeMap<RowKey, Row>,
+    /// The shared spaces a row was ever put in (until the space is dropped):
+    /// kept as rows come, so a pull need not scan every key to know them.
+    spaces: std::collections::BTreeSet<String>,
 }
 
 impl Replica {
     /// A replica from stored base rows and pending ops.
     pub fn new(base: impl IntoIterator<Item = (RowKey, Row)>, pending: &[Op]) -> Self {
-        let mut r = Replica { base: base.into_iter().filter(|(_, row)| !row.is_gone()).collect(), overlay: BTreeMap::new() };
+        let mut r = Replica { base: base.into_iter().filter(|(_, row)| !row.is_gone()).collect(), ..Replica::default() };
+        let shared: std::collections::BTreeSet<String> = r.base.keys().filter(|k| !k.space.is_empty()).map(|k| k.space.clone()).collect();
+        r.spaces = shared;
         for op in pending {
             r.add_pending(op);
         }
@@ -40,6 +45,7 @@ impl Replica {
     /// A new local op: merged into the visible row.
     pub fn add_pending(&mut self, op: &Op) {
         let key = op.place();
+        self.note(&key.space);
         let row = match self.overlay.entry(key) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
@@ -55,6 +61,7 @@ impl Replica {
     /// Returns the new base row.
     pub fn fold(&mut self, op: &Op, still_pending: bool) -> Row {
         let key = op.place();
+        self.note(&key.space);
         let base = self.base.entry(key.clone()).or_default();
         merge(base, op);
         let out = base.clone();
@@ -69,6 +76,7 @@ impl Replica {
     /// Returns the new base row, if there is one.
     pub fn reject<'a>(&mut self, key: &RowKey, server_row: Option<&Row>, remain: impl IntoIterator<Item = &'a Op>) -> Option<Row> {
         if let Some(server) = server_row {
+            self.note(&key.space);
             merge_row(self.base.entry(key.clone()).or_default(), server);
         }
         self.rebuild(key, remain);
@@ -95,6 +103,7 @@ impl Replica {
     /// A pulled change (or any server copy of a row): merged field by field into
     /// the base and into the visible row. Returns the new base row if it moved.
     pub fn merge_remote(&mut self, key: &RowKey, row: &Row) -> Option<Row> {
+        self.note(&key.space);
         let base = self.base.entry(key.clone()).or_default();
         let moved = merge_row(base, row);
         let out = moved.then(|| base.clone());
@@ -110,7 +119,14 @@ impl Replica {
         if row.is_gone() {
             self.base.remove(key);
         } else {
+            self.note(&key.space);
             self.base.insert(key.clone(), row.clone());
+        }
+    }
+
+    fn note(&mut self, space: &str) {
+        if !space.is_empty() && !self.spaces.contains(space) {
+            self.spaces.insert(space.to_owned());
         }
     }
 
@@ -121,17 +137,16 @@ impl Replica {
         for k in &gone {
             self.base.remove(k);
         }
+        if !self.overlay.keys().any(|k| k.space == space) {
+            self.spaces.remove(space);
+        }
         gone
     }
 
-    /// The spaces this replica holds a row of (base or pending), the
-    /// personal space (empty name) included.
-    pub fn spaces(&self) -> std::collections::BTreeSet<&str> {
-        let mut out = std::collections::BTreeSet::new();
-        for k in self.base.keys().chain(self.overlay.keys()) {
-            out.insert(k.space.as_str());
-        }
-        out
+    /// The shared spaces this replica may hold a row of (base or pending):
+    /// every one it holds a row of, and perhaps some whose rows all went.
+    pub fn spaces(&self) -> &std::collections::BTreeSet<String> {
+        &self.spaces
     }
 
     /// Every visible row named `table/row_id`, in any space (the personal

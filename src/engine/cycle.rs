@@ -83,13 +83,7 @@ impl Engine {
         // ops applied there before it ever pulled the space) is followed
         // from now on, role unknown: the answer names the role, or says the
         // user left it — then those rows go too.
-        let held: Vec<String> = self
-            .replica
-            .spaces()
-            .into_iter()
-            .filter(|s| !s.is_empty() && !self.following.spaces.contains_key(*s))
-            .map(str::to_owned)
-            .collect();
+        let held: Vec<String> = self.replica.spaces().iter().filter(|s| !self.following.spaces.contains_key(*s)).cloned().collect();
         for s in held {
             self.following.left.remove(&s);
             self.following.spaces.insert(s, crate::space::Follow::default());
