@@ -283,6 +283,16 @@ impl MemoryServer {
         self.spaces.get(name).map_or(0, |d| d.head)
     }
 
+    /// `GET /v1/spaces/members` for `by`: the members of `space`, for a member of it.
+    pub fn members(&self, by: &str, name: &str) -> Result<Vec<(String, Role)>, ErrorBody> {
+        space::check_space(name).map_err(|p| ErrorBody::new(ErrorCode::BadRequest, format!("space: {p}")))?;
+        if self.role(name, by).is_none() {
+            return Err(ErrorBody::new(ErrorCode::Forbidden, space::not_a_member(name).to_string()));
+        }
+        let stored = self.members.iter().filter(|((s, _), _)| s == name).map(|((_, u), r)| (u.clone(), *r)).collect();
+        Ok(space::listed_members(name, stored))
+    }
+
     /// The head seq of the user's personal space.
     pub fn head(&self, user: &str) -> u64 {
         self.head_of(&space::personal(user))

@@ -181,6 +181,16 @@ pub fn check_member_change(
     Ok(true)
 }
 
+/// The members of `space` as listed from the stored memberships: a personal
+/// space lists its own user first, as owner (stored or not).
+pub fn listed_members(space: &str, mut stored: Vec<(String, Role)>) -> Vec<(String, Role)> {
+    if let Some(owner) = personal_owner(space) {
+        stored.retain(|(u, _)| u != owner);
+        stored.insert(0, (owner.to_owned(), Role::Owner));
+    }
+    stored
+}
+
 /// The most spaces one pull may follow.
 pub const MAX_FOLLOWED: usize = 10_000;
 
@@ -345,6 +355,13 @@ mod tests {
         assert_eq!(check_member_change("s", "a", Some(Role::Owner), None, 2), Ok(true));
         assert!(matches!(check_member_change("~a", "a", None, None, 0), Err(MemberRefusal::BadRequest(_))));
         assert_eq!(check_member_change("~a", "b", Some(Role::Owner), None, 1), Ok(true), "a personal space keeps its user");
+    }
+
+    #[test]
+    fn a_personal_space_lists_its_user_first_as_owner() {
+        let stored = vec![("bob".to_owned(), Role::Viewer), ("ann".to_owned(), Role::Viewer)];
+        assert_eq!(listed_members("~ann", stored.clone()), vec![("ann".to_owned(), Role::Owner), ("bob".to_owned(), Role::Viewer)]);
+        assert_eq!(listed_members("team", stored.clone()), stored);
     }
 
     #[test]

@@ -201,11 +201,7 @@ pub(crate) async fn members<B: MemberBackend>(
             }
         }
     }
-    let mut list = tx.list(space).await?;
-    if let Some(owner) = space::personal_owner(space) {
-        list.retain(|(u, _)| u != owner);
-        list.insert(0, (owner.to_owned(), Role::Owner));
-    }
+    let list = space::listed_members(space, tx.list(space).await?);
     tx.commit().await?;
     Ok(list)
 }
