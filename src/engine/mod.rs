@@ -265,6 +265,23 @@ impl Engine {
         self.replica.named(table, row_id).first().map(|(k, _)| (*k).clone())
     }
 
+    /// The key a status of `table/row_id` is about when no space is named:
+    /// where the row lives; else where its latest queued or refused op went
+    /// (a row gone with a space the user left still shows its refusal);
+    /// else the personal space.
+    pub fn status_key(&self, table: &str, row_id: &str) -> RowKey {
+        if let Some(k) = self.locate(table, row_id) {
+            return k;
+        }
+        let named = |o: &&Op| o.table == table && o.row_id == row_id;
+        let queued = self.outbox.iter().filter(named).last();
+        let refused = || self.rejections.values().map(|r| &r.op).filter(named).max_by_key(|o| o.at);
+        match queued.or_else(refused) {
+            Some(op) => op.place(),
+            None => RowKey::new(table, row_id),
+        }
+    }
+
     /// The spaces this device follows, as stored.
     pub fn following(&self) -> &Following {
         &self.following

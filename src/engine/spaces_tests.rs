@@ -147,6 +147,7 @@ fn a_revoke_removes_the_rows_and_queued_edits_come_back_forbidden_with_their_con
     assert_eq!(rejected[0].op, queued, "the edit comes back whole: the app can copy it elsewhere");
     assert_eq!(bob.pending_len(), 0);
     assert_eq!(bob.status(&RowKey::in_space("gym", "sets", "a-2")).phase, crate::attempt::Phase::Rejected);
+    assert_eq!(bob.status_key("sets", "a-2").space, "gym", "with no space named, the status is the refused op's");
     // An edit there now is refused on the device, in the judge's words.
     let denied = bob.draft_in(Some("gym"), "sets", "a-2", set(1)).unwrap_err();
     assert!(matches!(&denied, EngineError::Denied(d) if d.code == FORBIDDEN), "{denied}");

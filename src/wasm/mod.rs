@@ -332,7 +332,7 @@ impl Marksync {
     fn key_of(engine: &crate::engine::Engine, table: String, row_id: String, options: &JsValue) -> Result<RowKey, JsValue> {
         Ok(match space_of(options)? {
             Some(s) => RowKey::in_space(engine.following().local(&s), table, row_id),
-            None => engine.locate(&table, &row_id).unwrap_or_else(|| RowKey::new(table, row_id)),
+            None => engine.status_key(&table, &row_id),
         })
     }
 

@@ -104,6 +104,9 @@ for (const backend of backends()) {
         assert.equal(back.reason, `you are not a member of space ${diary}`);
         assert.equal(back.op.opId, queued);
         assert.equal(back.op.fields.reps, 11, 'with its content, to copy elsewhere');
+        const status = await coach.run((id) => db.status('sets', id), second);
+        assert.equal(status.phase, 'rejected', 'the row is gone, its refusal still shows');
+        assert.equal(status.code, 'forbidden');
         assert.equal(await coach.run(() => db.spaces().length), 1);
         assert.equal((await server.rows(ann.user)).get(`sets/${second}`).fields.reps, 3, 'the refused edit never landed');
 
