@@ -49,8 +49,6 @@ pub struct SpaceInfo {
 /// What a pull answer changed in the membership the device knows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Learned {
-    /// Spaces joined (their rows come from the start).
-    pub joined: Vec<String>,
     /// Spaces left, by their name on the device: their rows go.
     pub left: Vec<String>,
     /// Whether anything of the record changed.
@@ -125,7 +123,6 @@ impl Following {
             let follow = self.spaces.entry(m.space.clone()).or_default();
             follow.role = Some(m.role);
             self.left.remove(&m.space);
-            out.joined.push(m.space.clone());
             out.changed = true;
         }
         for m in &answer.roles {
@@ -213,8 +210,9 @@ mod tests {
     #[test]
     fn joins_roles_and_leaves_decide_who_may_write_where() {
         let mut f = Following::default();
-        let l = f.learn(&answer("~coach", &[("~coach", Role::Owner), ("diary", Role::Viewer)], &[], &[]));
-        assert_eq!(l.joined, vec!["~coach".to_owned(), "diary".to_owned()]);
+        f.learn(&answer("~coach", &[("~coach", Role::Owner), ("diary", Role::Viewer)], &[], &[]));
+        assert_eq!(f.request(10).spaces.keys().collect::<Vec<_>>(), ["diary", "~coach"], "joined: followed from the start");
+        assert_eq!(f.spaces["diary"], Follow { cursor: 0, role: Some(Role::Viewer) });
         let denied = f.may_write("diary").unwrap_err();
         assert_eq!(
             (denied.code, denied.reason.as_str()),
