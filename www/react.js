@@ -7,32 +7,31 @@ import { useCallback, useRef, useSyncExternalStore } from 'react';
 export function useRows(db, table, options) {
   const subscribe = useCallback((cb) => db.subscribe(cb), [db]);
   const space = options?.space;
-  return useSyncExternalStore(subscribe, () => db.rows(table, space === undefined ? undefined : { space }));
+  return useSyncExternalStore(subscribe, () => db.rows(table, { space }));
+}
+
+/**
+ * `read()`, re-read after every change of the database, as one snapshot
+ * until its JSON changes (the values are built fresh on each read).
+ */
+function useStable(db, read) {
+  const last = useRef({ key: '', value: null });
+  const subscribe = useCallback((cb) => db.subscribe(cb), [db]);
+  return useSyncExternalStore(subscribe, () => {
+    const value = read();
+    const key = JSON.stringify(value);
+    if (key !== last.current.key) last.current = { key, value };
+    return last.current.value;
+  });
 }
 
 /** The sync status of one row, re-rendering when it changes. */
 export function useRowStatus(db, table, rowId, options) {
-  const last = useRef({ key: '', value: null });
-  const subscribe = useCallback((cb) => db.subscribe(cb), [db]);
   const space = options?.space;
-  const snapshot = () => {
-    const value = db.status(table, rowId, space == null ? undefined : { space });
-    const key = JSON.stringify(value);
-    if (key !== last.current.key) last.current = { key, value };
-    return last.current.value;
-  };
-  return useSyncExternalStore(subscribe, snapshot);
+  return useStable(db, () => db.status(table, rowId, { space }));
 }
 
 /** The user's spaces (`db.spaces()`), re-rendering when a sync learns a grant, a role change or a revoke. */
 export function useSpaces(db) {
-  const last = useRef({ key: '', value: null });
-  const subscribe = useCallback((cb) => db.subscribe(cb), [db]);
-  const snapshot = () => {
-    const value = db.spaces();
-    const key = JSON.stringify(value);
-    if (key !== last.current.key) last.current = { key, value };
-    return last.current.value;
-  };
-  return useSyncExternalStore(subscribe, snapshot);
+  return useStable(db, () => db.spaces());
 }
