@@ -57,6 +57,13 @@ pub enum Failure {
     /// 400 or another refusal that retrying cannot fix.
     #[error("refused: {0}")]
     Refused(String),
+    /// 403 `wrong_user`: the token is another user's than the database's.
+    #[error("wrong user: {0}")]
+    WrongUser(String),
+    /// The app's token function threw or rejected: nothing was sent. Transient:
+    /// the function is called again at the next try, after a backoff.
+    #[error("the token function failed: {0}")]
+    Token(String),
 }
 
 impl Failure {
@@ -66,6 +73,7 @@ impl Failure {
         let message = body.map(|b| b.error.message.clone()).unwrap_or_default();
         match (status, body.map(|b| b.error.code)) {
             (_, Some(ErrorCode::SchemaTooNew)) | (409, None) => Failure::SchemaTooNew(message),
+            (_, Some(ErrorCode::WrongUser)) => Failure::WrongUser(message),
             (401, _) | (_, Some(ErrorCode::Unauthorized)) => Failure::Unauthorized(message),
             (413, _) | (_, Some(ErrorCode::PayloadTooLarge)) => Failure::PayloadTooLarge,
             (429, _) | (_, Some(ErrorCode::RateLimited)) => Failure::RateLimited { retry_after_ms: retry_after_ms.unwrap_or(1000) },
@@ -81,23 +89,33 @@ impl Failure {
         matches!(self, Failure::Network(_) | Failure::Timeout | Failure::Server { .. } | Failure::BadResponse(_))
     }
 
+    /// Whether the request never left (nothing was sent, nothing can be in doubt).
+    pub fn never_sent(&self) -> bool {
+        matches!(self, Failure::Token(_))
+    }
+
     /// The recovery this failure requires, if the engine cannot go on alone.
     pub fn recovery(&self) -> Option<Recovery> {
         let code = match self {
             Failure::Unauthorized(_) => "unauthorized",
             Failure::SchemaTooNew(_) => "schema_too_new",
             Failure::Refused(_) => "refused",
+            Failure::WrongUser(_) => WRONG_USER,
             _ => return None,
         };
         Some(Recovery { code: code.into(), message: self.to_string() })
     }
 }
 
+/// The recovery code of a token that is another user's than the database's.
+pub const WRONG_USER: &str = "wrong_user";
+
 /// The engine cannot go on without the user (or the app): sign in again,
 /// reload a newer app, fix storage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Recovery {
-    /// Stable code: `unauthorized`, `schema_too_new`, `refused`, `storage`.
+    /// Stable code: `unauthorized`, `wrong_user`, `schema_too_new`,
+    /// `retries_exhausted`, `refused`, `storage`.
     pub code: String,
     /// Human message.
     pub message: String,

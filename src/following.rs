@@ -56,6 +56,11 @@ pub struct Learned {
 }
 
 impl Following {
+    /// The user the database belongs to (its personal space's owner), once known.
+    pub fn user(&self) -> Option<&str> {
+        self.personal.as_deref().and_then(space::personal_owner)
+    }
+
     /// The name a device keys `space`'s rows by: empty for the personal space.
     pub fn local<'a>(&self, space: &'a str) -> &'a str {
         if self.personal.as_deref() == Some(space) {

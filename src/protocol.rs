@@ -887,6 +887,12 @@ pub struct VerdictsResponse {
     pub now: Option<u64>,
 }
 
+/// The query parameter that names the user a device's database belongs to
+/// (PROTOCOL §5): on every API request once the device knows it; a token of
+/// another user is refused with [`ErrorCode::WrongUser`] before anything is
+/// read or written.
+pub const USER_PARAM: &str = "user";
+
 /// The machine codes of whole-request errors (PROTOCOL §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -909,6 +915,10 @@ pub enum ErrorCode {
     RateLimited,
     /// 408: the body did not arrive in time; nothing was judged.
     RequestTimeout,
+    /// 403: the token is another user's than the one the device's database
+    /// belongs to (the request's `user` parameter, PROTOCOL §5): nothing was
+    /// read or written.
+    WrongUser,
     /// 500.
     Internal,
 }
@@ -926,6 +936,7 @@ impl ErrorCode {
             ErrorCode::Conflict => 409,
             ErrorCode::RateLimited => 429,
             ErrorCode::RequestTimeout => 408,
+            ErrorCode::WrongUser => 403,
             ErrorCode::Internal => 500,
         }
     }
@@ -941,6 +952,7 @@ impl ErrorCode {
             ErrorCode::Conflict => "conflict",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::RequestTimeout => "request_timeout",
+            ErrorCode::WrongUser => "wrong_user",
             ErrorCode::Internal => "internal",
         }
     }

@@ -505,7 +505,7 @@ impl Sim {
             Resp::Pull { sent, page: Ok(p) } => engine.on_pull_response(&sent, p, now),
             Resp::Pull { sent, page: Err(f) } => engine.on_pull_failed(&sent, f, now),
             Resp::Verdicts(Ok(v)) => engine.on_verdicts(v, now),
-            Resp::Verdicts(Err(_)) => engine.on_verdicts_failed(),
+            Resp::Verdicts(Err(f)) => engine.on_verdicts_failed(f, now),
         };
         let Some((txn, step)) = out else {
             self.log.push(format!("dev{d} ignored a stale answer"));
@@ -525,7 +525,7 @@ impl Sim {
         let step = match aw {
             Awaiting::Push(k) => engine.on_push_failed(&k, Failure::Timeout, now),
             Awaiting::Pull(r) => engine.on_pull_failed(&r, Failure::Timeout, now),
-            Awaiting::Verdicts => engine.on_verdicts_failed(),
+            Awaiting::Verdicts => engine.on_verdicts_failed(Failure::Timeout, now),
         };
         self.log.push(format!("dev{d} timed out"));
         dev.awaiting = None;

@@ -62,6 +62,13 @@ pub struct Rejection {
     pub reason: String,
     /// The server's code.
     pub code: String,
+    /// How many times the op was sent before the verdict came.
+    #[serde(default)]
+    pub attempts: u32,
+    /// A later op of this device on the same row was applied since: the row
+    /// stands past this refusal, which stays listed until dismissed.
+    #[serde(default)]
+    pub superseded: bool,
 }
 
 /// One atomic step of the device's state. Apply in field order: meta, base
@@ -338,7 +345,13 @@ pub mod contract {
         meta.cursor = 17;
         meta.clock = crate::clock::Clock { last_at: 30, max_seen_at: 25, ..crate::clock::Clock::default() };
         let key = RowKey::new("sets", "dev-1");
-        let rejected = Rejection { op: op("dev", 3, 21), reason: "reps must be at most 100".into(), code: "out_of_range".into() };
+        let rejected = Rejection {
+            op: op("dev", 3, 21),
+            reason: "reps must be at most 100".into(),
+            code: "out_of_range".into(),
+            attempts: 1,
+            superseded: false,
+        };
         let txn = Txn {
             meta: Some(meta.clone()),
             put_base: vec![(key.clone(), row(5, "srv:1"))],
@@ -359,7 +372,7 @@ pub mod contract {
     /// Deletes remove exactly what they name.
     pub async fn deletes<S: LocalStore>(store: &S) -> Result<(), String> {
         store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
-        let r = Rejection { op: op("dev", 5, 50), reason: "r".into(), code: "c".into() };
+        let r = Rejection { op: op("dev", 5, 50), reason: "r".into(), code: "c".into(), attempts: 1, superseded: false };
         let put = Txn { put_pending: vec![op("dev", 1, 10), op("dev", 2, 20)], put_rejections: vec![r.clone()], ..Txn::default() };
         store.commit(&put).await.map_err(|e| e.to_string())?;
         let del = Txn { delete_pending: vec![10], delete_rejections: vec![r.op.op_id.clone()], ..Txn::default() };

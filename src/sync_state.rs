@@ -41,6 +41,11 @@ impl Default for RetryPolicy {
 pub struct OpAttempts {
     /// How many times it was sent.
     pub attempts: u32,
+    /// Sends that count toward [`RetryPolicy::max_attempts`]: those whose
+    /// outcome is unknown, made when the backoff said (a person's early
+    /// `sync()` does not spend the budget).
+    #[serde(default)]
+    pub counted: u32,
     /// Whether its last attempt ended with no usable answer (it may have been judged).
     pub unknown: bool,
     /// The attemptKey of its last attempt.
@@ -111,7 +116,7 @@ pub struct SyncState {
 impl SyncState {
     /// Whether a (pending) op is over the policy's limits.
     pub fn exhausted(&self, id: &OpId, policy: &RetryPolicy) -> bool {
-        self.ops.get(id).is_some_and(|a| a.unknown && (a.attempts >= policy.max_attempts || a.charged_ms >= policy.max_elapsed_ms))
+        self.ops.get(id).is_some_and(|a| a.unknown && (a.counted >= policy.max_attempts || a.charged_ms >= policy.max_elapsed_ms))
     }
 }
 
@@ -124,9 +129,9 @@ mod tests {
         let p = RetryPolicy { max_attempts: 3, max_elapsed_ms: 1_000 };
         let id = OpId::new("d:1");
         let mut s = SyncState::default();
-        s.ops.insert(id.clone(), OpAttempts { attempts: 3, unknown: true, ..OpAttempts::default() });
+        s.ops.insert(id.clone(), OpAttempts { attempts: 3, counted: 3, unknown: true, ..OpAttempts::default() });
         assert!(s.exhausted(&id, &p));
-        s.ops.insert(id.clone(), OpAttempts { attempts: 3, unknown: false, ..OpAttempts::default() });
+        s.ops.insert(id.clone(), OpAttempts { attempts: 3, counted: 3, unknown: false, ..OpAttempts::default() });
         assert!(!s.exhausted(&id, &p), "a 429 or a partial answer is no doubt");
         s.ops.insert(id.clone(), OpAttempts { attempts: 1, unknown: true, charged_ms: 1_000, ..OpAttempts::default() });
         assert!(s.exhausted(&id, &p));

@@ -32,6 +32,7 @@ use tokio::time::Sleep;
 
 use crate::error::ApiError;
 use crate::App;
+use marksync::protocol::ErrorCode;
 
 /// The longest time a refused request's body is read and thrown away before the answer.
 const REFUSAL_DRAIN_TIME: Duration = Duration::from_secs(1);
@@ -123,15 +124,21 @@ fn user_of(app: &App, headers: &HeaderMap, query_token: Option<&str>) -> Result<
 /// The middleware of the API routes (see the module doc).
 pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     let events = req.uri().path() == "/v1/events";
+    let mut query = Query::<HashMap<String, String>>::try_from_uri(req.uri()).map(|Query(q)| q).unwrap_or_default();
     // EventSource cannot set headers: `/v1/events` also takes `?token=`.
-    let token = events
-        .then(|| Query::<HashMap<String, String>>::try_from_uri(req.uri()).ok())
-        .flatten()
-        .and_then(|Query(mut q)| q.remove("token"));
+    let token = if events { query.remove("token") } else { None };
     let user = match user_of(&app, req.headers(), token.as_deref()) {
         Ok(u) => u,
         Err(e) => return refuse(&app, req, e).await,
     };
+    // The device names the user its database belongs to: a token of anyone
+    // else is refused before anything is read or written (PROTOCOL §5).
+    if let Some(owner) = query.get(marksync::protocol::USER_PARAM).filter(|owner| **owner != user) {
+        let message = format!(
+            "the token is for user {user:?}, but this device's database belongs to user {owner:?}; nothing was read or written: open one database per user"
+        );
+        return refuse(&app, req, ApiError::new(ErrorCode::WrongUser, message)).await;
+    }
     if let Some(l) = &app.limiter {
         if let Err(secs) = l.check(&user) {
             return refuse(&app, req, ApiError::rate_limited(secs)).await;

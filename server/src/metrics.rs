@@ -11,8 +11,9 @@ use marksync::protocol::{ErrorCode, Outcome};
 /// Upper bounds (seconds) of the push latency histogram.
 const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
-const CODES: [ErrorCode; 6] = [
+const CODES: [ErrorCode; 7] = [
     ErrorCode::Unauthorized,
+    ErrorCode::WrongUser,
     ErrorCode::BadRequest,
     ErrorCode::PayloadTooLarge,
     ErrorCode::SchemaTooNew,
@@ -29,7 +30,7 @@ pub struct Metrics {
     rejected: AtomicU64,
     pulled_rows: AtomicU64,
     pulls: AtomicU64,
-    errors: [AtomicU64; 6],
+    errors: [AtomicU64; 7],
     latency_buckets: [AtomicU64; 12],
     latency_count: AtomicU64,
     latency_sum_us: AtomicU64,

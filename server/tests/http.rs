@@ -156,6 +156,43 @@ async fn a_signed_jwt_names_the_user(b: Backend) {
 }
 both!(a_signed_jwt_names_the_user);
 
+/// §5: a device names the user its database belongs to (`?user=`); a token
+/// of anyone else — dev or JWT — is refused `403 wrong_user` on every route,
+/// before anything is read or written.
+async fn a_token_of_another_user_than_the_devices_is_refused_and_nothing_is_written(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    let bob = jwt("test-secret", "bob", 600);
+    let send = |path: &'static str, token: String, body: String| {
+        let r = t.http.post(t.url(path)).bearer_auth(token).header("content-type", "application/json").body(body);
+        async move {
+            let r = r.send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let push = body(json!([full("d:1", "a-pending", 10, 5)]));
+    for token in [bob.clone(), "dev:bob".to_owned()] {
+        let (status, resp) = send("/v1/push?user=alice", token.clone(), push.clone()).await;
+        assert_eq!((status, resp["error"]["code"].as_str()), (403, Some("wrong_user")), "{resp}");
+        let message = resp["error"]["message"].as_str().unwrap();
+        assert!(message.contains("\"bob\"") && message.contains("\"alice\""), "{message}");
+        let (status, _) = send("/v1/pull?user=alice", token.clone(), json!({"spaces": {}}).to_string()).await;
+        assert_eq!(status, 403);
+        let (status, _) = send("/v1/verdicts?user=alice", token.clone(), json!({"opIds": ["d:1"]}).to_string()).await;
+        assert_eq!(status, 403);
+        let r = t.http.get(t.url("/v1/events?user=alice")).bearer_auth(&token).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 403);
+    }
+    assert_eq!(t.counts("bob").await.rows, 0, "nothing of alice's queue reached bob");
+    assert_eq!(t.verdicts_ok("bob", &["d:1"]).await[0]["status"], "unknown", "no verdict remembered either");
+    // The owner's own token goes through; a device that names no user is as before.
+    let (status, _) = send("/v1/push?user=alice", "dev:alice".into(), push.clone()).await;
+    assert_eq!(status, 200);
+    assert!(t.metric("marksync_http_errors_total{code=\"wrong_user\"}").await >= 8.0);
+    t.stop().await;
+}
+both!(a_token_of_another_user_than_the_devices_is_refused_and_nothing_is_written);
+
 /// Without `--dev-auth`, `dev:` tokens are refused; with it, a non-loopback
 /// listen address is refused at start.
 async fn dev_auth_is_off_by_default_and_loopback_only(b: Backend) {

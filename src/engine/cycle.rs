@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use super::{Engine, Step, SyncReport, MAX_EMPTY_ANSWERS};
-use crate::attempt::{Failure, InFlight, Recovery};
+use crate::attempt::{Failure, InFlight, Recovery, WRONG_USER};
 use crate::protocol::{
     Op, OpId, Outcome, PushRequest, PushResponse, Recalled, Row, RowKey, SpacesPullRequest, SpacesPullResponse, VerdictsResponse,
 };
@@ -20,8 +20,12 @@ use crate::sync_state::Flight;
 pub const SCHEMA_PROBE_MS: u64 = 300_000;
 
 /// The recovery codes that stop every automatic send until a person acts.
-const RETRIES_EXHAUSTED: &str = "retries_exhausted";
+pub(super) const RETRIES_EXHAUSTED: &str = "retries_exhausted";
 const SCHEMA_TOO_NEW: &str = "schema_too_new";
+
+/// How much earlier than the backoff's time a cycle may start and still be
+/// the scheduled one (timers are not exact); earlier, it is a person's.
+const EARLY_SLACK_MS: u64 = 250;
 
 impl Engine {
     /// Starts a sync cycle now (whatever the backoff says: the caller decided).
@@ -30,9 +34,16 @@ impl Engine {
     /// its request out, and its ops become `unknown-outcome`.
     pub fn start_sync(&mut self, now: u64) -> (Txn, Step) {
         self.report = SyncReport { cursor: self.meta.cursor, ..SyncReport::default() };
-        if self.sync.next_retry_at.take().is_some() {
+        let due = self.sync.next_retry_at.take();
+        if due.is_some() {
             self.touch();
         }
+        // A cycle started before the backoff's time (a person pressed sync):
+        // it may go out, but if it fails it is no further failure of the
+        // ops — the wait stays the one already scheduled.
+        self.early = due.filter(|t| *t > now.saturating_add(EARLY_SLACK_MS));
+        self.pushed.clear();
+        self.last_failure = None;
         self.in_flight = None;
         self.reconcile_in_flight = None;
         self.pull_in_flight = None;
@@ -63,14 +74,24 @@ impl Engine {
 
     /// Whether sync may send on its own: not while a person must act. A
     /// server older than the app (`schema_too_new`) is probed, not waited for.
+    /// A token refused as another user's is probed with a pull (which
+    /// writes nothing), never pushed with.
     fn blocked(&self) -> Option<&Recovery> {
-        self.sync.recovery.as_ref().filter(|r| r.code != SCHEMA_TOO_NEW)
+        self.sync.recovery.as_ref().filter(|r| r.code != SCHEMA_TOO_NEW && r.code != WRONG_USER)
     }
 
-    /// The step after the current one: push while ops wait, else pull.
+    /// The step after the current one: push while ops wait, else pull. Ops
+    /// that reached a retry limit are asked about first (PROTOCOL §7).
     fn next_step(&mut self, now: u64) -> Step {
         if let Some(r) = self.blocked() {
             return Step::Blocked(r.clone());
+        }
+        if self.hides_rows() {
+            // Nothing of the queue goes out until a pull answered for the database's own user.
+            return self.pull_step(now);
+        }
+        if self.outbox.iter().any(|o| self.sync.exhausted(&o.op_id, &self.config.retry)) {
+            return self.reconcile_step(false);
         }
         if !self.outbox.is_empty() {
             return Step::Push(self.new_attempt(now));
@@ -111,7 +132,11 @@ impl Engine {
         self.sync.metrics.attempts += 1;
         self.sync.flight = Some(Flight { key: key.clone(), op_ids: op_ids.clone(), sent_at: now });
         self.touch();
-        self.report.pushed += batch.len();
+        for id in &op_ids {
+            if self.pushed.insert(id.clone()) {
+                self.report.pushed += 1;
+            }
+        }
         self.in_flight = Some(InFlight { key: key.clone(), op_ids });
         PushRequest { attempt_key: key, batch }
     }
@@ -141,6 +166,7 @@ impl Engine {
             self.empty_answers = 0;
         }
         let flight = self.in_flight.take()?;
+        self.last_failure = None;
         let sent_at = self.sync.flight.take().map_or(now, |f| f.sent_at);
         // Ops of the batch that got no verdict were not judged: no doubt about them.
         for id in flight.op_ids.iter().skip(resp.verdicts.len()) {
@@ -193,7 +219,7 @@ impl Engine {
         txn: &mut Txn,
         base_at: &mut HashMap<RowKey, usize>,
     ) {
-        self.sync.ops.remove(&op_id);
+        let attempts = self.sync.ops.remove(&op_id).map_or(0, |a| a.attempts);
         let Some(op) = self.outbox.remove(&op_id) else {
             return;
         };
@@ -217,6 +243,16 @@ impl Engine {
                     }
                 }
                 self.meta.clock.acked(op.at);
+                // A later edit of this device set again every field an older
+                // refusal on the row was about: the row stands past it. It
+                // stays listed until dismissed, but no longer tells the status.
+                for r in self.rejections.values_mut() {
+                    let covered = || r.op.fields.keys().all(|f| op.fields.contains_key(f));
+                    if !r.superseded && r.op.at < op.at && r.op.place() == key && covered() {
+                        r.superseded = true;
+                        txn.put_rejections.push(r.clone());
+                    }
+                }
                 if self.following.has_left(&key.space) {
                     // Applied before the user left: the row is not theirs to keep.
                     let remain: Vec<Op> = self.outbox.on_row(&key).cloned().collect();
@@ -245,7 +281,7 @@ impl Engine {
                 if let Some(base) = self.replica.reject(&key, row.as_ref(), remain.iter()) {
                     Self::put_base(txn, base_at, key, base);
                 }
-                let rej = Rejection { op, reason, code };
+                let rej = Rejection { op, reason, code, attempts, superseded: false };
                 txn.put_rejections.push(rej.clone());
                 self.rejections.insert(op_id, rej);
             }
@@ -269,14 +305,34 @@ impl Engine {
     pub fn on_push_failed(&mut self, attempt_key: &str, failure: Failure, now: u64) -> Option<(Txn, Step)> {
         let flight = self.in_flight.take_if(|f| f.key == attempt_key)?;
         self.sync.flight = None;
+        if failure.never_sent() {
+            // The attempt never left (no token to send it with): it is no attempt.
+            for id in &flight.op_ids {
+                if let Some(a) = self.sync.ops.get_mut(id) {
+                    a.attempts = a.attempts.saturating_sub(1);
+                    if a.attempts == 0 {
+                        self.sync.ops.remove(id);
+                    }
+                }
+                if self.pushed.remove(id) {
+                    self.report.pushed -= 1;
+                }
+            }
+            self.sync.metrics.attempts = self.sync.metrics.attempts.saturating_sub(1);
+            self.touch();
+            let step = self.after_failure(failure, now, &[]);
+            return Some((self.with_sync(Txn::default()), step));
+        }
         let unknown = failure.outcome_unknown();
         if unknown {
             self.sync.metrics.unknown_outcomes += 1;
         }
+        let counted = unknown && self.early.is_none();
         for id in &flight.op_ids {
             if let Some(a) = self.sync.ops.get_mut(id) {
                 a.unknown = unknown;
-                if unknown {
+                if counted {
+                    a.counted = a.counted.saturating_add(1);
                     a.charged_ms = a.charged_ms.saturating_add(now.saturating_sub(a.last_sent_at));
                 }
             }
@@ -287,6 +343,7 @@ impl Engine {
     }
 
     fn after_failure(&mut self, failure: Failure, now: u64, sent: &[OpId]) -> Step {
+        self.last_failure = Some(failure.to_string());
         if let Failure::SchemaTooNew(m) = &failure {
             // The server is the old side: wait for it, probing now and then.
             let r = Recovery {
@@ -315,6 +372,8 @@ impl Engine {
                 message: "a single op is larger than the server accepts".into(),
             }),
             Failure::RateLimited { retry_after_ms } => self.wait(now.saturating_add(retry_after_ms)),
+            // A person's early cycle failed: the backoff already scheduled stands.
+            _ if self.early.is_some() => self.wait(self.early.unwrap_or(now).max(now)),
             _ => {
                 let d = self.backoff.next_delay(&mut self.rng);
                 for id in sent {
@@ -405,9 +464,10 @@ impl Engine {
             txn.meta = Some(self.meta.clone());
         }
         let step = if by_person {
-            if unknown == 0 && self.sync.recovery.as_ref().is_some_and(|r| r.code == RETRIES_EXHAUSTED) {
-                self.sync.recovery = None;
-            }
+            // The server answered: what it settled is settled, what it never
+            // judged is safe to send again — a stop for exhausted retries has
+            // nothing left to guard.
+            self.lift_exhausted();
             self.report.cursor = self.meta.cursor;
             Step::Done(self.report.clone())
         } else if unknown > 0 {
@@ -419,15 +479,18 @@ impl Engine {
         Some((self.with_sync(txn), step))
     }
 
-    /// The check of [`Step::Reconcile`] got no usable answer (whatever the
-    /// failure: nothing was settled). `None` if none is out.
-    pub fn on_verdicts_failed(&mut self) -> Option<(Txn, Step)> {
-        let (asked, by_person) = self.reconcile_in_flight.take()?;
+    /// The check of [`Step::Reconcile`] got no usable answer. `None` if none
+    /// is out. Nothing was settled: an automatic check waits like any failed
+    /// request and asks again (the server may be down; when it is back it
+    /// answers and the queue heals alone); a person's check just ends.
+    pub fn on_verdicts_failed(&mut self, failure: Failure, now: u64) -> Option<(Txn, Step)> {
+        let (_, by_person) = self.reconcile_in_flight.take()?;
         let step = if by_person {
+            self.last_failure = Some(failure.to_string());
             self.report.cursor = self.meta.cursor;
             Step::Done(self.report.clone())
         } else {
-            self.exhausted(asked.len())
+            self.after_failure(failure, now, &[])
         };
         Some((self.with_sync(Txn::default()), step))
     }
@@ -448,18 +511,24 @@ impl Engine {
     /// lift a stop for exhausted retries, and start the ops' counts over.
     /// Returns the txn that records it, if anything changed.
     pub fn retry_exhausted(&mut self) -> Option<Txn> {
+        self.lift_exhausted().then(|| self.with_sync(Txn::default()))
+    }
+
+    /// Lifts a stop for exhausted retries and starts the ops' counts over;
+    /// `false` if there was none.
+    fn lift_exhausted(&mut self) -> bool {
         if self.sync.recovery.as_ref().is_none_or(|r| r.code != RETRIES_EXHAUSTED) {
-            return None;
+            return false;
         }
         self.sync.recovery = None;
         for a in self.sync.ops.values_mut() {
-            a.attempts = 0;
+            a.counted = 0;
             a.charged_ms = 0;
             a.first_sent_at = 0;
         }
         self.backoff.reset();
         self.touch();
-        Some(self.with_sync(Txn::default()))
+        true
     }
 
     /// Marks sync as blocked until the user acts (also for storage failures
@@ -504,6 +573,10 @@ impl Engine {
     /// pages of spaces the device does not follow are never taken.
     pub fn on_pull_response(&mut self, sent: &SpacesPullRequest, answer: SpacesPullResponse, now: u64) -> Option<(Txn, Step)> {
         let (_, sent_at) = self.pull_in_flight.take_if(|(r, _)| r == sent)?;
+        if let Some(step) = self.answered_for_another_user(&answer) {
+            return Some((self.with_sync(Txn::default()), step));
+        }
+        self.last_failure = None;
         self.backoff.reset();
         if let Some(server_now) = answer.now {
             self.meta.clock.learn_offset(server_now, sent_at, now);
@@ -557,6 +630,34 @@ impl Engine {
             Step::Done(self.report.clone())
         };
         Some((self.with_sync(txn), step))
+    }
+
+    /// A pull answer names another user's personal space than this
+    /// database's: the token is that user's. Nothing of it is taken, and
+    /// nothing more is sent or shown until a token of the owner is (the
+    /// server refuses such a request itself when the device names its user;
+    /// this holds against a server that does not). An answer for the owner
+    /// lifts such a stop.
+    fn answered_for_another_user(&mut self, answer: &SpacesPullResponse) -> Option<Step> {
+        let mine = self.following.personal.as_deref();
+        match (mine, answer.personal.as_deref()) {
+            (Some(mine), Some(theirs)) if mine != theirs => {
+                let owner = crate::space::personal_owner(mine).unwrap_or(mine);
+                let other = crate::space::personal_owner(theirs).unwrap_or(theirs);
+                let message = format!(
+                    "the token is for user {other:?}, but this database belongs to user {owner:?}; nothing was sent: open one database per user"
+                );
+                self.last_failure = Some(message.clone());
+                Some(self.require_recovery(Recovery { code: WRONG_USER.into(), message }))
+            }
+            _ => {
+                if self.hides_rows() {
+                    self.sync.recovery = None;
+                    self.touch();
+                }
+                None
+            }
+        }
     }
 
     /// A pull got no usable answer. `None` if `sent` is not the pull in flight.

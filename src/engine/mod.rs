@@ -104,6 +104,14 @@ pub enum EngineError {
     /// learned (a viewer, or a space the user left): the judge's code and words.
     #[error("{0}")]
     Denied(#[from] crate::space::Denied),
+    /// The database belongs to another user than the one named.
+    #[error("this database belongs to user {owner:?}, not {named:?}: open one database per user")]
+    WrongUser {
+        /// The user the database belongs to.
+        owner: String,
+        /// The user named.
+        named: String,
+    },
 }
 
 /// What the caller should do next in a sync cycle.
@@ -134,7 +142,7 @@ pub enum Step {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncReport {
-    /// Ops sent (counting every attempt).
+    /// Ops sent in this cycle, each counted once however many attempts it took.
     pub pushed: usize,
     /// Ops answered `applied`.
     pub applied: usize,
@@ -188,6 +196,14 @@ pub struct Engine {
     schema: Option<(crate::known_schema::KnownSchema, crate::schema::Schema)>,
     /// The schema version the last pull answer named.
     server_schema: Option<u32>,
+    /// When this cycle started before the backoff's time (a person's
+    /// `sync()`), that time: its failures neither count toward the retry
+    /// limits nor move the backoff.
+    early: Option<u64>,
+    /// The ops sent in this cycle (for [`SyncReport::pushed`]).
+    pushed: std::collections::HashSet<OpId>,
+    /// Why the last request of this engine got no usable answer, in words.
+    last_failure: Option<String>,
 }
 
 /// How many "nothing judged, call again now" answers in a row before backing off.
@@ -225,6 +241,9 @@ impl Engine {
             server_schema: None,
             following: snapshot.following.unwrap_or_default(),
             following_moved: false,
+            early: None,
+            pushed: std::collections::HashSet::new(),
+            last_failure: None,
         };
         if let Some(known) = &snapshot.schema {
             engine.absorb_schema(known);
@@ -249,6 +268,37 @@ impl Engine {
     /// The meta record as this engine knows it.
     pub fn meta(&self) -> &Meta {
         &self.meta
+    }
+
+    /// The user this database belongs to: named at open, or learned from the
+    /// first pull answer (its personal space). `None` until then.
+    pub fn user(&self) -> Option<&str> {
+        self.following.user()
+    }
+
+    /// Binds the database to `user` (the app named it at open). Refuses a
+    /// database that belongs to someone else; returns the txn that stores
+    /// the binding the first time.
+    pub fn bind_user(&mut self, user: &str) -> Result<Option<Txn>, EngineError> {
+        match self.user() {
+            Some(owner) if owner == user => Ok(None),
+            Some(owner) => Err(EngineError::WrongUser { owner: owner.to_owned(), named: user.to_owned() }),
+            None => {
+                self.following.personal = Some(crate::space::personal(user));
+                Ok(Some(Txn { following: Some(self.following.clone()), ..Txn::default() }))
+            }
+        }
+    }
+
+    /// Whether rows are kept from the app: the token in use is another
+    /// user's than the database's (until a request proves it is the owner's).
+    pub fn hides_rows(&self) -> bool {
+        self.sync.recovery.as_ref().is_some_and(|r| r.code == crate::attempt::WRONG_USER)
+    }
+
+    /// Why the last request got no usable answer, in words (`None` after an answer).
+    pub fn last_failure(&self) -> Option<&str> {
+        self.last_failure.as_deref()
     }
 
     // ----- reading ---------------------------------------------------------
@@ -352,8 +402,22 @@ impl Engine {
         self.in_flight.as_ref().map(|f| f.key.as_str())
     }
 
+    /// The sync status of one row the device knows — a row it holds (a
+    /// tombstone too), has ops queued for, or holds a refusal of — or `None`
+    /// for a row it has never seen: such a row has no sync status.
+    pub fn known_status(&self, key: &RowKey) -> Option<RowStatus> {
+        let known = self.replica.visible(key).is_some()
+            || self.outbox.on_row(key).next().is_some()
+            || self.rejections.values().any(|r| &r.op.place() == key);
+        known.then(|| self.status(key))
+    }
+
     /// The sync status of one row (PROTOCOL §7), the same in every context
-    /// that shares the database: it reads the shared sync state.
+    /// that shares the database: it reads the shared sync state. It tells
+    /// where the row stands now: queued ops first; else the newest refusal on
+    /// the row that no later applied edit of this device has superseded (by
+    /// setting again every field it was about: that one stays in
+    /// [`Engine::rejections`] only).
     pub fn status(&self, key: &RowKey) -> RowStatus {
         let ops: Vec<&Op> = self.outbox.on_row(key).collect();
         let attempts = ops.iter().filter_map(|o| self.sync.ops.get(&o.op_id)).map(|s| s.attempts).max().unwrap_or(0);
@@ -361,7 +425,11 @@ impl Engine {
         if !ops.is_empty() {
             st.next_retry_at = self.sync.next_retry_at;
             let flying = self.sync.flight.as_ref().is_some_and(|f| ops.iter().any(|o| f.op_ids.contains(&o.op_id)));
-            if let Some(r) = &self.sync.recovery {
+            let sent = || ops.iter().any(|o| self.sync.ops.get(&o.op_id).is_some_and(|a| a.attempts > 0));
+            // Exhausted retries stop the ops that reached a limit; an edit never
+            // sent has reached none: it is queued, and says so.
+            let stops_this_row = |r: &Recovery| r.code != cycle::RETRIES_EXHAUSTED || sent();
+            if let Some(r) = self.sync.recovery.as_ref().filter(|r| stops_this_row(r)) {
                 st.phase = Phase::RecoveryRequired;
                 st.reason = Some(r.message.clone());
                 st.code = Some(r.code.clone());
@@ -374,10 +442,12 @@ impl Engine {
             }
             return st;
         }
-        if let Some(r) = self.rejections.values().rev().find(|r| &r.op.place() == key) {
+        let standing = self.rejections.values().filter(|r| !r.superseded && &r.op.place() == key).max_by_key(|r| r.op.at);
+        if let Some(r) = standing {
             st.phase = Phase::Rejected;
             st.reason = Some(r.reason.clone());
             st.code = Some(r.code.clone());
+            st.attempts = r.attempts;
         }
         st
     }

@@ -558,19 +558,28 @@ fn retries_stop_at_the_limit_then_the_server_is_asked_and_what_it_cannot_settle_
 }
 
 #[test]
-fn a_failed_check_with_the_server_needs_a_person_and_elapsed_time_is_a_limit_too() {
+fn a_failed_check_with_the_server_waits_and_asks_again_and_elapsed_time_is_a_limit_too() {
     let cfg = Config { retry: RetryPolicy { max_attempts: 100, max_elapsed_ms: 10_000 }, ..Config::default() };
     let mut e = Engine::open(Snapshot { meta: Some(Meta::fresh("d".into())), ..Snapshot::default() }, cfg).unwrap();
+    let mut s = MemoryServer::new(Schema::workout());
     record(&mut e, "d-1", set(5), 10);
     let mut step = e.start_sync(0).1;
     let mut now = 0;
+    let mut reached = false;
     let ids = loop {
         step = match step {
             Step::Wait { until, .. } => {
                 now = until;
                 e.start_sync(now).1
             }
-            Step::Push(req) => e.on_push_failed(&req.attempt_key, Failure::Timeout, now + 1_000).unwrap().1,
+            Step::Push(req) => {
+                if !reached {
+                    // The first send reached the server; its answer was lost.
+                    s.push("u", &req).unwrap();
+                    reached = true;
+                }
+                e.on_push_failed(&req.attempt_key, Failure::Timeout, now + 1_000).unwrap().1
+            }
             Step::Reconcile(ids) => break ids,
             other => panic!("{other:?}"),
         };
@@ -578,9 +587,82 @@ fn a_failed_check_with_the_server_needs_a_person_and_elapsed_time_is_a_limit_too
     assert_eq!(ids.len(), 1);
     let charged = e.sync_state().ops[&ids[0]].charged_ms;
     assert!(charged >= 10_000, "{charged}");
-    let (_, step) = e.on_verdicts_failed().unwrap();
-    assert!(matches!(step, Step::Blocked(ref r) if r.code == "retries_exhausted"));
-    assert_eq!(e.pending_len(), 1, "nothing lost");
+    // The server is down: the check fails like any request — a wait, no stop.
+    let (_, step) = e.on_verdicts_failed(Failure::Network("down".into()), now).unwrap();
+    let Step::Wait { until, .. } = step else { panic!("{step:?}") };
+    assert!(e.recovery().is_none(), "a server that is down is no reason to strand the queue");
+    assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::UnknownOutcome);
+    // Later the next cycle asks again (never pushes an op over its limit), and the server, back, answers.
+    let (_, Step::Reconcile(again)) = e.start_sync(until) else { panic!() };
+    assert_eq!(again, ids);
+    let (_, step) = e.on_verdicts(s.verdicts("u", &VerdictsRequest { op_ids: again }), until).unwrap();
+    assert!(matches!(step, Step::Pull(_)), "{step:?}");
+    assert_eq!(e.pending_len(), 0, "healed alone: applied once, never sent again");
+    assert_eq!(s.rows("u").len(), 1);
+}
+
+#[test]
+fn a_persons_syncs_within_the_backoff_do_not_spend_the_retry_budget() {
+    let mut e = Engine::open(Snapshot { meta: Some(Meta::fresh("d".into())), ..Snapshot::default() }, policy(3)).unwrap();
+    let key = RowKey::new("sets", "d-1");
+    record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(req)) = e.start_sync(1_000) else { panic!() };
+    let Some((_, Step::Wait { until, .. })) = e.on_push_failed(&req.attempt_key, Failure::Network("down".into()), 1_001) else { panic!() };
+    let until = until.max(1_001 + 1_000); // the test clicks well before it
+    e.sync.next_retry_at = Some(until);
+    // Eight clicks in a second, the server still down: each goes out, none counts.
+    for i in 0..8 {
+        let (_, step) = e.start_sync(1_002 + i);
+        let Step::Push(req) = step else { panic!("click {i}: {step:?}") };
+        let (_, step) = e.on_push_failed(&req.attempt_key, Failure::Network("down".into()), 1_003 + i).unwrap();
+        assert!(matches!(step, Step::Wait { until: u, .. } if u == until), "click {i}: the scheduled wait stands: {step:?}");
+    }
+    let a = &e.sync_state().ops[&req.batch[0].op_id];
+    assert_eq!((a.attempts, a.counted), (9, 1), "nine sends, one counted failure");
+    assert!(e.recovery().is_none());
+    assert_eq!(e.status(&key).phase, Phase::UnknownOutcome);
+    // The scheduled tries count: two more reach the limit, then the server is asked.
+    let mut now = until;
+    let mut step = e.start_sync(now).1;
+    let asked = loop {
+        step = match step {
+            Step::Wait { until, .. } => {
+                now = until;
+                e.start_sync(now).1
+            }
+            Step::Push(req) => e.on_push_failed(&req.attempt_key, Failure::Network("down".into()), now).unwrap().1,
+            Step::Reconcile(ids) => break ids,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(asked.len(), 1);
+    assert_eq!(e.sync_state().ops[&asked[0]].counted, 3);
+}
+
+#[test]
+fn under_exhausted_retries_an_edit_never_sent_is_pending_and_a_persons_answered_check_lifts_the_stop() {
+    let mut e = Engine::open(Snapshot { meta: Some(Meta::fresh("d".into())), ..Snapshot::default() }, policy(1)).unwrap();
+    let mut s = MemoryServer::new(Schema::workout());
+    record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    let (_, Step::Reconcile(ids)) = e.on_push_failed(&req.attempt_key, Failure::Server { status: 500, message: "x".into() }, 1).unwrap()
+    else {
+        panic!()
+    };
+    // The server answers, and never judged it: the automatic check stops sending.
+    let (_, step) = e.on_verdicts(s.verdicts("u", &VerdictsRequest { op_ids: ids }), 2).unwrap();
+    assert!(matches!(step, Step::Blocked(ref r) if r.code == "retries_exhausted"), "{step:?}");
+    record(&mut e, "d-2", set(6), 12);
+    assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::RecoveryRequired);
+    assert_eq!(e.status(&RowKey::new("sets", "d-2")).phase, Phase::Pending, "it reached no limit");
+    // A person asks the server; it answers: nothing is left to guard, the stop goes.
+    let (_, Step::Reconcile(ids)) = e.start_reconcile() else { panic!() };
+    let (txn, step) = e.on_verdicts(s.verdicts("u", &VerdictsRequest { op_ids: ids }), 3).unwrap();
+    assert!(matches!(step, Step::Done(ref r) if r.unknown == 1), "{step:?}");
+    assert!(e.recovery().is_none());
+    assert!(txn.sync.is_some_and(|s| s.recovery.is_none()), "stored for every context");
+    sync(&mut e, &mut s, 4);
+    assert_eq!((e.pending_len(), s.rows("u").len()), (0, 2));
 }
 
 #[test]
@@ -709,7 +791,7 @@ fn lifting_a_stop_is_stored_so_no_context_brings_it_back() {
     record(&mut e, "d-1", set(5), 10);
     let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
     let (_, Step::Reconcile(_)) = e.on_push_failed(&req.attempt_key, Failure::Timeout, 1).unwrap() else { panic!() };
-    e.on_verdicts_failed().unwrap();
+    let (_, Step::Blocked(_)) = e.on_verdicts(VerdictsResponse { verdicts: vec![], now: None }, 2).unwrap() else { panic!() };
     let txn = e.clear_recovery().expect("the lift is a txn");
     assert_eq!(txn.sync.map(|s| s.recovery), Some(None));
     e.require_recovery(Recovery { code: "unauthorized".into(), message: "m".into() });
@@ -869,4 +951,118 @@ fn a_queued_edit_the_server_will_refuse_does_not_refuse_the_next_one() {
     assert_eq!(e.row(&RowKey::new("sets", "r")).unwrap().get("reps"), Some(&Value::Number(500.0)));
     assert_eq!(e.check("sets", "r", &fields(&[("weightKg", 90.into())])), Ok(()));
     assert_eq!(e.check("sets", "r", &fields(&[("reps", 0.into())])).unwrap_err().reason, "reps must be at least 1");
+}
+
+// ----- the truth of statuses and of whose database it is ------------------
+
+#[test]
+fn a_row_the_device_never_saw_has_no_status() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    assert_eq!(e.known_status(&RowKey::new("sets", "nope")), None);
+    assert_eq!(e.known_status(&RowKey::new("nope", "d-1")), None);
+    assert_eq!(e.known_status(&RowKey::new("Bad Table!", "d-1")), None);
+    record(&mut e, "d-1", set(5), 10);
+    assert_eq!(e.known_status(&RowKey::new("sets", "d-1")).map(|s| s.phase), Some(Phase::Pending));
+    sync(&mut e, &mut s, 20);
+    assert_eq!(e.known_status(&RowKey::new("sets", "d-1")).map(|s| s.phase), Some(Phase::Synced));
+}
+
+#[test]
+fn a_later_applied_edit_takes_the_row_past_an_old_refusal_which_stays_listed() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    let key = RowKey::new("sets", "d-2");
+    record(&mut e, "d-2", set(500), 10);
+    sync(&mut e, &mut s, 11);
+    let st = e.status(&key);
+    assert_eq!((st.phase, st.attempts), (Phase::Rejected, 1), "a refused op was sent once");
+    record(&mut e, "d-2", set(6), 12);
+    assert_eq!(e.status(&key).phase, Phase::Pending);
+    sync(&mut e, &mut s, 13);
+    assert_eq!(e.status(&key).phase, Phase::Synced, "where the row stands now");
+    let listed: Vec<_> = e.rejections().collect();
+    assert_eq!(listed.len(), 1, "the refusal stays until dismissed");
+    assert!(listed[0].superseded);
+    // A newer refusal tells the status again.
+    record(&mut e, "d-2", set(0), 14);
+    sync(&mut e, &mut s, 15);
+    assert_eq!(e.status(&key).phase, Phase::Rejected);
+}
+
+#[test]
+fn a_push_repeated_after_a_refreshed_token_counts_its_ops_once() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    let (_, Step::Push(again)) = e.abandon_attempt(&req.attempt_key, 1) else { panic!() };
+    let (_, step) = e.on_push_response(s.push("u", &again).unwrap(), 2).unwrap();
+    let Step::Pull(p) = step else { panic!("{step:?}") };
+    let (_, Step::Done(report)) = e.on_pull_response(&p, s.pull_spaces("u", &p), 3).unwrap() else { panic!() };
+    assert_eq!((report.pushed, report.applied), (1, 1));
+}
+
+#[test]
+fn a_token_function_that_fails_sends_nothing_and_is_retried_with_its_own_words() {
+    let mut e = engine("d");
+    let key = RowKey::new("sets", "d-1");
+    record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    let (txn, step) = e.on_push_failed(&req.attempt_key, Failure::Token("Error: session expired".into()), 1).unwrap();
+    assert!(matches!(step, Step::Wait { .. }), "transient: {step:?}");
+    assert!(e.recovery().is_none());
+    assert_eq!(e.last_failure(), Some("the token function failed: Error: session expired"));
+    let st = e.status(&key);
+    assert_eq!((st.phase, st.attempts), (Phase::Pending, 0), "nothing went out");
+    assert_eq!(txn.sync.map(|s| s.metrics.attempts), Some(0));
+}
+
+/// A pull answer for user `u`'s personal space.
+fn answer_for(s: &mut MemoryServer, user: &str, req: &SpacesPullRequest) -> crate::protocol::SpacesPullResponse {
+    s.pull_spaces(user, req)
+}
+
+#[test]
+fn a_token_of_another_user_sends_nothing_shows_nothing_until_the_owners_token_returns() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    record(&mut e, "d-1", set(5), 10);
+    sync(&mut e, &mut s, 11); // as "u": the database is u's now
+    assert_eq!(e.user(), Some("u"));
+    record(&mut e, "d-2", set(6), 12);
+    // The app swapped the token for bob's: the server answers as bob.
+    let (_, Step::Push(req)) = e.start_sync(13) else { panic!() };
+    assert_eq!(req.batch.len(), 1);
+    // (a server that checks the device's user refuses the push itself; this one does not)
+    e.abandon_attempt(&req.attempt_key, 14);
+    let (_, step) = e.start_sync(15);
+    let Step::Push(req) = step else { panic!("{step:?}") };
+    let resp = s.push("u", &req).unwrap();
+    let (_, Step::Pull(p)) = e.on_push_response(resp, 16).unwrap() else { panic!() };
+    let bob = answer_for(&mut s, "bob", &p);
+    let (txn, step) = e.on_pull_response(&p, bob, 17).unwrap();
+    assert!(matches!(step, Step::Blocked(ref r) if r.code == "wrong_user"), "{step:?}");
+    assert!(txn.put_base.is_empty() && txn.following.is_none(), "nothing of bob's is taken");
+    assert!(e.hides_rows());
+    // While it stands, a cycle only probes with a pull: nothing is pushed.
+    record(&mut e, "d-3", set(7), 18);
+    let (_, step) = e.start_sync(19);
+    let Step::Pull(p) = step else { panic!("{step:?}") };
+    let (_, step) = e.on_pull_response(&p, answer_for(&mut s, "bob", &p), 20).unwrap();
+    assert!(matches!(step, Step::Blocked(_)));
+    // The owner's token again: the probe answers for u, the stop goes, the queue goes out.
+    let (_, Step::Pull(p)) = e.start_sync(21) else { panic!() };
+    let (_, step) = e.on_pull_response(&p, answer_for(&mut s, "u", &p), 22).unwrap();
+    assert!(matches!(step, Step::Push(_)), "{step:?}");
+    assert!(!e.hides_rows());
+}
+
+#[test]
+fn a_database_named_for_one_user_refuses_another() {
+    let mut e = engine("d");
+    assert!(e.bind_user("alice").unwrap().is_some_and(|t| t.following.is_some()), "stored the first time");
+    assert_eq!(e.bind_user("alice").unwrap(), None);
+    assert!(matches!(e.bind_user("bob"), Err(EngineError::WrongUser { .. })));
+    assert_eq!(e.user(), Some("alice"));
 }

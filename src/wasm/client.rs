@@ -683,7 +683,7 @@ impl<T: Transport + 'static> Client<T> {
                     self.changed(false, None);
                     let out = match self.transport.verdicts(&ids).await {
                         Ok(resp) => self.engine.borrow_mut().on_verdicts(resp, now()),
-                        Err(_) => self.engine.borrow_mut().on_verdicts_failed(),
+                        Err(f) => self.engine.borrow_mut().on_verdicts_failed(f, now()),
                     };
                     self.or_restart(out, &mut unsaved)
                 }
@@ -771,7 +771,7 @@ impl<T: Transport + 'static> Client<T> {
         self.changed(false, None);
         let (out, error) = match self.transport.verdicts(&ids).await {
             Ok(resp) => (self.engine.borrow_mut().on_verdicts(resp, now()), None),
-            Err(f) => (self.engine.borrow_mut().on_verdicts_failed(), Some(f.to_string())),
+            Err(f) => (self.engine.borrow_mut().on_verdicts_failed(f.clone(), now()), Some(f.to_string())),
         };
         let Some((txn, step)) = out else {
             return Err(ClientError::StorageFailed("the check with the server was superseded".into()));
