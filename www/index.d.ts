@@ -64,8 +64,13 @@ export interface Op {
 
 export interface Rejection {
   op: Op;
+  /** The server's reason, word for word. */
   reason: string;
   code: string;
+  /** How many times the op was sent before the verdict came. */
+  attempts: number;
+  /** A later edit of this device set those fields again and was applied: the row's status no longer shows this refusal. */
+  superseded: boolean;
 }
 
 export interface SyncReport {
@@ -106,6 +111,12 @@ export interface Metrics {
   recoveryReason: string | null;
   /** When the next attempt is due (ms since the epoch), if waiting. */
   nextRetryAt: number | null;
+  /** Why this context's last request got no usable answer (e.g. the token function's own error), or null. */
+  lastError: string | null;
+  /** The server's event stream (live updates): `off`, `connecting`, `open`, or `closed` (refused; opened again with backoff). */
+  live: 'off' | 'connecting' | 'open' | 'closed';
+  /** Why the stream is not open, or null. */
+  liveError: string | null;
 }
 
 /** When sends with no usable answer stop and the server is asked what it remembers. */
@@ -131,8 +142,14 @@ export interface OpenOptions {
   endpoint: string;
   /** A bearer token, or a function giving one (called again after a 401). */
   token?: TokenSource;
-  /** The IndexedDB database name (one per app database). Default `"marksync"`. */
+  /** The IndexedDB database name (one per app database, and per user). Default `"marksync"`. */
   name?: string;
+  /**
+   * The user the database belongs to. A database belongs to one user: without this it is bound to the user the server
+   * names at the first sync; with it, a database of another user is refused at once (`wrong_user`). Either way a token
+   * of another user never sends the queue nor shows the rows.
+   */
+  user?: string;
   /** Sync after each edit and retry with backoff on its own. Default true. */
   autoSync?: boolean;
   /** Per request timeout. Default 15000. */
@@ -151,8 +168,10 @@ export interface OpenOptions {
 
 /** Errors thrown by marksync carry a stable `code`. */
 export interface MarksyncError extends Error {
-  code: 'bad_input' | 'storage_unavailable' | 'storage_failed' | 'recovery_required' | 'closed' | 'ids_exhausted' | 'clock_exhausted' | 'invalid';
-  /** For `recovery_required`: `retries_exhausted`, `unauthorized`, `refused`, `storage`, `payload_too_large`. */
+  code:
+    | 'bad_input' | 'storage_unavailable' | 'storage_failed' | 'recovery_required' | 'closed' | 'ids_exhausted'
+    | 'clock_exhausted' | 'invalid' | 'read_only' | 'forbidden' | 'refused' | 'wrong_user';
+  /** For `recovery_required`: `retries_exhausted`, `unauthorized`, `wrong_user`, `refused`, `storage`, `payload_too_large`. */
   recovery?: string;
   /** For `invalid`: the server's reason, word for word (also the error's message). */
   reason?: string;
@@ -182,6 +201,8 @@ export interface ChangeOptions extends SpaceOption {
 export interface Database {
   /** This device's id (UUID v4, born at the first open of the database). */
   readonly deviceId: string;
+  /** The user this database belongs to (named at open, or learned at the first sync), or `null` before either. */
+  readonly user: string | null;
   /** A new rowId for an insert, unique on this device forever. */
   newRowId(): string;
   /**
@@ -226,9 +247,13 @@ export interface Database {
   setMember(space: string, user: string, role: Role | null): Promise<{ user: string; role: Role | null }>;
   /** Who is a member of `space` (any member may ask). */
   members(space: string): Promise<{ space: string; members: { user: string; role: Role }[] }>;
-  /** Calls `listener` after every change of rows or statuses; returns the unsubscribe function. */
+  /**
+   * Calls `listener` once after every committed change of rows, queued ops, refusals, spaces or statuses (a sync that
+   * changed nothing calls no one); returns the unsubscribe function (calling it again does nothing).
+   */
   subscribe(listener: () => void): () => void;
-  status(table: string, rowId: string, options?: SpaceOption): RowStatus;
+  /** Where the row stands now, or `null` for a row this device has never seen (no copy, nothing queued, no refusal). */
+  status(table: string, rowId: string, options?: SpaceOption): RowStatus | null;
   /** The pending ops, in the order they will be sent. */
   pending(): Op[];
   /**

@@ -95,22 +95,69 @@ function attachPageSide(db, options) {
       }
     });
   }
-  if ((options.live ?? options.autoSync ?? true) && typeof EventSource !== 'undefined') {
-    resolveToken(state.token).then((token) => {
-      if (state.closed || typeof token !== 'string') return;
-      const url = `${state.endpoint.replace(/\/$/, '')}/v1/events?token=${encodeURIComponent(token)}`;
-      const es = new EventSource(url);
-      es.addEventListener('poke', () => db.sync().catch(() => {}));
-      // A stream that opens again means the server is back — perhaps a newer
-      // one that a waiting queue (schema_too_new, a failed retry) was waiting for.
-      let opened = false;
-      es.addEventListener('open', () => {
-        if (opened) db.sync().catch(() => {});
-        opened = true;
-      });
-      state.events = es;
+  state.liveWanted = (options.live ?? options.autoSync ?? true) && typeof EventSource !== 'undefined';
+  if (state.liveWanted) openLive(db, state);
+}
+
+/** Longest wait between two tries to open the event stream again (ms). */
+const LIVE_CAP_MS = 60_000;
+
+function setLive(state, live, error = null) {
+  if (state.live === live && state.liveError === error) return;
+  state.live = live;
+  state.liveError = error;
+  if (!state.closed) state.target.dispatchEvent(Object.assign(new Event('live'), { live, error }));
+}
+
+/**
+ * Opens the server's event stream with the current token (the token
+ * function is called again each time) and keeps it open: a stream the
+ * browser gave up on (a 401 after the token expired, a server restarted,
+ * a token of another user) is opened again with a fresh token, backing off
+ * from 1 s to a minute; a new token (`setToken`) reopens it at once. Its
+ * state is `metrics().live` (`connecting`, `open`, `closed`), with
+ * `metrics().liveError` saying why it is not open.
+ */
+function openLive(db, state) {
+  clearTimeout(state.liveTimer);
+  state.events?.close();
+  state.events = null;
+  if (state.closed || !state.liveWanted) return;
+  const generation = (state.liveGeneration = (state.liveGeneration ?? 0) + 1);
+  const again = (why) => {
+    if (state.closed || generation !== state.liveGeneration) return;
+    state.events?.close();
+    state.events = null;
+    state.liveFailures = (state.liveFailures ?? 0) + 1;
+    const wait = Math.min(LIVE_CAP_MS, 1000 * 2 ** Math.min(state.liveFailures - 1, 6));
+    setLive(state, 'closed', `${why}; opening again in ${Math.round(wait / 1000)} s`);
+    state.liveTimer = setTimeout(() => openLive(db, state), wait);
+  };
+  setLive(state, 'connecting', state.liveError);
+  resolveToken(state.token).then((token) => {
+    if (state.closed || generation !== state.liveGeneration) return;
+    const params = new URLSearchParams();
+    if (typeof token === 'string') params.set('token', token);
+    const user = db.user;
+    if (typeof user === 'string') params.set('user', user);
+    const es = new EventSource(`${state.endpoint.replace(/\/$/, '')}/v1/events?${params}`);
+    es.addEventListener('poke', () => db.sync().catch(() => {}));
+    es.addEventListener('open', () => {
+      state.liveFailures = 0;
+      setLive(state, 'open');
+      // A stream that opens again means the server is back (perhaps a newer
+      // one a waiting queue was waiting for), and pokes may have been missed.
+      if (state.liveOpened) db.sync().catch(() => {});
+      state.liveOpened = true;
     });
-  }
+    es.addEventListener('error', () => {
+      // CONNECTING: the browser retries by itself. CLOSED: it gave up (an
+      // answer that is no stream: 401, 403, a server that is not there yet).
+      if (es.readyState === EventSource.CLOSED) again('the event stream was refused or closed');
+      else setLive(state, 'connecting', 'the event stream was interrupted; reconnecting');
+    });
+    state.events = es;
+  }, (e) => again(`the token function failed: ${e?.message ?? e}`));
 }
 
 /** Whether the worker runs `installSyncWorker` for database `name` (asked once per worker). */
@@ -167,7 +214,20 @@ Native.prototype.setToken = function setToken(token) {
   if (state) {
     state.token = token;
     shareToken(state);
+    // The stream was opened with the old token: open it with the new one.
+    state.liveFailures = 0;
+    openLive(this, state);
   }
+};
+
+const nativeMetrics = Native.prototype.metrics;
+/** The counters, plus `live` (the event stream: `off`, `connecting`, `open`, `closed`) and `liveError`. */
+Native.prototype.metrics = function metrics() {
+  const m = nativeMetrics.call(this);
+  const state = pageSide.get(this);
+  m.live = state?.liveWanted ? state.live ?? 'connecting' : 'off';
+  m.liveError = state?.liveWanted ? state.liveError ?? null : null;
+  return m;
 };
 
 const nativeStorage = Native.prototype.storage;
@@ -192,6 +252,7 @@ Native.prototype.close = function close() {
   if (state) {
     state.closed = true;
     state.cleanup.forEach((f) => f());
+    clearTimeout(state.liveTimer);
     state.events?.close();
   }
   nativeClose.call(this);

@@ -2,6 +2,6 @@ import type { Database, Row, RowStatus, Space, SpaceOption } from './index';
 /** The visible rows of `table` (of every space, or of `options.space`), re-rendering when they change. */
 export declare function useRows(db: Database, table: string, options?: SpaceOption): readonly Row[];
 /** The sync status of one row, re-rendering when it changes. */
-export declare function useRowStatus(db: Database, table: string, rowId: string, options?: SpaceOption): RowStatus;
+export declare function useRowStatus(db: Database, table: string, rowId: string, options?: SpaceOption): RowStatus | null;
 /** The user's spaces, re-rendering when a sync learns a grant, a role change or a revoke. */
 export declare function useSpaces(db: Database): readonly Space[];

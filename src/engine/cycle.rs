@@ -547,12 +547,14 @@ impl Engine {
 
     /// The user acted (signed in again, …): sync may go on. Returns the txn
     /// that records it, if anything changed.
+    /// A token refused as another user's is not lifted here: only an
+    /// answer for the database's own user does (the next cycle asks).
     pub fn clear_recovery(&mut self) -> Option<Txn> {
         self.backoff.reset();
         if let Some(txn) = self.retry_exhausted() {
             return Some(txn);
         }
-        self.sync.recovery.take()?;
+        self.sync.recovery.take_if(|r| r.code != WRONG_USER)?;
         self.touch();
         Some(self.with_sync(Txn::default()))
     }

@@ -68,6 +68,9 @@ pub enum ClientError {
     /// `conflict`, `bad_request`, `not_found`), or got no answer (`network`).
     #[error("{}", .0.message)]
     Refused(super::transport::CallError),
+    /// The database belongs to another user than the one named at open.
+    #[error("{0}")]
+    WrongUser(String),
 }
 
 impl ClientError {
@@ -84,6 +87,7 @@ impl ClientError {
             ClientError::Invalid(_) => "invalid",
             ClientError::Denied(d) => d.code,
             ClientError::Refused(_) => "refused",
+            ClientError::WrongUser(_) => "wrong_user",
         }
     }
 }
@@ -103,6 +107,7 @@ impl From<EngineError> for ClientError {
             EngineError::IdsExhausted => ClientError::IdsExhausted,
             EngineError::ClockExhausted => ClientError::ClockExhausted(e.to_string()),
             EngineError::Denied(d) => ClientError::Denied(d),
+            e @ EngineError::WrongUser { .. } => ClientError::WrongUser(e.to_string()),
             other => ClientError::BadInput(other.to_string()),
         }
     }
@@ -223,6 +228,14 @@ pub struct Client<T: Transport> {
     listeners: RefCell<Vec<(u32, Listener)>>,
     next_listener: Cell<u32>,
     syncing: Cell<bool>,
+    /// Sync cycles started and finished in this context, and how the last
+    /// one ended: a `sync()` asked while one runs is answered by the next
+    /// cycle, one for every caller that asked meanwhile.
+    cycles: Cell<(u64, u64)>,
+    last_cycle: RefCell<Option<Result<SyncOutcome, ClientError>>>,
+    /// What listeners last saw of the sync state (statuses): a commit that
+    /// moves only counters tells no one.
+    seen_sync: RefCell<String>,
     closed: Cell<bool>,
     version: Cell<u64>,
     auto_sync: bool,
@@ -246,6 +259,7 @@ impl<T: Transport + 'static> Client<T> {
         mut config: Config,
         auto_sync: bool,
         resume_exhausted: bool,
+        user: Option<&str>,
     ) -> Result<Rc<Self>, ClientError> {
         let store = IdbStore::connect(name).await?;
         let mut random = [0u8; 16];
@@ -255,7 +269,18 @@ impl<T: Transport + 'static> Client<T> {
         }
         let snapshot = store.open(Meta::fresh(device_id_from(random))).await?;
         config.seed = entropy();
-        let engine = Engine::open(snapshot, config.clone())?;
+        let mut engine = Engine::open(snapshot, config.clone())?;
+        // A database belongs to one user: named here, or learned at the first pull.
+        let bound = match user {
+            Some(u) => match engine.bind_user(u) {
+                Ok(txn) => txn,
+                Err(e) => {
+                    store.close();
+                    return Err(e.into());
+                }
+            },
+            None => None,
+        };
         let channel = web_sys::BroadcastChannel::new(&format!("marksync:{name}")).ok();
         let client = Rc::new(Client {
             engine: RefCell::new(engine),
@@ -264,6 +289,9 @@ impl<T: Transport + 'static> Client<T> {
             listeners: RefCell::new(Vec::new()),
             next_listener: Cell::new(1),
             syncing: Cell::new(false),
+            cycles: Cell::new((0, 0)),
+            last_cycle: RefCell::new(None),
+            seen_sync: RefCell::new(String::new()),
             closed: Cell::new(false),
             version: Cell::new(1),
             auto_sync,
@@ -275,7 +303,9 @@ impl<T: Transport + 'static> Client<T> {
             name: name.to_owned(),
             config,
         });
+        *client.seen_sync.borrow_mut() = client.status_part();
         client.store.reserve(&client.engine).await?;
+        client.commit_some(bound).await?;
         client.listen_to_other_contexts();
         if resume_exhausted {
             let txn = client.engine.borrow_mut().retry_exhausted();
@@ -299,16 +329,19 @@ impl<T: Transport + 'static> Client<T> {
             };
             if let Ok(txn) = serde_json::from_str::<Txn>(&text) {
                 me.engine.borrow_mut().absorb(&txn);
-                me.changed(false, None);
+                me.changed(false, Some(&txn));
             }
         });
         ch.set_onmessage(Some(cb.as_ref().unchecked_ref()));
         *self._on_message.borrow_mut() = Some(cb);
     }
 
-    /// Tells listeners (and, if `broadcast`, other tabs and workers) that something changed.
+    /// Tells other tabs and workers (if `broadcast`) of a committed step, and
+    /// listeners — once — if it altered what the app can see: rows, queued
+    /// ops, refusals, spaces, the schema, or a status (`txn: None`: the
+    /// engine was reopened, anything may have changed). Counters alone are
+    /// no change to show.
     fn changed(&self, broadcast: bool, txn: Option<&Txn>) {
-        self.version.set(self.version.get() + 1);
         if broadcast {
             if let (Some(ch), Some(txn)) = (&self.channel, txn) {
                 if let Ok(s) = serde_json::to_string(txn) {
@@ -316,10 +349,35 @@ impl<T: Transport + 'static> Client<T> {
                 }
             }
         }
+        let view = txn.is_none_or(|t| {
+            !t.put_base.is_empty()
+                || !t.delete_pending.is_empty()
+                || !t.put_pending.is_empty()
+                || !t.put_rejections.is_empty()
+                || !t.delete_rejections.is_empty()
+                || t.schema.is_some()
+        });
+        let status = self.status_part();
+        let moved = *self.seen_sync.borrow() != status;
+        if !view && !moved {
+            return;
+        }
+        *self.seen_sync.borrow_mut() = status;
+        self.version.set(self.version.get() + 1);
         let ls: Vec<Listener> = self.listeners.borrow().iter().map(|(_, l)| l.clone()).collect();
         for l in ls {
             l();
         }
+    }
+
+    /// What statuses and `spaces()` read of the sync state and the followed
+    /// spaces (not the counters, not the cursors).
+    fn status_part(&self) -> String {
+        let e = self.engine.borrow();
+        let s = e.sync_state();
+        let ops: Vec<_> = s.ops.iter().map(|(id, a)| (id, a.attempts, a.unknown)).collect();
+        let seen = (ops, s.flight.as_ref().map(|f| &f.op_ids), &s.recovery, s.next_retry_at, e.spaces());
+        serde_json::to_string(&seen).unwrap_or_default()
     }
 
     /// Grows with every change of visible state (for snapshot caching).
@@ -340,7 +398,8 @@ impl<T: Transport + 'static> Client<T> {
         self.listeners.borrow_mut().retain(|(i, _)| *i != id);
     }
 
-    fn check_open(&self) -> Result<(), ClientError> {
+    /// `closed` once the database was closed.
+    pub fn check_open(&self) -> Result<(), ClientError> {
         if self.closed.get() {
             Err(ClientError::Closed)
         } else {
@@ -482,6 +541,7 @@ impl<T: Transport + 'static> Client<T> {
 
     /// Dismisses a rejection.
     pub async fn dismiss(&self, op_id: &str) -> Result<bool, ClientError> {
+        self.check_open()?;
         let txn = self.engine.borrow_mut().dismiss(&OpId::new(op_id));
         let Some(txn) = txn else { return Ok(false) };
         self.store.commit(&txn).await?;
@@ -548,13 +608,29 @@ impl<T: Transport + 'static> Client<T> {
             let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
             return Ok(SyncOutcome { report, ok: false, retry_at: None, error: Some("offline".into()) });
         }
-        while self.syncing.get() {
+        // Any cycle that starts after this call answers it: callers that ask
+        // while one runs share the next one (a burst of edits is one cycle,
+        // not one cycle each).
+        let want = self.cycles.get().0 + 1;
+        loop {
+            let (started, finished) = self.cycles.get();
+            if finished >= want {
+                if let Some(r) = self.last_cycle.borrow().clone() {
+                    return r;
+                }
+            }
+            if !self.syncing.get() && started < want {
+                break;
+            }
             gloo_timers::future::TimeoutFuture::new(10).await;
         }
         self.syncing.set(true);
+        self.cycles.set((want, self.cycles.get().1));
         self.retry_timer.borrow_mut().take();
         let r = self.under_lock(Job::Cycle, false).await;
         self.syncing.set(false);
+        *self.last_cycle.borrow_mut() = Some(r.clone());
+        self.cycles.set((self.cycles.get().0, want));
         r
     }
 
@@ -569,6 +645,10 @@ impl<T: Transport + 'static> Client<T> {
         self.syncing.set(true);
         let r = self.under_lock(Job::Reconcile, false).await;
         self.syncing.set(false);
+        // An answered check may have lifted a stop: the queue goes out.
+        if self.auto_sync && self.engine.borrow().pending_len() > 0 && self.engine.borrow().recovery().is_none() {
+            self.schedule_sync(0);
+        }
         r
     }
 
@@ -657,20 +737,32 @@ impl<T: Transport + 'static> Client<T> {
         let mut step = self.or_restart(Some(first), &mut unsaved);
         let mut refreshed = false;
         loop {
+            // Every request names the user the database belongs to, once known:
+            // the server refuses a token of anyone else before it reads a byte.
+            self.transport.set_user(self.engine.borrow().user());
             step = match step {
                 Step::Push(req) => {
-                    self.commit_some(unsaved.take()).await?;
-                    self.changed(false, None);
                     let key = req.attempt_key.clone();
+                    // The token first: an attempt that cannot leave is never recorded as out.
+                    if let Err(f) = self.transport.prepare().await {
+                        let out = self.engine.borrow_mut().on_push_failed(&key, f, now());
+                        step = self.or_restart(out, &mut unsaved);
+                        continue;
+                    }
+                    self.commit_some(unsaved.take()).await?;
                     match self.transport.push(&req).await {
                         Ok(resp) => {
                             let out = self.engine.borrow_mut().on_push_response(resp, now());
                             self.or_restart(out, &mut unsaved)
                         }
-                        Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
+                        Err(Failure::Unauthorized(m)) if !refreshed => {
                             refreshed = true;
-                            let out = self.engine.borrow_mut().abandon_attempt(&key, now());
-                            self.or_restart(Some(out), &mut unsaved)
+                            let out = match self.transport.refresh_auth().await {
+                                Ok(true) => Some(self.engine.borrow_mut().abandon_attempt(&key, now())),
+                                Ok(false) => self.engine.borrow_mut().on_push_failed(&key, Failure::Unauthorized(m), now()),
+                                Err(f) => self.engine.borrow_mut().on_push_failed(&key, f, now()),
+                            };
+                            self.or_restart(out, &mut unsaved)
                         }
                         Err(f) => {
                             let out = self.engine.borrow_mut().on_push_failed(&key, f, now());
@@ -680,7 +772,6 @@ impl<T: Transport + 'static> Client<T> {
                 }
                 Step::Reconcile(ids) => {
                     self.commit_some(unsaved.take()).await?;
-                    self.changed(false, None);
                     let out = match self.transport.verdicts(&ids).await {
                         Ok(resp) => self.engine.borrow_mut().on_verdicts(resp, now()),
                         Err(f) => self.engine.borrow_mut().on_verdicts_failed(f, now()),
@@ -695,9 +786,19 @@ impl<T: Transport + 'static> Client<T> {
                             let out = self.engine.borrow_mut().on_pull_response(&req, page, now());
                             self.or_restart(out, &mut unsaved)
                         }
-                        Err(Failure::Unauthorized(_)) if !refreshed && self.transport.refresh_auth().await => {
+                        Err(Failure::Unauthorized(m)) if !refreshed => {
                             refreshed = true;
-                            self.or_restart(None, &mut unsaved)
+                            match self.transport.refresh_auth().await {
+                                Ok(true) => self.or_restart(None, &mut unsaved),
+                                Ok(false) => {
+                                    let out = self.engine.borrow_mut().on_pull_failed(&req, Failure::Unauthorized(m), now());
+                                    self.or_restart(out, &mut unsaved)
+                                }
+                                Err(f) => {
+                                    let out = self.engine.borrow_mut().on_pull_failed(&req, f, now());
+                                    self.or_restart(out, &mut unsaved)
+                                }
+                            }
                         }
                         Err(f) => {
                             let out = self.engine.borrow_mut().on_pull_failed(&req, f, now());
@@ -707,24 +808,25 @@ impl<T: Transport + 'static> Client<T> {
                 }
                 Step::Done(report) => {
                     self.commit_some(unsaved.take()).await?;
-                    self.changed(false, None);
                     self.refresh_schema().await;
                     return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
                 }
                 Step::Wait { until, report } => {
                     self.commit_some(unsaved.take()).await?;
-                    self.changed(false, None);
                     if self.auto_sync {
                         self.schedule_sync(until.saturating_sub(now()));
                     }
                     // Let the Service Worker push when the network is back, even if this page is gone.
                     register_background_sync(&format!("marksync:{}", self.name));
-                    let error = self.engine.borrow().recovery().map_or_else(|| "retrying".to_owned(), |r| r.message.clone());
+                    let error = {
+                        let e = self.engine.borrow();
+                        let why = e.recovery().map(|r| r.message.clone()).or_else(|| e.last_failure().map(str::to_owned));
+                        why.map_or_else(|| "retrying".to_owned(), |w| format!("{w}; retrying"))
+                    };
                     return Ok(SyncOutcome { report, ok: false, retry_at: Some(until), error: Some(error) });
                 }
                 Step::Blocked(r) => {
                     self.commit_some(unsaved.take()).await?;
-                    self.changed(false, None);
                     return Err(ClientError::RecoveryRequired { code: r.code, message: r.message });
                 }
             };
@@ -768,7 +870,6 @@ impl<T: Transport + 'static> Client<T> {
             let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
             return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
         };
-        self.changed(false, None);
         let (out, error) = match self.transport.verdicts(&ids).await {
             Ok(resp) => (self.engine.borrow_mut().on_verdicts(resp, now()), None),
             Err(f) => (self.engine.borrow_mut().on_verdicts_failed(f.clone(), now()), Some(f.to_string())),
@@ -777,7 +878,6 @@ impl<T: Transport + 'static> Client<T> {
             return Err(ClientError::StorageFailed("the check with the server was superseded".into()));
         };
         self.commit_some(Some(txn)).await?;
-        self.changed(false, None);
         let report = match step {
             Step::Done(r) => r,
             _ => SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() },
@@ -792,7 +892,6 @@ impl<T: Transport + 'static> Client<T> {
         let me = self.clone();
         wasm_bindgen_futures::spawn_local(async move {
             let _ = me.commit_some(txn).await;
-            me.changed(false, None);
             if me.auto_sync {
                 me.schedule_sync(0);
             }

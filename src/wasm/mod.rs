@@ -4,6 +4,7 @@
 //! between JS and Rust and turns errors into JS `Error` objects with a stable
 //! `code`. No rule of the protocol is written here.
 
+pub mod args;
 #[cfg(feature = "bench-exports")]
 pub mod bench;
 pub mod client;
@@ -20,7 +21,8 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
 
 use crate::engine::Config;
-use crate::protocol::{Fields, Row, RowKey};
+use crate::protocol::{Row, RowKey};
+pub use args::js_type;
 use client::{Client, ClientError, Edit};
 use transport::{FetchTransport, TokenSource};
 
@@ -94,60 +96,56 @@ fn rows_to_js<'a>(rows: impl Iterator<Item = (&'a RowKey, &'a Row)>) -> JsValue 
     arr.into()
 }
 
-fn fields_from_js(v: JsValue) -> Result<Fields, JsValue> {
-    if !v.is_object() || Array::is_array(&v) {
-        return Err(js_error("bad_input", "fields must be an object of field → value"));
-    }
-    serde_wasm_bindgen::from_value::<Fields>(v).map_err(|e| js_error("bad_input", &format!("fields: {e}")))
-}
-
-/// `options.space`: a space's name, `null`/absent for none; anything else is bad input.
-fn space_of(options: &JsValue) -> Result<Option<String>, JsValue> {
-    if !options.is_object() {
-        return Ok(None);
-    }
-    let v = Reflect::get(options, &"space".into()).unwrap_or(JsValue::UNDEFINED);
-    if v.is_undefined() || v.is_null() {
-        return Ok(None);
-    }
-    v.as_string().map(Some).ok_or_else(|| js_error("bad_input", "options.space must be a space's name (a string) or null"))
-}
-
-fn edits_from_js(v: JsValue) -> Result<Vec<Edit>, JsValue> {
-    let list: Array = v.dyn_into().map_err(|_| js_error("bad_input", "edits must be an array of { table, rowId, fields }"))?;
-    let mut out = Vec::with_capacity(list.length() as usize);
-    for (i, e) in list.iter().enumerate() {
-        let text = |k: &str| -> Result<String, JsValue> {
-            Reflect::get(&e, &k.into())
-                .ok()
-                .and_then(|v| v.as_string())
-                .ok_or_else(|| js_error("bad_input", &format!("edits[{i}].{k} must be a string")))
-        };
-        let (table, row_id) = (text("table")?, text("rowId")?);
-        let fields = Reflect::get(&e, &"fields".into()).unwrap_or(JsValue::UNDEFINED);
-        if !fields.is_object() || Array::is_array(&fields) {
-            return Err(js_error("bad_input", &format!("edits[{i}].fields must be an object of field → value")));
-        }
-        let fields =
-            serde_wasm_bindgen::from_value::<Fields>(fields).map_err(|e| js_error("bad_input", &format!("edits[{i}].fields: {e}")))?;
-        let space =
-            space_of(&e).map_err(|_| js_error("bad_input", &format!("edits[{i}].space must be a space's name (a string) or null")))?;
-        out.push(Edit { space, table, row_id, fields });
-    }
-    Ok(out)
+/// `options.space`: a space's name, `null`/absent for none.
+fn space_of(options: &JsValue, what: &str) -> Result<Option<String>, JsValue> {
+    args::options(options, what)?;
+    args::opt_text(&args::get(options, "space"), &format!("{what}.space"))
 }
 
 /// Whether an edit is checked against the known schema: unless `options.check` is `false`.
-fn checks(options: &JsValue) -> bool {
-    !options.is_object() || opt::<bool>(options, "check") != Some(false)
+fn checks(options: &JsValue, what: &str) -> Result<bool, JsValue> {
+    Ok(args::opt_bool(options, "check", what)? != Some(false))
 }
 
-fn opt<T: serde::de::DeserializeOwned>(o: &JsValue, k: &str) -> Option<T> {
-    let v = Reflect::get(o, &k.into()).ok()?;
-    if v.is_undefined() || v.is_null() {
-        return None;
+/// What a spread of the row `table/row_id` would echo: its id and the name it shows as `_space`.
+fn echo_space(engine: &crate::engine::Engine, space: Option<&str>, table: &str, row_id: &str) -> Option<String> {
+    let local = match space {
+        Some(s) => engine.following().local(s).to_owned(),
+        None => engine.locate(table, row_id).map(|k| k.space).unwrap_or_default(),
+    };
+    (!local.is_empty()).then_some(local)
+}
+
+/// One edit's table, row and fields, read and checked (`what` names it in errors).
+fn edit_of(
+    engine: &crate::engine::Engine,
+    table: &JsValue,
+    row_id: &JsValue,
+    fields: &JsValue,
+    space: Option<String>,
+    what: &str,
+) -> Result<Edit, JsValue> {
+    let at = |k: &str| if what.is_empty() { k.to_owned() } else { format!("{what}.{k}") };
+    let table = args::text(table, &at("table"))?;
+    let row_id = args::text(row_id, &at("rowId"))?;
+    let shown = echo_space(engine, space.as_deref(), &table, &row_id);
+    let fields = args::fields(fields, &at("fields"), &args::Echo { row_id: &row_id, space: shown.as_deref() })?;
+    Ok(Edit { space, table, row_id, fields })
+}
+
+fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit>, JsValue> {
+    let list: &Array =
+        v.dyn_ref().ok_or_else(|| js_error("bad_input", &format!("edits must be an array of {{ table, rowId, fields }} (got {})", js_type(v))))?;
+    let mut out = Vec::with_capacity(list.length() as usize);
+    for (i, e) in list.iter().enumerate() {
+        let what = format!("edits[{i}]");
+        if !e.is_object() {
+            return Err(js_error("bad_input", &format!("{what} must be an object {{ table, rowId, fields }} (got {})", js_type(&e))));
+        }
+        let space = space_of(&e, &what)?;
+        out.push(edit_of(engine, &args::get(&e, "table"), &args::get(&e, "rowId"), &args::get(&e, "fields"), space, &what)?);
     }
-    serde_wasm_bindgen::from_value(v).ok()
+    Ok(out)
 }
 
 /// An open marksync database: rows, outbox and sync with one server.
@@ -161,46 +159,63 @@ pub struct Marksync {
 impl Marksync {
     /// Opens (or creates) a local database and connects it to a server.
     ///
-    /// Options: `endpoint` (server base URL, required), `token` (string or
-    /// (async) function, called again after a 401), `name` (database name,
-    /// default `"marksync"`), `autoSync` (default `true`), `timeoutMs`
-    /// (per request, default 15000), `schema` (app schema version of new
-    /// ops, default 1), `persist` (ask for persistent storage, default true;
-    /// never waited for: a browser may hold the answer behind a prompt),
-    /// `retry` (`{ maxAttempts: 10, maxElapsedMs: 3600000 }`: when sends
-    /// with no usable answer stop and the server is asked what it remembers).
+    /// Options: `endpoint` (the server's absolute http(s) URL, required),
+    /// `token` (string or (async) function, called again after a 401),
+    /// `name` (database name, default `"marksync"`), `user` (the user the
+    /// database belongs to: a database of another user is refused with code
+    /// `wrong_user`), `autoSync` (default `true`), `timeoutMs` (per request,
+    /// default 15000), `schema` (app schema version of new ops, a whole
+    /// number ≥ 1, default 1), `persist` (ask for persistent storage, default
+    /// true; never waited for: a browser may hold the answer behind a
+    /// prompt), `retry` (`{ maxAttempts: 10, maxElapsedMs: 3600000 }`: when
+    /// sends with no usable answer stop and the server is asked what it
+    /// remembers). A bad option is `bad_input`, before anything is opened.
     pub async fn open(options: JsValue) -> Result<Marksync, JsValue> {
-        if !options.is_object() {
-            return Err(js_error("bad_input", "open() takes an options object"));
+        if !options.is_object() || Array::is_array(&options) {
+            return Err(js_error("bad_input", &format!("open() takes an options object (got {})", js_type(&options))));
         }
-        let endpoint: String =
-            opt(&options, "endpoint").ok_or_else(|| js_error("bad_input", "options.endpoint (the server's base URL) is required"))?;
-        let name: String = opt(&options, "name").unwrap_or_else(|| "marksync".to_owned());
-        let auto_sync: bool = opt(&options, "autoSync").unwrap_or(true);
-        let timeout_ms: u32 = opt(&options, "timeoutMs").unwrap_or(15_000);
-        let schema: u32 = opt(&options, "schema").unwrap_or(1);
-        let persist: bool = opt(&options, "persist").unwrap_or(true);
+        let o = "options";
+        let endpoint = args::get(&options, "endpoint");
+        if endpoint.is_undefined() || endpoint.is_null() {
+            return Err(js_error("bad_input", "options.endpoint (the server's base URL) is required"));
+        }
+        let endpoint = args::text(&endpoint, "options.endpoint")?;
+        check_endpoint(&endpoint)?;
+        let name = args::opt_text(&args::get(&options, "name"), "options.name")?.unwrap_or_else(|| "marksync".to_owned());
+        if name.is_empty() {
+            return Err(js_error("bad_input", "options.name must not be empty"));
+        }
+        let user = args::opt_text(&args::get(&options, "user"), "options.user")?;
+        if user.as_deref().is_some_and(|u| crate::space::check_space(&crate::space::personal(u)).is_err() || u.is_empty()) {
+            return Err(js_error("bad_input", "options.user must be a user id (1 to 128 characters, no control characters)"));
+        }
+        let auto_sync = args::opt_bool(&options, "autoSync", o)?.unwrap_or(true);
+        let timeout_ms = args::opt_int(&options, "timeoutMs", o, 1.0, 2_147_483_647.0)?.map_or(15_000, |n| n as u32);
+        let schema = args::opt_int(&options, "schema", o, 1.0, u32::MAX as f64)?.map_or(1, |n| n as u32);
+        let persist = args::opt_bool(&options, "persist", o)?.unwrap_or(true);
+        args::opt_bool(&options, "live", o)?;
         // Internal: the Service Worker opens without lifting a stop for
         // exhausted retries (only a person, or the app's next open, does).
-        let resume_exhausted: bool = opt(&options, "resumeExhausted").unwrap_or(true);
+        let resume_exhausted = args::opt_bool(&options, "resumeExhausted", o)?.unwrap_or(true);
         let mut retry = crate::engine::RetryPolicy::default();
-        let retry_opt = Reflect::get(&options, &"retry".into()).unwrap_or(JsValue::UNDEFINED);
+        let retry_opt = args::get(&options, "retry");
         if !retry_opt.is_undefined() && !retry_opt.is_null() {
-            if !retry_opt.is_object() {
+            if !retry_opt.is_object() || Array::is_array(&retry_opt) {
                 return Err(js_error("bad_input", "options.retry must be { maxAttempts, maxElapsedMs }"));
             }
-            if let Some(n) = positive(&retry_opt, "maxAttempts")? {
-                retry.max_attempts = n.min(u32::MAX as f64) as u32;
+            if let Some(n) = args::opt_int(&retry_opt, "maxAttempts", "options.retry", 1.0, u32::MAX as f64)? {
+                retry.max_attempts = n as u32;
             }
-            if let Some(n) = positive(&retry_opt, "maxElapsedMs")? {
+            if let Some(n) = args::opt_int(&retry_opt, "maxElapsedMs", "options.retry", 1.0, crate::protocol::MAX_SAFE_INTEGER as f64)? {
                 retry.max_elapsed_ms = n as u64;
             }
         }
-        let token = token_source(Reflect::get(&options, &"token".into()).unwrap_or(JsValue::UNDEFINED))?;
+        let token = token_source(args::get(&options, "token"))?;
         let transport = FetchTransport::new(&endpoint, token, timeout_ms);
         // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
         let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, retry, ..Config::default() };
-        let inner = Client::open(&name, transport, config, auto_sync, resume_exhausted).await.map_err(client_error)?;
+        let inner =
+            Client::open(&name, transport, config, auto_sync, resume_exhausted, user.as_deref()).await.map_err(client_error)?;
         if persist {
             // Asked, never awaited: Firefox answers only once the person
             // answers a permission prompt, and open() must not wait for that.
@@ -225,6 +240,13 @@ impl Marksync {
         self.inner.engine.borrow().device_id().to_owned()
     }
 
+    /// The user this database belongs to — named at open, or learned from
+    /// the server at the first sync — or `null` before either.
+    #[wasm_bindgen(getter)]
+    pub fn user(&self) -> Option<String> {
+        self.inner.engine.borrow().user().map(str::to_owned)
+    }
+
     /// A new rowId, `<deviceId>-<n>`, unique on this device forever.
     #[wasm_bindgen(js_name = newRowId)]
     pub fn new_row_id(&self) -> Result<String, JsValue> {
@@ -238,16 +260,26 @@ impl Marksync {
     /// refuses the row after the edit — nothing is recorded. `options.check:
     /// false` records it anyway; the server stays the judge.
     ///
+    /// `undefined` values are skipped (as `JSON.stringify` skips them); `_id`,
+    /// `_space` and `_deleted: false` equal to the row's own are ignored (a
+    /// row from `rows()` spread into an edit). Anything else that is not a
+    /// string, finite number, boolean or null is `bad_input`.
+    ///
     /// The row's space: `options.space` when given, else the space the row
     /// already lives in, else the personal space. Rejects at once with code
     /// `read_only` (a viewer) or `forbidden` (a space the user left), the
     /// server's own words, when the device knows the user may not write there.
-    pub fn change(&self, table: String, row_id: String, fields: JsValue, options: JsValue) -> Promise {
+    pub fn change(&self, table: JsValue, row_id: JsValue, fields: JsValue, options: JsValue) -> Promise {
         let inner = self.inner.clone();
+        let edit = (|| {
+            let space = space_of(&options, "options")?;
+            let check = checks(&options, "options")?;
+            let edit = edit_of(&inner.engine.borrow(), &table, &row_id, &fields, space, "")?;
+            Ok::<_, JsValue>((edit, check))
+        })();
         future_to_promise(async move {
-            let fields = fields_from_js(fields)?;
-            let space = space_of(&options)?;
-            let id = inner.change_with(space.as_deref(), &table, &row_id, fields, checks(&options)).await.map_err(client_error)?;
+            let (e, check) = edit?;
+            let id = inner.change_with(e.space.as_deref(), &e.table, &e.row_id, e.fields, check).await.map_err(client_error)?;
             Ok(JsValue::from_str(id.as_str()))
         })
     }
@@ -259,28 +291,34 @@ impl Marksync {
     #[wasm_bindgen(js_name = "changeMany")]
     pub fn change_many(&self, edits: JsValue, options: JsValue) -> Promise {
         let inner = self.inner.clone();
+        let read = (|| {
+            args::options(&options, "options")?;
+            let check = checks(&options, "options")?;
+            Ok::<_, JsValue>((edits_from_js(&inner.engine.borrow(), &edits)?, check))
+        })();
         future_to_promise(async move {
-            let edits = edits_from_js(edits)?;
-            let ids = inner.change_many_with(edits, checks(&options)).await.map_err(client_error)?;
+            let (edits, check) = read?;
+            let ids = inner.change_many_with(edits, check).await.map_err(client_error)?;
             Ok(ids.iter().map(|id| JsValue::from_str(id.as_str())).collect::<Array>().into())
         })
     }
 
     /// Deletes a row (a tombstone: `_deleted = true`) where it lives, or in
     /// `options.space`. Resolves with the opId.
-    pub fn remove(&self, table: String, row_id: String, options: JsValue) -> Promise {
+    pub fn remove(&self, table: JsValue, row_id: JsValue, options: JsValue) -> Promise {
         self.deleted(table, row_id, options, true)
     }
 
     /// Restores a deleted row (`_deleted = false`). Resolves with the opId.
-    pub fn restore(&self, table: String, row_id: String, options: JsValue) -> Promise {
+    pub fn restore(&self, table: JsValue, row_id: JsValue, options: JsValue) -> Promise {
         self.deleted(table, row_id, options, false)
     }
 
-    fn deleted(&self, table: String, row_id: String, options: JsValue, deleted: bool) -> Promise {
+    fn deleted(&self, table: JsValue, row_id: JsValue, options: JsValue, deleted: bool) -> Promise {
         let inner = self.inner.clone();
+        let read = (|| Ok::<_, JsValue>((args::text(&table, "table")?, args::text(&row_id, "rowId")?, space_of(&options, "options")?)))();
         future_to_promise(async move {
-            let space = space_of(&options)?;
+            let (table, row_id, space) = read?;
             let id = inner.set_deleted(space.as_deref(), &table, &row_id, deleted).await.map_err(client_error)?;
             Ok(JsValue::from_str(id.as_str()))
         })
@@ -289,9 +327,11 @@ impl Marksync {
     /// The visible rows of a table (deleted rows hidden), in rowId order,
     /// from every space the device follows (a row of a shared space carries
     /// `_space`), or from `options.space` alone. The same frozen array until
-    /// something changes: fit for `useSyncExternalStore`.
-    pub fn rows(&self, table: String, options: JsValue) -> Result<JsValue, JsValue> {
-        let only = space_of(&options)?;
+    /// something changes: fit for `useSyncExternalStore`. Empty while the
+    /// token in use is another user's than the database's (`wrong_user`).
+    pub fn rows(&self, table: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
+        let table = args::text(&table, "table")?;
+        let only = space_of(&options, "options")?;
         let version = self.inner.version();
         let mut cache = self.cache.borrow_mut();
         if cache.0 != version {
@@ -306,12 +346,16 @@ impl Marksync {
         }
         let engine = self.inner.engine.borrow();
         let local = only.as_deref().map(|s| engine.following().local(s));
-        let rows: Vec<_> = engine
-            .rows(&table)
-            .into_iter()
-            .filter(|(k, _)| local.is_none_or(|l| k.space == l))
-            .map(|(k, r)| (k, engine.app_row(&table, r)))
-            .collect();
+        let rows: Vec<_> = if engine.hides_rows() {
+            Vec::new()
+        } else {
+            engine
+                .rows(&table)
+                .into_iter()
+                .filter(|(k, _)| local.is_none_or(|l| k.space == l))
+                .map(|(k, r)| (k, engine.app_row(&table, r)))
+                .collect()
+        };
         let v = rows_to_js(rows.iter().map(|(k, r)| (*k, r.as_ref())));
         cache.1.insert(cache_key, v.clone());
         Ok(v)
@@ -319,9 +363,12 @@ impl Marksync {
 
     /// One visible row, or `null` if absent or deleted: in `options.space`,
     /// or where the row lives (the personal space's copy first).
-    pub fn row(&self, table: String, row_id: String, options: JsValue) -> Result<JsValue, JsValue> {
+    pub fn row(&self, table: JsValue, row_id: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
         let engine = self.inner.engine.borrow();
-        let key = Self::key_of(&engine, table, row_id, &options)?;
+        let key = Self::key_of(&engine, &table, &row_id, &options)?;
+        if engine.hides_rows() {
+            return Ok(JsValue::NULL);
+        }
         Ok(match engine.row(&key) {
             Some(r) => Array::from(&rows_to_js(std::iter::once((&key, engine.app_row(&key.table, r).as_ref())))).get(0),
             None => JsValue::NULL,
@@ -329,8 +376,9 @@ impl Marksync {
     }
 
     /// The key of `table/row_id` in `options.space`, or where it lives.
-    fn key_of(engine: &crate::engine::Engine, table: String, row_id: String, options: &JsValue) -> Result<RowKey, JsValue> {
-        Ok(match space_of(options)? {
+    fn key_of(engine: &crate::engine::Engine, table: &JsValue, row_id: &JsValue, options: &JsValue) -> Result<RowKey, JsValue> {
+        let (table, row_id) = (args::text(table, "table")?, args::text(row_id, "rowId")?);
+        Ok(match space_of(options, "options")? {
             Some(s) => RowKey::in_space(engine.following().local(&s), table, row_id),
             None => engine.status_key(&table, &row_id),
         })
@@ -356,48 +404,59 @@ impl Marksync {
     /// `refusal` (the server's code, e.g. `conflict` for a taken name) or
     /// `network`.
     #[wasm_bindgen(js_name = "createSpace")]
-    pub fn create_space(&self, space: String) -> Promise {
+    pub fn create_space(&self, space: JsValue) -> Promise {
         let inner = self.inner.clone();
-        future_to_promise(async move { Ok(to_js(&inner.create_space(&space).await.map_err(client_error)?)) })
+        let space = args::text(&space, "space");
+        future_to_promise(async move { Ok(to_js(&inner.create_space(&space?).await.map_err(client_error)?)) })
     }
 
     /// Gives `user` `role` (`"owner"`, `"editor"`, `"viewer"`) in `space`, or
     /// removes them with `null`. Only owners may (else `refused` with
     /// `refusal: "forbidden"`); a space keeps an owner (`conflict`).
     #[wasm_bindgen(js_name = "setMember")]
-    pub fn set_member(&self, space: String, user: String, role: JsValue) -> Promise {
+    pub fn set_member(&self, space: JsValue, user: JsValue, role: JsValue) -> Promise {
         let inner = self.inner.clone();
-        future_to_promise(async move {
-            let role = if role.is_null() || role.is_undefined() {
-                None
-            } else {
-                let name = role.as_string().unwrap_or_default();
-                Some(
-                    crate::space::Role::parse(&name)
-                        .ok_or_else(|| js_error("bad_input", "role must be \"owner\", \"editor\", \"viewer\" or null"))?,
-                )
+        let read = (|| {
+            let (space, user) = (args::text(&space, "space")?, args::text(&user, "user")?);
+            let role = match args::opt_text(&role, "role") {
+                Ok(None) => None,
+                Ok(Some(name)) => Some(crate::space::Role::parse(&name).ok_or(())),
+                Err(_) => Some(Err(())),
             };
+            let role = role
+                .transpose()
+                .map_err(|()| js_error("bad_input", "role must be \"owner\", \"editor\", \"viewer\" or null"))?;
+            Ok::<_, JsValue>((space, user, role))
+        })();
+        future_to_promise(async move {
+            let (space, user, role) = read?;
             Ok(to_js(&inner.set_member(&space, &user, role).await.map_err(client_error)?))
         })
     }
 
     /// The members of `space` with their roles: `{ space, members: [{ user, role }] }`.
-    pub fn members(&self, space: String) -> Promise {
+    pub fn members(&self, space: JsValue) -> Promise {
         let inner = self.inner.clone();
-        future_to_promise(async move { Ok(to_js(&inner.members(&space).await.map_err(client_error)?)) })
+        let space = args::text(&space, "space");
+        future_to_promise(async move { Ok(to_js(&inner.members(&space?).await.map_err(client_error)?)) })
     }
 
-    /// Calls `listener()` after every change of rows or statuses. Returns a
-    /// function that unsubscribes.
-    pub fn subscribe(&self, listener: Function) -> Function {
+    /// Calls `listener()` once after every committed change of rows,
+    /// queued ops, refusals, spaces or statuses (counters alone are none).
+    /// Returns a function that unsubscribes; calling it again does nothing.
+    pub fn subscribe(&self, listener: JsValue) -> Result<Function, JsValue> {
+        let listener: Function = listener
+            .dyn_into()
+            .map_err(|v| js_error("bad_input", &format!("subscribe() takes a function (got {})", js_type(&v))))?;
+        self.inner.check_open().map_err(client_error)?;
         let id = self.inner.subscribe(Client::<FetchTransport>::js_listener(listener));
         let weak = Rc::downgrade(&self.inner);
-        let cb = Closure::once_into_js(move || {
+        let cb = Closure::<dyn FnMut()>::new(move || {
             if let Some(c) = weak.upgrade() {
                 c.unsubscribe(id);
             }
         });
-        cb.unchecked_into()
+        Ok(cb.into_js_value().unchecked_into())
     }
 
     /// What the server would answer for `table/rowId` after this edit, by
@@ -405,15 +464,16 @@ impl Marksync {
     /// field given, or no schema known yet) or `{ code, reason, field }` in
     /// the server's words. Offline, synchronous, changes nothing; a malformed
     /// edit throws `bad_input` as `change()` would.
-    pub fn check(&self, table: String, row_id: String, fields: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
-        let fields = fields_from_js(fields)?;
+    pub fn check(&self, table: JsValue, row_id: JsValue, fields: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
+        self.inner.check_open().map_err(client_error)?;
+        let engine = self.inner.engine.borrow();
+        let space = space_of(&options, "options")?;
+        let edit = edit_of(&engine, &table, &row_id, &fields, space, "")?;
         // Nothing typed yet is not an edit to refuse: a form asks as it fills.
-        if fields.is_empty() {
+        if edit.fields.is_empty() {
             return Ok(JsValue::NULL);
         }
-        let space = space_of(&options)?;
-        let engine = self.inner.engine.borrow();
-        let draft = match engine.draft_in(space.as_deref(), &table, &row_id, fields) {
+        let draft = match engine.draft_in(edit.space.as_deref(), &edit.table, &edit.row_id, edit.fields) {
             Ok(d) => d,
             // A role refusal answers like a schema one: the server's code and words.
             Err(crate::engine::EngineError::Denied(d)) => {
@@ -445,16 +505,22 @@ impl Marksync {
     }
 
     /// The sync status of a row: `{ phase, reason, code, pendingOps, attempts, nextRetryAt }`
-    /// (in `options.space`, or where the row lives).
-    pub fn status(&self, table: String, row_id: String, options: JsValue) -> Result<JsValue, JsValue> {
+    /// (in `options.space`, or where the row lives), or `null` for a row this
+    /// device has never seen — no copy, nothing queued, no refusal — which
+    /// has no sync status.
+    pub fn status(&self, table: JsValue, row_id: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
         let engine = self.inner.engine.borrow();
-        let key = Self::key_of(&engine, table, row_id, &options)?;
-        Ok(to_js(&engine.status(&key)))
+        let key = Self::key_of(&engine, &table, &row_id, &options)?;
+        Ok(engine.known_status(&key).map_or(JsValue::NULL, |s| to_js(&s)))
     }
 
     /// The pending ops, in the order they will be sent.
     pub fn pending(&self) -> JsValue {
-        let ops: Vec<_> = self.inner.engine.borrow().pending().cloned().collect();
+        let engine = self.inner.engine.borrow();
+        if engine.hides_rows() {
+            return Array::new().into();
+        }
+        let ops: Vec<_> = engine.pending().cloned().collect();
         to_js(&ops)
     }
 
@@ -491,17 +557,25 @@ impl Marksync {
         })
     }
 
-    /// Refused ops with their reasons, until dismissed: `[{ op, reason, code }]`.
+    /// Refused ops with their reasons, until dismissed: `[{ op, reason, code,
+    /// attempts, superseded }]` (`superseded`: a later edit of this device
+    /// set those fields again and was applied; the row's status no longer
+    /// shows this refusal).
     pub fn rejections(&self) -> JsValue {
-        let r: Vec<_> = self.inner.engine.borrow().rejections().cloned().collect();
+        let engine = self.inner.engine.borrow();
+        if engine.hides_rows() {
+            return Array::new().into();
+        }
+        let r: Vec<_> = engine.rejections().cloned().collect();
         to_js(&r)
     }
 
     /// Dismisses a rejection. Resolves `true` if there was one.
-    pub fn dismiss(&self, op_id: String) -> Promise {
+    pub fn dismiss(&self, op_id: JsValue) -> Promise {
         let inner = self.inner.clone();
+        let op_id = args::text(&op_id, "opId");
         future_to_promise(async move {
-            let had = inner.dismiss(&op_id).await.map_err(client_error)?;
+            let had = inner.dismiss(&op_id?).await.map_err(client_error)?;
             Ok(JsValue::from_bool(had))
         })
     }
@@ -510,7 +584,8 @@ impl Marksync {
     /// unknownOutcomes, staleAcksIgnored, applied, duplicates, rejected,
     /// reconciled, recoveryRequired, pulls — plus `pendingOps`, `cursor`,
     /// `recovery` (the code sync waits on, or null), `recoveryReason` (its
-    /// words) and `nextRetryAt`.
+    /// words), `nextRetryAt` and `lastError` (why this context's last
+    /// request got no usable answer, or null).
     pub fn metrics(&self) -> JsValue {
         let e = self.inner.engine.borrow();
         let v = to_js(e.metrics());
@@ -522,6 +597,8 @@ impl Marksync {
         let _ = Reflect::set(&v, &"cursor".into(), &JsValue::from_f64(e.cursor() as f64));
         let rec = e.recovery().map(|r| JsValue::from_str(&r.code)).unwrap_or(JsValue::NULL);
         let _ = Reflect::set(&v, &"recovery".into(), &rec);
+        let last = e.last_failure().map_or(JsValue::NULL, JsValue::from_str);
+        let _ = Reflect::set(&v, &"lastError".into(), &last);
         v
     }
 
@@ -547,9 +624,12 @@ impl Marksync {
         })
     }
 
-    /// Replaces the token (string or function) and resumes a sync blocked on auth.
+    /// Replaces the token (string or function) and resumes a sync blocked on
+    /// auth. A token of another user than the database's is refused by the
+    /// server at the next request (`wrong_user`).
     #[wasm_bindgen(js_name = setToken)]
     pub fn set_token(&self, token: JsValue) -> Result<(), JsValue> {
+        self.inner.check_open().map_err(client_error)?;
         self.inner.transport.set_token(token_source(token)?);
         self.inner.resume();
         Ok(())
@@ -561,15 +641,13 @@ impl Marksync {
     }
 }
 
-/// A positive number option, `None` when absent.
-fn positive(o: &JsValue, k: &str) -> Result<Option<f64>, JsValue> {
-    let v = Reflect::get(o, &k.into()).unwrap_or(JsValue::UNDEFINED);
-    if v.is_undefined() || v.is_null() {
-        return Ok(None);
-    }
-    match v.as_f64() {
-        Some(n) if n.is_finite() && n >= 1.0 => Ok(Some(n)),
-        _ => Err(js_error("bad_input", &format!("options.retry.{k} must be a number of at least 1"))),
+/// The endpoint must be an absolute http(s) URL: a typo fails at `open()`, not at the first push.
+fn check_endpoint(endpoint: &str) -> Result<(), JsValue> {
+    let bad = || js_error("bad_input", &format!("options.endpoint must be an absolute http(s) URL (got {endpoint:?})"));
+    let url = web_sys::Url::new(endpoint).map_err(|_| bad())?;
+    match url.protocol().as_str() {
+        "http:" | "https:" => Ok(()),
+        _ => Err(bad()),
     }
 }
 
@@ -583,7 +661,7 @@ fn token_source(v: JsValue) -> Result<TokenSource, JsValue> {
     if v.is_function() {
         return Ok(TokenSource::Function(v.unchecked_into()));
     }
-    Err(js_error("bad_input", "token must be a string or a function"))
+    Err(js_error("bad_input", &format!("options.token must be a string or a function (got {})", js_type(&v))))
 }
 
 fn storage_manager() -> Option<web_sys::StorageManager> {

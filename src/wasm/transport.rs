@@ -53,8 +53,15 @@ pub trait Transport {
     /// `GET /v1/schema`: the server's schema file and its `ETag`; `None`
     /// when it is still the one tagged `etag` (304).
     async fn schema(&self, etag: Option<&str>) -> Result<Option<(String, Option<String>)>, Failure>;
-    /// After a 401: get a fresh token. `false` if there is no way to.
-    async fn refresh_auth(&self) -> bool;
+    /// After a 401: get a fresh token. `Ok(false)` if there is no way to;
+    /// the token function's own failure if it threw.
+    async fn refresh_auth(&self) -> Result<bool, Failure>;
+    /// Gets what a request needs before it can leave (the token): a failure
+    /// here means nothing was sent.
+    async fn prepare(&self) -> Result<(), Failure>;
+    /// Names the user the device's database belongs to on every request
+    /// (`?user=`), once known.
+    fn set_user(&self, user: Option<&str>);
     /// `POST /v1/spaces`: creates a shared space owned by the user.
     async fn create_space(&self, req: &CreateSpace) -> Result<Membership, CallError>;
     /// `POST /v1/spaces/members`: adds, changes or removes a member.
@@ -79,6 +86,7 @@ pub struct FetchTransport {
     endpoint: String,
     token_source: RefCell<TokenSource>,
     token: RefCell<Option<String>>,
+    user: RefCell<Option<String>>,
     timeout_ms: u32,
 }
 
@@ -93,6 +101,7 @@ impl FetchTransport {
             endpoint: endpoint.trim_end_matches('/').to_owned(),
             token_source: RefCell::new(token),
             token: RefCell::new(None),
+            user: RefCell::new(None),
             timeout_ms,
         }
     }
@@ -103,26 +112,43 @@ impl FetchTransport {
         *self.token.borrow_mut() = None;
     }
 
-    /// The current token, asking the source if none is cached.
-    pub async fn token(&self) -> Option<String> {
+    /// The current token, asking the source if none is cached. A token
+    /// function that throws, rejects or returns no string fails in its own
+    /// words ([`Failure::Token`]), and is asked again next time.
+    pub async fn token(&self) -> Result<Option<String>, Failure> {
         if let Some(t) = self.token.borrow().clone() {
-            return Some(t);
+            return Ok(Some(t));
         }
         let src = self.token_source.borrow().clone();
         let t = match src {
             TokenSource::Fixed(s) => Some(s),
             TokenSource::None => None,
             TokenSource::Function(f) => {
-                let v = f.call0(&JsValue::NULL).ok()?;
+                let v = f.call0(&JsValue::NULL).map_err(|e| Failure::Token(js_text(&e)))?;
                 let v = match v.dyn_into::<Promise>() {
-                    Ok(p) => JsFuture::from(p).await.ok()?,
+                    Ok(p) => JsFuture::from(p).await.map_err(|e| Failure::Token(js_text(&e)))?,
                     Err(v) => v,
                 };
-                v.as_string()
+                match v.as_string() {
+                    Some(t) if !t.is_empty() => Some(t),
+                    _ if v.is_null() || v.is_undefined() => None,
+                    _ => return Err(Failure::Token(format!("it returned {}, not a string", super::js_type(&v)))),
+                }
             }
         };
         *self.token.borrow_mut() = t.clone();
-        t
+        Ok(t)
+    }
+
+    /// The database's user, as the request parameter (`&user=…` or `?user=…`).
+    fn user_param(&self, path: &str) -> String {
+        match &*self.user.borrow() {
+            Some(u) => {
+                let sep = if path.contains('?') { '&' } else { '?' };
+                format!("{sep}{}={}", crate::protocol::USER_PARAM, String::from(js_sys::encode_uri_component(u)))
+            }
+            None => String::new(),
+        }
     }
 
     async fn request(&self, method: &str, path: &str, body: Option<String>) -> Result<String, Failure> {
@@ -173,7 +199,7 @@ impl FetchTransport {
         if let Some(tag) = if_none_match {
             set(&headers, "If-None-Match", &tag.into());
         }
-        if let Some(t) = self.token().await {
+        if let Some(t) = self.token().await? {
             set(&headers, "Authorization", &format!("Bearer {t}").into());
         }
         set(&init, "headers", &headers);
@@ -185,7 +211,7 @@ impl FetchTransport {
         set(&init, "signal", &controller.signal());
         let abort = controller.clone();
         let timer = gloo_timers::callback::Timeout::new(self.timeout_ms, move || abort.abort());
-        let url = format!("{}{}", self.endpoint, path);
+        let url = format!("{}{}{}", self.endpoint, path, self.user_param(path));
         let result = async {
             let p: Promise = fetch
                 .call2(&global, &url.into(), &init)
@@ -254,10 +280,18 @@ impl Transport for FetchTransport {
         Ok((a.status == 200).then_some((a.text, a.etag)))
     }
 
-    async fn refresh_auth(&self) -> bool {
+    async fn refresh_auth(&self) -> Result<bool, Failure> {
         let is_fn = matches!(&*self.token_source.borrow(), TokenSource::Function(_));
         *self.token.borrow_mut() = None;
-        is_fn && self.token().await.is_some()
+        Ok(is_fn && self.token().await?.is_some())
+    }
+
+    async fn prepare(&self) -> Result<(), Failure> {
+        self.token().await.map(|_| ())
+    }
+
+    fn set_user(&self, user: Option<&str>) {
+        *self.user.borrow_mut() = user.map(str::to_owned);
     }
 
     async fn create_space(&self, req: &CreateSpace) -> Result<Membership, CallError> {
@@ -319,9 +353,15 @@ impl Transport for MemoryTransport {
         Ok(Some((text, None)))
     }
 
-    async fn refresh_auth(&self) -> bool {
-        false
+    async fn refresh_auth(&self) -> Result<bool, Failure> {
+        Ok(false)
     }
+
+    async fn prepare(&self) -> Result<(), Failure> {
+        Ok(())
+    }
+
+    fn set_user(&self, _user: Option<&str>) {}
 
     async fn create_space(&self, req: &CreateSpace) -> Result<Membership, CallError> {
         let mut server = self.server.borrow_mut();

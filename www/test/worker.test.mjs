@@ -69,6 +69,30 @@ for (const backend of backends()) {
       await d.context.close();
     });
 
+    test("the worker, given another user's token, never pushes this database's queue to that account", async () => {
+      // Failed before the device named its user: the worker pushed alice's queue into bob's account.
+      const alice = newUser('sw-alice');
+      const bob = newUser('sw-bob');
+      const d = await deviceWithWorker(alice, { autoSync: false });
+      const [page] = d.pages;
+      await page.evaluate(async () => {
+        await db.change('sets', 'a-synced', { exercise: 'squat', weightKg: 80, reps: 5 });
+        await db.sync();
+        await db.change('sets', 'a-pending', { exercise: 'bench', weightKg: 60, reps: 8 });
+      });
+      await page.evaluate((t) => db.setToken(t), `dev:${bob}`); // shared with the worker
+      await new Promise((r) => setTimeout(r, 300));
+      await d.dispatchSync().catch(() => {});
+      await until(() => page.evaluate(() => db.status('sets', 'a-pending').code === 'wrong_user'), 'the worker to be refused');
+      assert.equal((await server.rows(bob)).size, 0, "nothing of alice's queue reached bob");
+      assert.deepEqual(await page.evaluate(() => db.rows('sets')), [], 'nor are her rows shown');
+      await page.evaluate((t) => db.setToken(t), `dev:${alice}`);
+      await new Promise((r) => setTimeout(r, 300));
+      await d.dispatchSync().catch(() => {});
+      await until(async () => (await server.rows(alice)).size === 2, "alice's queue to reach alice");
+      await d.context.close();
+    });
+
     test('offline edits reach the server exactly once when the network returns', async () => {
       const user = newUser('offline-sw');
       const d = await deviceWithWorker(user);

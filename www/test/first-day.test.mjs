@@ -1,0 +1,322 @@
+// An app developer's first day: the promises that broke on it, each checked
+// in real Chromium against the real server (docs/protocol.md §5, §7).
+// Each test failed against the code before this file: a token of another
+// user pushed the queue to that user's account, status() said `synced` for
+// rows that never existed, an old refusal pinned a row, the event stream
+// died for good after a token change, clicks spent the retry budget, a
+// throwing token function parked sync, and bad arguments crashed the wasm.
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHmac } from 'node:crypto';
+import { backends, startServer, launch, device, newUser, until } from './helpers.mjs';
+
+const SECRET = 'first-day-secret';
+
+/** An HS256 JWT for `sub`, valid `ttl` seconds. */
+function jwt(sub, ttl = 600) {
+  const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const head = b64({ alg: 'HS256', typ: 'JWT' });
+  const body = b64({ sub, exp: Math.floor(Date.now() / 1000) + ttl });
+  const sig = createHmac('sha256', SECRET).update(`${head}.${body}`).digest('base64url');
+  return `${head}.${body}.${sig}`;
+}
+
+const SET = { exercise: 'squat', weightKg: 80, reps: 5 };
+
+for (const backend of backends()) {
+  describe(`first day on ${backend}`, () => {
+    let server;
+    let browser;
+    before(async () => {
+      server = await startServer(backend, { extra: ['--jwt-secret', SECRET] });
+      browser = await launch();
+    });
+    after(async () => {
+      await browser?.close();
+      await server?.stop();
+    });
+
+    async function open(opts = {}) {
+      const d = await device(browser, server);
+      const run = (fn, arg) => d.page.evaluate(fn, arg);
+      const openDb = (o) => run(async (o) => {
+        window.db = await window.Marksync.open({ endpoint: location.origin, name: 'day1', autoSync: false, live: false, ...o });
+      }, o);
+      await openDb(opts);
+      return { ...d, run, openDb, close: () => d.context.close() };
+    }
+
+    for (const kind of ['dev', 'jwt']) {
+      test(`a token of another user (${kind}) never pushes the queue to that account nor shows the rows`, async () => {
+        const alice = newUser('alice');
+        const bob = newUser('bob');
+        const token = (u) => (kind === 'dev' ? `dev:${u}` : jwt(u));
+        const d = await open({ token: token(alice) });
+        await d.run(async () => {
+          await db.change('sets', 'a-synced', { exercise: 'squat', weightKg: 80, reps: 5 });
+          await db.sync();
+          await db.change('sets', 'a-pending', { exercise: 'bench', weightKg: 60, reps: 8 });
+        });
+        assert.equal(await d.run(() => db.user), alice, 'the database learned whose it is');
+        await d.run((t) => db.setToken(t), token(bob));
+        const err = await d.run(() => db.sync().then(() => null, (e) => ({ code: e.code, recovery: e.recovery, message: e.message })));
+        assert.equal(err?.code, 'recovery_required', JSON.stringify(err));
+        assert.equal(err.recovery, 'wrong_user');
+        assert.match(err.message, /belongs to user/);
+        assert.equal((await server.rows(bob)).size, 0, "nothing of alice's queue reached bob");
+        assert.equal((await server.rows(alice)).size, 1, 'a-pending was not sent anywhere');
+        assert.deepEqual(await d.run(() => db.rows('sets')), [], "bob's session is not shown alice's rows");
+        assert.equal(await d.run(() => db.row('sets', 'a-synced')), null);
+        const st = await d.run(() => db.status('sets', 'a-pending'));
+        assert.deepEqual([st.phase, st.code], ['recovery-required', 'wrong_user']);
+        // Reopened with bob's token: still alice's database, still refused, still hidden.
+        await d.run(() => db.close());
+        await d.openDb({ token: token(bob) });
+        await d.run(() => db.sync().catch(() => {}));
+        assert.deepEqual(await d.run(() => db.rows('sets')), []);
+        assert.equal((await server.rows(bob)).size, 0);
+        // Naming the user at open refuses another user's database outright.
+        await d.run(() => db.close());
+        const named = await d.run(async (bob) => {
+          try {
+            await window.Marksync.open({ endpoint: location.origin, name: 'day1', user: bob, autoSync: false, live: false });
+            return null;
+          } catch (e) {
+            return e.code;
+          }
+        }, bob);
+        assert.equal(named, 'wrong_user');
+        // Alice again: her queue goes to her account, her rows come back.
+        await d.openDb({ token: token(alice), user: alice });
+        const report = await d.run(() => db.sync());
+        assert.equal(report.ok, true, JSON.stringify(report));
+        assert.equal((await server.rows(alice)).size, 2);
+        assert.deepEqual((await d.run(() => db.rows('sets'))).map((r) => r._id), ['a-pending', 'a-synced']);
+        await d.close();
+      });
+    }
+
+    test('undefined values are skipped, never written as null; a spread row is a valid edit', async () => {
+      const d = await open({ token: `dev:${newUser('undef')}` });
+      const row = await d.run(async () => {
+        await db.change('sets', 'u-1', { exercise: 'a', weightKg: 50, reps: 1 });
+        await db.change('sets', 'u-1', { exercise: 'a', weightKg: undefined, reps: 2 });
+        const row = db.row('sets', 'u-1');
+        await db.change('sets', row._id, { ...row, reps: 3 }); // the spread-and-edit pattern
+        return db.row('sets', 'u-1');
+      });
+      assert.deepEqual(row, { _id: 'u-1', exercise: 'a', weightKg: 50, reps: 3 });
+      const other = await d.run(() => db.change('sets', 'u-1', { _id: 'u-2', reps: 4 }).then(() => null, (e) => e.code));
+      assert.equal(other, 'bad_input', 'an _id that is not the row is refused');
+      await d.close();
+    });
+
+    test('a row the device never saw has no status; an old refusal does not pin the row', async () => {
+      const d = await open({ token: `dev:${newUser('status')}` });
+      const out = await d.run(async () => {
+        const thrown = await db.change('sets', 'bad-1', { reps: {} }).then(() => null, (e) => e.code);
+        return {
+          thrown,
+          unknownRow: db.status('sets', 'nope'),
+          unknownTable: db.status('nope', 'x'),
+          badTable: db.status('Bad Table!', 'x'),
+          refusedRow: db.status('sets', 'bad-1'),
+        };
+      });
+      assert.deepEqual(out, { thrown: 'bad_input', unknownRow: null, unknownTable: null, badTable: null, refusedRow: null });
+      await d.run(() => db.sync()); // learn the server's schema
+      const st = await d.run(async () => {
+        await db.change('sets', 'r2', { exercise: 'row', weightKg: 40, reps: 0 }, { check: false });
+        await db.sync();
+        const refused = db.status('sets', 'r2');
+        await db.change('sets', 'r2', { exercise: 'row', weightKg: 40, reps: 8 });
+        const pending = db.status('sets', 'r2').phase;
+        await db.sync();
+        return { refused, pending, now: db.status('sets', 'r2'), rejections: db.rejections() };
+      });
+      assert.equal(st.refused.phase, 'rejected');
+      assert.equal(st.refused.attempts, 1, 'the refused op was sent once');
+      assert.equal(st.pending, 'pending');
+      assert.equal(st.now.phase, 'synced', 'where the row stands now');
+      assert.equal(st.rejections.length, 1, 'the refusal stays listed');
+      assert.equal(st.rejections[0].superseded, true);
+      await d.close();
+    });
+
+    test('the event stream reopens with a new token, and a dead stream shows in metrics', async () => {
+      const user = newUser('live');
+      const d = await open({ token: 'not-a-token', live: true });
+      await until(() => d.run(() => db.metrics().live === 'closed'), 'the refused stream to show as closed');
+      assert.match(await d.run(() => db.metrics().liveError), /refused or closed/);
+      await d.run((t) => db.setToken(t), `dev:${user}`);
+      await until(() => d.run(() => db.metrics().live === 'open'), 'the stream to open with the new token');
+      // Another device's edit arrives without any local edit.
+      const other = await open({ token: `dev:${user}` });
+      await other.run(async () => {
+        await db.change('sets', 'from-other', { exercise: 'dip', weightKg: 0, reps: 10 });
+        await db.sync();
+      });
+      await until(() => d.run(() => db.row('sets', 'from-other') !== null), 'the poke to bring the other edit');
+      // The server goes away and comes back: the stream opens again by itself.
+      await server.kill();
+      await until(() => d.run(() => db.metrics().live !== 'open'), 'the stream to notice');
+      await server.restart();
+      await until(() => d.run(() => db.metrics().live === 'open'), 'the stream to open again', 30_000);
+      await other.close();
+      await d.close();
+    });
+
+    test('clicks while the server is down do not spend the retry budget, and the server coming back heals the queue', async () => {
+      const user = newUser('clicks');
+      const d = await open({ token: `dev:${user}`, autoSync: true });
+      await d.run(() => db.sync());
+      await server.kill();
+      await d.run(async () => {
+        await db.change('sets', 'c-1', { exercise: 'squat', weightKg: 80, reps: 5 });
+        for (let i = 0; i < 8; i++) await db.sync();
+      });
+      const m = await d.run(() => db.metrics());
+      assert.equal(m.recovery, null, JSON.stringify(m));
+      assert.notEqual((await d.run(() => db.status('sets', 'c-1'))).phase, 'recovery-required');
+      await server.restart();
+      await until(() => d.run(() => db.status('sets', 'c-1').phase === 'synced'), 'autoSync to deliver the queue', 30_000);
+      assert.equal((await server.rows(user)).size, 1);
+      await d.close();
+    });
+
+    test('a token function that throws is retried, and its own words are reported', async () => {
+      const user = newUser('tokenfn');
+      const d = await open({ token: 'placeholder' });
+      const out = await d.run(async (user) => {
+        window.calls = 0;
+        window.fail = true;
+        db.setToken(async () => {
+          window.calls += 1;
+          if (window.fail) throw new Error('session store unreachable');
+          return `dev:${user}`;
+        });
+        await db.change('sets', 't-1', { exercise: 'squat', weightKg: 80, reps: 5 });
+        const first = await db.sync();
+        const status = db.status('sets', 't-1');
+        window.fail = false;
+        const second = await db.sync();
+        return { first, status, second, calls: window.calls, metrics: db.metrics() };
+      }, user);
+      assert.equal(out.first.ok, false);
+      assert.match(out.first.error, /session store unreachable/);
+      assert.deepEqual([out.status.phase, out.status.attempts], ['pending', 0], 'nothing was sent');
+      assert.equal(out.second.ok, true, JSON.stringify(out.second));
+      assert.ok(out.calls >= 2, 'the function was called again');
+      assert.equal(out.metrics.recovery, null);
+      assert.equal((await server.rows(user)).size, 1);
+      await d.close();
+    });
+
+    test('every public method checks its arguments: bad_input, nothing recorded, no id spent', async () => {
+      const d = await open({ token: `dev:${newUser('args')}` });
+      const out = await d.run(async () => {
+        const code = (f) => {
+          try {
+            const r = f();
+            return r && typeof r.then === 'function' ? r.then(() => 'resolved', (e) => e.code ?? `no code: ${e}`) : 'returned';
+          } catch (e) {
+            return e.code ?? `no code: ${e}`;
+          }
+        };
+        const n = (id) => Number(id.split('-').pop());
+        const before = n(db.newRowId());
+        const codes = {
+          rowIdNumber: await code(() => db.change('sets', 5, { reps: 1 })),
+          tableNumber: await code(() => db.change(5, 'x', { reps: 1 })),
+          tableNull: await code(() => db.change(null, 'x', { reps: 1 })),
+          rowIdUndefined: await code(() => db.change('sets', undefined, { reps: 1 })),
+          statusNumber: await code(() => db.status('sets', 7)),
+          dismissNumber: await code(() => db.dismiss(5)),
+          rowsNumber: await code(() => db.rows(5)),
+          removeNumber: await code(() => db.remove('sets', 9)),
+          bigint: await code(() => db.change('sets', 'x', { reps: 10n })),
+          loneSurrogate: await code(() => db.change('sets', 'x', { exercise: '\ud800' })),
+          nan: await code(() => db.change('sets', 'x', { reps: NaN })),
+          deletedAlias: await code(() => db.change('sets', 'x', { _deleted: true })),
+          subscribeNumber: await code(() => db.subscribe(123)),
+        };
+        const objectMessage = await db.change('sets', 'x', { reps: { n: 1 } }).catch((e) => e.message);
+        const after = n(db.newRowId());
+        return { codes, spent: after - before - 1, pending: db.pending().length, objectMessage };
+      });
+      for (const [what, c] of Object.entries(out.codes)) assert.equal(c, 'bad_input', what);
+      assert.equal(out.spent, 0, 'no id spent');
+      assert.equal(out.pending, 0, 'nothing recorded');
+      assert.match(out.objectMessage, /got object/, 'errors name JS types');
+      await d.close();
+    });
+
+    test('open() validates its options', async () => {
+      const d = await device(browser, server);
+      const codes = await d.page.evaluate(async () => {
+        const bad = [
+          { schema: -1 }, { schema: 1.5 }, { schema: '1' }, { schema: 2 ** 33 }, { timeoutMs: 0 },
+          { endpoint: 'not a url' }, { autoSync: 'yes' }, { name: '' }, { token: 5 },
+        ];
+        const out = [];
+        for (const o of bad) {
+          out.push(await window.Marksync.open({ endpoint: location.origin, name: 'opts', autoSync: false, live: false, ...o })
+            .then((db) => { db.close(); return `opened with ${JSON.stringify(o)}`; }, (e) => e.code));
+        }
+        return out;
+      });
+      assert.deepEqual(codes, codes.map(() => 'bad_input'));
+      await d.context.close();
+    });
+
+    test('listeners fire once per change that altered something; unsubscribe twice is fine; closed means closed', async () => {
+      const d = await open({ token: `dev:${newUser('listen')}` });
+      const out = await d.run(async () => {
+        await db.sync(); // the schema is learned once: a change of its own
+        let n = 0;
+        const off = db.subscribe(() => { n += 1; });
+        await db.change('sets', 'l-1', { exercise: 'squat', weightKg: 80, reps: 5 });
+        await db.sync();
+        const oneEdit = n;
+        await db.sync();
+        const idle = n - oneEdit;
+        off();
+        off();
+        db.close();
+        const closed = {
+          dismiss: await db.dismiss('x').then(() => 'resolved', (e) => e.code),
+          check: (() => { try { db.check('sets', 'l-1', { reps: 1 }); return 'returned'; } catch (e) { return e.code; } })(),
+          change: await db.change('sets', 'l-1', { reps: 1 }).then(() => 'resolved', (e) => e.code),
+        };
+        return { oneEdit, idle, closed };
+      });
+      assert.ok(out.oneEdit >= 1 && out.oneEdit <= 3, `recorded, sent, acknowledged: ${out.oneEdit}`);
+      assert.equal(out.idle, 0, 'a sync that changed nothing tells no one');
+      assert.deepEqual(out.closed, { dismiss: 'closed', check: 'closed', change: 'closed' });
+      await d.close();
+    });
+
+    test('a push repeated after a refreshed token counts its op once; a burst of edits is a few cycles, not one each', async () => {
+      const user = newUser('pushed');
+      const d = await open({ token: 'placeholder' });
+      const report = await d.run(async (user) => {
+        let calls = 0;
+        db.setToken(() => (++calls === 1 ? 'expired-token' : `dev:${user}`));
+        await db.change('sets', 'p-1', { exercise: 'squat', weightKg: 80, reps: 5 });
+        return db.sync();
+      }, user);
+      assert.deepEqual([report.ok, report.pushed, report.applied], [true, 1, 1], JSON.stringify(report));
+      await d.run(() => db.close());
+      await d.openDb({ token: `dev:${user}`, autoSync: true });
+      const pulls = await d.run(async () => {
+        const before = db.metrics().pulls;
+        for (let i = 0; i < 40; i++) await db.change('sets', `b-${i}`, { exercise: 'squat', weightKg: 80, reps: 5 });
+        while (db.metrics().pendingOps > 0) await new Promise((r) => setTimeout(r, 50));
+        await db.sync();
+        return db.metrics().pulls - before;
+      });
+      assert.ok(pulls < 20, `40 edits, ${pulls} pulls`);
+      await d.close();
+    });
+  });
+}
