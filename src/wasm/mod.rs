@@ -134,8 +134,9 @@ fn edit_of(
 }
 
 fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit>, JsValue> {
-    let list: &Array =
-        v.dyn_ref().ok_or_else(|| js_error("bad_input", &format!("edits must be an array of {{ table, rowId, fields }} (got {})", js_type(v))))?;
+    let list: &Array = v
+        .dyn_ref()
+        .ok_or_else(|| js_error("bad_input", &format!("edits must be an array of {{ table, rowId, fields }} (got {})", js_type(v))))?;
     let mut out = Vec::with_capacity(list.length() as usize);
     for (i, e) in list.iter().enumerate() {
         let what = format!("edits[{i}]");
@@ -214,8 +215,7 @@ impl Marksync {
         let transport = FetchTransport::new(&endpoint, token, timeout_ms);
         // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
         let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, retry, ..Config::default() };
-        let inner =
-            Client::open(&name, transport, config, auto_sync, resume_exhausted, user.as_deref()).await.map_err(client_error)?;
+        let inner = Client::open(&name, transport, config, auto_sync, resume_exhausted, user.as_deref()).await.map_err(client_error)?;
         if persist {
             // Asked, never awaited: Firefox answers only once the person
             // answers a permission prompt, and open() must not wait for that.
@@ -423,9 +423,7 @@ impl Marksync {
                 Ok(Some(name)) => Some(crate::space::Role::parse(&name).ok_or(())),
                 Err(_) => Some(Err(())),
             };
-            let role = role
-                .transpose()
-                .map_err(|()| js_error("bad_input", "role must be \"owner\", \"editor\", \"viewer\" or null"))?;
+            let role = role.transpose().map_err(|()| js_error("bad_input", "role must be \"owner\", \"editor\", \"viewer\" or null"))?;
             Ok::<_, JsValue>((space, user, role))
         })();
         future_to_promise(async move {
@@ -445,9 +443,8 @@ impl Marksync {
     /// queued ops, refusals, spaces or statuses (counters alone are none).
     /// Returns a function that unsubscribes; calling it again does nothing.
     pub fn subscribe(&self, listener: JsValue) -> Result<Function, JsValue> {
-        let listener: Function = listener
-            .dyn_into()
-            .map_err(|v| js_error("bad_input", &format!("subscribe() takes a function (got {})", js_type(&v))))?;
+        let listener: Function =
+            listener.dyn_into().map_err(|v| js_error("bad_input", &format!("subscribe() takes a function (got {})", js_type(&v))))?;
         self.inner.check_open().map_err(client_error)?;
         let id = self.inner.subscribe(Client::<FetchTransport>::js_listener(listener));
         let weak = Rc::downgrade(&self.inner);
