@@ -58,6 +58,52 @@ for (const engine of engines) {
       assert.equal(stubbed, 'prompting');
     });
 
+    test('a first day in this engine: another user is refused, arguments are read strictly, statuses tell the truth', async () => {
+      const alice = newUser(`${engine}-alice`);
+      const bob = newUser(`${engine}-bob`);
+      const s = await device(alice);
+      const out = await s.run(async (bob) => {
+        const code = async (f) => {
+          try {
+            await f();
+            return 'ok';
+          } catch (e) {
+            return e.code ?? `no code: ${e}`;
+          }
+        };
+        await db.change('sets', 'a-synced', { exercise: 'squat', weightKg: 80, reps: 5 });
+        await db.sync();
+        await db.change('sets', 'a-synced', { exercise: 'squat', weightKg: undefined, reps: 6 });
+        const kept = db.row('sets', 'a-synced').weightKg;
+        let fired = 0;
+        const off = db.subscribe(() => { fired += 1; });
+        await db.sync();
+        const idle = fired;
+        await db.sync();
+        off();
+        off();
+        const args = {
+          rowIdNumber: await code(() => db.change('sets', 5, { reps: 1 })),
+          bigint: await code(() => db.change('sets', 'x', { reps: 10n })),
+          loneSurrogate: await code(() => db.change('sets', 'x', { exercise: '\ud800' })),
+          statusNumber: await code(() => db.status('sets', 7)),
+          subscribeNumber: await code(() => db.subscribe(123)),
+        };
+        const unknown = db.status('sets', 'never-seen');
+        await db.change('sets', 'a-pending', { exercise: 'bench', weightKg: 60, reps: 8 });
+        db.setToken(`dev:${bob}`);
+        const refused = await db.sync().then(() => null, (e) => e.recovery);
+        return { kept, idleFires: fired - idle, args, unknown, refused, rows: db.rows('sets').length };
+      }, bob);
+      assert.equal(out.kept, 80, 'undefined is skipped, not written as null');
+      assert.equal(out.idleFires, 0, 'a sync that changed nothing tells no one');
+      assert.deepEqual(out.args, { rowIdNumber: 'bad_input', bigint: 'bad_input', loneSurrogate: 'bad_input', statusNumber: 'bad_input', subscribeNumber: 'bad_input' });
+      assert.equal(out.unknown, null);
+      assert.equal(out.refused, 'wrong_user');
+      assert.equal(out.rows, 0);
+      assert.equal((await server.rows(bob)).size, 0);
+    });
+
     test('record, reload, and the edit is still there and reaches the server once', async () => {
       const user = newUser(`${engine}-reload`);
       const s = await device(user);
