@@ -510,8 +510,15 @@ impl Engine {
     /// A person confirmed (`retry()`), or the app opened the database again:
     /// lift a stop for exhausted retries, and start the ops' counts over.
     /// Returns the txn that records it, if anything changed.
+    ///
+    /// Counts start over even with no stop in force: ops that reached a
+    /// limit while the server could not be asked get a new budget too.
     pub fn retry_exhausted(&mut self) -> Option<Txn> {
-        self.lift_exhausted().then(|| self.with_sync(Txn::default()))
+        let counted = self.sync.ops.values().any(|a| a.counted > 0 || a.charged_ms > 0);
+        (self.lift_exhausted() || counted).then(|| {
+            self.start_counts_over();
+            self.with_sync(Txn::default())
+        })
     }
 
     /// Lifts a stop for exhausted retries and starts the ops' counts over;
@@ -521,6 +528,11 @@ impl Engine {
             return false;
         }
         self.sync.recovery = None;
+        self.start_counts_over();
+        true
+    }
+
+    fn start_counts_over(&mut self) {
         for a in self.sync.ops.values_mut() {
             a.counted = 0;
             a.charged_ms = 0;
@@ -528,7 +540,6 @@ impl Engine {
         }
         self.backoff.reset();
         self.touch();
-        true
     }
 
     /// Marks sync as blocked until the user acts (also for storage failures
@@ -551,12 +562,16 @@ impl Engine {
     /// answer for the database's own user does (the next cycle asks).
     pub fn clear_recovery(&mut self) -> Option<Txn> {
         self.backoff.reset();
-        if let Some(txn) = self.retry_exhausted() {
-            return Some(txn);
+        let counts = self.retry_exhausted().is_some();
+        let lifted = self.sync.recovery.take_if(|r| r.code != WRONG_USER).is_some();
+        if lifted {
+            self.touch();
         }
-        self.sync.recovery.take_if(|r| r.code != WRONG_USER)?;
-        self.touch();
-        Some(self.with_sync(Txn::default()))
+        // `retry_exhausted` handed its change out already: hand out the whole state again.
+        (counts || lifted).then(|| {
+            self.touch();
+            self.with_sync(Txn::default())
+        })
     }
 
     /// Any txn the engine still owes the store (a counter moved by an ignored answer).
