@@ -592,6 +592,9 @@ async fn exhausted_retries_ask_the_server_then_wait_for_a_person_in_every_contex
     let never = c.new_row_id().unwrap();
     c.change("sets", &never, set(6)).await.unwrap();
     *c.transport.fail_next.borrow_mut() = 10;
+    // A sync pressed before the backoff's time would go out uncounted: wait for the scheduled try.
+    let due = c.engine.borrow().retry_at().unwrap_or(0);
+    gloo_timers::future::TimeoutFuture::new((due.saturating_sub(marksync::wasm::client::now()) + 20) as u32).await;
     let err = c.sync().await.unwrap_err();
     assert_eq!(err.code(), "recovery_required");
     assert_eq!(phase(&c, &applied), Phase::Synced, "settled by asking the server");
