@@ -60,8 +60,8 @@ pub enum Failure {
     /// 403 `wrong_user`: the token is another user's than the database's.
     #[error("wrong user: {0}")]
     WrongUser(String),
-    /// The app's token function threw or rejected: nothing was sent. Transient:
-    /// the function is called again at the next try, after a backoff.
+    /// The app's token function threw or rejected. Transient: the function is
+    /// called again at the next try, after a backoff.
     #[error("the token function failed: {0}")]
     Token(String),
 }
@@ -87,11 +87,6 @@ impl Failure {
     /// been committed): the ops stay queued and are retried under the same opIds.
     pub fn outcome_unknown(&self) -> bool {
         matches!(self, Failure::Network(_) | Failure::Timeout | Failure::Server { .. } | Failure::BadResponse(_))
-    }
-
-    /// Whether the request never left (nothing was sent, nothing can be in doubt).
-    pub fn never_sent(&self) -> bool {
-        matches!(self, Failure::Token(_))
     }
 
     /// The recovery this failure requires, if the engine cannot go on alone.

@@ -42,14 +42,18 @@ pub fn personal_owner(space: &str) -> Option<&str> {
 /// space (`~` and a user id: no control characters) or a shared name.
 pub fn check_space(s: &str) -> Result<(), &'static str> {
     match personal_owner(s) {
-        Some(user) => {
-            if user.is_empty() || s.len() > MAX_SPACE_BYTES || user.chars().any(char::is_control) {
-                return Err("a personal space is ~ and a user id of 1 to 256 bytes without control characters");
-            }
-            Ok(())
-        }
+        Some(user) => check_user(user).map_err(|_| "a personal space is ~ and a user id of 1 to 256 bytes without control characters"),
         None => check_shared_space(s),
     }
+}
+
+/// Checks the shape of a user id as a personal space holds it: 1 to 256
+/// bytes, no control characters.
+pub fn check_user(user: &str) -> Result<(), &'static str> {
+    if user.is_empty() || user.len() + 1 > MAX_SPACE_BYTES || user.chars().any(char::is_control) {
+        return Err("a user id is 1 to 256 bytes without control characters");
+    }
+    Ok(())
 }
 
 /// Checks the name of a shared space: the opId alphabet `[A-Za-z0-9:._-]`, 1..=128.

@@ -103,6 +103,18 @@ pub struct Txn {
 }
 
 impl Txn {
+    /// Whether it changes what an app reads besides the sync state and the
+    /// followed spaces: rows, queued ops, refusals, the schema (the meta
+    /// record's counters and cursor are no such change).
+    pub fn changes_data(&self) -> bool {
+        !self.put_base.is_empty()
+            || !self.delete_pending.is_empty()
+            || !self.put_pending.is_empty()
+            || !self.put_rejections.is_empty()
+            || !self.delete_rejections.is_empty()
+            || self.schema.is_some()
+    }
+
     /// Whether the step writes nothing.
     pub fn is_empty(&self) -> bool {
         self.meta.is_none()

@@ -131,18 +131,19 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
         Ok(u) => u,
         Err(e) => return refuse(&app, req, e).await,
     };
+    if let Some(l) = &app.limiter {
+        if let Err(secs) = l.check(&user) {
+            return refuse(&app, req, ApiError::rate_limited(secs)).await;
+        }
+    }
     // The device names the user its database belongs to: a token of anyone
-    // else is refused before anything is read or written (PROTOCOL §5).
+    // else is refused before anything is read or written (PROTOCOL §5). After
+    // the rate limit: refusals cost the token's user like any request.
     if let Some(owner) = query.get(marksync::protocol::USER_PARAM).filter(|owner| **owner != user) {
         let message = format!(
             "the token is for user {user:?}, but this device's database belongs to user {owner:?}; nothing was read or written: open one database per user"
         );
         return refuse(&app, req, ApiError::new(ErrorCode::WrongUser, message)).await;
-    }
-    if let Some(l) = &app.limiter {
-        if let Err(secs) = l.check(&user) {
-            return refuse(&app, req, ApiError::rate_limited(secs)).await;
-        }
     }
     let (owner, what) =
         if events { (&app.guard.streams, "event streams open") } else { (&app.guard.requests, "requests in progress") };

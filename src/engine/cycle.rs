@@ -305,24 +305,6 @@ impl Engine {
     pub fn on_push_failed(&mut self, attempt_key: &str, failure: Failure, now: u64) -> Option<(Txn, Step)> {
         let flight = self.in_flight.take_if(|f| f.key == attempt_key)?;
         self.sync.flight = None;
-        if failure.never_sent() {
-            // The attempt never left (no token to send it with): it is no attempt.
-            for id in &flight.op_ids {
-                if let Some(a) = self.sync.ops.get_mut(id) {
-                    a.attempts = a.attempts.saturating_sub(1);
-                    if a.attempts == 0 {
-                        self.sync.ops.remove(id);
-                    }
-                }
-                if self.pushed.remove(id) {
-                    self.report.pushed -= 1;
-                }
-            }
-            self.sync.metrics.attempts = self.sync.metrics.attempts.saturating_sub(1);
-            self.touch();
-            let step = self.after_failure(failure, now, &[]);
-            return Some((self.with_sync(Txn::default()), step));
-        }
         let unknown = failure.outcome_unknown();
         if unknown {
             self.sync.metrics.unknown_outcomes += 1;
@@ -339,6 +321,30 @@ impl Engine {
         }
         self.touch();
         let step = self.after_failure(failure, now, &flight.op_ids);
+        Some((self.with_sync(Txn::default()), step))
+    }
+
+    /// The push step could not leave at all (e.g. the app's token function
+    /// failed before the request was made): nothing was sent, so it is no
+    /// attempt — its counts are taken back, nothing is in doubt, and sync
+    /// waits like after any failure. `None` if `attempt_key` is not in flight.
+    pub fn on_push_not_sent(&mut self, attempt_key: &str, failure: Failure, now: u64) -> Option<(Txn, Step)> {
+        let flight = self.in_flight.take_if(|f| f.key == attempt_key)?;
+        self.sync.flight = None;
+        for id in &flight.op_ids {
+            if let Some(a) = self.sync.ops.get_mut(id) {
+                a.attempts = a.attempts.saturating_sub(1);
+                if a.attempts == 0 {
+                    self.sync.ops.remove(id);
+                }
+            }
+            if self.pushed.remove(id) {
+                self.report.pushed -= 1;
+            }
+        }
+        self.sync.metrics.attempts = self.sync.metrics.attempts.saturating_sub(1);
+        self.touch();
+        let step = self.after_failure(failure, now, &[]);
         Some((self.with_sync(Txn::default()), step))
     }
 
@@ -373,7 +379,7 @@ impl Engine {
             }),
             Failure::RateLimited { retry_after_ms } => self.wait(now.saturating_add(retry_after_ms)),
             // A person's early cycle failed: the backoff already scheduled stands.
-            _ if self.early.is_some() => self.wait(self.early.unwrap_or(now).max(now)),
+            _ if let Some(until) = self.early => self.wait(until.max(now)),
             _ => {
                 let d = self.backoff.next_delay(&mut self.rng);
                 for id in sent {
@@ -467,7 +473,7 @@ impl Engine {
             // The server answered: what it settled is settled, what it never
             // judged is safe to send again — a stop for exhausted retries has
             // nothing left to guard.
-            self.lift_exhausted();
+            self.start_over();
             self.report.cursor = self.meta.cursor;
             Step::Done(self.report.clone())
         } else if unknown > 0 {
@@ -514,25 +520,20 @@ impl Engine {
     /// Counts start over even with no stop in force: ops that reached a
     /// limit while the server could not be asked get a new budget too.
     pub fn retry_exhausted(&mut self) -> Option<Txn> {
-        let counted = self.sync.ops.values().any(|a| a.counted > 0 || a.charged_ms > 0);
-        (self.lift_exhausted() || counted).then(|| {
-            self.start_counts_over();
-            self.with_sync(Txn::default())
-        })
+        self.start_over().then(|| self.with_sync(Txn::default()))
     }
 
-    /// Lifts a stop for exhausted retries and starts the ops' counts over;
-    /// `false` if there was none.
-    fn lift_exhausted(&mut self) -> bool {
-        if self.sync.recovery.as_ref().is_none_or(|r| r.code != RETRIES_EXHAUSTED) {
+    /// Lifts a stop for exhausted retries, if any, and starts every op's
+    /// counts over; `false` if there was nothing to lift or start over.
+    fn start_over(&mut self) -> bool {
+        let stopped = self.sync.recovery.as_ref().is_some_and(|r| r.code == RETRIES_EXHAUSTED);
+        let counted = self.sync.ops.values().any(|a| a.counted > 0 || a.charged_ms > 0 || a.first_sent_at > 0);
+        if !stopped && !counted {
             return false;
         }
-        self.sync.recovery = None;
-        self.start_counts_over();
-        true
-    }
-
-    fn start_counts_over(&mut self) {
+        if stopped {
+            self.sync.recovery = None;
+        }
         for a in self.sync.ops.values_mut() {
             a.counted = 0;
             a.charged_ms = 0;
@@ -540,6 +541,7 @@ impl Engine {
         }
         self.backoff.reset();
         self.touch();
+        true
     }
 
     /// Marks sync as blocked until the user acts (also for storage failures
@@ -562,16 +564,12 @@ impl Engine {
     /// answer for the database's own user does (the next cycle asks).
     pub fn clear_recovery(&mut self) -> Option<Txn> {
         self.backoff.reset();
-        let counts = self.retry_exhausted().is_some();
+        let counts = self.start_over();
         let lifted = self.sync.recovery.take_if(|r| r.code != WRONG_USER).is_some();
         if lifted {
             self.touch();
         }
-        // `retry_exhausted` handed its change out already: hand out the whole state again.
-        (counts || lifted).then(|| {
-            self.touch();
-            self.with_sync(Txn::default())
-        })
+        (counts || lifted).then(|| self.with_sync(Txn::default()))
     }
 
     /// Any txn the engine still owes the store (a counter moved by an ignored answer).

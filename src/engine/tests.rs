@@ -1009,7 +1009,7 @@ fn a_token_function_that_fails_sends_nothing_and_is_retried_with_its_own_words()
     let key = RowKey::new("sets", "d-1");
     record(&mut e, "d-1", set(5), 10);
     let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
-    let (txn, step) = e.on_push_failed(&req.attempt_key, Failure::Token("Error: session expired".into()), 1).unwrap();
+    let (txn, step) = e.on_push_not_sent(&req.attempt_key, Failure::Token("Error: session expired".into()), 1).unwrap();
     assert!(matches!(step, Step::Wait { .. }), "transient: {step:?}");
     assert!(e.recovery().is_none());
     assert_eq!(e.last_failure(), Some("the token function failed: Error: session expired"));

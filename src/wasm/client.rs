@@ -349,14 +349,7 @@ impl<T: Transport + 'static> Client<T> {
                 }
             }
         }
-        let view = txn.is_none_or(|t| {
-            !t.put_base.is_empty()
-                || !t.delete_pending.is_empty()
-                || !t.put_pending.is_empty()
-                || !t.put_rejections.is_empty()
-                || !t.delete_rejections.is_empty()
-                || t.schema.is_some()
-        });
+        let view = txn.is_none_or(Txn::changes_data);
         let status = self.status_part();
         let moved = *self.seen_sync.borrow() != status;
         if !view && !moved {
@@ -378,6 +371,14 @@ impl<T: Transport + 'static> Client<T> {
         let ops: Vec<_> = s.ops.iter().map(|(id, a)| (id, a.attempts, a.unknown)).collect();
         let seen = (ops, s.flight.as_ref().map(|f| &f.op_ids), &s.recovery, s.next_retry_at, e.spaces());
         serde_json::to_string(&seen).unwrap_or_default()
+    }
+
+    /// The transport, naming the user the database belongs to (once known)
+    /// on what it sends: the server refuses a token of anyone else before
+    /// it reads a byte (PROTOCOL §5).
+    fn net(&self) -> &T {
+        self.transport.set_user(self.engine.borrow().user());
+        &self.transport
     }
 
     /// Grows with every change of visible state (for snapshot caching).
@@ -514,7 +515,7 @@ impl<T: Transport + 'static> Client<T> {
     pub async fn create_space(self: &Rc<Self>, space: &str) -> Result<Membership, ClientError> {
         self.check_open()?;
         let req = CreateSpace { space: space.to_owned(), owner: None };
-        let m = self.transport.create_space(&req).await.map_err(ClientError::Refused)?;
+        let m = self.net().create_space(&req).await.map_err(ClientError::Refused)?;
         if self.auto_sync {
             self.schedule_sync(0);
         }
@@ -526,7 +527,7 @@ impl<T: Transport + 'static> Client<T> {
     pub async fn set_member(self: &Rc<Self>, space: &str, user: &str, role: Option<Role>) -> Result<Member, ClientError> {
         self.check_open()?;
         let req = SetMember { space: space.to_owned(), user: user.to_owned(), role };
-        let m = self.transport.set_member(&req).await.map_err(ClientError::Refused)?;
+        let m = self.net().set_member(&req).await.map_err(ClientError::Refused)?;
         if self.auto_sync {
             self.schedule_sync(0);
         }
@@ -536,7 +537,7 @@ impl<T: Transport + 'static> Client<T> {
     /// Who is a member of `space`, with roles (any member may ask).
     pub async fn members(&self, space: &str) -> Result<MembersList, ClientError> {
         self.check_open()?;
-        self.transport.members(space).await.map_err(ClientError::Refused)
+        self.net().members(space).await.map_err(ClientError::Refused)
     }
 
     /// Dismisses a rejection.
@@ -737,27 +738,24 @@ impl<T: Transport + 'static> Client<T> {
         let mut step = self.or_restart(Some(first), &mut unsaved);
         let mut refreshed = false;
         loop {
-            // Every request names the user the database belongs to, once known:
-            // the server refuses a token of anyone else before it reads a byte.
-            self.transport.set_user(self.engine.borrow().user());
             step = match step {
                 Step::Push(req) => {
                     let key = req.attempt_key.clone();
                     // The token first: an attempt that cannot leave is never recorded as out.
-                    if let Err(f) = self.transport.prepare().await {
-                        let out = self.engine.borrow_mut().on_push_failed(&key, f, now());
+                    if let Err(f) = self.net().prepare().await {
+                        let out = self.engine.borrow_mut().on_push_not_sent(&key, f, now());
                         step = self.or_restart(out, &mut unsaved);
                         continue;
                     }
                     self.commit_some(unsaved.take()).await?;
-                    match self.transport.push(&req).await {
+                    match self.net().push(&req).await {
                         Ok(resp) => {
                             let out = self.engine.borrow_mut().on_push_response(resp, now());
                             self.or_restart(out, &mut unsaved)
                         }
                         Err(Failure::Unauthorized(m)) if !refreshed => {
                             refreshed = true;
-                            let out = match self.transport.refresh_auth().await {
+                            let out = match self.net().refresh_auth().await {
                                 Ok(true) => Some(self.engine.borrow_mut().abandon_attempt(&key, now())),
                                 Ok(false) => self.engine.borrow_mut().on_push_failed(&key, Failure::Unauthorized(m), now()),
                                 Err(f) => self.engine.borrow_mut().on_push_failed(&key, f, now()),
@@ -772,14 +770,14 @@ impl<T: Transport + 'static> Client<T> {
                 }
                 Step::Reconcile(ids) => {
                     self.commit_some(unsaved.take()).await?;
-                    let out = match self.transport.verdicts(&ids).await {
+                    let out = match self.net().verdicts(&ids).await {
                         Ok(resp) => self.engine.borrow_mut().on_verdicts(resp, now()),
                         Err(f) => self.engine.borrow_mut().on_verdicts_failed(f, now()),
                     };
                     self.or_restart(out, &mut unsaved)
                 }
                 Step::Pull(req) => {
-                    let (saved, page) = futures_util::future::join(self.commit_some(unsaved.take()), self.transport.pull(&req)).await;
+                    let (saved, page) = futures_util::future::join(self.commit_some(unsaved.take()), self.net().pull(&req)).await;
                     saved?;
                     match page {
                         Ok(page) => {
@@ -788,7 +786,7 @@ impl<T: Transport + 'static> Client<T> {
                         }
                         Err(Failure::Unauthorized(m)) if !refreshed => {
                             refreshed = true;
-                            match self.transport.refresh_auth().await {
+                            match self.net().refresh_auth().await {
                                 Ok(true) => self.or_restart(None, &mut unsaved),
                                 Ok(false) => {
                                     let out = self.engine.borrow_mut().on_pull_failed(&req, Failure::Unauthorized(m), now());
@@ -846,7 +844,7 @@ impl<T: Transport + 'static> Client<T> {
             None => return,
             Some(etag) => etag.map(str::to_owned),
         };
-        match self.transport.schema(etag.as_deref()).await {
+        match self.net().schema(etag.as_deref()).await {
             Ok(Some((text, etag))) => {
                 let learned = self.engine.borrow_mut().learn_schema(text, etag);
                 match learned {
@@ -870,7 +868,7 @@ impl<T: Transport + 'static> Client<T> {
             let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
             return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
         };
-        let (out, error) = match self.transport.verdicts(&ids).await {
+        let (out, error) = match self.net().verdicts(&ids).await {
             Ok(resp) => (self.engine.borrow_mut().on_verdicts(resp, now()), None),
             Err(f) => (self.engine.borrow_mut().on_verdicts_failed(f.clone(), now()), Some(f.to_string())),
         };

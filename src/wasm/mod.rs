@@ -187,8 +187,8 @@ impl Marksync {
             return Err(js_error("bad_input", "options.name must not be empty"));
         }
         let user = args::opt_text(&args::get(&options, "user"), "options.user")?;
-        if user.as_deref().is_some_and(|u| crate::space::check_space(&crate::space::personal(u)).is_err() || u.is_empty()) {
-            return Err(js_error("bad_input", "options.user must be a user id (1 to 128 characters, no control characters)"));
+        if let Some(u) = &user {
+            crate::space::check_user(u).map_err(|why| js_error("bad_input", &format!("options.user: {why}")))?;
         }
         let auto_sync = args::opt_bool(&options, "autoSync", o)?.unwrap_or(true);
         let timeout_ms = args::opt_int(&options, "timeoutMs", o, 1.0, 2_147_483_647.0)?.map_or(15_000, |n| n as u32);

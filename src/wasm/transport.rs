@@ -129,10 +129,11 @@ impl FetchTransport {
                     Ok(p) => JsFuture::from(p).await.map_err(|e| Failure::Token(js_text(&e)))?,
                     Err(v) => v,
                 };
+                // No token (null, undefined, ''): the request goes without one.
                 match v.as_string() {
-                    Some(t) if !t.is_empty() => Some(t),
-                    _ if v.is_null() || v.is_undefined() => None,
-                    _ => return Err(Failure::Token(format!("it returned {}, not a string", super::js_type(&v)))),
+                    Some(t) => Some(t).filter(|t| !t.is_empty()),
+                    None if v.is_null() || v.is_undefined() => None,
+                    None => return Err(Failure::Token(format!("it returned {}, not a string", super::js_type(&v)))),
                 }
             }
         };
