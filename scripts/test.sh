@@ -15,6 +15,8 @@ cargo test --workspace --features marksync/sim
 
 echo "== 2/4 the core builds for wasm32, and its browser tests pass in Chromium, Firefox and WebKit"
 cargo build --target wasm32-unknown-unknown --lib
+# The benchmarks' hidden exports build too (no timings here), so `make bench` cannot rot.
+cargo build --target wasm32-unknown-unknown --lib --features bench-exports
 wasm-pack test --headless --chrome --mode no-install --chromedriver "$(command -v chromedriver)" -- --test web
 wasm-pack test --headless --firefox --mode no-install --geckodriver "$(command -v geckodriver)" -- --test web
 # wasm-pack drives WebKit only as macOS's safaridriver; the same runner takes WebKitGTK's driver.

@@ -71,9 +71,9 @@ impl BenchDoc {
     }
 
     /// Records one op `row_id.field = value` (table `t`), merges it, logs it.
-    pub fn set(&mut self, row_id: String, field: String, value: f64) {
+    pub fn set(&mut self, row_id: String, field: String, value: f64) -> Result<(), JsValue> {
         self.counter += 1;
-        let at = self.clock.advance(js_sys::Date::now() as u64);
+        let at = self.clock.advance(js_sys::Date::now() as u64).ok_or_else(|| JsValue::from_str("no later at left"))?;
         let mut fields = crate::protocol::Fields::new();
         fields.insert(field, crate::protocol::Value::from(value));
         let op = crate::protocol::Op {
@@ -83,9 +83,11 @@ impl BenchDoc {
             fields,
             at,
             schema: 1,
+            space: None,
         };
         crate::order::merge(self.rows.entry(op.row_id.clone()).or_default(), &op);
         self.log.push(op);
+        Ok(())
     }
 
     /// The logged ops as a push body (JSON).
@@ -99,9 +101,9 @@ impl BenchDoc {
     #[wasm_bindgen(js_name = "importOps")]
     pub fn import_ops(&mut self, bytes: &[u8]) -> Result<u32, JsValue> {
         let body: crate::protocol::PushRequest = serde_json::from_slice(bytes).map_err(|e| JsValue::from_str(&e.to_string()))?;
-        let mut moved = 0;
+        let (mut moved, now) = (0, js_sys::Date::now() as u64);
         for op in &body.batch {
-            self.clock.observe(op.at);
+            self.clock.observe(op.at, now);
             moved += u32::from(crate::order::merge(self.rows.entry(op.row_id.clone()).or_default(), op));
         }
         Ok(moved)
@@ -120,10 +122,10 @@ impl BenchDoc {
     #[wasm_bindgen(js_name = "importState")]
     pub fn import_state(&mut self, bytes: &[u8]) -> Result<u32, JsValue> {
         let rows = crate::chunks::decode_chunk(bytes).map_err(|e| JsValue::from_str(&e.to_string()))?;
-        let mut moved = 0;
+        let (mut moved, now) = (0, js_sys::Date::now() as u64);
         for (k, r) in rows {
             for c in r.cells.values() {
-                self.clock.observe(c.mark.at);
+                self.clock.observe(c.mark.at, now);
             }
             match self.rows.get_mut(&k.row_id) {
                 Some(mine) => moved += u32::from(crate::order::merge_row(mine, &r)),
