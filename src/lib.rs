@@ -28,6 +28,7 @@
 //! | [`store`] | the device's durable state, [`store::Txn`], the store contract |
 //! | [`sync_state`] | attempts, the attempt in flight, retry policy, counters — durable and shared |
 //! | [`engine`] | the sans-io sync engine of one device |
+//! | [`driver`] | the one sync loop of a context: the engine over a store, a transport and a host |
 //! | `sim` | the deterministic fault simulator (feature `sim`) |
 #![warn(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
@@ -36,6 +37,7 @@
 pub mod attempt;
 pub mod chunks;
 pub mod clock;
+pub mod driver;
 pub mod engine;
 pub mod following;
 pub mod ids;

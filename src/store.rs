@@ -115,6 +115,17 @@ impl Txn {
             || self.schema.is_some()
     }
 
+    /// Whether the step writes more than the meta record and pending ops
+    /// (what [`LocalStore::update`] may write).
+    pub fn touches_more_than_meta_and_pending(&self) -> bool {
+        !(self.put_base.is_empty()
+            && self.put_rejections.is_empty()
+            && self.delete_rejections.is_empty()
+            && self.sync.is_none()
+            && self.schema.is_none()
+            && self.following.is_none())
+    }
+
     /// Whether the step writes nothing.
     pub fn is_empty(&self) -> bool {
         self.meta.is_none()
@@ -198,8 +209,40 @@ pub trait LocalStore {
     /// Loads everything; if there is no meta record yet, stores `fresh` first
     /// (in one transaction, so two engines opening at once agree on the device).
     async fn open(&self, fresh: Meta) -> Result<Snapshot, StoreError>;
-    /// Commits one step, whole or not at all.
+    /// Commits one step, whole or not at all. The meta record is joined
+    /// with the stored one ([`Meta::join`]: every number at its max), never
+    /// written over it: a context that has not yet heard of another's
+    /// reserved numbers or `at`s must not hand them out again.
     async fn commit(&self, txn: &Txn) -> Result<(), StoreError>;
+    /// Reads the stored sync state alone (a cycle starts from it, under the
+    /// lock, so what another context moved is built on, not overwritten).
+    async fn read_sync(&self) -> Result<Option<SyncState>, StoreError>;
+    /// The one read-modify-write: reads the stored meta record and, in the
+    /// same transaction, writes what `plan` makes of it — meta and pending
+    /// ops only; `None` writes nothing. Returns whether it wrote. With
+    /// `durable`, completes only once the write is flushed to disk.
+    async fn update(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError>;
+    /// Lets the database go (another context may then upgrade or delete it).
+    fn close(&self) {}
+}
+
+/// Contexts of one device share one store.
+impl<S: LocalStore> LocalStore for std::rc::Rc<S> {
+    async fn open(&self, fresh: Meta) -> Result<Snapshot, StoreError> {
+        S::open(self, fresh).await
+    }
+    async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {
+        S::commit(self, txn).await
+    }
+    async fn read_sync(&self) -> Result<Option<SyncState>, StoreError> {
+        S::read_sync(self).await
+    }
+    async fn update(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
+        S::update(self, durable, plan).await
+    }
+    fn close(&self) {
+        S::close(self)
+    }
 }
 
 /// The state a store keeps, with the one way to apply a [`Txn`] to it.
@@ -225,7 +268,8 @@ impl Tables {
     /// Applies a step.
     pub fn apply(&mut self, txn: &Txn) {
         if let Some(m) = &txn.meta {
-            self.meta = Some(m.clone());
+            // Joined, never overwritten: see [`LocalStore::commit`].
+            self.meta = Some(self.meta.as_ref().map_or_else(|| m.clone(), |stored| m.join(stored)));
         }
         for (k, r) in &txn.put_base {
             if r.is_gone() {
@@ -294,6 +338,18 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// Whether an injected failure takes this transaction.
+    fn fails(&self) -> bool {
+        let mut fail = self.fail_next.borrow_mut();
+        if *fail > 0 {
+            *fail -= 1;
+            return true;
+        }
+        false
+    }
+}
+
 impl LocalStore for MemoryStore {
     async fn open(&self, fresh: Meta) -> Result<Snapshot, StoreError> {
         let mut t = self.tables.borrow_mut();
@@ -304,13 +360,28 @@ impl LocalStore for MemoryStore {
     }
 
     async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {
-        let mut fail = self.fail_next.borrow_mut();
-        if *fail > 0 {
-            *fail -= 1;
+        if self.fails() {
             return Err(StoreError::TxnFailed("injected failure".into()));
         }
         self.tables.borrow_mut().apply(txn);
         Ok(())
+    }
+
+    async fn read_sync(&self) -> Result<Option<SyncState>, StoreError> {
+        Ok(self.tables.borrow().sync.clone())
+    }
+
+    async fn update(&self, _durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
+        let stored = self.tables.borrow().meta.clone().ok_or_else(|| StoreError::Corrupt("no meta record".into()))?;
+        let Some(txn) = plan(&stored) else { return Ok(false) };
+        if txn.touches_more_than_meta_and_pending() {
+            return Err(StoreError::TxnFailed("an update writes meta and pending ops only".into()));
+        }
+        if self.fails() {
+            return Err(StoreError::TxnFailed("injected failure".into()));
+        }
+        self.tables.borrow_mut().apply(&txn);
+        Ok(true)
     }
 }
 

@@ -111,6 +111,11 @@ pub struct SyncState {
     pub recovery: Option<Recovery>,
     /// The counters.
     pub metrics: Metrics,
+    /// How many committed steps wrote base rows or the followed spaces. A
+    /// context that starts a cycle on fewer than the store holds has not yet
+    /// heard another context's step: it reloads before building on its rows
+    /// (a base row written from a stale copy would undo the other's merge).
+    pub base_version: u64,
 }
 
 impl SyncState {

@@ -26,7 +26,9 @@ fn ten_thousand_faulty_schedules_converge() {
             // The faults really happened, in numbers.
             assert!(stats.ops > n as usize * 5, "{stats:?}");
             assert!(stats.rejected > 0 && stats.lost_answers > 0 && stats.duplicated_requests > 0, "{stats:?}");
-            assert!(stats.crashes > 0 && stats.stale_ignored > 0 && stats.late_answers > 0, "{stats:?}");
+            // The shipped loop hands no late answer to the engine (a request
+            // that gave up is over): late answers find no one waiting.
+            assert!(stats.crashes > 0 && stats.late_answers > 0, "{stats:?}");
             // Retries reached their limit and the server was asked; devices reopened
             // with a request out; clocks jumped to 2^53-1.
             assert!(stats.reconciles > 0 && stats.orphaned_flights > 0 && stats.wild_clock_edits > 0, "{stats:?}");
@@ -35,11 +37,20 @@ fn ten_thousand_faulty_schedules_converge() {
     }
 }
 
+fn big() -> SimConfig {
+    SimConfig { max_batch: 1000, pull_limit: 500, devices: 2, events: 120, ..SimConfig::default() }
+}
+
 #[test]
 fn big_batches_and_pages_converge_too() {
-    let cfg = SimConfig { max_batch: 1000, pull_limit: 500, devices: 2, events: 120, ..SimConfig::default() };
-    if let Err(f) = run_many(1_000_000, 500, &cfg) {
-        panic!("{f}");
+    if let Some(seed) = env_u64("MARKSYNC_SIM_BIG_SEED") {
+        if let Err(f) = run(seed, &big()) {
+            panic!("{f}");
+        }
+        return;
+    }
+    if let Err(f) = run_many(1_000_000, 500, &big()) {
+        panic!("replay with MARKSYNC_SIM_BIG_SEED={}\n{f}", f.seed);
     }
 }
 
@@ -54,8 +65,26 @@ fn frozen_seeds() {
     // sync, an op over its retry limit kept its count across the app's next
     // open and was stopped again when the healed server answered `unknown`:
     // an open now starts every op's count over, stop or no stop.
-    for seed in [146, 33] {
+    // Once the simulator ran the shipped driver, two contexts (a page and its
+    // worker) per device:
+    // 45: a context that had not yet heard the other's pull page built on its
+    // stale copy of a row and wrote it over the merged one: its own applied
+    // ops vanished from the device. A context now reloads when the store holds
+    // a step it has not heard of (`SyncState::base_version`), and ignores such
+    // a step's broadcast once it holds it.
+    // 130: a cycle's commit wrote a context's stale meta record over the
+    // stored one, taking the clock back: a later edit lost to an older mark
+    // its device had seen (causality). The store now joins meta records.
+    for seed in [146, 33, 45, 130] {
         if let Err(f) = run(seed, &cfg) {
+            panic!("frozen seed {seed} fails again\n{f}");
+        }
+    }
+    // 1000085: the same stale meta took the counter back, and two contexts
+    // named two different ops with one opId (the server said `duplicate` to
+    // the second: an edit lost).
+    for seed in [1_000_085] {
+        if let Err(f) = run(seed, &big()) {
             panic!("frozen seed {seed} fails again\n{f}");
         }
     }
@@ -105,3 +134,4 @@ fn frozen_space_seeds() {
         }
     }
 }
+

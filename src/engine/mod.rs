@@ -471,9 +471,36 @@ impl Engine {
         txn
     }
 
+    /// Stamps a step about to be committed: one that writes base rows or
+    /// the followed spaces takes the next [`SyncState::base_version`], so
+    /// the other contexts can tell whether they have heard it.
+    pub fn stamp(&mut self, txn: &mut Txn) {
+        if txn.put_base.is_empty() && txn.following.is_none() {
+            return;
+        }
+        self.sync.base_version += 1;
+        match &mut txn.sync {
+            Some(s) => s.base_version = self.sync.base_version,
+            None => txn.sync = Some(self.sync.clone()),
+        }
+    }
+
+    /// Whether the store holds a step this engine has not heard of (its
+    /// broadcast is still on the way): then build on the store, not on memory.
+    pub fn missed(&self, stored: Option<&SyncState>) -> bool {
+        stored.is_some_and(|s| s.base_version > self.sync.base_version)
+    }
+
     /// Applies a step that another engine on the same database committed
     /// (heard over a broadcast), so this engine's memory matches the store.
+    /// A step of base rows this engine already holds (it reloaded from a
+    /// store that had it, and may have built on it since) is no news.
     pub fn absorb(&mut self, txn: &Txn) {
+        let writes_base = !txn.put_base.is_empty() || txn.following.is_some();
+        let heard = |s: &SyncState| s.base_version > 0 && s.base_version <= self.sync.base_version;
+        if writes_base && txn.sync.as_ref().is_some_and(heard) {
+            return;
+        }
         if let Some(m) = &txn.meta {
             self.meta = self.meta.join(m);
         }

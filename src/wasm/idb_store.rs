@@ -32,8 +32,6 @@ use idb::{Database, DatabaseEvent, Event, Factory, ObjectStoreParams, Query, Req
 use js_sys::{Array, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 
-use crate::engine::{Draft, Engine, EngineError, Recorded};
-use crate::ids::IdBlock;
 use crate::protocol::{Op, Row, RowKey};
 use crate::store::{LocalStore, Meta, Rejection, Snapshot, StoreError, Txn};
 
@@ -252,11 +250,6 @@ impl IdbStore {
         &self.name
     }
 
-    /// Closes the connection.
-    pub fn close(&self) {
-        self.db.close();
-    }
-
     /// Deletes a whole database (tests, "sign out and wipe").
     pub async fn delete(name: &str) -> Result<(), StoreError> {
         let factory = Factory::new().map_err(|e| StoreError::Unavailable(e.to_string()))?;
@@ -305,53 +298,9 @@ impl IdbStore {
         });
     }
 
-    /// Reads the stored sync state alone (a cycle starts from it, under the lock).
-    pub async fn read_sync(&self) -> Result<Option<crate::sync_state::SyncState>, StoreError> {
-        let tx = self.db.transaction(&[META], TransactionMode::ReadOnly).map_err(failed)?;
-        let v = tx.object_store(META).map_err(failed)?.get(Query::Key(JsValue::from_str(SYNC))).map_err(failed)?.await.map_err(failed)?;
-        let _ = tx.await;
-        Ok(v.and_then(|v| parse(&v).ok()))
-    }
-
     async fn read_meta(store: &idb::ObjectStore) -> Result<Option<Meta>, StoreError> {
         let v = store.get(Query::Key(JsValue::from_str(META))).map_err(failed)?.await.map_err(failed)?;
         v.map(|v| parse::<Meta>(&v)).transpose()
-    }
-
-    /// Records ops: reads the stored meta, lets the engine plan the ops
-    /// (numbers, `at`s), writes ops and meta — all in one transaction. The
-    /// engine learns of the ops only once the transaction committed. An
-    /// edit the engine refuses (no `at` left) aborts the transaction: the
-    /// inner error, nothing written.
-    /// The transaction asks for strict durability: it completes only once
-    /// the browser has flushed it to disk (Chromium's default, "relaxed",
-    /// completes before that), so a recorded edit survives a power cut.
-    pub async fn record(
-        &self,
-        engine: &std::cell::RefCell<Engine>,
-        drafts: Vec<Draft>,
-        now: u64,
-    ) -> Result<Result<Vec<Op>, EngineError>, StoreError> {
-        let tx = self.durable_transaction(&[META, PENDING])?;
-        let meta_store = tx.object_store(META).map_err(failed)?;
-        let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
-        let planned = engine.borrow_mut().plan_records(drafts, &stored, now);
-        let (txn, rec): (Txn, Recorded) = match planned {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = tx.abort();
-                return Ok(Err(e));
-            }
-        };
-        Self::write(&tx, &txn).await?;
-        match tx.await.map_err(failed)? {
-            TransactionResult::Committed => {
-                let ops = rec.ops.clone();
-                engine.borrow_mut().recorded(rec);
-                Ok(Ok(ops))
-            }
-            TransactionResult::Aborted => Err(failed("the transaction was aborted")),
-        }
     }
 
     /// A read-write transaction that completes only once flushed to disk
@@ -369,22 +318,6 @@ impl IdbStore {
         Ok(idb::Transaction::from(tx.unchecked_into::<web_sys::IdbTransaction>()))
     }
 
-    /// Reserves a block of numbers for `newRowId` in its own transaction.
-    pub async fn reserve(&self, engine: &std::cell::RefCell<Engine>) -> Result<(), StoreError> {
-        let tx = self.db.transaction(&[META], TransactionMode::ReadWrite).map_err(failed)?;
-        let meta_store = tx.object_store(META).map_err(failed)?;
-        let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
-        let (txn, block): (Txn, IdBlock) = engine.borrow().plan_reserve(&stored);
-        Self::write(&tx, &txn).await?;
-        match tx.await.map_err(failed)? {
-            TransactionResult::Committed => {
-                engine.borrow_mut().reserved(block, &stored);
-                Ok(())
-            }
-            TransactionResult::Aborted => Err(failed("the transaction was aborted")),
-        }
-    }
-
     /// Writes a step's puts and deletes into an open transaction.
     async fn write(tx: &idb::Transaction, txn: &Txn) -> Result<(), StoreError> {
         let names = tx.store_names();
@@ -395,7 +328,11 @@ impl IdbStore {
             tx.object_store(n).map_err(failed)
         };
         if let Some(m) = &txn.meta {
-            store(META)?.put(&json(m)?, Some(&JsValue::from_str(META))).map_err(failed)?;
+            // Joined with the stored record, never over it: another context
+            // may have reserved numbers or taken `at`s this one has not heard of.
+            let meta_store = store(META)?;
+            let joined = Self::read_meta(&meta_store).await?.map_or_else(|| m.clone(), |stored| m.join(&stored));
+            meta_store.put(&json(&joined)?, Some(&JsValue::from_str(META))).map_err(failed)?;
         }
         if let Some(sync) = &txn.sync {
             store(META)?.put(&json(sync)?, Some(&JsValue::from_str(SYNC))).map_err(failed)?;
@@ -507,6 +444,40 @@ impl LocalStore for IdbStore {
         // could not be told from the rest.
         let following = following_v.map(|v| parse(&v)).transpose()?;
         Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections, sync, schema, following })
+    }
+
+        async fn read_sync(&self) -> Result<Option<crate::sync_state::SyncState>, StoreError> {
+        let tx = self.db.transaction(&[META], TransactionMode::ReadOnly).map_err(failed)?;
+        let v = tx.object_store(META).map_err(failed)?.get(Query::Key(JsValue::from_str(SYNC))).map_err(failed)?.await.map_err(failed)?;
+        let _ = tx.await;
+        Ok(v.and_then(|v| parse(&v).ok()))
+    }
+
+    /// Meta and pending in one transaction; a durable one asks for strict
+    /// durability: it completes only once the browser has flushed it to disk
+    /// (Chromium's default, "relaxed", completes before that), so a
+    /// recorded edit survives a power cut. A plan of nothing aborts it.
+    async fn update(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
+        let tx = if durable {
+            self.durable_transaction(&[META, PENDING])?
+        } else {
+            self.db.transaction(&[META, PENDING], TransactionMode::ReadWrite).map_err(failed)?
+        };
+        let meta_store = tx.object_store(META).map_err(failed)?;
+        let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
+        let Some(txn) = plan(&stored) else {
+            let _ = tx.abort();
+            return Ok(false);
+        };
+        Self::write(&tx, &txn).await?;
+        match tx.await.map_err(failed)? {
+            TransactionResult::Committed => Ok(true),
+            TransactionResult::Aborted => Err(failed("the transaction was aborted")),
+        }
+    }
+
+    fn close(&self) {
+        self.db.close();
     }
 
     async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {

@@ -1,0 +1,122 @@
+//! What the driver answers: its errors (each with the stable code the JS
+//! boundary shows), an edit of a batch, and how a sync call ended.
+
+use crate::engine::{EngineError, SyncReport};
+use crate::protocol::Fields;
+use crate::store::StoreError;
+
+/// Errors of the client, each with a stable code for JS.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// Bad input; nothing changed.
+    #[error("{0}")]
+    BadInput(String),
+    /// IndexedDB cannot be opened (e.g. some private modes).
+    #[error("{0}")]
+    StorageUnavailable(String),
+    /// An IndexedDB transaction failed; nothing of it was written.
+    #[error("{0}")]
+    StorageFailed(String),
+    /// Sync cannot go on without the user.
+    #[error("{message}")]
+    RecoveryRequired {
+        /// The recovery's code.
+        code: String,
+        /// Its message.
+        message: String,
+    },
+    /// The database was closed.
+    #[error("the database is closed")]
+    Closed,
+    /// Too many `newRowId()` calls without a pause; try again after an await.
+    #[error("no reserved row id left; await something and retry")]
+    IdsExhausted,
+    /// The device's clock has no later `at` left; the edit was not recorded.
+    #[error("{0}")]
+    ClockExhausted(String),
+    /// The server's schema, as the device knows it, refuses the edit; nothing
+    /// was recorded. The reason is the server's, word for word.
+    #[error("{}", .0.reason)]
+    Invalid(crate::schema::Refusal),
+    /// The user may not write in the edit's space, by what the device last
+    /// learned; nothing was recorded. Code and reason are the judge's
+    /// (`read_only` for a viewer, `forbidden` for a space the user left).
+    #[error("{}", .0.reason)]
+    Denied(crate::space::Denied),
+    /// A membership call was refused by the server (its code: `forbidden`,
+    /// `conflict`, `bad_request`, `not_found`), or got no answer (`network`).
+    #[error("{}", .0.message)]
+    Refused(super::transport::CallError),
+    /// The database belongs to another user than the one named at open.
+    #[error("{0}")]
+    WrongUser(String),
+}
+
+impl ClientError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ClientError::BadInput(_) => "bad_input",
+            ClientError::StorageUnavailable(_) => "storage_unavailable",
+            ClientError::StorageFailed(_) => "storage_failed",
+            ClientError::RecoveryRequired { .. } => "recovery_required",
+            ClientError::Closed => "closed",
+            ClientError::IdsExhausted => "ids_exhausted",
+            ClientError::ClockExhausted(_) => "clock_exhausted",
+            ClientError::Invalid(_) => "invalid",
+            ClientError::Denied(d) => d.code,
+            ClientError::Refused(_) => "refused",
+            ClientError::WrongUser(_) => "wrong_user",
+        }
+    }
+}
+
+impl From<StoreError> for ClientError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(m) => ClientError::StorageUnavailable(m),
+            other => ClientError::StorageFailed(other.to_string()),
+        }
+    }
+}
+
+impl From<EngineError> for ClientError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::IdsExhausted => ClientError::IdsExhausted,
+            EngineError::ClockExhausted => ClientError::ClockExhausted(e.to_string()),
+            EngineError::Denied(d) => ClientError::Denied(d),
+            e @ EngineError::WrongUser { .. } => ClientError::WrongUser(e.to_string()),
+            other => ClientError::BadInput(other.to_string()),
+        }
+    }
+}
+
+/// One edit of [`Client::change_many`]: `fields` on `table/row_id`, in
+/// `space` (`None`: where the row lives, or the personal space).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edit {
+    /// The space named, if any.
+    pub space: Option<String>,
+    /// The table.
+    pub table: String,
+    /// The row.
+    pub row_id: String,
+    /// The fields set.
+    pub fields: Fields,
+}
+
+/// How a sync call ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncOutcome {
+    /// What the cycle did.
+    #[serde(flatten)]
+    pub report: SyncReport,
+    /// Whether the cycle reached the end (pushed all, pulled to the head).
+    pub ok: bool,
+    /// When a retry is scheduled, if the cycle stopped on a failure.
+    pub retry_at: Option<u64>,
+    /// The failure, if any.
+    pub error: Option<String>,
+}

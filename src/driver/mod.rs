@@ -1,0 +1,495 @@
+//! The driver: the one sync loop of a device context, over its three edges.
+//!
+//! The [`Engine`] decides; the driver carries its decisions out. It records
+//! edits through the store's one read-modify-write, runs sync cycles step by
+//! step (committing each step's [`Txn`] before what it announces leaves),
+//! retries with the engine's backoff, takes the cycle lock so one context at
+//! a time talks to the server, tells the other contexts of every commit and
+//! absorbs theirs, and tells listeners what changed. It is generic over
+//! [`LocalStore`], [`Transport`] and [`Host`]: the browser runs it over
+//! IndexedDB, `fetch` and Web Locks; the simulator runs this same code over
+//! memory, a faulty network and a clock of its own. No rule of the protocol
+//! is written here: every rule is the engine's.
+
+mod cycle;
+pub mod error;
+pub mod host;
+pub mod transport;
+
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+
+pub use error::{ClientError, Edit, SyncOutcome};
+pub use host::{Host, Signal, Task};
+pub use transport::{CallError, MemoryTransport, Transport};
+
+use crate::attempt::Recovery;
+use crate::engine::{Config, Draft, Engine, EngineError};
+use crate::ids::{device_id_from, BLOCK};
+use crate::protocol::{CreateSpace, Fields, Member, MembersList, OpId, SetMember};
+use crate::space::{Membership, Role};
+use crate::store::{LocalStore, Meta, Txn};
+
+/// A listener for "what the app can see changed".
+pub type Listener = Rc<dyn Fn()>;
+
+/// How a context opens its database.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The engine's configuration (its seed is the host's entropy).
+    pub config: Config,
+    /// Sync on its own: after each edit, on the engine's retry schedule.
+    pub auto_sync: bool,
+    /// Lift a stop for exhausted retries (an app's open does; the Service
+    /// Worker's does not, so it never resumes sending alone).
+    pub resume_exhausted: bool,
+    /// The user the database belongs to, if the app names them.
+    pub user: Option<String>,
+}
+
+/// One context of a device (a tab, a worker, a simulated process) over its
+/// local database.
+pub struct Driver<S: LocalStore, T: Transport, H: Host> {
+    /// The engine (never borrowed across an await).
+    pub engine: RefCell<Engine>,
+    /// The local store.
+    pub store: S,
+    /// The transport.
+    pub transport: T,
+    /// The host.
+    pub host: H,
+    listeners: RefCell<Vec<(u32, Listener)>>,
+    next_listener: Cell<u32>,
+    /// A job (cycle, check) of this context holds or waits for the lock.
+    busy: Cell<bool>,
+    /// Rung whenever a job of this context ends.
+    idle: Signal,
+    /// Sync cycles started and finished in this context, and how the last
+    /// one ended: a `sync()` asked while one runs is answered by the next
+    /// cycle, one for every caller that asked meanwhile.
+    cycles: Cell<(u64, u64)>,
+    last_cycle: RefCell<Option<Result<SyncOutcome, ClientError>>>,
+    /// What listeners last saw of the sync state (statuses): a commit that
+    /// moves only counters tells no one.
+    seen_sync: RefCell<String>,
+    closed: Cell<bool>,
+    version: Cell<u64>,
+    auto_sync: bool,
+    /// The retry timer set last; an earlier one that fires does nothing.
+    timer: Cell<u64>,
+    reserving: Cell<bool>,
+    /// The server has no `/v1/schema` (older) or sent one this library cannot read.
+    schema_unsupported: Cell<bool>,
+    config: Config,
+}
+
+impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<S, T, H> {
+    /// Opens (or creates) the database in `store` and loads it; settles an
+    /// attempt left in flight by a context that is gone.
+    pub async fn start(store: S, transport: T, host: H, options: Options) -> Result<Rc<Self>, ClientError> {
+        let mut random = [0u8; 16];
+        random[..8].copy_from_slice(&host.entropy().to_le_bytes());
+        random[8..].copy_from_slice(&host.entropy().to_le_bytes());
+        let snapshot = store.open(Meta::fresh(device_id_from(random))).await?;
+        let config = Config { seed: host.entropy(), ..options.config };
+        let mut engine = Engine::open(snapshot, config.clone())?;
+        // A database belongs to one user: named here, or learned at the first pull.
+        let bound = match options.user.as_deref().map(|u| engine.bind_user(u)).transpose() {
+            Ok(txn) => txn.flatten(),
+            Err(e) => {
+                store.close();
+                host.close();
+                return Err(e.into());
+            }
+        };
+        let driver = Rc::new(Driver {
+            engine: RefCell::new(engine),
+            store,
+            transport,
+            host,
+            listeners: RefCell::new(Vec::new()),
+            next_listener: Cell::new(1),
+            busy: Cell::new(false),
+            idle: Signal::default(),
+            cycles: Cell::new((0, 0)),
+            last_cycle: RefCell::new(None),
+            seen_sync: RefCell::new(String::new()),
+            closed: Cell::new(false),
+            version: Cell::new(1),
+            auto_sync: options.auto_sync,
+            timer: Cell::new(0),
+            reserving: Cell::new(false),
+            schema_unsupported: Cell::new(false),
+            config,
+        });
+        *driver.seen_sync.borrow_mut() = driver.status_part();
+        driver.reserve().await?;
+        driver.commit_some(bound).await?;
+        if options.resume_exhausted {
+            let txn = driver.engine.borrow_mut().retry_exhausted();
+            driver.commit_some(txn).await?;
+        }
+        // A request left in flight by a context that is gone: unknown outcome,
+        // never "queued" — decided only if no cycle runs anywhere now.
+        if driver.engine.borrow().sync_state().flight.is_some() {
+            let _ = driver.under_lock(cycle::Job::SettleOrphan, true).await;
+        }
+        Ok(driver)
+    }
+
+    /// Another context committed `txn`: take it in, and tell listeners.
+    pub fn absorb(&self, txn: &Txn) {
+        if self.closed.get() {
+            return;
+        }
+        self.engine.borrow_mut().absorb(txn);
+        self.changed(false, Some(txn));
+    }
+
+    /// Tells other contexts (if `broadcast`) of a committed step, and
+    /// listeners — once — if it altered what the app can see: rows, queued
+    /// ops, refusals, spaces, the schema, or a status (`txn: None`: the
+    /// engine was reopened, anything may have changed). Counters alone are
+    /// no change to show.
+    fn changed(&self, broadcast: bool, txn: Option<&Txn>) {
+        if broadcast {
+            if let Some(txn) = txn {
+                self.host.broadcast(txn);
+            }
+        }
+        let view = txn.is_none_or(Txn::changes_data);
+        let status = self.status_part();
+        let moved = *self.seen_sync.borrow() != status;
+        if !view && !moved {
+            return;
+        }
+        *self.seen_sync.borrow_mut() = status;
+        self.version.set(self.version.get() + 1);
+        let ls: Vec<Listener> = self.listeners.borrow().iter().map(|(_, l)| l.clone()).collect();
+        for l in ls {
+            l();
+        }
+    }
+
+    /// What statuses and `spaces()` read of the sync state and the followed
+    /// spaces (not the counters, not the cursors).
+    fn status_part(&self) -> String {
+        let e = self.engine.borrow();
+        let s = e.sync_state();
+        let ops: Vec<_> = s.ops.iter().map(|(id, a)| (id, a.attempts, a.unknown)).collect();
+        let seen = (ops, s.flight.as_ref().map(|f| &f.op_ids), &s.recovery, s.next_retry_at, e.spaces());
+        serde_json::to_string(&seen).unwrap_or_default()
+    }
+
+    /// The transport, naming the user the database belongs to (once known)
+    /// on what it sends: the server refuses a token of anyone else before
+    /// it reads a byte (PROTOCOL §5).
+    fn net(&self) -> &T {
+        self.transport.set_user(self.engine.borrow().user());
+        &self.transport
+    }
+
+    /// Grows with every change of visible state (for snapshot caching).
+    pub fn version(&self) -> u64 {
+        self.version.get()
+    }
+
+    /// Adds a listener; returns its id for [`Driver::unsubscribe`].
+    pub fn subscribe(&self, l: Listener) -> u32 {
+        let id = self.next_listener.get();
+        self.next_listener.set(id + 1);
+        self.listeners.borrow_mut().push((id, l));
+        id
+    }
+
+    /// Removes a listener.
+    pub fn unsubscribe(&self, id: u32) {
+        self.listeners.borrow_mut().retain(|(i, _)| *i != id);
+    }
+
+    /// `closed` once the database was closed.
+    pub fn check_open(&self) -> Result<(), ClientError> {
+        if self.closed.get() {
+            Err(ClientError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether [`Driver::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.get()
+    }
+
+    /// A new rowId. Keeps a block of numbers reserved ahead.
+    pub fn new_row_id(self: &Rc<Self>) -> Result<String, ClientError> {
+        self.check_open()?;
+        let id = self.engine.borrow_mut().new_row_id()?;
+        if self.engine.borrow().ids_left() < BLOCK / 2 && !self.reserving.get() {
+            self.reserving.set(true);
+            let me = self.clone();
+            self.host.spawn(Box::pin(async move {
+                let _ = me.reserve().await;
+                me.reserving.set(false);
+            }));
+        }
+        Ok(id)
+    }
+
+    /// Reserves a block of numbers for `newRowId`, in a transaction of its own
+    /// that read the stored meta (contexts sharing the database never take
+    /// the same numbers).
+    async fn reserve(&self) -> Result<(), ClientError> {
+        let mut planned = None;
+        self.store
+            .update(false, &mut |stored| {
+                let (txn, block) = self.engine.borrow().plan_reserve(stored);
+                planned = Some((block, stored.clone()));
+                Some(txn)
+            })
+            .await?;
+        if let Some((block, stored)) = planned {
+            self.engine.borrow_mut().reserved(block, &stored);
+        }
+        Ok(())
+    }
+
+    /// Records `table/row_id: fields` where the row lives (a new row: in the
+    /// personal space); resolves once the op is on disk. An edit the known
+    /// schema refuses is not recorded ([`ClientError::Invalid`]).
+    pub async fn change(self: &Rc<Self>, table: &str, row_id: &str, fields: Fields) -> Result<OpId, ClientError> {
+        self.change_with(None, table, row_id, fields, true).await
+    }
+
+    /// [`Driver::change`] in `space` when one is named; without `check`, the
+    /// server alone judges the edit (a role refusal on the device still stands).
+    pub async fn change_with(
+        self: &Rc<Self>,
+        space: Option<&str>,
+        table: &str,
+        row_id: &str,
+        fields: Fields,
+        check: bool,
+    ) -> Result<OpId, ClientError> {
+        self.check_open()?;
+        let draft = self.engine.borrow().draft_in(space, table, row_id, fields)?;
+        if check {
+            self.engine.borrow().check_drafts(std::slice::from_ref(&draft)).map_err(|(_, e)| ClientError::Invalid(e))?;
+        }
+        self.record_one(draft).await
+    }
+
+    /// Records many edits in one transaction: all or none. Every edit is
+    /// checked before anything is written; resolves with the opIds, in order.
+    pub async fn change_many(self: &Rc<Self>, edits: Vec<Edit>) -> Result<Vec<OpId>, ClientError> {
+        self.change_many_with(edits, true).await
+    }
+
+    /// [`Driver::change_many`]; without `check`, the server alone judges the edits.
+    pub async fn change_many_with(self: &Rc<Self>, edits: Vec<Edit>, check: bool) -> Result<Vec<OpId>, ClientError> {
+        self.check_open()?;
+        let drafts = {
+            let engine = self.engine.borrow();
+            edits
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    engine.draft_in(e.space.as_deref(), &e.table, &e.row_id, e.fields).map_err(|err| match err {
+                        EngineError::Denied(mut d) => {
+                            d.reason = format!("edits[{i}]: {}", d.reason);
+                            ClientError::Denied(d)
+                        }
+                        other => ClientError::BadInput(format!("edits[{i}]: {other}")),
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        if drafts.is_empty() {
+            return Ok(Vec::new());
+        }
+        if check {
+            self.engine.borrow().check_drafts(&drafts).map_err(|(i, mut e)| {
+                e.reason = format!("edits[{i}]: {}", e.reason);
+                ClientError::Invalid(e)
+            })?;
+        }
+        self.record(drafts).await
+    }
+
+    /// Marks a row deleted (`true`) or restores it (`false`), where it
+    /// lives (or in `space`).
+    pub async fn set_deleted(self: &Rc<Self>, space: Option<&str>, table: &str, row_id: &str, deleted: bool) -> Result<OpId, ClientError> {
+        self.check_open()?;
+        let draft = self.engine.borrow().draft_deleted(space, table, row_id, deleted)?;
+        self.record_one(draft).await
+    }
+
+    async fn record_one(self: &Rc<Self>, draft: Draft) -> Result<OpId, ClientError> {
+        let mut ids = self.record(vec![draft]).await?;
+        ids.pop().ok_or_else(|| ClientError::StorageFailed("no op recorded".into()))
+    }
+
+    /// Records drafts as ops: the numbers and `at`s are taken from the meta
+    /// record read in the same durable transaction that writes the ops, so
+    /// contexts sharing the database never reuse either; the engine learns
+    /// of the ops only once that transaction committed. An edit the engine
+    /// refuses (no `at` left) writes nothing.
+    async fn record(self: &Rc<Self>, drafts: Vec<Draft>) -> Result<Vec<OpId>, ClientError> {
+        let now = self.host.now();
+        let mut drafts = Some(drafts);
+        let (mut planned, mut refused) = (None, None);
+        self.store
+            .update(true, &mut |stored| {
+                let drafts = drafts.take()?;
+                match self.engine.borrow_mut().plan_records(drafts, stored, now) {
+                    Ok((txn, rec)) => {
+                        planned = Some(rec);
+                        Some(txn)
+                    }
+                    Err(e) => {
+                        refused = Some(e);
+                        None
+                    }
+                }
+            })
+            .await?;
+        if let Some(e) = refused {
+            return Err(e.into());
+        }
+        let rec = planned.ok_or_else(|| ClientError::StorageFailed("the transaction read no meta record".into()))?;
+        let ops = rec.ops.clone();
+        self.engine.borrow_mut().recorded(rec);
+        let ids = ops.iter().map(|op| op.op_id.clone()).collect();
+        // With the meta record: the other contexts learn the numbers and `at`s taken.
+        let meta = Some(self.engine.borrow().meta().clone());
+        let txn = Txn { meta, put_pending: ops, ..Txn::default() };
+        self.changed(true, Some(&txn));
+        if self.auto_sync {
+            self.schedule_sync(0);
+        }
+        Ok(ids)
+    }
+
+    /// Creates a shared space owned by the user (online: membership is the
+    /// server's). The device follows it from the next sync, started now.
+    pub async fn create_space(self: &Rc<Self>, space: &str) -> Result<Membership, ClientError> {
+        self.check_open()?;
+        let req = CreateSpace { space: space.to_owned(), owner: None };
+        let m = self.net().create_space(&req).await.map_err(ClientError::Refused)?;
+        if self.auto_sync {
+            self.schedule_sync(0);
+        }
+        Ok(m)
+    }
+
+    /// Gives `user` a role in `space` (`None`: removes them); the caller must
+    /// be one of its owners. A sync follows, so a change of one's own role shows.
+    pub async fn set_member(self: &Rc<Self>, space: &str, user: &str, role: Option<Role>) -> Result<Member, ClientError> {
+        self.check_open()?;
+        let req = SetMember { space: space.to_owned(), user: user.to_owned(), role };
+        let m = self.net().set_member(&req).await.map_err(ClientError::Refused)?;
+        if self.auto_sync {
+            self.schedule_sync(0);
+        }
+        Ok(m)
+    }
+
+    /// Who is a member of `space`, with roles (any member may ask).
+    pub async fn members(&self, space: &str) -> Result<MembersList, ClientError> {
+        self.check_open()?;
+        self.net().members(space).await.map_err(ClientError::Refused)
+    }
+
+    /// Dismisses a rejection.
+    pub async fn dismiss(&self, op_id: &str) -> Result<bool, ClientError> {
+        self.check_open()?;
+        let txn = self.engine.borrow_mut().dismiss(&OpId::new(op_id));
+        let Some(txn) = txn else { return Ok(false) };
+        self.store.commit(&txn).await?;
+        self.changed(true, Some(&txn));
+        Ok(true)
+    }
+
+    /// Syncs in `ms` (replacing any earlier timer).
+    pub fn schedule_sync(self: &Rc<Self>, ms: u64) {
+        if self.closed.get() {
+            return;
+        }
+        let timer = self.timer.get() + 1;
+        self.timer.set(timer);
+        let weak: Weak<Self> = Rc::downgrade(self);
+        let sleep = self.host.sleep(ms);
+        // The task holds the driver only weakly while it sleeps: a closed or
+        // dropped context has no timers left to run.
+        self.host.spawn(Box::pin(async move {
+            sleep.await;
+            let Some(me) = weak.upgrade() else { return };
+            if me.timer.get() == timer && !me.closed.get() {
+                let _ = me.sync().await;
+            }
+        }));
+    }
+
+    /// Commits a step's txn; on failure the engine reopens from disk (what
+    /// is on disk is always a consistent state: retries are harmless).
+    async fn commit(&self, mut txn: Txn) -> Result<(), ClientError> {
+        if txn.is_empty() {
+            return Ok(());
+        }
+        self.engine.borrow_mut().stamp(&mut txn);
+        match self.store.commit(&txn).await {
+            Ok(()) => {
+                self.changed(true, Some(&txn));
+                Ok(())
+            }
+            Err(e) => match self.reload().await {
+                Ok(()) => Err(e.into()),
+                Err(e2) => {
+                    self.engine.borrow_mut().require_recovery(Recovery { code: "storage".into(), message: e2.to_string() });
+                    self.changed(false, None);
+                    Err(e2)
+                }
+            },
+        }
+    }
+
+    /// Builds the engine again from what is on disk (always a consistent
+    /// state: retries are harmless).
+    async fn reload(&self) -> Result<(), ClientError> {
+        let snapshot = self.store.open(Meta::fresh(String::new())).await?;
+        let config = Config { seed: self.host.entropy(), ..self.config.clone() };
+        *self.engine.borrow_mut() = Engine::open(snapshot, config)?;
+        self.changed(false, None);
+        Ok(())
+    }
+
+    /// Commits an answer's txn, if any.
+    async fn commit_some(&self, txn: Option<Txn>) -> Result<(), ClientError> {
+        match txn {
+            Some(txn) => self.commit(txn).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The user acted (new token, …): clear recovery (recorded for every
+    /// context) and sync.
+    pub fn resume(self: &Rc<Self>) {
+        let txn = self.engine.borrow_mut().clear_recovery();
+        let me = self.clone();
+        self.host.spawn(Box::pin(async move {
+            let _ = me.commit_some(txn).await;
+            if me.auto_sync {
+                me.schedule_sync(0);
+            }
+        }));
+    }
+
+    /// Stops timers, stops hearing other contexts and closes the database.
+    pub fn close(&self) {
+        self.closed.set(true);
+        self.timer.set(self.timer.get() + 1);
+        self.host.close();
+        self.listeners.borrow_mut().clear();
+        self.store.close();
+    }
+}

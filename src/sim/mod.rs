@@ -1,0 +1,738 @@
+//! A deterministic, seeded fault simulator: devices, the judge, a bad network.
+//!
+//! Several devices (each an [`Engine`] over a [`MemoryStore`] that survives
+//! crashes) edit rows and sync with a [`MemoryServer`] through a network that
+//! drops requests, drops answers after the server committed, duplicates
+//! requests, delivers late answers after a newer attempt, and crashes devices
+//! between any two steps — including with a request out (a reload
+//! mid-attempt). Retries are bounded (a small [`crate::engine::RetryPolicy`]),
+//! so schedules also ask the server what it remembers (`/v1/verdicts`); and
+//! now and then a device's clock jumps to 2^53-1 for one edit. Everything random comes from one seed, so a failing
+//! schedule replays exactly: [`run`] returns the schedule's log with the problem.
+//!
+//! After the schedule, the network heals, every device syncs twice, and
+//! [`run`] checks the protocol's promises:
+//! - each device's visible rows equal the server's rows;
+//! - no op got two verdicts or two seqs;
+//! - every recorded op was judged (none lost); an applied op is visible where
+//!   it won, a rejected op is visible nowhere and its device holds its reason;
+//! - causality: an op never loses to a mark its device had already seen;
+//! - every outbox is empty;
+//! - truthful status: after a reopen, an op recorded as in flight shows
+//!   `awaiting-ack`, then `unknown-outcome` once the flight is known orphaned,
+//!   never `pending`.
+//!
+//! An app can run its own schema and edits through the same faults with
+//! [`SimConfig`].
+
+mod world;
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use fastrand::Rng;
+
+use crate::attempt::{Failure, Phase};
+use crate::driver::{ClientError, Driver, Options};
+use crate::engine::{Config, RetryPolicy};
+use crate::judge::Remembered;
+use crate::memory_server::MemoryServer;
+use crate::order::newer;
+use crate::protocol::{Fields, Mark, Op, OpId, Row, RowKey, Value, VerdictsRequest, MAX_SAFE_INTEGER};
+use crate::schema::Schema;
+use crate::store::MemoryStore;
+use world::{Msg, Req, Resp, SimHost, SimTransport, Who, World};
+
+/// Makes the fields of one edit: `(rng, table, the row as the device sees it)`.
+pub type EditFn = fn(&mut Rng, &str, Option<&Row>) -> Fields;
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// How many devices (one user).
+    pub devices: usize,
+    /// How many random events before the network heals.
+    pub events: usize,
+    /// The server's schema.
+    pub schema: Schema,
+    /// The tables edits go to.
+    pub tables: Vec<String>,
+    /// The edit generator.
+    pub edit: EditFn,
+    /// Engine batch size (small values exercise partial pushes).
+    pub max_batch: usize,
+    /// Pull page size.
+    pub pull_limit: usize,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            devices: 3,
+            events: 60,
+            schema: Schema::workout(),
+            tables: vec!["sets".into()],
+            edit: workout_edit,
+            max_batch: 4,
+            pull_limit: 3,
+        }
+    }
+}
+
+/// The workout demo's edits: mostly valid, sometimes out of range or incomplete.
+pub fn workout_edit(rng: &mut Rng, _table: &str, row: Option<&Row>) -> Fields {
+    let mut f = Fields::new();
+    let exercises = ["squat", "bench", "deadlift", "row"];
+    let reps = |rng: &mut Rng| -> Value {
+        if rng.u8(..10) == 0 {
+            Value::from(rng.i64(101..=200))
+        } else {
+            Value::from(rng.i64(1..=12))
+        }
+    };
+    match row {
+        None => {
+            f.insert("exercise".into(), Value::from(exercises[rng.usize(..exercises.len())]));
+            f.insert("weightKg".into(), Value::from(rng.u32(0..400) as f64 / 2.0));
+            if rng.u8(..12) != 0 {
+                f.insert("reps".into(), reps(rng));
+            }
+        }
+        Some(_) => match rng.u8(..8) {
+            0 => {
+                f.insert(crate::protocol::DELETED.into(), Value::Bool(true));
+            }
+            1 => {
+                f.insert(crate::protocol::DELETED.into(), Value::Bool(false));
+            }
+            2 => {
+                f.insert("weightKg".into(), Value::from(rng.u32(0..400) as f64 / 2.0));
+                f.insert("reps".into(), reps(rng));
+            }
+            3 | 4 => {
+                f.insert("reps".into(), reps(rng));
+            }
+            _ => {
+                f.insert("weightKg".into(), Value::from(rng.u32(0..400) as f64 / 2.0));
+            }
+        },
+    }
+    f
+}
+
+/// A problem found in a schedule, with the schedule to replay it.
+#[derive(Debug, Clone)]
+pub struct SimFailure {
+    /// The seed that reproduces it.
+    pub seed: u64,
+    /// What broke.
+    pub problem: String,
+    /// The schedule, one event a line.
+    pub log: Vec<String>,
+}
+
+impl std::fmt::Display for SimFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "seed {}: {}", self.seed, self.problem)?;
+        writeln!(f, "schedule:")?;
+        for line in &self.log {
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a schedule did, for reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Ops recorded.
+    pub ops: usize,
+    /// Ops rejected.
+    pub rejected: usize,
+    /// Pushes that reached the server.
+    pub pushes: usize,
+    /// Answers lost after commit, requests dropped, duplicated, delivered late.
+    pub lost_answers: usize,
+    /// Requests dropped before the server.
+    pub dropped_requests: usize,
+    /// Requests the network sent twice.
+    pub duplicated_requests: usize,
+    /// Answers delivered after their attempt was given up.
+    pub late_answers: usize,
+    /// Device crashes.
+    pub crashes: usize,
+    /// Stale answers the engines ignored.
+    pub stale_ignored: u64,
+    /// Times a device asked the server what it remembers.
+    pub reconciles: usize,
+    /// Reopens that found an attempt recorded in flight.
+    pub orphaned_flights: usize,
+    /// Edits stamped at the top of the clock by a broken moment.
+    pub wild_clock_edits: usize,
+}
+
+const USER: &str = "user";
+
+/// Contexts per device: a page (syncs on its own, lifts a stop for
+/// exhausted retries at open) and its Service Worker (syncs when woken).
+const CONTEXTS: usize = 2;
+
+type SimDriver = Driver<Rc<MemoryStore>, SimTransport, SimHost>;
+
+/// One context of a device: its life (a crash ends one) and its driver.
+#[derive(Default)]
+struct Ctx {
+    life: u32,
+    driver: Option<Rc<SimDriver>>,
+}
+
+struct Device {
+    store: Rc<MemoryStore>,
+    contexts: Vec<Ctx>,
+}
+
+/// One op as recorded, with the marks its device could see on each of its fields.
+struct RecordedOp {
+    dev: usize,
+    op: Op,
+    seen: BTreeMap<String, Mark>,
+}
+
+struct Sim {
+    rng: Rng,
+    seed: u64,
+    cfg: SimConfig,
+    server: MemoryServer,
+    world: Rc<World>,
+    devices: Vec<Device>,
+    log: Vec<String>,
+    recorded: Vec<RecordedOp>,
+    stats: SimStats,
+    healed: bool,
+}
+
+/// Polls a future that must not wait (a recording over memory).
+fn now_or_never<T>(f: impl std::future::Future<Output = T>) -> Option<T> {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
+    }
+}
+
+impl Sim {
+    fn new(seed: u64, cfg: SimConfig) -> Result<Sim, SimFailure> {
+        let rng = Rng::with_seed(seed);
+        let world = World::new(cfg.devices, 1_000);
+        let devices = (0..cfg.devices)
+            .map(|_| Device { store: Rc::new(MemoryStore::new()), contexts: (0..CONTEXTS).map(|_| Ctx::default()).collect() })
+            .collect();
+        let mut sim = Sim {
+            rng,
+            seed,
+            server: MemoryServer { max_future_ms: Some(crate::clock::PLAUSIBLE_AHEAD_MS), ..MemoryServer::new(cfg.schema.clone()) },
+            cfg,
+            world,
+            devices,
+            log: Vec::new(),
+            recorded: Vec::new(),
+            stats: SimStats::default(),
+            healed: false,
+        };
+        for d in 0..sim.devices.len() {
+            for c in 0..CONTEXTS {
+                sim.open(d, c)?;
+            }
+        }
+        Ok(sim)
+    }
+
+    fn fail(&self, problem: impl Into<String>) -> SimFailure {
+        SimFailure { seed: self.seed, problem: problem.into(), log: self.log.clone() }
+    }
+
+    fn who(&self, d: usize, c: usize) -> Who {
+        Who { dev: d, ctx: c, life: self.devices[d].contexts[c].life }
+    }
+
+    fn driver(&self, d: usize, c: usize) -> Option<Rc<SimDriver>> {
+        self.devices[d].contexts[c].driver.clone()
+    }
+
+    /// Opens context `c` of device `d` with the shipped driver, and checks
+    /// what a reopen must show: an op recorded as in flight is never
+    /// `pending` (nor synced) — `awaiting-ack` while a cycle may still hold
+    /// it, `unknown-outcome` once it is known orphaned.
+    fn open(&mut self, d: usize, c: usize) -> Result<(), SimFailure> {
+        self.devices[d].contexts[c].life += 1;
+        let who = self.who(d, c);
+        self.world.alive.borrow_mut().insert(who);
+        let flight = self.devices[d].store.tables().sync.and_then(|s| s.flight);
+        let host = SimHost { world: self.world.clone(), who, seed: Cell::new(self.rng.u64(..)) };
+        let transport = SimTransport { world: self.world.clone(), who };
+        let options = Options { config: engine_config(&self.cfg), auto_sync: c == 0, resume_exhausted: c == 0, user: None };
+        let opened = Rc::new(RefCell::new(None));
+        let (slot, store) = (opened.clone(), self.devices[d].store.clone());
+        self.world.spawn(
+            who,
+            Box::pin(async move {
+                *slot.borrow_mut() = Some(Driver::start(store, transport, host, options).await);
+            }),
+        );
+        self.world.run();
+        let opened = opened.borrow_mut().take();
+        match opened {
+            Some(Ok(driver)) => self.devices[d].contexts[c].driver = Some(driver),
+            Some(Err(e)) => {
+                self.log.push(format!("dev{d}.{c} failed to open: {e}"));
+                self.world.kill(who);
+                return Ok(());
+            }
+            None => return Err(self.fail(format!("dev{d}.{c}: open never finished"))),
+        }
+        self.log.push(format!("dev{d}.{c} opens"));
+        let Some(f) = flight else { return Ok(()) };
+        self.stats.orphaned_flights += 1;
+        let Some(driver) = self.driver(d, c) else { return Ok(()) };
+        let engine = driver.engine.borrow();
+        for id in &f.op_ids {
+            let Some(op) = engine.pending().find(|o| &o.op_id == id) else { continue };
+            let phase = engine.status(&op.place()).phase;
+            if matches!(phase, Phase::Pending | Phase::Synced) {
+                return Err(self.fail(format!("dev{d}.{c} reopened with {id} in flight, and shows it {phase:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    fn crash(&mut self, d: usize, c: usize) {
+        self.stats.crashes += 1;
+        self.log.push(format!("crash dev{d}.{c}"));
+        self.world.kill(self.who(d, c));
+        self.devices[d].contexts[c].driver = None;
+    }
+
+    /// A live context of device `d`, if any.
+    fn live(&mut self, d: usize) -> Option<usize> {
+        let live: Vec<usize> = (0..CONTEXTS).filter(|c| self.devices[d].contexts[*c].driver.is_some()).collect();
+        (!live.is_empty()).then(|| live[self.rng.usize(..live.len())])
+    }
+
+    /// Records one random edit through the driver of a live context of `d`.
+    fn edit(&mut self, d: usize) -> Result<(), SimFailure> {
+        let Some(c) = self.live(d) else { return Ok(()) };
+        let Some(driver) = self.driver(d, c) else { return Ok(()) };
+        let table = self.cfg.tables[self.rng.usize(..self.cfg.tables.len())].clone();
+        let want_new = self.rng.u8(..3) == 0;
+        let pick = self.rng.u64(..);
+        let visible = driver.engine.borrow().all_visible();
+        let rows: Vec<&RowKey> = visible.keys().filter(|k| k.table == table).collect();
+        let (row_id, current) = if rows.is_empty() || want_new {
+            match driver.new_row_id() {
+                Ok(id) => (id, None),
+                Err(_) => return Ok(()),
+            }
+        } else {
+            let key = rows[(pick % rows.len() as u64) as usize];
+            (key.row_id.clone(), visible.get(key).cloned())
+        };
+        let fields = (self.cfg.edit)(&mut self.rng, &table, current.as_ref());
+        let seen: BTreeMap<String, Mark> = fields
+            .keys()
+            .filter_map(|k| current.as_ref().and_then(|r| r.cells.get(k)).map(|cell| (k.clone(), cell.mark.clone())))
+            .collect();
+        // Now and then the device's clock jumps to the top for one edit.
+        let wild = !self.healed && self.rng.u16(..150) == 0;
+        if wild {
+            *self.world.wild_now.borrow_mut() = Some((self.who(d, c), MAX_SAFE_INTEGER));
+        }
+        // Sometimes the transaction fails: the edit is refused, nothing recorded.
+        if self.rng.u8(..40) == 0 {
+            self.devices[d].store.fail_next_commits(1);
+        }
+        // The server alone judges: the generator makes refused edits on purpose.
+        let recorded = now_or_never(driver.change_with(None, &table, &row_id, fields, false));
+        *self.world.wild_now.borrow_mut() = None;
+        self.devices[d].store.fail_next_commits(0);
+        match recorded {
+            None => return Err(self.fail("a recording over memory waited")),
+            Some(Err(ClientError::ClockExhausted(_))) => self.log.push(format!("dev{d}.{c} edit refused: no later at left")),
+            Some(Err(ClientError::StorageFailed(e))) => self.log.push(format!("dev{d}.{c} edit failed to commit: {e}")),
+            Some(Err(e)) => return Err(self.fail(format!("dev{d}.{c}: the edit generator made a bad edit: {e}"))),
+            Some(Ok(op_id)) => {
+                let op = driver.engine.borrow().pending().find(|o| o.op_id == op_id).cloned();
+                let op = op.ok_or_else(|| self.fail(format!("dev{d}.{c}: recorded {op_id} is not queued")))?;
+                if wild {
+                    self.stats.wild_clock_edits += 1;
+                }
+                self.log.push(format!("dev{d}.{c} edit {} {}/{} {:?} at {}", op.op_id, op.table, op.row_id, op.fields, op.at));
+                self.recorded.push(RecordedOp { dev: d, op, seen });
+                self.stats.ops += 1;
+            }
+        }
+        self.world.run();
+        Ok(())
+    }
+
+    /// Starts a job on context `c` of `d` (a sync, or a person's check).
+    fn job(&mut self, d: usize, c: usize, check: bool) {
+        let Some(driver) = self.driver(d, c) else { return };
+        self.log.push(format!("dev{d}.{c} {}", if check { "checks with the server" } else { "syncs" }));
+        self.world.spawn(
+            self.who(d, c),
+            Box::pin(async move {
+                let _ = if check { driver.reconcile().await } else { driver.sync().await };
+            }),
+        );
+        self.world.run();
+    }
+
+    fn serve(&mut self, req: &Req) -> Resp {
+        // The server's clock is the simulation's; it refuses ops stamped more
+        // than a day ahead of it (the reference server's default).
+        self.server.now = Some(self.world.now.get());
+        match req {
+            Req::Push(p) => {
+                self.stats.pushes += 1;
+                let result = self.server.push(USER, p).map_err(|e| Failure::from_http(e.error.code.http_status(), Some(&e), None));
+                Resp::Push(result)
+            }
+            Req::Pull(sent) => Resp::Pull(Ok(self.server.pull_spaces(USER, sent))),
+            Req::Verdicts(ids) => {
+                self.stats.reconciles += 1;
+                Resp::Verdicts(Ok(self.server.verdicts(USER, &VerdictsRequest { op_ids: ids.clone() })))
+            }
+        }
+    }
+
+    /// Hands device `d`'s oldest broadcast to the contexts that listened.
+    fn broadcast(&mut self, d: usize) -> bool {
+        let Some((to, txn)) = self.world.next_broadcast(d) else { return false };
+        for who in to {
+            let ctx = &self.devices[who.dev].contexts[who.ctx];
+            if let (true, Some(driver)) = (ctx.life == who.life, ctx.driver.clone()) {
+                driver.absorb(&txn);
+            }
+        }
+        self.world.run();
+        true
+    }
+
+    /// One message of the faulty network.
+    fn network(&mut self) {
+        let n = self.world.net.borrow().len();
+        if n == 0 {
+            return;
+        }
+        let i = self.rng.usize(..n);
+        let msg = self.world.net.borrow_mut().swap_remove(i);
+        match msg {
+            Msg::ToServer { who, slot, req } => {
+                let dev = who.dev;
+                match self.rng.u8(..10) {
+                    0 => {
+                        self.stats.dropped_requests += 1;
+                        self.log.push(format!("net drops a request of dev{dev}"));
+                    }
+                    1 => {
+                        self.stats.lost_answers += 1;
+                        self.serve(&req);
+                        self.log.push(format!("server commits, answer to dev{dev} lost"));
+                    }
+                    2 => {
+                        self.stats.duplicated_requests += 1;
+                        let a = self.serve(&req);
+                        let b = self.serve(&req);
+                        self.log.push(format!("net duplicates a request of dev{dev}"));
+                        let mut net = self.world.net.borrow_mut();
+                        net.push(Msg::ToDevice { who, slot, resp: a });
+                        net.push(Msg::ToDevice { who, slot, resp: b });
+                    }
+                    3 if matches!(req, Req::Push(_)) => {
+                        self.log.push(format!("server fails dev{dev}'s push with 503 before commit"));
+                        let f = Failure::Server { status: 503, message: "unavailable".into() };
+                        self.world.net.borrow_mut().push(Msg::ToDevice { who, slot, resp: Resp::Push(Err(f)) });
+                    }
+                    _ => {
+                        let resp = self.serve(&req);
+                        self.log.push(format!("server answers dev{dev}"));
+                        self.world.net.borrow_mut().push(Msg::ToDevice { who, slot, resp });
+                    }
+                }
+            }
+            Msg::ToDevice { who, slot, resp } => {
+                if self.rng.u8(..12) == 0 {
+                    self.log.push(format!("net drops an answer to dev{}", who.dev));
+                } else if self.world.answer(slot, resp) {
+                    self.log.push(format!("dev{}.{} takes an answer", who.dev, who.ctx));
+                } else {
+                    self.log.push(format!("a late answer to dev{} finds no one waiting", who.dev));
+                }
+            }
+        }
+        self.world.run();
+    }
+
+    /// A request of device `d` times out (its fetch gives up).
+    fn timeout(&mut self, d: usize) {
+        let waiting = self.world.waiting(d);
+        if waiting.is_empty() {
+            return;
+        }
+        let slot = waiting[self.rng.usize(..waiting.len())];
+        self.log.push(format!("a request of dev{d} times out"));
+        self.world.fail(slot, Failure::Timeout);
+        self.world.run();
+    }
+
+    /// One random event of the faulty world.
+    fn event(&mut self) -> Result<(), SimFailure> {
+        let now = self.world.now.get() + self.rng.u64(1..2_000);
+        self.world.advance(now);
+        self.world.run();
+        let d = self.rng.usize(..self.devices.len());
+        let c = self.rng.usize(..CONTEXTS);
+        match self.rng.u8(..100) {
+            0..=27 => self.edit(d)?,
+            28..=37 => self.job(d, c, false),
+            38..=39 => self.job(d, c, true),
+            40..=72 => self.network(),
+            73..=78 => {
+                self.broadcast(d);
+            }
+            79..=85 => self.timeout(d),
+            86 => {
+                self.log.push(format!("dev{d}'s next commit fails"));
+                self.devices[d].store.fail_next_commits(1);
+            }
+            87..=92 => {
+                if self.devices[d].contexts[c].driver.is_some() {
+                    self.crash(d, c);
+                }
+            }
+            _ => {
+                if self.devices[d].contexts[c].driver.is_none() {
+                    self.world.kill(self.who(d, c));
+                    self.open(d, c)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The network heals: answers still on the wire arrive (to whoever still
+    /// waits), every other request times out; then every app opens again
+    /// (lifting stops for exhausted retries) and each device syncs to the end
+    /// on a perfect network, twice round.
+    fn heal(&mut self) -> Result<(), SimFailure> {
+        self.log.push("network heals".into());
+        self.healed = true;
+        let msgs = std::mem::take(&mut *self.world.net.borrow_mut());
+        for m in msgs {
+            if let Msg::ToDevice { slot, resp, .. } = m {
+                self.world.answer(slot, resp);
+            }
+        }
+        for slot in self.world.all_waiting() {
+            self.world.fail(slot, Failure::Timeout);
+        }
+        self.world.run();
+        for d in 0..self.devices.len() {
+            for c in 0..CONTEXTS {
+                self.world.kill(self.who(d, c));
+                self.devices[d].contexts[c].driver = None;
+            }
+        }
+        self.world.clear_wire();
+        for d in 0..self.devices.len() {
+            self.devices[d].store.fail_next_commits(0);
+            for c in 0..CONTEXTS {
+                self.open(d, c)?;
+                if self.driver(d, c).is_none() {
+                    return Err(self.fail(format!("dev{d}.{c} does not open on a healed world")));
+                }
+            }
+        }
+        for _round in 0..2 {
+            for d in 0..self.devices.len() {
+                self.sync_clean(d)?;
+            }
+        }
+        for d in 0..self.devices.len() {
+            while self.broadcast(d) {}
+        }
+        Ok(())
+    }
+
+    /// Syncs device `d`'s page until a cycle ends well, serving every request.
+    fn sync_clean(&mut self, d: usize) -> Result<(), SimFailure> {
+        let driver = self.driver(d, 0).ok_or_else(|| self.fail(format!("dev{d} is down after heal")))?;
+        for _try in 0..20 {
+            let out = Rc::new(RefCell::new(None));
+            let (slot, me) = (out.clone(), driver.clone());
+            self.world.spawn(self.who(d, 0), Box::pin(async move { *slot.borrow_mut() = Some(me.sync().await) }));
+            for _ in 0..100_000 {
+                self.world.run();
+                if out.borrow().is_some() {
+                    break;
+                }
+                let msgs = std::mem::take(&mut *self.world.net.borrow_mut());
+                if msgs.is_empty() {
+                    if !(0..self.devices.len()).any(|d| self.broadcast(d)) {
+                        let next = self.world.next_timer().ok_or_else(|| self.fail(format!("dev{d}: a sync waits on nothing")))?;
+                        self.world.advance(next);
+                    }
+                    continue;
+                }
+                for m in msgs {
+                    match m {
+                        Msg::ToServer { slot, req, .. } => {
+                            let resp = self.serve(&req);
+                            self.world.answer(slot, resp);
+                        }
+                        Msg::ToDevice { slot, resp, .. } => {
+                            self.world.answer(slot, resp);
+                        }
+                    }
+                }
+            }
+            let outcome = out.borrow_mut().take();
+            match outcome {
+                Some(Ok(o)) if o.ok => return Ok(()),
+                Some(Ok(o)) => {
+                    self.log.push(format!("dev{d} sync ends: {:?}", o.error));
+                    let next = o.retry_at.unwrap_or(self.world.now.get() + 1_000);
+                    self.world.advance(next);
+                }
+                Some(Err(e)) => return Err(self.fail(format!("dev{d} cannot sync on a healed network: {e}"))),
+                None => return Err(self.fail(format!("dev{d} did not finish syncing on a healed network"))),
+            }
+        }
+        Err(self.fail(format!("dev{d} never ended a cycle well on a healed network")))
+    }
+
+    fn check(&self) -> Result<(), SimFailure> {
+        let server_rows = self.server.rows(USER);
+        let data = self.server.users.get(USER).cloned().unwrap_or_default();
+        for (d, dev) in self.devices.iter().enumerate() {
+            for (c, ctx) in dev.contexts.iter().enumerate() {
+                let driver = ctx.driver.as_ref().ok_or_else(|| self.fail(format!("dev{d}.{c} is down after heal")))?;
+                let engine = driver.engine.borrow();
+                if engine.pending_len() != 0 {
+                    return Err(self.fail(format!("dev{d}.{c}: outbox not empty ({} ops)", engine.pending_len())));
+                }
+                let visible = engine.all_visible();
+                if visible != server_rows {
+                    let keys: std::collections::BTreeSet<&RowKey> = visible.keys().chain(server_rows.keys()).collect();
+                    let differ: Vec<String> = keys
+                        .into_iter()
+                        .filter(|k| visible.get(*k) != server_rows.get(*k))
+                        .map(|k| format!("{}/{}: device {:?}, server {:?}", k.table, k.row_id, visible.get(k), server_rows.get(k)))
+                        .collect();
+                    return Err(self.fail(format!("dev{d}.{c}: visible rows differ from the server's: {}", differ.join("; "))));
+                }
+            }
+            let stored = dev.store.tables();
+            if stored.base != server_rows {
+                return Err(self.fail(format!("dev{d}: stored base rows differ from the server's")));
+            }
+        }
+        for (id, n) in data.verdict_count.iter().chain(data.seq_count.iter()) {
+            if *n > 1 {
+                return Err(self.fail(format!("op {id} got {n} verdicts or seqs")));
+            }
+        }
+        let all_marks: Vec<&OpId> = server_rows.values().flat_map(|r| r.cells.values().map(|c| &c.mark.op_id)).collect();
+        for r in &self.recorded {
+            let op = &r.op;
+            match data.verdicts.get(&op.op_id) {
+                None => return Err(self.fail(format!("op {} was lost: never judged", op.op_id))),
+                Some(Remembered::Applied) => {
+                    let row = server_rows.get(&op.row_key()).ok_or_else(|| self.fail(format!("applied {} has no row", op.op_id)))?;
+                    let mark = op.mark();
+                    for (field, value) in &op.fields {
+                        let cell = row.cells.get(field).ok_or_else(|| self.fail(format!("applied {} lost field {field}", op.op_id)))?;
+                        if newer(&mark, &cell.mark) {
+                            return Err(self.fail(format!("applied {} lost to an older mark on {field}", op.op_id)));
+                        }
+                        if cell.mark == mark && &cell.value != value {
+                            return Err(self.fail(format!("{} won {field} but shows another value", op.op_id)));
+                        }
+                        if let Some(seen) = r.seen.get(field) {
+                            if &cell.mark == seen {
+                                return Err(self.fail(format!(
+                                    "causality: {} on {field} lost to {} which its device had already seen",
+                                    op.op_id, seen.op_id
+                                )));
+                            }
+                        }
+                    }
+                }
+                Some(Remembered::Rejected { reason, .. }) => {
+                    if all_marks.contains(&&op.op_id) {
+                        return Err(self.fail(format!("rejected {} is visible", op.op_id)));
+                    }
+                    for (c, ctx) in self.devices[r.dev].contexts.iter().enumerate() {
+                        let driver = ctx.driver.as_ref().ok_or_else(|| self.fail("device down"))?;
+                        if !driver.engine.borrow().rejections().any(|x| x.op.op_id == op.op_id && &x.reason == reason) {
+                            return Err(self.fail(format!("dev{}.{c}: rejected {} has no recorded reason", r.dev, op.op_id)));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn engine_config(cfg: &SimConfig) -> Config {
+    // Small limits, so schedules reach them and ask the server what it remembers.
+    let retry = RetryPolicy { max_attempts: 3, max_elapsed_ms: 30_000 };
+    Config { max_batch: cfg.max_batch, pull_limit: cfg.pull_limit, retry, ..Config::default() }
+}
+
+/// Runs one seeded schedule and checks every promise. `Err` carries the
+/// seed and the schedule that broke one.
+pub fn run(seed: u64, cfg: &SimConfig) -> Result<SimStats, SimFailure> {
+    let mut sim = Sim::new(seed, cfg.clone())?;
+    for _ in 0..cfg.events {
+        sim.event()?;
+    }
+    sim.heal()?;
+    sim.check()?;
+    let mut stats = sim.stats.clone();
+    stats.rejected =
+        sim.server.users.get(USER).map_or(0, |d| d.verdicts.values().filter(|v| matches!(v, Remembered::Rejected { .. })).count());
+    stats.late_answers = sim.world.late_answers.get();
+    stats.stale_ignored = sim
+        .devices
+        .iter()
+        .flat_map(|d| d.contexts.iter())
+        .filter_map(|c| c.driver.as_ref())
+        .map(|d| d.engine.borrow().metrics().stale_acks_ignored)
+        .sum();
+    Ok(stats)
+}
+
+/// Runs `count` schedules from `first_seed` on and adds up their stats.
+pub fn run_many(first_seed: u64, count: u64, cfg: &SimConfig) -> Result<SimStats, SimFailure> {
+    let mut total = SimStats::default();
+    for seed in first_seed..first_seed + count {
+        let s = run(seed, cfg)?;
+        total.ops += s.ops;
+        total.rejected += s.rejected;
+        total.pushes += s.pushes;
+        total.lost_answers += s.lost_answers;
+        total.dropped_requests += s.dropped_requests;
+        total.duplicated_requests += s.duplicated_requests;
+        total.late_answers += s.late_answers;
+        total.crashes += s.crashes;
+        total.stale_ignored += s.stale_ignored;
+        total.reconciles += s.reconciles;
+        total.orphaned_flights += s.orphaned_flights;
+        total.wild_clock_edits += s.wild_clock_edits;
+    }
+    Ok(total)
+}
