@@ -11,16 +11,17 @@ trap 'scripts/pg.sh stop' EXIT
 export MARKSYNC_TEST_POSTGRES_URL="$(scripts/pg.sh url)"
 
 echo "== 1/4 core and server, native (unit, property, simulation, HTTP on SQLite and PostgreSQL)"
+python3 scripts/import-cycles.py src server/src
 cargo test --workspace --features marksync/sim
 
 echo "== 2/4 the core builds for wasm32, and its browser tests pass in Chromium, Firefox and WebKit"
 cargo build --target wasm32-unknown-unknown --lib
 # The benchmarks' hidden exports build too (no timings here), so `make bench` cannot rot.
 cargo build --target wasm32-unknown-unknown --lib --features bench-exports
-wasm-pack test --headless --chrome --mode no-install --chromedriver "$(command -v chromedriver)" -- --test web
-wasm-pack test --headless --firefox --mode no-install --geckodriver "$(command -v geckodriver)" -- --test web
+wasm-pack test --headless --chrome --mode no-install --chromedriver "$(command -v chromedriver)" -- --test web --features testing
+wasm-pack test --headless --firefox --mode no-install --geckodriver "$(command -v geckodriver)" -- --test web --features testing
 # wasm-pack drives WebKit only as macOS's safaridriver; the same runner takes WebKitGTK's driver.
-scripts/webkit.sh cargo test --target wasm32-unknown-unknown --test web
+scripts/webkit.sh cargo test --target wasm32-unknown-unknown --test web --features testing
 
 echo "== 3/4 build the npm package, the demo and the server"
 scripts/build-www.sh

@@ -26,9 +26,7 @@ use crate::protocol::{Op, OpId, Outcome, Recalled, RememberedVerdict, Row, RowKe
 use crate::schema::{Edit, Edited, RefusalCode, Schema};
 use crate::space::{self, Role, SpaceId};
 
-/// The largest row an op may make, in bytes of its encoded `fields` and
-/// `marks` ([`Row::encoded_len`]): one user's row can never grow without bound.
-pub const MAX_ROW_BYTES: usize = 64 * 1024;
+pub use crate::schema::MAX_ROW_BYTES;
 /// The most bytes of rows one answer (push or verdicts) carries: every
 /// answer stays small whatever the batch, so one user cannot make the server
 /// build a huge answer.

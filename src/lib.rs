@@ -29,7 +29,8 @@
 //! | [`sync_state`] | attempts, the attempt in flight, retry policy, counters — durable and shared |
 //! | [`engine`] | the sans-io sync engine of one device |
 //! | [`driver`] | the one sync loop of a context: the engine over a store, a transport and a host |
-//! | `sim` | the deterministic fault simulator (feature `sim`) |
+//! | `sim` | the deterministic fault simulator, running the shipped [`driver`] (feature `sim`) |
+//! | `testing` | the store contract suite (feature `testing`) |
 #![warn(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
@@ -52,6 +53,9 @@ pub mod schema;
 pub mod space;
 pub mod store;
 pub mod sync_state;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 #[cfg(feature = "sim")]
 pub mod sim;

@@ -26,6 +26,11 @@ use history::{Alias, SchemaFile};
 pub use history::{Release, SchemaError, Step};
 use upgrade::Spelled;
 
+/// The largest row an op may make, in bytes of its encoded `fields` and
+/// `marks` ([`crate::protocol::Row::encoded_len`]): one user's row can never
+/// grow without bound. Every server judges by it, and a device checks by it.
+pub const MAX_ROW_BYTES: usize = 64 * 1024;
+
 /// A schema: its newest version's tables, and the history that leads there.
 ///
 /// The file is `{"version": 1, "tables": {"sets": {"fields": {…}}}}` (a
@@ -124,7 +129,7 @@ pub enum RefusalCode {
     UnknownField,
     /// The table is not in the schema.
     UnknownTable,
-    /// The row after the edit passes the row bound ([`crate::judge::MAX_ROW_BYTES`]).
+    /// The row after the edit passes the row bound ([`MAX_ROW_BYTES`]).
     RowTooLarge,
     /// The edit's version is newer than the schema: the server answers the
     /// push `409 schema_too_new` and the device waits (PROTOCOL §5).
@@ -335,7 +340,7 @@ impl Schema {
     /// current row and the edit as the newest version spells them, merge; if
     /// the row existed and no mark moved, accept without validation; else the
     /// row after the edit must pass [`Schema::check_row`] and not grow past
-    /// `max_row_bytes` ([`crate::judge::MAX_ROW_BYTES`] on every server).
+    /// `max_row_bytes` ([`MAX_ROW_BYTES`] on every server).
     pub fn edit(&self, edit: &Edit<'_>, current: Option<&Row>, max_row_bytes: usize) -> Result<Edited, Refusal> {
         if edit.version > self.version {
             let reason = format!("op schema {} is newer than the server's schema {}", edit.version, self.version);
@@ -375,13 +380,13 @@ impl Schema {
     pub fn check_edit_at(&self, version: u32, table: &str, current: Option<&Row>, fields: &Fields) -> Result<(), Refusal> {
         let (at, op_id) = check_mark(0);
         let edit = Edit { table, fields, version, at, op_id: &op_id };
-        self.edit(&edit, current, crate::judge::MAX_ROW_BYTES).map(|_| ())
+        self.edit(&edit, current, MAX_ROW_BYTES).map(|_| ())
     }
 
     /// What the server's schema and row bound answer for `op` on `current`:
     /// exactly the judge's words, its mark included (the clock bound aside).
     pub fn check_op(&self, op: &Op, current: Option<&Row>) -> Result<(), Refusal> {
-        self.edit(&Edit::of(op), current, crate::judge::MAX_ROW_BYTES).map(|_| ())
+        self.edit(&Edit::of(op), current, MAX_ROW_BYTES).map(|_| ())
     }
 
     /// Checks a row of `table` (read as the newest version spells it).

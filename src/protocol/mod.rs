@@ -13,6 +13,8 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
+pub mod space;
+
 /// The largest `at` (and seq) the protocol allows: 2^53 - 1, exact in a JS number.
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 /// The most fields one op may set.
@@ -295,7 +297,7 @@ impl Op {
         check_table(&self.table).map_err(|p| ShapeError::new(format!("{path}.table"), p))?;
         check_row_id(&self.row_id).map_err(|p| ShapeError::new(format!("{path}.rowId"), p))?;
         if let Some(space) = &self.space {
-            crate::space::check_space(space).map_err(|p| ShapeError::new(format!("{path}.space"), p))?;
+            space::check_space(space).map_err(|p| ShapeError::new(format!("{path}.space"), p))?;
         }
         if self.at > MAX_SAFE_INTEGER {
             return Err(ShapeError::new(format!("{path}.at"), "must be at most 2^53-1"));
@@ -699,7 +701,7 @@ pub struct PullResponse {
 pub struct SpacesPullRequest {
     /// Space name → where the device's copy stands. A device that follows
     /// nothing yet sends `{}` and learns its spaces from `joined`.
-    pub spaces: BTreeMap<String, crate::space::Follow>,
+    pub spaces: BTreeMap<String, space::Follow>,
     /// Most changes in the answer, over all spaces (1..=1000, default 500).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
@@ -708,11 +710,11 @@ pub struct SpacesPullRequest {
 impl SpacesPullRequest {
     /// Checks the count, every space name and cursor, and the limit.
     pub fn check_shape(&self) -> Result<(), ShapeError> {
-        if self.spaces.len() > crate::space::MAX_FOLLOWED {
-            return Err(ShapeError::new("spaces", format!("must name at most {} spaces", crate::space::MAX_FOLLOWED)));
+        if self.spaces.len() > space::MAX_FOLLOWED {
+            return Err(ShapeError::new("spaces", format!("must name at most {} spaces", space::MAX_FOLLOWED)));
         }
         for (name, follow) in &self.spaces {
-            crate::space::check_space(name).map_err(|p| ShapeError::new(format!("spaces[{name:?}]"), p))?;
+            space::check_space(name).map_err(|p| ShapeError::new(format!("spaces[{name:?}]"), p))?;
             if follow.cursor > MAX_SAFE_INTEGER {
                 return Err(ShapeError::new(format!("spaces[{name:?}].cursor"), "must be at most 2^53-1"));
             }
@@ -749,9 +751,9 @@ pub struct SpacesPullResponse {
     pub spaces: Vec<SpacePage>,
     /// Spaces the user is a member of that the request did not follow: their
     /// rows come from the start (in `spaces`, now or in the next pulls).
-    pub joined: Vec<crate::space::Membership>,
+    pub joined: Vec<space::Membership>,
     /// Followed spaces whose role is not the one the request named.
-    pub roles: Vec<crate::space::Membership>,
+    pub roles: Vec<space::Membership>,
     /// Followed spaces the user is no longer a member of: the device removes
     /// their rows, and its queued ops there come back `forbidden`.
     pub left: Vec<String>,
@@ -790,7 +792,7 @@ pub struct SetMember {
     /// The member's user id.
     pub user: String,
     /// The new role; `None` removes the member.
-    pub role: Option<crate::space::Role>,
+    pub role: Option<space::Role>,
 }
 
 /// A member as listed or set.
@@ -800,7 +802,7 @@ pub struct Member {
     /// The member's user id.
     pub user: String,
     /// The role (`None`: removed).
-    pub role: Option<crate::space::Role>,
+    pub role: Option<space::Role>,
 }
 
 /// `GET /v1/spaces/members?space=` answer.
@@ -818,7 +820,7 @@ pub struct MembersList {
 #[serde(rename_all = "camelCase")]
 pub struct SpacesList {
     /// The personal space first, then the others by name.
-    pub spaces: Vec<crate::space::Membership>,
+    pub spaces: Vec<space::Membership>,
 }
 
 /// Most opIds one `POST /v1/verdicts` may ask about.

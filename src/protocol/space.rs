@@ -1,0 +1,108 @@
+//! The names and roles of spaces as the wire carries them (PROTOCOL §3c,
+//! §4b): what a space name and a user id look like, the roles, what a
+//! device follows. The rules over them — who may write where, what a pull
+//! reads — are [`crate::space`]'s.
+
+use serde::{Deserialize, Serialize};
+
+/// The first character of every personal space's name, and of no shared one.
+pub const PERSONAL_PREFIX: char = '~';
+
+/// The longest space name: a personal space is the prefix and a user id of up
+/// to 256 bytes; a shared name is at most 128 bytes.
+pub const MAX_SPACE_BYTES: usize = 1 + 256;
+
+/// The name of `user`'s personal space.
+pub fn personal(user: &str) -> String {
+    format!("{PERSONAL_PREFIX}{user}")
+}
+
+/// The user whose personal space `space` is, if it is one.
+pub fn personal_owner(space: &str) -> Option<&str> {
+    space.strip_prefix(PERSONAL_PREFIX)
+}
+
+/// Checks the shape of a space name as an op or a pull names it: a personal
+/// space (`~` and a user id: no control characters) or a shared name.
+pub fn check_space(s: &str) -> Result<(), &'static str> {
+    match personal_owner(s) {
+        Some(user) => check_user(user).map_err(|_| "a personal space is ~ and a user id of 1 to 256 bytes without control characters"),
+        None => check_shared_space(s),
+    }
+}
+
+/// Checks the shape of a user id as a personal space holds it: 1 to 256
+/// bytes, no control characters.
+pub fn check_user(user: &str) -> Result<(), &'static str> {
+    if user.is_empty() || user.len() + 1 > MAX_SPACE_BYTES || user.chars().any(char::is_control) {
+        return Err("a user id is 1 to 256 bytes without control characters");
+    }
+    Ok(())
+}
+
+/// Checks the name of a shared space: the opId alphabet `[A-Za-z0-9:._-]`, 1..=128.
+pub fn check_shared_space(s: &str) -> Result<(), &'static str> {
+    super::check_op_id(s)
+}
+
+/// What a member may do in a space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reads, writes rows, and manages the members.
+    Owner,
+    /// Reads and writes rows.
+    Editor,
+    /// Reads.
+    Viewer,
+}
+
+impl Role {
+    /// The role's name on the wire and in the database.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Editor => "editor",
+            Role::Viewer => "viewer",
+        }
+    }
+
+    /// The role named `s`, if any.
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "owner" => Some(Role::Owner),
+            "editor" => Some(Role::Editor),
+            "viewer" => Some(Role::Viewer),
+            _ => None,
+        }
+    }
+
+    /// Whether this role may write rows.
+    pub const fn writes(self) -> bool {
+        matches!(self, Role::Owner | Role::Editor)
+    }
+}
+
+/// The most spaces one pull may follow.
+pub const MAX_FOLLOWED: usize = 10_000;
+
+/// One space a device follows: where its copy stands (PROTOCOL §4b).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Follow {
+    /// The seq of the last change of the space the device holds (0: none).
+    pub cursor: u64,
+    /// The role the device last learned; a pull names the role again when it differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+}
+
+/// A space and a user's role in it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Membership {
+    /// The space.
+    pub space: String,
+    /// The role.
+    pub role: Role,
+}

@@ -1,0 +1,175 @@
+//! The contract suite every [`LocalStore`] must pass. Each function takes a
+//! way to make an empty store and a way to reopen the same data, so it runs
+//! unchanged against [`crate::store::MemoryStore`] natively and IndexedDB in a
+//! browser.
+
+use crate::protocol::{Op, OpId, Row, RowKey};
+use crate::store::{LocalStore, Meta, Rejection, Txn};
+use crate::protocol::{Cell, Fields, Mark, Value};
+
+fn op(device: &str, n: u64, at: u64) -> Op {
+    let mut fields = Fields::new();
+    fields.insert("reps".into(), Value::Number(n as f64));
+    Op {
+        op_id: crate::ids::op_id(device, n),
+        table: "sets".into(),
+        row_id: crate::ids::row_id(device, 1),
+        fields,
+        at,
+        schema: 1,
+        space: None,
+    }
+}
+
+fn row(at: u64, id: &str) -> Row {
+    let mut r = Row::default();
+    r.cells.insert("reps".into(), Cell { value: Value::Number(1.0), mark: Mark { at, op_id: OpId::new(id) } });
+    r
+}
+
+/// Opening an empty store creates the meta record; opening again keeps it.
+pub async fn open_creates_meta_once<S: LocalStore>(store: &S) -> Result<(), String> {
+    let a = store.open(Meta::fresh("dev-a".into())).await.map_err(|e| e.to_string())?;
+    let b = store.open(Meta::fresh("dev-b".into())).await.map_err(|e| e.to_string())?;
+    check(a.meta.as_ref().map(|m| m.device_id.as_str()) == Some("dev-a"), "first open stores the fresh meta")?;
+    check(b.meta.as_ref().map(|m| m.device_id.as_str()) == Some("dev-a"), "second open keeps the device id")
+}
+
+/// A committed step is all there after reopen: meta, base, pending, rejections.
+pub async fn commit_then_reopen<S: LocalStore>(store: &S) -> Result<(), String> {
+    store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+    let mut meta = Meta::fresh("dev".into());
+    meta.counter = 64;
+    meta.cursor = 17;
+    meta.clock = crate::clock::Clock { last_at: 30, max_seen_at: 25, ..crate::clock::Clock::default() };
+    let key = RowKey::new("sets", "dev-1");
+    let rejected = Rejection {
+        op: op("dev", 3, 21),
+        reason: "reps must be at most 100".into(),
+        code: "out_of_range".into(),
+        attempts: 1,
+        superseded: false,
+    };
+    let txn = Txn {
+        meta: Some(meta.clone()),
+        put_base: vec![(key.clone(), row(5, "srv:1"))],
+        put_pending: vec![op("dev", 2, 20), op("dev", 1, 10), op("dev", 10, 30)],
+        put_rejections: vec![rejected.clone()],
+        ..Txn::default()
+    };
+    store.commit(&txn).await.map_err(|e| e.to_string())?;
+    let s = store.open(Meta::fresh("other".into())).await.map_err(|e| e.to_string())?;
+    check(s.meta.as_ref() == Some(&meta), "meta survives")?;
+    check(s.base == vec![(key, row(5, "srv:1"))], "base rows survive")?;
+    let ats: Vec<u64> = s.pending.iter().map(|o| o.at).collect();
+    check(ats == vec![10, 20, 30], "pending ops come back in `at` order (not opId text order)")?;
+    check(s.pending[0] == op("dev", 1, 10), "pending ops survive whole")?;
+    check(s.rejections == vec![rejected], "rejections survive")
+}
+
+/// Deletes remove exactly what they name.
+pub async fn deletes<S: LocalStore>(store: &S) -> Result<(), String> {
+    store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+    let r = Rejection { op: op("dev", 5, 50), reason: "r".into(), code: "c".into(), attempts: 1, superseded: false };
+    let put = Txn { put_pending: vec![op("dev", 1, 10), op("dev", 2, 20)], put_rejections: vec![r.clone()], ..Txn::default() };
+    store.commit(&put).await.map_err(|e| e.to_string())?;
+    let del = Txn { delete_pending: vec![10], delete_rejections: vec![r.op.op_id.clone()], ..Txn::default() };
+    store.commit(&del).await.map_err(|e| e.to_string())?;
+    let s = store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+    check(s.pending.len() == 1 && s.pending[0].at == 20, "the named pending op is gone, the other stays")?;
+    check(s.rejections.is_empty(), "a dismissed rejection is gone")
+}
+
+/// A base row put twice keeps the second; rows are keyed by (table, rowId).
+pub async fn base_rows_are_keyed_by_table_and_row<S: LocalStore>(store: &S) -> Result<(), String> {
+    store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+    let a = RowKey::new("sets", "x");
+    let b = RowKey::new("notes", "x");
+    let txn = Txn { put_base: vec![(a.clone(), row(1, "s:1")), (b.clone(), row(2, "s:2"))], ..Txn::default() };
+    store.commit(&txn).await.map_err(|e| e.to_string())?;
+    let txn = Txn { put_base: vec![(a.clone(), row(3, "s:3"))], ..Txn::default() };
+    store.commit(&txn).await.map_err(|e| e.to_string())?;
+    let s = store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+    let mut got = s.base.clone();
+    got.sort_by(|x, y| x.0.cmp(&y.0));
+    check(got == vec![(b, row(2, "s:2")), (a, row(3, "s:3"))], "two tables, same rowId, each kept; latest put wins")
+}
+
+/// The engine's own steps — record an op, apply a push's verdicts (one
+/// applied, one rejected), apply a pull page — each committed as one txn,
+/// come back whole after reopen.
+pub async fn engine_steps_survive_reopen<S: LocalStore>(store: &S) -> Result<(), String> {
+    use crate::engine::{Config, Engine, Step};
+    use crate::memory_server::MemoryServer;
+    use crate::schema::Schema;
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let snap = store.open(Meta::fresh("dev".into())).await.map_err(|e| err(&e))?;
+    let mut engine = Engine::open(snap, Config::default()).map_err(|e| err(&e))?;
+    let mut server = MemoryServer::new(Schema::workout());
+    // Another device's row, to be pulled.
+    let other = crate::workload::set_op("other", 1, 1, 5);
+    let req = crate::protocol::PushRequest { attempt_key: "other:a1".into(), batch: vec![other] };
+    server.push("u", &req).map_err(|e| e.error.message)?;
+    let record = |engine: &mut Engine, fields: Fields, stored: &Meta| {
+        let draft = engine.draft("sets", "dev-1", fields).map_err(|e| err(&e))?;
+        engine.plan_record(draft, stored, 100).map_err(|e| err(&e))
+    };
+    let mut full = Fields::new();
+    full.insert("exercise".into(), Value::from("squat"));
+    full.insert("weightKg".into(), Value::from(80.0));
+    full.insert("reps".into(), Value::from(5i64));
+    let stored = engine.meta().clone();
+    let (txn, rec) = record(&mut engine, full, &stored)?;
+    store.commit(&txn).await.map_err(|e| err(&e))?;
+    engine.recorded(rec);
+    let mut bad = Fields::new();
+    bad.insert("reps".into(), Value::from(500i64));
+    let stored = txn.meta.clone().ok_or("no meta")?;
+    let (txn, rec) = record(&mut engine, bad, &stored)?;
+    store.commit(&txn).await.map_err(|e| err(&e))?;
+    engine.recorded(rec);
+    let (txn, mut step) = engine.start_sync(0);
+    store.commit(&txn).await.map_err(|e| err(&e))?;
+    loop {
+        step = match step {
+            Step::Push(req) => {
+                let resp = server.push("u", &req).map_err(|e| e.error.message)?;
+                check(
+                    store.open(Meta::fresh("x".into())).await.map_err(|e| err(&e))?.sync.and_then(|s| s.flight).is_some(),
+                    "the attempt going out is stored before the push leaves",
+                )?;
+                let (txn, next) = engine.on_push_response(resp, 0).ok_or("answer ignored")?;
+                store.commit(&txn).await.map_err(|e| err(&e))?;
+                next
+            }
+            Step::Pull(req) => {
+                let (txn, next) = engine.on_pull_response(&req, server.pull_spaces("u", &req), 0).ok_or("page ignored")?;
+                store.commit(&txn).await.map_err(|e| err(&e))?;
+                next
+            }
+            Step::Done(_) => break,
+            other => return Err(format!("unexpected step {other:?}")),
+        }
+    }
+    let again = store.open(Meta::fresh("x".into())).await.map_err(|e| err(&e))?;
+    let reopened = Engine::open(again, Config::default()).map_err(|e| err(&e))?;
+    check(reopened.pending_len() == 0, "verdicts emptied the stored outbox")?;
+    check(reopened.cursor() == engine.cursor() && engine.cursor() == 2, "the cursor was stored with the page")?;
+    check(
+        reopened.following() == engine.following() && engine.following().personal.as_deref() == Some("~u"),
+        "the followed spaces were stored",
+    )?;
+    check(reopened.all_visible() == engine.all_visible(), "stored base rows = the engine's rows")?;
+    check(reopened.all_visible().len() == 2, "own row and the pulled row")?;
+    let reasons: Vec<String> = reopened.rejections().map(|r| r.reason.clone()).collect();
+    check(reasons == vec!["reps must be at most 100".to_string()], "the rejection was stored with its reason")?;
+    check(reopened.meta().counter >= 2 && reopened.meta().clock.last_at >= 101, "counter and clock were stored")
+}
+
+fn check(ok: bool, what: &str) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("store contract broken: {what}"))
+    }
+}
