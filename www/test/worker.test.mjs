@@ -171,6 +171,45 @@ for (const backend of backends()) {
       await d.context.close();
     });
 
+    test('a new worker takes over while the old one has a push out: nothing lost, no op renamed, statuses true', async () => {
+      const user = newUser('update');
+      const d = await deviceWithWorker(user, { autoSync: false });
+      const [page] = d.pages;
+      const ids = await page.evaluate(async () => {
+        const ids = [];
+        for (let i = 0; i < 10; i++) ids.push(await db.change('sets', db.newRowId(), { exercise: 'dip', weightKg: 0, reps: 1 + i }));
+        return ids;
+      });
+      await server.faults({ delayMs: 2000 });
+      await d.dispatchSync();
+      await until(() => page.evaluate(() => db.rows('sets').every((r) => db.status('sets', r._id).phase === 'awaiting-ack')),
+        'the old worker to have the push out');
+      // The app ships a new worker: it installs, skips waiting and claims the pages while the old one's request is out.
+      const swapped = await page.evaluate(async () => {
+        const before = navigator.serviceWorker.controller?.scriptURL;
+        const changed = new Promise((r) => navigator.serviceWorker.addEventListener('controllerchange', r, { once: true }));
+        await navigator.serviceWorker.register('/test/test-sw.js?v=2', { type: 'module', scope: '/test/' });
+        await changed;
+        return [before, navigator.serviceWorker.controller?.scriptURL];
+      });
+      assert.notEqual(swapped[0], swapped[1], 'the new worker controls the page');
+      // Meanwhile no row reads as merely queued: each was sent, its outcome is not known yet.
+      const phases = await page.evaluate(() => db.rows('sets').map((r) => db.status('sets', r._id).phase));
+      for (const p of phases) assert.ok(['awaiting-ack', 'unknown-outcome', 'synced'].includes(p), `phase ${p} during the update`);
+      await server.faults({ delayMs: 0 });
+      await new Promise((r) => setTimeout(r, 2500));
+      await d.dispatchSync();
+      await until(() => page.evaluate(() => db.pending().length === 0), 'the outbox to drain', 20000);
+      const rows = await server.rows(user);
+      assert.equal(rows.size, 10, 'every edit reached the server');
+      const device = await page.evaluate(() => db.deviceId);
+      const marks = new Set(JSON.stringify([...rows.values()]).match(new RegExp(`${device}:\\d+`, 'g')));
+      assert.deepEqual([...marks].sort(), [...ids].sort(), 'the server holds exactly the opIds born on the device');
+      const after = await page.evaluate(() => db.rows('sets').map((r) => db.status('sets', r._id).phase));
+      assert.deepEqual(after, Array(10).fill('synced'));
+      await d.context.close();
+    });
+
     test('the server is killed during edits and restarted: everything converges', async () => {
       const user = newUser('restart');
       const own = await startServer(backend);
