@@ -42,7 +42,9 @@ pub enum Failure {
     /// 401 after the token was refreshed once: the user must sign in again.
     #[error("unauthorized: {0}")]
     Unauthorized(String),
-    /// 409: the server is older than the app's ops; a reload (new app) is needed.
+    /// 409: the server is the old side (its schema is older than the app's
+    /// ops): reloading the app cannot help; the queue waits whole and the
+    /// server is probed again until it is upgraded (PROTOCOL §5).
     #[error("schema too new: {0}")]
     SchemaTooNew(String),
     /// 413: the batch is too large; send half.
