@@ -59,8 +59,6 @@ pub mod testing;
 
 #[cfg(feature = "sim")]
 pub mod sim;
-#[cfg(feature = "sim")]
-pub mod sim_spaces;
 
 #[doc(hidden)]
 pub mod workload;

@@ -95,7 +95,7 @@ fn frozen_seeds() {
 /// every space, no op lost, refusals that stand after a grant.
 #[test]
 fn spaces_with_changing_membership_converge_and_never_leak() {
-    use marksync::sim_spaces::{run, run_many, SpacesConfig};
+    use marksync::sim::spaces::{run, run_many, SpacesConfig};
     let cfg = SpacesConfig::default();
     if let Some(seed) = env_u64("MARKSYNC_SPACES_SEED") {
         if let Err(f) = run(seed, &cfg) {
@@ -119,7 +119,7 @@ fn spaces_with_changing_membership_converge_and_never_leak() {
 /// Space seeds that once failed, frozen with what each caught.
 #[test]
 fn frozen_space_seeds() {
-    use marksync::sim_spaces::{run, SpacesConfig};
+    use marksync::sim::spaces::{run, SpacesConfig};
     let cfg = SpacesConfig::default();
     // 65: a device's own ops were applied in a space while its user was an
     // editor there, and the user was revoked before the device ever pulled

@@ -25,6 +25,7 @@
 //! An app can run its own schema and edits through the same faults with
 //! [`SimConfig`].
 
+pub mod spaces;
 mod world;
 
 use std::cell::{Cell, RefCell};

@@ -9,10 +9,10 @@
 //! it was told of (`joined`, from cursor 0), keeps each space's rows and
 //! cursor, takes the roles it is told, and drops a space it `left` (the
 //! contract, written plainly). Each user also has a **device running the
-//! real engine** ([`crate::engine::Engine`], the browser client's core): it
-//! records edits in its own space and in shared ones — refused on the device
-//! when it knows the user is a viewer there or left — and syncs, its answers
-//! lost now and then. After the schedule every user pulls until nothing is
+//! shipped driver** ([`crate::driver::Driver`], the browser client's loop,
+//! in the simulated world of [`super::world`]): it records edits in its own
+//! space and in shared ones — refused on the device when it knows the user
+//! is a viewer there or left — and syncs, its answers lost now and then. After the schedule every user pulls until nothing is
 //! new, every device syncs until it is done, and [`run`] checks:
 //! - **isolation**: a pull never returned a row of a space the user was not
 //!   a member of at that moment;
@@ -29,16 +29,22 @@
 //!   server's remembered code and reason — none lost; an edit refused on the
 //!   device was refused by the rule the judge runs on what the device knew.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 use fastrand::Rng;
 
-use crate::engine::{Config, Engine, EngineError, Step};
+use super::world::{Msg, Req, Resp, SimHost, SimTransport, Who, World};
+use super::{now_or_never, SimDriver, SimFailure};
+use crate::attempt::Failure;
+use crate::driver::{ClientError, Driver, Options};
+use crate::engine::Config;
 use crate::memory_server::MemoryServer;
-use crate::protocol::{Fields, Op, OpId, Outcome, PushRequest, Row, RowKey, SpacesPullRequest, Value};
+use crate::protocol::{Fields, Op, OpId, Outcome, PushRequest, Row, RowKey, SpacesPullRequest, Value, VerdictsRequest};
 use crate::schema::Schema;
 use crate::space::{self, Follow, Role, FORBIDDEN, READ_ONLY};
-use crate::store::{Meta, Snapshot};
+use crate::store::MemoryStore;
 
 /// What to simulate.
 #[derive(Debug, Clone)]
@@ -89,25 +95,7 @@ pub struct SpacesStats {
 }
 
 /// A failed run: the seed and what broke, with the schedule so far.
-#[derive(Debug, Clone)]
-pub struct SpacesFailure {
-    /// The seed that replays it.
-    pub seed: u64,
-    /// What broke.
-    pub problem: String,
-    /// The events until then.
-    pub log: Vec<String>,
-}
-
-impl std::fmt::Display for SpacesFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "seed {}: {}", self.seed, self.problem)?;
-        for line in self.log.iter().rev().take(40).collect::<Vec<_>>().into_iter().rev() {
-            writeln!(f, "  {line}")?;
-        }
-        Ok(())
-    }
-}
+pub type SpacesFailure = SimFailure;
 
 /// One user's device, following spaces as the protocol says.
 #[derive(Debug, Default)]
@@ -116,14 +104,15 @@ struct Follower {
     rows: BTreeMap<String, BTreeMap<RowKey, Row>>,
 }
 
-/// One user's device running the engine, and what it recorded.
+/// One user's device running the shipped driver, and what it recorded.
 struct Device {
-    engine: crate::engine::Engine,
+    driver: Rc<SimDriver>,
     recorded: Vec<Op>,
 }
 
 struct Run {
     seed: u64,
+    world: Rc<World>,
     devices: HashMap<String, Device>,
     rng: Rng,
     server: MemoryServer,
@@ -303,13 +292,34 @@ impl Run {
         Ok(quiet)
     }
 
-    fn device(&mut self, user: &str) -> &mut Device {
-        self.devices.entry(user.to_owned()).or_insert_with(|| {
-            let snap = Snapshot { meta: Some(Meta::fresh(format!("{user}-dev"))), ..Snapshot::default() };
+    /// `user`'s device, opened on first use.
+    fn device(&mut self, user: &str) -> Result<&mut Device, SpacesFailure> {
+        if !self.devices.contains_key(user) {
+            let dev = self.users.iter().position(|u| u == user).ok_or_else(|| self.fail(format!("no user {user}")))?;
+            let who = Who { dev, ctx: 0, life: 1 };
+            self.world.alive.borrow_mut().insert(who);
+            let host = SimHost { world: self.world.clone(), who, seed: Cell::new(self.rng.u64(..)) };
+            let transport = SimTransport { world: self.world.clone(), who };
             let config = Config { pull_limit: 3, max_batch: 4, ..Config::default() };
-            let engine = Engine::open(snap, config).unwrap_or_else(|e| panic!("a fresh engine opens: {e}"));
-            Device { engine, recorded: Vec::new() }
-        })
+            let options = Options { config, auto_sync: false, resume_exhausted: true, user: None };
+            let opened = Rc::new(RefCell::new(None));
+            let slot = opened.clone();
+            let store = Rc::new(MemoryStore::new());
+            self.world.spawn(
+                who,
+                Box::pin(async move {
+                    *slot.borrow_mut() = Some(Driver::start(store, transport, host, options).await);
+                }),
+            );
+            self.world.run();
+            let driver = match opened.borrow_mut().take() {
+                Some(Ok(d)) => d,
+                Some(Err(e)) => return Err(self.fail(format!("{user}'s device does not open: {e}"))),
+                None => return Err(self.fail(format!("{user}'s device never opened"))),
+            };
+            self.devices.insert(user.to_owned(), Device { driver, recorded: Vec::new() });
+        }
+        self.devices.get_mut(user).ok_or_else(|| SimFailure { seed: 0, problem: "no device".into(), log: Vec::new() })
     }
 
     /// The device records an edit: its own row, or a row of a shared space
@@ -325,31 +335,31 @@ impl Run {
         fields.insert("exercise".into(), Value::from("row"));
         fields.insert("weightKg".into(), Value::from(50.0));
         fields.insert("reps".into(), Value::from(i64::from(self.rng.u8(1..20))));
-        self.n += 1;
-        let now = self.n;
-        let dev = self.device(&user);
+        let driver = self.device(&user)?.driver.clone();
         // Without a space the edit goes where the row lives: that space's rule.
         let target = match &space {
             Some(s) => s.clone(),
-            None => dev.engine.locate("sets", &row).map(|k| k.space).unwrap_or_default(),
+            None => driver.engine.borrow().locate("sets", &row).map(|k| k.space).unwrap_or_default(),
         };
-        let known = dev.engine.following().may_write(&target);
-        let outcome: Result<Option<Op>, String> = match dev.engine.draft_in(space.as_deref(), "sets", &row, fields) {
-            Err(EngineError::Denied(d)) if known.as_ref().err() == Some(&d) => Ok(None),
-            Err(e) => Err(format!("{user}'s device refused an edit in {space:?}: {e}")),
-            Ok(draft) => {
-                let stored = dev.engine.meta().clone();
-                match dev.engine.plan_record(draft, &stored, now) {
-                    Ok((_, rec)) => {
-                        let op = rec.ops[0].clone();
-                        dev.engine.recorded(rec);
-                        dev.recorded.push(op.clone());
+        let known = driver.engine.borrow().following().may_write(&target);
+        let outcome: Result<Option<Op>, String> = match now_or_never(driver.change_with(space.as_deref(), "sets", &row, fields, false)) {
+            None => Err("a recording over memory waited".into()),
+            Some(Err(ClientError::Denied(d))) if known.as_ref().err() == Some(&d) => Ok(None),
+            Some(Err(e)) => Err(format!("{user}'s device refused an edit in {space:?}: {e}")),
+            Some(Ok(id)) => {
+                let op = driver.engine.borrow().pending().find(|o| o.op_id == id).cloned();
+                match op {
+                    Some(op) => {
+                        if let Some(dev) = self.devices.get_mut(&user) {
+                            dev.recorded.push(op.clone());
+                        }
                         Ok(Some(op))
                     }
-                    Err(e) => Err(e.to_string()),
+                    None => Err(format!("{user}'s device recorded {id} and does not hold it")),
                 }
             }
         };
+        self.world.run();
         match outcome.map_err(|e| self.fail(e))? {
             None => {
                 self.stats.device_refused += 1;
@@ -366,58 +376,55 @@ impl Run {
     /// One sync cycle of `user`'s device, a push answer lost after the
     /// commit now and then. `true` when it ended done with nothing queued.
     fn device_sync(&mut self, user: &str) -> Result<bool, SpacesFailure> {
-        self.n += 1;
-        let now = self.n;
+        let driver = self.device(user)?.driver.clone();
+        let who = Who { dev: self.users.iter().position(|u| u == user).unwrap_or_default(), ctx: 0, life: 1 };
+        self.world.advance(self.world.now.get() + 1_000);
         let lose = self.rng.u8(..4) == 0;
-        let dev = self.devices.get_mut(user).ok_or_else(|| SpacesFailure { seed: self.seed, problem: "no device".into(), log: vec![] })?;
-        let mut step = dev.engine.start_sync(now).1;
         let mut lost = false;
-        for _ in 0..100 {
-            step = match step {
-                Step::Push(req) => {
-                    self.log.push(format!(
-                        "{user}'s device pushes {:?}",
-                        req.batch.iter().map(|o| (o.op_id.as_str(), o.space.as_deref())).collect::<Vec<_>>()
-                    ));
-                    let answer = self.server.push(user, &req).map_err(|e| SpacesFailure {
-                        seed: self.seed,
-                        problem: format!("{e:?}"),
-                        log: vec![],
-                    })?;
-                    if lose && !lost {
-                        lost = true;
-                        self.stats.resent += 1;
-                        match dev.engine.on_push_failed(&req.attempt_key, crate::attempt::Failure::Timeout, now) {
-                            Some((_, s)) => s,
-                            None => break,
+        let out = Rc::new(RefCell::new(None));
+        let (slot, me) = (out.clone(), driver.clone());
+        self.world.spawn(who, Box::pin(async move { *slot.borrow_mut() = Some(me.sync().await) }));
+        for _ in 0..10_000 {
+            self.world.run();
+            if out.borrow().is_some() {
+                break;
+            }
+            let msgs = std::mem::take(&mut *self.world.net.borrow_mut());
+            if msgs.is_empty() {
+                return Err(self.fail(format!("{user}'s device waits on nothing")));
+            }
+            for m in msgs {
+                let Msg::ToServer { slot, req, .. } = m else { continue };
+                match req {
+                    Req::Push(req) => {
+                        self.log.push(format!(
+                            "{user}'s device pushes {:?}",
+                            req.batch.iter().map(|o| (o.op_id.as_str(), o.space.as_deref())).collect::<Vec<_>>()
+                        ));
+                        let answer = self.server.push(user, &req).map_err(|e| Failure::from_http(e.error.code.http_status(), Some(&e), None));
+                        if lose && !lost {
+                            lost = true;
+                            self.stats.resent += 1;
+                            self.world.fail(slot, Failure::Timeout);
+                        } else {
+                            self.world.answer(slot, Resp::Push(answer));
                         }
-                    } else {
-                        match dev.engine.on_push_response(answer, now) {
-                            Some((_, s)) => s,
-                            None => break,
-                        }
+                    }
+                    Req::Pull(req) => {
+                        let answer = self.server.pull_spaces(user, &req);
+                        self.stats.device_left += answer.left.len();
+                        self.world.answer(slot, Resp::Pull(Ok(answer)));
+                    }
+                    Req::Verdicts(ids) => {
+                        let answer = self.server.verdicts(user, &VerdictsRequest { op_ids: ids });
+                        self.world.answer(slot, Resp::Verdicts(Ok(answer)));
                     }
                 }
-                Step::Pull(req) => {
-                    let answer = self.server.pull_spaces(user, &req);
-                    self.stats.device_left += answer.left.len();
-                    match dev.engine.on_pull_response(&req, answer, now) {
-                        Some((_, s)) => s,
-                        None => break,
-                    }
-                }
-                Step::Reconcile(ids) => {
-                    let answer = self.server.verdicts(user, &crate::protocol::VerdictsRequest { op_ids: ids });
-                    match dev.engine.on_verdicts(answer, now) {
-                        Some((_, s)) => s,
-                        None => break,
-                    }
-                }
-                Step::Done(_) => return Ok(dev.engine.pending_len() == 0),
-                Step::Wait { .. } | Step::Blocked(_) => return Ok(false),
-            };
+            }
         }
-        Ok(false)
+        let outcome = out.borrow_mut().take();
+        let done = matches!(outcome, Some(Ok(o)) if o.ok) && driver.engine.borrow().pending_len() == 0;
+        Ok(done)
     }
 
     /// Syncs `user`'s device until it has sent everything and pulled to the end.
@@ -428,9 +435,15 @@ impl Run {
                 done = true;
                 break;
             }
-            if let Some(d) = self.devices.get_mut(user) {
-                // A wait (lost answers) is over when the schedule is: try again now.
-                d.engine.retry_exhausted();
+            // A wait (lost answers) is over when its time comes; a stop, when a person says so.
+            let (driver, due) = match self.devices.get(user) {
+                Some(d) => (d.driver.clone(), d.driver.engine.borrow().sync_state().next_retry_at),
+                None => continue,
+            };
+            self.world.advance(due.unwrap_or_default().max(self.world.now.get() + 60_000));
+            if driver.engine.borrow().recovery().is_some() {
+                driver.resume();
+                self.world.run();
             }
         }
         if !done {
@@ -444,11 +457,12 @@ impl Run {
     fn check_device(&mut self, user: &str) -> Result<(), SpacesFailure> {
         self.flush_device(user)?;
         let dev = &self.devices[user];
-        let visible = dev.engine.all_visible();
+        let engine = dev.driver.engine.borrow();
+        let visible = engine.all_visible();
         let mut all = self.spaces.clone();
         all.push(space::personal(user));
         for s in &all {
-            let local = dev.engine.following().local(s).to_owned();
+            let local = engine.following().local(s).to_owned();
             let held: BTreeMap<RowKey, Row> = visible
                 .iter()
                 .filter(|(k, _)| k.space == local)
@@ -465,7 +479,7 @@ impl Run {
         let data = self.server.users.get(user);
         for op in &dev.recorded {
             let remembered = data.and_then(|d| d.verdicts.get(&op.op_id));
-            let rejection = dev.engine.rejections().find(|r| r.op.op_id == op.op_id);
+            let rejection = engine.rejections().find(|r| r.op.op_id == op.op_id);
             match (remembered, rejection) {
                 (Some(crate::judge::Remembered::Applied), None) => {}
                 (Some(crate::judge::Remembered::Rejected { code, reason }), Some(r)) if *code == r.code && *reason == r.reason => {
@@ -544,6 +558,7 @@ impl Run {
 pub fn run(seed: u64, cfg: &SpacesConfig) -> Result<SpacesStats, SpacesFailure> {
     let mut r = Run {
         seed,
+        world: World::new(cfg.users, 1_000),
         rng: Rng::with_seed(seed),
         server: MemoryServer::new(Schema::workout()),
         users: (0..cfg.users).map(|i| format!("user{i}")).collect(),
@@ -571,7 +586,6 @@ pub fn run(seed: u64, cfg: &SpacesConfig) -> Result<SpacesStats, SpacesFailure> 
             10..=11 => r.device_edit()?,
             _ => {
                 let user = r.pick(&r.users.clone()).to_owned();
-                r.device(&user);
                 r.device_sync(&user)?;
             }
         }
