@@ -180,90 +180,94 @@ function workerHolds(worker, name) {
 }
 
 /**
- * Asks for a sync. When a Service Worker that holds this database's queue
- * controls the page: a message to it (now) and, where the browser has it, a
- * Background Sync registration (which survives the page). Else a sync right
- * here in the page. Resolves with `{ via }` (and the report when the page
- * synced itself).
+ * A database as the app holds it: the module's database with the page's
+ * side (requestSync, the live stream, persistence, events). A subclass, so
+ * the module's own methods stay as they are and each addition is written once.
  */
-Native.prototype.requestSync = async function requestSync() {
-  const state = pageSide.get(this);
-  const name = state?.name ?? 'marksync';
-  const c = controller();
-  if (c && (await workerHolds(c, name))) {
-    // Now, by message; and, where the browser has Background Sync, also as a
-    // registered sync that survives this page (the worker's cycles take turns
-    // under the database's Web Lock, so a second one only finds less to do).
-    c.postMessage({ type: 'marksync:sync', name });
-    try {
-      const reg = await navigator.serviceWorker.ready;
-      if (reg.sync) {
-        await reg.sync.register(`marksync:${name}`);
-        return { via: 'background-sync' };
-      }
-    } catch { /* the message is enough */ }
-    return { via: 'worker' };
+class Database extends Native {
+  /**
+   * Asks for a sync. When a Service Worker that holds this database's queue
+   * controls the page: a message to it (now) and, where the browser has it, a
+   * Background Sync registration (which survives the page). Else a sync right
+   * here in the page. Resolves with `{ via }` (and the report when the page
+   * synced itself).
+   */
+  async requestSync() {
+    const state = pageSide.get(this);
+    const name = state?.name ?? 'marksync';
+    const c = controller();
+    if (c && (await workerHolds(c, name))) {
+      // Now, by message; and, where the browser has Background Sync, also as a
+      // registered sync that survives this page (the worker's cycles take turns
+      // under the database's Web Lock, so a second one only finds less to do).
+      c.postMessage({ type: 'marksync:sync', name });
+      try {
+        const reg = await navigator.serviceWorker.ready;
+        if (reg.sync) {
+          await reg.sync.register(`marksync:${name}`);
+          return { via: 'background-sync' };
+        }
+      } catch { /* the message is enough */ }
+      return { via: 'worker' };
+    }
+    return { via: 'page', report: await this.sync() };
   }
-  return { via: 'page', report: await this.sync() };
-};
 
-const nativeSetToken = Native.prototype.setToken;
-Native.prototype.setToken = function setToken(token) {
-  nativeSetToken.call(this, token);
-  const state = pageSide.get(this);
-  if (state) {
-    state.token = token;
-    shareToken(state);
-    // The stream was opened with the old token: open it with the new one.
-    state.liveFailures = 0;
-    openLive(this, state);
+  setToken(token) {
+    super.setToken(token);
+    const state = pageSide.get(this);
+    if (state) {
+      state.token = token;
+      shareToken(state);
+      // The stream was opened with the old token: open it with the new one.
+      state.liveFailures = 0;
+      openLive(this, state);
+    }
   }
-};
 
-const nativeMetrics = Native.prototype.metrics;
-/** The counters, plus `live` (the event stream: `off`, `connecting`, `open`, `closed`) and `liveError`. */
-Native.prototype.metrics = function metrics() {
-  const m = nativeMetrics.call(this);
-  const state = pageSide.get(this);
-  m.live = state?.liveWanted ? state.live ?? 'connecting' : 'off';
-  m.liveError = state?.liveWanted ? state.liveError ?? null : null;
-  return m;
-};
-
-const nativeStorage = Native.prototype.storage;
-/** `{ persisted, usage, quota, persistence }`: `persistence` is the answer to the request for persistent storage (`prompting` until the person answers). */
-Native.prototype.storage = async function storage() {
-  const info = await nativeStorage.call(this);
-  const state = pageSide.get(this);
-  return { ...info, persistence: state?.persistence ?? 'not-asked' };
-};
-
-/** Database events: `storage` (the answer to the persistent-storage request arrived). */
-Native.prototype.addEventListener = function addEventListener(type, listener, options) {
-  pageSide.get(this)?.target.addEventListener(type, listener, options);
-};
-Native.prototype.removeEventListener = function removeEventListener(type, listener, options) {
-  pageSide.get(this)?.target.removeEventListener(type, listener, options);
-};
-
-const nativeClose = Native.prototype.close;
-Native.prototype.close = function close() {
-  const state = pageSide.get(this);
-  if (state) {
-    state.closed = true;
-    state.cleanup.forEach((f) => f());
-    clearTimeout(state.liveTimer);
-    state.events?.close();
+  /** The counters, plus `live` (the event stream: `off`, `connecting`, `open`, `closed`) and `liveError`. */
+  metrics() {
+    const m = super.metrics();
+    const state = pageSide.get(this);
+    m.live = state?.liveWanted ? state.live ?? 'connecting' : 'off';
+    m.liveError = state?.liveWanted ? state.liveError ?? null : null;
+    return m;
   }
-  nativeClose.call(this);
-};
+
+  /** `{ persisted, usage, quota, persistence }`: `persistence` is the answer to the request for persistent storage (`prompting` until the person answers). */
+  async storage() {
+    const info = await super.storage();
+    const state = pageSide.get(this);
+    return { ...info, persistence: state?.persistence ?? 'not-asked' };
+  }
+
+  /** Database events: `storage` (the answer to the persistent-storage request arrived), `live`. */
+  addEventListener(type, listener, options) {
+    pageSide.get(this)?.target.addEventListener(type, listener, options);
+  }
+
+  removeEventListener(type, listener, options) {
+    pageSide.get(this)?.target.removeEventListener(type, listener, options);
+  }
+
+  close() {
+    const state = pageSide.get(this);
+    if (state) {
+      state.closed = true;
+      state.cleanup.forEach((f) => f());
+      clearTimeout(state.liveTimer);
+      state.events?.close();
+    }
+    super.close();
+  }
+}
 
 /** The marksync database class. `await Marksync.open({ endpoint, token, name })`. */
 export const Marksync = {
   async open(options) {
     await load(options?.wasm);
-    // Persistence is asked for by the glue, never awaited (see askPersistence).
-    const db = await Native.open({ ...options, persist: false });
+    // Persistence is asked for here, never awaited (see askPersistence).
+    const db = Object.setPrototypeOf(await Native.open(options), Database.prototype);
     attachPageSide(db, options ?? {});
     return db;
   },

@@ -193,7 +193,9 @@ impl Marksync {
         let auto_sync = args::opt_bool(&options, "autoSync", o)?.unwrap_or(true);
         let timeout_ms = args::opt_int(&options, "timeoutMs", o, 1.0, 2_147_483_647.0)?.map_or(15_000, |n| n as u32);
         let schema = args::opt_int(&options, "schema", o, 1.0, u32::MAX as f64)?.map_or(1, |n| n as u32);
-        let persist = args::opt_bool(&options, "persist", o)?.unwrap_or(true);
+        // Asked for by the JS glue (never awaited: Firefox answers only once
+        // the person answers a prompt); read here only to refuse a non-boolean.
+        args::opt_bool(&options, "persist", o)?;
         args::opt_bool(&options, "live", o)?;
         // Internal: the Service Worker opens without lifting a stop for
         // exhausted retries (only a person, or the app's next open, does).
@@ -216,18 +218,6 @@ impl Marksync {
         // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
         let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, retry, ..Config::default() };
         let inner = Client::open(&name, transport, config, auto_sync, resume_exhausted, user.as_deref()).await.map_err(client_error)?;
-        if persist {
-            // Asked, never awaited: Firefox answers only once the person
-            // answers a permission prompt, and open() must not wait for that.
-            // The JS glue reports the answer (`storage()`, a `storage` event).
-            if let Some(storage) = storage_manager() {
-                if let Ok(p) = storage.persist() {
-                    wasm_bindgen_futures::spawn_local(async move {
-                        let _ = JsFuture::from(p).await;
-                    });
-                }
-            }
-        }
         if auto_sync {
             inner.schedule_sync(0);
         }
