@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::SplitMix;
-use crate::protocol::{ErrorBody, ErrorCode, OpId};
+use crate::protocol::{Code, ErrorBody, ErrorCode, OpId};
 
 /// The attempt in flight: its key and the opIds it carries, in batch order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,18 +94,18 @@ impl Failure {
     /// The recovery this failure requires, if the engine cannot go on alone.
     pub fn recovery(&self) -> Option<Recovery> {
         let code = match self {
-            Failure::Unauthorized(_) => "unauthorized",
-            Failure::SchemaTooNew(_) => "schema_too_new",
-            Failure::Refused(_) => "refused",
-            Failure::WrongUser(_) => WRONG_USER,
+            Failure::Unauthorized(_) => Code::Unauthorized,
+            Failure::SchemaTooNew(_) => Code::SchemaTooNew,
+            Failure::Refused(_) => Code::Refused,
+            Failure::WrongUser(_) => Code::WrongUser,
             _ => return None,
         };
-        Some(Recovery { code: code.into(), message: self.to_string() })
+        Some(Recovery { code: code.as_str().into(), message: self.to_string() })
     }
 }
 
 /// The recovery code of a token that is another user's than the database's.
-pub const WRONG_USER: &str = "wrong_user";
+pub const WRONG_USER: &str = Code::WrongUser.as_str();
 
 /// The engine cannot go on without the user (or the app): sign in again,
 /// reload a newer app, fix storage.

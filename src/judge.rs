@@ -35,7 +35,7 @@ pub const MAX_ANSWER_ROW_BYTES: usize = 1 << 20;
 pub const DEFAULT_MAX_FUTURE_MS: u64 = 86_400_000;
 
 /// The rejection code of an op whose `at` is implausibly far ahead of the server's clock.
-pub const CLOCK_AHEAD: &str = "clock_ahead";
+pub const CLOCK_AHEAD: &str = crate::protocol::Code::ClockAhead.as_str();
 /// The rejection code of an op that would grow its row past [`Limits::max_row_bytes`].
 pub const ROW_TOO_LARGE: &str = RefusalCode::RowTooLarge.as_str();
 

@@ -17,9 +17,9 @@ pub use crate::protocol::space::{
 };
 
 /// The rejection code of an op whose sender is not a member of its space.
-pub const FORBIDDEN: &str = "forbidden";
+pub const FORBIDDEN: &str = crate::protocol::Code::Forbidden.as_str();
 /// The rejection code of an op whose sender is a viewer of its space.
-pub const READ_ONLY: &str = "read_only";
+pub const READ_ONLY: &str = crate::protocol::Code::ReadOnly.as_str();
 
 /// A space's name, cheap to clone (a batch names a few, many times).
 pub type SpaceId = Arc<str>;

@@ -2,7 +2,7 @@
 //! boundary shows), an edit of a batch, and how a sync call ended.
 
 use crate::engine::{EngineError, SyncReport};
-use crate::protocol::Fields;
+use crate::protocol::{Code, Fields};
 use crate::store::StoreError;
 
 /// Errors of the client, each with a stable code for JS.
@@ -56,17 +56,17 @@ impl ClientError {
     /// The stable code.
     pub fn code(&self) -> &'static str {
         match self {
-            ClientError::BadInput(_) => "bad_input",
-            ClientError::StorageUnavailable(_) => "storage_unavailable",
-            ClientError::StorageFailed(_) => "storage_failed",
-            ClientError::RecoveryRequired { .. } => "recovery_required",
-            ClientError::Closed => "closed",
-            ClientError::IdsExhausted => "ids_exhausted",
-            ClientError::ClockExhausted(_) => "clock_exhausted",
-            ClientError::Invalid(_) => "invalid",
+            ClientError::BadInput(_) => Code::BadInput.as_str(),
+            ClientError::StorageUnavailable(_) => Code::StorageUnavailable.as_str(),
+            ClientError::StorageFailed(_) => Code::StorageFailed.as_str(),
+            ClientError::RecoveryRequired { .. } => Code::RecoveryRequired.as_str(),
+            ClientError::Closed => Code::Closed.as_str(),
+            ClientError::IdsExhausted => Code::IdsExhausted.as_str(),
+            ClientError::ClockExhausted(_) => Code::ClockExhausted.as_str(),
+            ClientError::Invalid(_) => Code::Invalid.as_str(),
             ClientError::Denied(d) => d.code,
-            ClientError::Refused(_) => "refused",
-            ClientError::WrongUser(_) => "wrong_user",
+            ClientError::Refused(_) => Code::Refused.as_str(),
+            ClientError::WrongUser(_) => Code::WrongUser.as_str(),
         }
     }
 }

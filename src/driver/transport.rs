@@ -30,7 +30,7 @@ pub struct CallError {
 impl CallError {
     /// No answer came.
     pub fn network(f: Failure) -> CallError {
-        CallError { code: "network".into(), message: f.to_string() }
+        CallError { code: crate::protocol::Code::Network.as_str().into(), message: f.to_string() }
     }
 
     /// The server's refusal, code and words.

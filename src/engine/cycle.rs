@@ -20,8 +20,8 @@ use crate::sync_state::Flight;
 pub const SCHEMA_PROBE_MS: u64 = 300_000;
 
 /// The recovery codes that stop every automatic send until a person acts.
-pub(super) const RETRIES_EXHAUSTED: &str = "retries_exhausted";
-const SCHEMA_TOO_NEW: &str = "schema_too_new";
+pub(super) const RETRIES_EXHAUSTED: &str = crate::protocol::Code::RetriesExhausted.as_str();
+const SCHEMA_TOO_NEW: &str = crate::protocol::Code::SchemaTooNew.as_str();
 
 /// How much earlier than the backoff's time a cycle may start and still be
 /// the scheduled one (timers are not exact); earlier, it is a person's.
@@ -374,7 +374,7 @@ impl Engine {
                 self.next_step(now)
             }
             Failure::PayloadTooLarge => self.require_recovery(Recovery {
-                code: "payload_too_large".into(),
+                code: crate::protocol::Code::PayloadTooLarge.as_str().into(),
                 message: "a single op is larger than the server accepts".into(),
             }),
             Failure::RateLimited { retry_after_ms } => self.wait(now.saturating_add(retry_after_ms)),

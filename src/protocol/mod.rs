@@ -13,7 +13,10 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
+pub mod code;
 pub mod space;
+
+pub use code::Code;
 
 /// The largest `at` (and seq) the protocol allows: 2^53 - 1, exact in a JS number.
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
@@ -895,70 +898,8 @@ pub struct VerdictsResponse {
 /// read or written.
 pub const USER_PARAM: &str = "user";
 
-/// The machine codes of whole-request errors (PROTOCOL §5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorCode {
-    /// 401: no token, a bad token, an expired token.
-    Unauthorized,
-    /// 400: the body does not parse, or an op breaks §1–2 shapes.
-    BadRequest,
-    /// 413: the body is larger than the limit.
-    PayloadTooLarge,
-    /// 409: the first op's schema is newer than the server's.
-    SchemaTooNew,
-    /// 403: the caller may not do this in this space (PROTOCOL §3c).
-    Forbidden,
-    /// 404: no such space (only an admin is told; a member is told `forbidden`).
-    NotFound,
-    /// 409: the request contradicts what is stored (a space's name taken, its last owner).
-    Conflict,
-    /// 429: slow down; see `Retry-After`.
-    RateLimited,
-    /// 408: the body did not arrive in time; nothing was judged.
-    RequestTimeout,
-    /// 403: the token is another user's than the one the device's database
-    /// belongs to (the request's `user` parameter, PROTOCOL §5): nothing was
-    /// read or written.
-    WrongUser,
-    /// 500.
-    Internal,
-}
-
-impl ErrorCode {
-    /// The HTTP status this code travels with.
-    pub fn http_status(self) -> u16 {
-        match self {
-            ErrorCode::Unauthorized => 401,
-            ErrorCode::BadRequest => 400,
-            ErrorCode::PayloadTooLarge => 413,
-            ErrorCode::SchemaTooNew => 409,
-            ErrorCode::Forbidden => 403,
-            ErrorCode::NotFound => 404,
-            ErrorCode::Conflict => 409,
-            ErrorCode::RateLimited => 429,
-            ErrorCode::RequestTimeout => 408,
-            ErrorCode::WrongUser => 403,
-            ErrorCode::Internal => 500,
-        }
-    }
-    /// The code as it appears on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::Unauthorized => "unauthorized",
-            ErrorCode::BadRequest => "bad_request",
-            ErrorCode::PayloadTooLarge => "payload_too_large",
-            ErrorCode::SchemaTooNew => "schema_too_new",
-            ErrorCode::Forbidden => "forbidden",
-            ErrorCode::NotFound => "not_found",
-            ErrorCode::Conflict => "conflict",
-            ErrorCode::RateLimited => "rate_limited",
-            ErrorCode::RequestTimeout => "request_timeout",
-            ErrorCode::WrongUser => "wrong_user",
-            ErrorCode::Internal => "internal",
-        }
-    }
-}
+/// The machine codes of whole-request errors (PROTOCOL §5): [`Code`]s.
+pub type ErrorCode = Code;
 
 /// The body of an error answer: `{ "error": { "code", "message" } }`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

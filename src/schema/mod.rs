@@ -113,44 +113,8 @@ pub struct Refusal {
     pub field: Option<String>,
 }
 
-/// The rejection codes of the schema and of the row bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RefusalCode {
-    /// A required field is missing (or null); the reason names every one.
-    MissingFields,
-    /// A value has the wrong type.
-    WrongType,
-    /// A number is below `min` or above `max`.
-    OutOfRange,
-    /// A string is longer than `maxLength`.
-    TooLong,
-    /// The row has a field the table does not define.
-    UnknownField,
-    /// The table is not in the schema.
-    UnknownTable,
-    /// The row after the edit passes the row bound ([`MAX_ROW_BYTES`]).
-    RowTooLarge,
-    /// The edit's version is newer than the schema: the server answers the
-    /// push `409 schema_too_new` and the device waits (PROTOCOL §5).
-    SchemaTooNew,
-}
-
-impl RefusalCode {
-    /// The code on the wire.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RefusalCode::MissingFields => "missing_fields",
-            RefusalCode::WrongType => "wrong_type",
-            RefusalCode::OutOfRange => "out_of_range",
-            RefusalCode::TooLong => "too_long",
-            RefusalCode::UnknownField => "unknown_field",
-            RefusalCode::UnknownTable => "unknown_table",
-            RefusalCode::RowTooLarge => "row_too_large",
-            RefusalCode::SchemaTooNew => "schema_too_new",
-        }
-    }
-}
+/// Why the schema refuses an edit: a [`Code`] (`missing_fields`, `out_of_range`, …).
+pub type RefusalCode = crate::protocol::Code;
 
 fn refuse<T>(code: RefusalCode, reason: String, field: Option<&str>) -> Result<T, Refusal> {
     Err(Refusal { code, reason, field: field.map(str::to_owned) })

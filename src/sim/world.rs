@@ -309,7 +309,7 @@ fn wrong(what: &str) -> Failure {
 }
 
 fn no_calls() -> CallError {
-    CallError { code: "network".into(), message: "membership calls are not simulated".into() }
+    CallError { code: crate::protocol::Code::Network.as_str().into(), message: "membership calls are not simulated".into() }
 }
 
 impl Transport for SimTransport {

@@ -11,7 +11,7 @@ use js_sys::{Array, JsString, Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::js_error;
-use crate::protocol::{Fields, Value, DELETED};
+use crate::protocol::{Code, Fields, Value, DELETED};
 
 /// The JS type of a value, for error messages: `typeof`, with `null` and `array` told apart.
 pub fn js_type(v: &JsValue) -> String {
@@ -25,7 +25,7 @@ pub fn js_type(v: &JsValue) -> String {
 }
 
 fn bad(message: String) -> JsValue {
-    js_error("bad_input", &message)
+    js_error(Code::BadInput.as_str(), &message)
 }
 
 /// A string argument: a JS string of well-formed UTF-16 (a lone surrogate

@@ -21,7 +21,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
 
 use crate::engine::Config;
-use crate::protocol::{Row, RowKey};
+use crate::protocol::{Code, Row, RowKey};
 pub use args::js_type;
 use client::{Client, ClientError, Edit};
 use transport::{FetchTransport, TokenSource};
@@ -136,12 +136,12 @@ fn edit_of(
 fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit>, JsValue> {
     let list: &Array = v
         .dyn_ref()
-        .ok_or_else(|| js_error("bad_input", &format!("edits must be an array of {{ table, rowId, fields }} (got {})", js_type(v))))?;
+        .ok_or_else(|| js_error(Code::BadInput.as_str(), &format!("edits must be an array of {{ table, rowId, fields }} (got {})", js_type(v))))?;
     let mut out = Vec::with_capacity(list.length() as usize);
     for (i, e) in list.iter().enumerate() {
         let what = format!("edits[{i}]");
         if !e.is_object() {
-            return Err(js_error("bad_input", &format!("{what} must be an object {{ table, rowId, fields }} (got {})", js_type(&e))));
+            return Err(js_error(Code::BadInput.as_str(), &format!("{what} must be an object {{ table, rowId, fields }} (got {})", js_type(&e))));
         }
         let space = space_of(&e, &what)?;
         out.push(edit_of(engine, &args::get(&e, "table"), &args::get(&e, "rowId"), &args::get(&e, "fields"), space, &what)?);
@@ -173,22 +173,22 @@ impl Marksync {
     /// remembers). A bad option is `bad_input`, before anything is opened.
     pub async fn open(options: JsValue) -> Result<Marksync, JsValue> {
         if !options.is_object() || Array::is_array(&options) {
-            return Err(js_error("bad_input", &format!("open() takes an options object (got {})", js_type(&options))));
+            return Err(js_error(Code::BadInput.as_str(), &format!("open() takes an options object (got {})", js_type(&options))));
         }
         let o = "options";
         let endpoint = args::get(&options, "endpoint");
         if endpoint.is_undefined() || endpoint.is_null() {
-            return Err(js_error("bad_input", "options.endpoint (the server's base URL) is required"));
+            return Err(js_error(Code::BadInput.as_str(), "options.endpoint (the server's base URL) is required"));
         }
         let endpoint = args::text(&endpoint, "options.endpoint")?;
         check_endpoint(&endpoint)?;
         let name = args::opt_text(&args::get(&options, "name"), "options.name")?.unwrap_or_else(|| "marksync".to_owned());
         if name.is_empty() {
-            return Err(js_error("bad_input", "options.name must not be empty"));
+            return Err(js_error(Code::BadInput.as_str(), "options.name must not be empty"));
         }
         let user = args::opt_text(&args::get(&options, "user"), "options.user")?;
         if let Some(u) = &user {
-            crate::space::check_user(u).map_err(|why| js_error("bad_input", &format!("options.user: {why}")))?;
+            crate::space::check_user(u).map_err(|why| js_error(Code::BadInput.as_str(), &format!("options.user: {why}")))?;
         }
         let auto_sync = args::opt_bool(&options, "autoSync", o)?.unwrap_or(true);
         let timeout_ms = args::opt_int(&options, "timeoutMs", o, 1.0, 2_147_483_647.0)?.map_or(15_000, |n| n as u32);
@@ -204,7 +204,7 @@ impl Marksync {
         let retry_opt = args::get(&options, "retry");
         if !retry_opt.is_undefined() && !retry_opt.is_null() {
             if !retry_opt.is_object() || Array::is_array(&retry_opt) {
-                return Err(js_error("bad_input", "options.retry must be { maxAttempts, maxElapsedMs }"));
+                return Err(js_error(Code::BadInput.as_str(), "options.retry must be { maxAttempts, maxElapsedMs }"));
             }
             if let Some(n) = args::opt_int(&retry_opt, "maxAttempts", "options.retry", 1.0, u32::MAX as f64)? {
                 retry.max_attempts = n as u32;
@@ -413,7 +413,7 @@ impl Marksync {
                 Ok(Some(name)) => Some(crate::space::Role::parse(&name).ok_or(())),
                 Err(_) => Some(Err(())),
             };
-            let role = role.transpose().map_err(|()| js_error("bad_input", "role must be \"owner\", \"editor\", \"viewer\" or null"))?;
+            let role = role.transpose().map_err(|()| js_error(Code::BadInput.as_str(), "role must be \"owner\", \"editor\", \"viewer\" or null"))?;
             Ok::<_, JsValue>((space, user, role))
         })();
         future_to_promise(async move {
@@ -434,7 +434,7 @@ impl Marksync {
     /// Returns a function that unsubscribes; calling it again does nothing.
     pub fn subscribe(&self, listener: JsValue) -> Result<Function, JsValue> {
         let listener: Function =
-            listener.dyn_into().map_err(|v| js_error("bad_input", &format!("subscribe() takes a function (got {})", js_type(&v))))?;
+            listener.dyn_into().map_err(|v| js_error(Code::BadInput.as_str(), &format!("subscribe() takes a function (got {})", js_type(&v))))?;
         self.inner.check_open().map_err(client_error)?;
         let id = self.inner.subscribe(Client::<FetchTransport>::js_listener(listener));
         let weak = Rc::downgrade(&self.inner);
@@ -630,7 +630,7 @@ impl Marksync {
 
 /// The endpoint must be an absolute http(s) URL: a typo fails at `open()`, not at the first push.
 fn check_endpoint(endpoint: &str) -> Result<(), JsValue> {
-    let bad = || js_error("bad_input", &format!("options.endpoint must be an absolute http(s) URL (got {endpoint:?})"));
+    let bad = || js_error(Code::BadInput.as_str(), &format!("options.endpoint must be an absolute http(s) URL (got {endpoint:?})"));
     let url = web_sys::Url::new(endpoint).map_err(|_| bad())?;
     match url.protocol().as_str() {
         "http:" | "https:" => Ok(()),
@@ -648,7 +648,7 @@ fn token_source(v: JsValue) -> Result<TokenSource, JsValue> {
     if v.is_function() {
         return Ok(TokenSource::Function(v.unchecked_into()));
     }
-    Err(js_error("bad_input", &format!("options.token must be a string or a function (got {})", js_type(&v))))
+    Err(js_error(Code::BadInput.as_str(), &format!("options.token must be a string or a function (got {})", js_type(&v))))
 }
 
 fn storage_manager() -> Option<web_sys::StorageManager> {

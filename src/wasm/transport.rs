@@ -124,7 +124,7 @@ impl FetchTransport {
         }
         match serde_json::from_str::<ErrorBody>(&a.text) {
             Ok(e) => Err(CallError::of(e)),
-            Err(_) => Err(CallError { code: "network".into(), message: format!("the server answered {}", a.status) }),
+            Err(_) => Err(CallError { code: crate::protocol::Code::Network.as_str().into(), message: format!("the server answered {}", a.status) }),
         }
     }
 
