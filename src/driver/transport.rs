@@ -137,15 +137,8 @@ impl Transport for MemoryTransport {
     }
 
     async fn members(&self, space: &str) -> Result<MembersList, CallError> {
-        let server = self.server.borrow();
-        if server.role(space, &self.user).is_none() {
-            return Err(CallError::of(ErrorBody::new(
-                crate::protocol::ErrorCode::Forbidden,
-                format!("you are not a member of space {space}"),
-            )));
-        }
-        let members =
-            server.members.iter().filter(|((s, _), _)| s == space).map(|((_, u), r)| Member { user: u.clone(), role: Some(*r) }).collect();
+        let listed = self.server.borrow().members(&self.user, space).map_err(CallError::of)?;
+        let members = listed.into_iter().map(|(user, role)| Member { user, role: Some(role) }).collect();
         Ok(MembersList { space: space.to_owned(), members })
     }
 }
