@@ -160,25 +160,15 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                         continue;
                     }
                     self.commit_some(unsaved.take()).await?;
-                    match self.net().push(&req).await {
-                        Ok(resp) => {
-                            let out = self.engine.borrow_mut().on_push_response(resp, self.host.now());
-                            self.or_restart(out, &mut unsaved)
-                        }
-                        Err(Failure::Unauthorized(m)) if !refreshed => {
-                            refreshed = true;
-                            let out = match self.net().refresh_auth().await {
-                                Ok(true) => Some(self.engine.borrow_mut().abandon_attempt(&key, self.host.now())),
-                                Ok(false) => self.engine.borrow_mut().on_push_failed(&key, Failure::Unauthorized(m), self.host.now()),
-                                Err(f) => self.engine.borrow_mut().on_push_failed(&key, f, self.host.now()),
-                            };
-                            self.or_restart(out, &mut unsaved)
-                        }
-                        Err(f) => {
-                            let out = self.engine.borrow_mut().on_push_failed(&key, f, self.host.now());
-                            self.or_restart(out, &mut unsaved)
-                        }
-                    }
+                    let out = match self.net().push(&req).await {
+                        Ok(resp) => self.engine.borrow_mut().on_push_response(resp, self.host.now()),
+                        Err(f) => match self.after_refusal(f, &mut refreshed).await {
+                            // A fresh token: this attempt is over, the same ops go again at once.
+                            Ok(()) => Some(self.engine.borrow_mut().abandon_attempt(&key, self.host.now())),
+                            Err(f) => self.engine.borrow_mut().on_push_failed(&key, f, self.host.now()),
+                        },
+                    };
+                    self.or_restart(out, &mut unsaved)
                 }
                 Step::Reconcile(ids) => {
                     self.commit_some(unsaved.take()).await?;
@@ -191,30 +181,14 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 Step::Pull(req) => {
                     let (saved, page) = futures_util::future::join(self.commit_some(unsaved.take()), self.net().pull(&req)).await;
                     saved?;
-                    match page {
-                        Ok(page) => {
-                            let out = self.engine.borrow_mut().on_pull_response(&req, page, self.host.now());
-                            self.or_restart(out, &mut unsaved)
-                        }
-                        Err(Failure::Unauthorized(m)) if !refreshed => {
-                            refreshed = true;
-                            match self.net().refresh_auth().await {
-                                Ok(true) => self.or_restart(None, &mut unsaved),
-                                Ok(false) => {
-                                    let out = self.engine.borrow_mut().on_pull_failed(&req, Failure::Unauthorized(m), self.host.now());
-                                    self.or_restart(out, &mut unsaved)
-                                }
-                                Err(f) => {
-                                    let out = self.engine.borrow_mut().on_pull_failed(&req, f, self.host.now());
-                                    self.or_restart(out, &mut unsaved)
-                                }
-                            }
-                        }
-                        Err(f) => {
-                            let out = self.engine.borrow_mut().on_pull_failed(&req, f, self.host.now());
-                            self.or_restart(out, &mut unsaved)
-                        }
-                    }
+                    let out = match page {
+                        Ok(page) => self.engine.borrow_mut().on_pull_response(&req, page, self.host.now()),
+                        Err(f) => match self.after_refusal(f, &mut refreshed).await {
+                            Ok(()) => None, // a fresh token: the cycle starts again
+                            Err(f) => self.engine.borrow_mut().on_pull_failed(&req, f, self.host.now()),
+                        },
+                    };
+                    self.or_restart(out, &mut unsaved)
                 }
                 Step::Done(report) => {
                     self.commit_some(unsaved.take()).await?;
@@ -240,6 +214,22 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     return Err(ClientError::RecoveryRequired { code: r.code, message: r.message });
                 }
             };
+        }
+    }
+
+    /// After a failed request: a first 401 of the cycle gets a fresh token
+    /// (`Ok`: ask again); anything else is the failure to report — the 401
+    /// itself when there is no fresh token, the token function's own words
+    /// when it failed.
+    async fn after_refusal(&self, f: Failure, refreshed: &mut bool) -> Result<(), Failure> {
+        let Failure::Unauthorized(_) = &f else { return Err(f) };
+        if std::mem::replace(refreshed, true) {
+            return Err(f);
+        }
+        match self.net().refresh_auth().await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(f),
+            Err(token) => Err(token),
         }
     }
 

@@ -719,21 +719,46 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Result<SimStats, SimFailure> {
 
 /// Runs `count` schedules from `first_seed` on and adds up their stats.
 pub fn run_many(first_seed: u64, count: u64, cfg: &SimConfig) -> Result<SimStats, SimFailure> {
-    let mut total = SimStats::default();
+    many(first_seed, count, cfg, run)
+}
+
+/// Runs `count` schedules of one mode from `first_seed` on, adding their stats.
+fn many<C, S: Default + std::ops::AddAssign>(
+    first_seed: u64,
+    count: u64,
+    cfg: &C,
+    run: fn(u64, &C) -> Result<S, SimFailure>,
+) -> Result<S, SimFailure> {
+    let mut total = S::default();
     for seed in first_seed..first_seed + count {
-        let s = run(seed, cfg)?;
-        total.ops += s.ops;
-        total.rejected += s.rejected;
-        total.pushes += s.pushes;
-        total.lost_answers += s.lost_answers;
-        total.dropped_requests += s.dropped_requests;
-        total.duplicated_requests += s.duplicated_requests;
-        total.late_answers += s.late_answers;
-        total.crashes += s.crashes;
-        total.stale_ignored += s.stale_ignored;
-        total.reconciles += s.reconciles;
-        total.orphaned_flights += s.orphaned_flights;
-        total.wild_clock_edits += s.wild_clock_edits;
+        total += run(seed, cfg)?;
     }
     Ok(total)
 }
+
+/// Stats add up field by field.
+macro_rules! add_up {
+    ($t:ty { $($f:ident),* $(,)? }) => {
+        impl std::ops::AddAssign for $t {
+            fn add_assign(&mut self, o: $t) {
+                $(self.$f += o.$f;)*
+            }
+        }
+    };
+}
+use add_up;
+
+add_up!(SimStats {
+    ops,
+    rejected,
+    pushes,
+    lost_answers,
+    dropped_requests,
+    duplicated_requests,
+    late_answers,
+    crashes,
+    stale_ignored,
+    reconciles,
+    orphaned_flights,
+    wild_clock_edits,
+});

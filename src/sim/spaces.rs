@@ -596,22 +596,21 @@ pub fn run(seed: u64, cfg: &SpacesConfig) -> Result<SpacesStats, SpacesFailure> 
 
 /// Runs `count` schedules from `first_seed`; the stats summed.
 pub fn run_many(first_seed: u64, count: u64, cfg: &SpacesConfig) -> Result<SpacesStats, SpacesFailure> {
-    let mut total = SpacesStats::default();
-    for seed in first_seed..first_seed + count {
-        let s = run(seed, cfg)?;
-        total.ops += s.ops;
-        total.applied += s.applied;
-        total.forbidden += s.forbidden;
-        total.read_only += s.read_only;
-        total.grants += s.grants;
-        total.revokes += s.revokes;
-        total.left += s.left;
-        total.resent += s.resent;
-        total.refused_then_granted += s.refused_then_granted;
-        total.device_ops += s.device_ops;
-        total.device_refused += s.device_refused;
-        total.device_rejected += s.device_rejected;
-        total.device_left += s.device_left;
-    }
-    Ok(total)
+    super::many(first_seed, count, cfg, run)
 }
+
+super::add_up!(SpacesStats {
+    ops,
+    applied,
+    forbidden,
+    read_only,
+    grants,
+    revokes,
+    left,
+    resent,
+    refused_then_granted,
+    device_ops,
+    device_refused,
+    device_rejected,
+    device_left,
+});
