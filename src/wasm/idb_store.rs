@@ -319,7 +319,8 @@ impl IdbStore {
     }
 
     /// Writes a step's puts and deletes into an open transaction.
-    async fn write(tx: &idb::Transaction, txn: &Txn) -> Result<(), StoreError> {
+    /// `stored`: the meta record this transaction already read, if it did.
+    async fn write(tx: &idb::Transaction, txn: &Txn, stored: Option<&Meta>) -> Result<(), StoreError> {
         let names = tx.store_names();
         let store = |n: &str| -> Result<idb::ObjectStore, StoreError> {
             if !names.iter().any(|x| x == n) {
@@ -331,7 +332,11 @@ impl IdbStore {
             // Joined with the stored record, never over it: another context
             // may have reserved numbers or taken `at`s this one has not heard of.
             let meta_store = store(META)?;
-            let joined = Self::read_meta(&meta_store).await?.map_or_else(|| m.clone(), |stored| m.join(&stored));
+            let stored = match stored {
+                Some(s) => Some(s.clone()),
+                None => Self::read_meta(&meta_store).await?,
+            };
+            let joined = stored.map_or_else(|| m.clone(), |stored| m.join(&stored));
             meta_store.put(&json(&joined)?, Some(&JsValue::from_str(META))).map_err(failed)?;
         }
         if let Some(sync) = &txn.sync {
@@ -388,7 +393,7 @@ impl IdbStore {
     pub async fn commit_then_abort(&self, txn: &Txn) -> Result<(), StoreError> {
         let stores = Self::stores_of(txn);
         let tx = self.db.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
-        Self::write(&tx, txn).await?;
+        Self::write(&tx, txn, None).await?;
         tx.abort().map_err(failed)?;
         Ok(())
     }
@@ -469,7 +474,7 @@ impl LocalStore for IdbStore {
             let _ = tx.abort();
             return Ok(false);
         };
-        Self::write(&tx, &txn).await?;
+        Self::write(&tx, &txn, Some(&stored)).await?;
         match tx.await.map_err(failed)? {
             TransactionResult::Committed => Ok(true),
             TransactionResult::Aborted => Err(failed("the transaction was aborted")),
@@ -486,7 +491,7 @@ impl LocalStore for IdbStore {
             return Ok(());
         }
         let tx = self.db.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
-        Self::write(&tx, txn).await?;
+        Self::write(&tx, txn, None).await?;
         match tx.await.map_err(failed)? {
             TransactionResult::Committed => {
                 if !txn.put_base.is_empty() {
