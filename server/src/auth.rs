@@ -1,15 +1,20 @@
 //! Who is calling: `Authorization: Bearer <JWT>` (HS256, `sub` = user id,
 //! `exp` required and checked, `nbf` checked when present, `aud` and `iss`
 //! checked when configured), or `Bearer dev:<user>` when dev auth is on. The
-//! scheme is case-insensitive (RFC 7235); a user id is trimmed.
+//! scheme is case-insensitive (RFC 7235); a user id is trimmed. And the
+//! admin credential of the app's own backend, which the `/v1/admin/…` routes
+//! need instead of a user's token.
 
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use jsonwebtoken::{decode, Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
-use crate::error::ApiError;
-
-/// The longest user id accepted.
-pub const MAX_USER_ID: usize = 256;
+use crate::error::{not_found, ApiError};
 
 /// Token checking, built once from the configuration.
 #[derive(Clone)]
@@ -100,10 +105,61 @@ impl Auth {
 fn check_user(user: &str) -> Result<String, ApiError> {
     // `dev: alice` is alice: a space no one sees must not make another user.
     let user = user.trim();
-    if user.is_empty() || user.len() > MAX_USER_ID || user.chars().any(char::is_control) {
-        return Err(ApiError::unauthorized("the token's user id is empty, too long or has control characters"));
-    }
+    marksync::space::check_user(user)
+        .map_err(|_| ApiError::unauthorized("the token's user id is empty, too long or has control characters"))?;
     Ok(user.to_owned())
+}
+
+/// The admin credential (`--admin-token`), when configured. Its `Debug`
+/// never shows it: the state it is part of may be logged.
+#[derive(Clone, Default)]
+pub struct AdminCredential(Option<Arc<str>>);
+
+impl std::fmt::Debug for AdminCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AdminCredential").field(&self.0.as_ref().map(|_| "…")).finish()
+    }
+}
+
+impl AdminCredential {
+    /// `token`, unless absent or empty (then the admin routes answer 404).
+    pub fn new(token: Option<&str>) -> AdminCredential {
+        AdminCredential(token.filter(|t| !t.is_empty()).map(Arc::from))
+    }
+
+    /// Whether an admin credential is configured.
+    pub fn is_set(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Whether an `Authorization` header value is `Bearer <the credential>`.
+    fn admits(&self, header: Option<&str>) -> bool {
+        let Some(expected) = self.0.as_deref() else { return false };
+        let given = header
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim());
+        given.is_some_and(|g| same_secret(g.as_bytes(), expected.as_bytes()))
+    }
+}
+
+/// The middleware of `/v1/admin/…`: 404 unless an admin credential is
+/// configured, then 401 unless the request carries it.
+pub async fn admin(State(credential): State<AdminCredential>, req: Request, next: Next) -> Response {
+    if !credential.is_set() {
+        return not_found().await;
+    }
+    let header = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if !credential.admits(header) {
+        return ApiError::unauthorized("the admin routes need the admin token").into_response();
+    }
+    next.run(req).await
+}
+
+/// Compares two secrets in time that depends on their lengths only, not on
+/// where they first differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
@@ -132,6 +188,14 @@ mod tests {
         assert!(d.user(Some("Basic x"), None).is_err());
         assert_eq!(d.user(Some("BEARER dev: bob "), None).unwrap(), "bob");
         assert!(d.user(Some("Bearer dev:  "), None).is_err());
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"abc", b"abcd"));
+        assert!(!same_secret(b"", b"a"));
     }
 
     fn signed(claims: serde_json::Value) -> String {

@@ -7,6 +7,7 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Parser};
 use marksync::schema::Schema;
 
+#[cfg(feature = "sabotage")]
 use crate::store::Sabotage;
 
 /// `marksync-server` flags. Every flag can also be given as the environment
@@ -115,7 +116,8 @@ pub struct Config {
     #[arg(skip)]
     pub schema_value: Option<Schema>,
 
-    /// Deliberate breakage, to prove the tests catch it. Never set it.
+    /// Deliberate breakage, to prove the tests catch it (feature `sabotage`, tests only).
+    #[cfg(feature = "sabotage")]
     #[doc(hidden)]
     #[arg(skip)]
     pub sabotage: Sabotage,
@@ -154,6 +156,7 @@ impl Config {
             jwt_issuer: None,
             admin_token: None,
             schema_value: None,
+            #[cfg(feature = "sabotage")]
             sabotage: Sabotage::None,
             #[cfg(feature = "bench-per-op")]
             per_op_judge: false,

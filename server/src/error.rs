@@ -1,9 +1,38 @@
-//! Whole-request errors (PROTOCOL §5) as HTTP answers.
+//! Errors: whole-request errors (PROTOCOL §5) as HTTP answers, and why the
+//! server could not start.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use marksync::protocol::{ErrorBody, ErrorCode};
+
+use crate::store::{SpaceError, StoreError};
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Listening or serving failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// The database could not be opened or migrated.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The schema file cannot be read, does not parse, or its history does
+    /// not compose (the problem names the version and step).
+    #[error("schema file {path}: {problem}")]
+    Schema {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A configuration that must not run.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The serving task failed.
+    #[error("server task: {0}")]
+    Task(String),
+}
 
 /// An error answer: `{ "error": { "code", "message" } }` with the code's status.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -68,6 +97,25 @@ impl IntoResponse for ApiError {
         resp.extensions_mut().insert(self.code);
         resp
     }
+}
+
+impl From<SpaceError> for ApiError {
+    fn from(e: SpaceError) -> Self {
+        match e {
+            SpaceError::Forbidden(m) => ApiError::new(ErrorCode::Forbidden, m),
+            SpaceError::NotFound(_) => ApiError::new(ErrorCode::NotFound, e.to_string()),
+            SpaceError::Conflict(m) => ApiError::new(ErrorCode::Conflict, m),
+            SpaceError::BadRequest(m) => ApiError::bad_request(m),
+            SpaceError::Store(e) => ApiError::internal(&e),
+        }
+    }
+}
+
+/// The answer to a route that does not exist (or is switched off): `404
+/// not_found`, not counted among the errors of requests.
+pub async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, Json(serde_json::json!({"error": {"code": "not_found", "message": "no such route"}})))
+        .into_response()
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 pub struct FaultRequest {
     /// The next n pushes commit, then their connection is dropped without an answer.
     pub lose_responses: Option<u64>,
-    /// Every push holds its user's lock this many milliseconds (after loading what
+    /// Every push holds its spaces' locks this many milliseconds (after loading what
     /// the batch touches, before judging).
     pub delay_ms: Option<u64>,
     /// The next k pushes fail with 500 before committing (nothing is written).

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -27,91 +27,22 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http_body::Frame;
 use http_body_util::BodyExt;
-use tokio::sync::Semaphore;
 use tokio::time::Sleep;
 
-use crate::error::ApiError;
-use crate::App;
 use marksync::protocol::ErrorCode;
+
+use crate::app::App;
+use crate::caps::StreamPlace;
+use crate::error::ApiError;
 
 /// The longest time a refused request's body is read and thrown away before the answer.
 const REFUSAL_DRAIN_TIME: Duration = Duration::from_secs(1);
-/// Most refused bodies drained at once; beyond, the answer goes without draining.
-const REFUSAL_DRAINS: usize = 64;
 /// `Retry-After` seconds when a per-user cap is full.
 const CAP_RETRY_AFTER: u64 = 1;
 
 /// The user a request was authenticated as (a request extension set by [`api`]).
 #[derive(Debug, Clone)]
 pub struct User(pub String);
-
-/// An event stream's place among its user's streams: the stream holds it to its end.
-#[derive(Debug, Clone)]
-pub struct StreamPlace(pub Arc<Place>);
-
-/// The guard's limits and its per-user counts; part of [`crate::AppState`].
-#[derive(Debug)]
-pub struct Guard {
-    /// Time to receive a whole request body, from its headers.
-    pub body_timeout: Duration,
-    requests: Arc<PerUser>,
-    streams: Arc<PerUser>,
-    drains: Semaphore,
-}
-
-impl Guard {
-    /// Caps of `max_requests` requests in progress and `max_streams` event streams per user (0: none).
-    pub fn new(body_timeout: Duration, max_requests: usize, max_streams: usize) -> Guard {
-        Guard {
-            body_timeout,
-            requests: Arc::new(PerUser::new(max_requests)),
-            streams: Arc::new(PerUser::new(max_streams)),
-            drains: Semaphore::new(REFUSAL_DRAINS),
-        }
-    }
-}
-
-/// How many of something each user holds, under a cap. Hand-written: a map of counts.
-#[derive(Debug)]
-struct PerUser {
-    cap: usize,
-    held: Mutex<HashMap<String, usize>>,
-}
-
-/// One held place of a [`PerUser`]; dropping it gives the place back.
-#[derive(Debug)]
-pub struct Place {
-    owner: Arc<PerUser>,
-    user: String,
-}
-
-impl PerUser {
-    fn new(cap: usize) -> PerUser {
-        PerUser { cap, held: Mutex::new(HashMap::new()) }
-    }
-
-    fn take(self: &Arc<Self>, user: &str) -> Option<Place> {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let n = held.entry(user.to_owned()).or_insert(0);
-        if self.cap > 0 && *n >= self.cap {
-            return None;
-        }
-        *n += 1;
-        Some(Place { owner: Arc::clone(self), user: user.to_owned() })
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        let mut held = self.owner.held.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = held.get_mut(&self.user) {
-            *n -= 1;
-            if *n == 0 {
-                held.remove(&self.user);
-            }
-        }
-    }
-}
 
 fn user_of(app: &App, headers: &HeaderMap, query_token: Option<&str>) -> Result<String, ApiError> {
     let header = match headers.get(header::AUTHORIZATION) {
@@ -146,7 +77,7 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
         return refuse(&app, req, ApiError::new(ErrorCode::WrongUser, message)).await;
     }
     let (owner, what) =
-        if events { (&app.guard.streams, "event streams open") } else { (&app.guard.requests, "requests in progress") };
+        if events { (&app.caps.streams, "event streams open") } else { (&app.caps.requests, "requests in progress") };
     let Some(place) = owner.take(&user) else {
         app.metrics.refused_by_cap(events);
         let e = ApiError {
@@ -163,7 +94,7 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     } else {
         Body::new(Deadline {
             inner: body,
-            sleep: Box::pin(tokio::time::sleep(app.guard.body_timeout)),
+            sleep: Box::pin(tokio::time::sleep(app.caps.body_timeout)),
             timed_out: Arc::clone(&timed_out),
         })
     };
@@ -175,7 +106,7 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     drop(place);
     if timed_out.load(Ordering::Acquire) {
         app.metrics.body_timed_out();
-        let message = format!("the body did not arrive within {} ms", app.guard.body_timeout.as_millis());
+        let message = format!("the body did not arrive within {} ms", app.caps.body_timeout.as_millis());
         let body = marksync::protocol::ErrorBody::new(marksync::protocol::ErrorCode::RequestTimeout, message);
         return closing((StatusCode::REQUEST_TIMEOUT, Json(body)).into_response());
     }
@@ -194,7 +125,7 @@ async fn refuse(app: &App, req: Request, e: ApiError) -> Response {
     }
     let mut whole = false;
     let too_large = body.size_hint().lower() > app.max_body as u64;
-    if let (false, Ok(_draining)) = (too_large, app.guard.drains.try_acquire()) {
+    if let (false, Ok(_draining)) = (too_large, app.caps.drains.try_acquire()) {
         let mut left = app.max_body as u64;
         let _ = tokio::time::timeout(REFUSAL_DRAIN_TIME, async {
             while let Some(Ok(frame)) = body.frame().await {

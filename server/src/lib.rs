@@ -3,7 +3,7 @@
 //! The reference server of the marksync protocol (PROTOCOL.md): `POST /v1/push`,
 //! `GET /v1/pull`, `POST /v1/verdicts`, `GET /v1/events`, over SQLite or PostgreSQL. Every rule —
 //! merge, marks, validation, verdict replay — is the core crate's
-//! ([`marksync::judge`]); this crate only moves bytes, holds the per-user lock
+//! ([`marksync::judge`]); this crate only moves bytes, holds the spaces' locks
 //! and persists what the judge decided.
 //!
 //! ```no_run
@@ -19,16 +19,19 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod app;
 pub mod auth;
+pub mod caps;
+pub mod clock;
 pub mod config;
 pub mod conn;
 pub mod error;
 pub mod faults;
 pub mod guard;
-mod http;
-mod membership;
 pub mod metrics;
+pub mod poke;
 pub mod rate;
+mod routes;
 pub mod store;
 
 use std::future::Future;
@@ -36,238 +39,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use marksync::schema::Schema;
 use tokio::net::TcpListener;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
+pub use app::{load_schema, App, AppState, SchemaFile};
 pub use config::Config;
-pub use http::router;
-pub use store::{Sabotage, Store};
-
-use auth::Auth;
-use faults::Faults;
-use metrics::Metrics;
-use rate::RateLimiter;
-
-/// Why the server could not start or stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    /// Listening or serving failed.
-    #[error("io: {0}")]
-    Io(#[from] std::io::Error),
-    /// The database could not be opened or migrated.
-    #[error(transparent)]
-    Store(#[from] store::StoreError),
-    /// The schema file cannot be read, does not parse, or its history does
-    /// not compose (the problem names the version and step).
-    #[error("schema file {path}: {problem}")]
-    Schema {
-        /// The file.
-        path: String,
-        /// What is wrong.
-        problem: String,
-    },
-    /// A configuration that must not run.
-    #[error("configuration: {0}")]
-    Config(String),
-    /// The serving task failed.
-    #[error("server task: {0}")]
-    Task(String),
-}
-
-/// A poke for `/v1/events` streams, within this process and, on PostgreSQL,
-/// between server processes (`NOTIFY marksync_pokes`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Poke {
-    /// `space`'s head grew to `head`: its members' streams poke.
-    Space {
-        /// The space.
-        space: Arc<str>,
-        /// The new head seq.
-        head: u64,
-    },
-    /// `user`'s memberships changed (joined, left, another role): their streams poke.
-    Members {
-        /// The user.
-        user: Arc<str>,
-    },
-}
-
-impl Poke {
-    /// The `NOTIFY` payload: `s <head> <space>` or `m <user>`, the name last
-    /// so that any name (spaces included) follows whole.
-    pub fn payload(&self) -> String {
-        match self {
-            Poke::Space { space, head } => format!("s {head} {space}"),
-            Poke::Members { user } => format!("m {user}"),
-        }
-    }
-
-    /// The poke of a payload; `None` for anything else.
-    pub fn parse(payload: &str) -> Option<Poke> {
-        match payload.split_once(' ')? {
-            ("s", rest) => {
-                let (head, space) = rest.split_once(' ')?;
-                Some(Poke::Space { space: space.into(), head: head.parse().ok()? })
-            }
-            ("m", user) if !user.is_empty() => Some(Poke::Members { user: user.into() }),
-            _ => None,
-        }
-    }
-}
-
-/// Everything a request handler needs; cheap to clone.
-#[derive(Debug, Clone)]
-pub struct App(Arc<AppState>);
-
-/// The shared state behind [`App`].
-#[derive(Debug)]
-pub struct AppState {
-    /// Verdicts, rows and heads.
-    pub store: Store,
-    /// The rules rows are judged by.
-    pub schema: Arc<Schema>,
-    /// The schema as `GET /v1/schema` sends it, and its `ETag` (computed once).
-    pub schema_file: SchemaFile,
-    /// Token checking.
-    pub auth: Auth,
-    /// Counters for `/metrics`.
-    pub metrics: Arc<Metrics>,
-    /// Fault injection, when enabled.
-    pub faults: Option<Arc<Faults>>,
-    /// The per-user rate limit, when on.
-    pub limiter: Option<RateLimiter>,
-    /// Head pokes for `/v1/events`.
-    pub pokes: broadcast::Sender<Poke>,
-    /// Body limit in bytes.
-    pub max_body: usize,
-    /// How far ahead of the server's clock an op's `at` may be (`None`: no bound).
-    pub max_future_ms: Option<u64>,
-    /// The per-user caps and the body deadline of the API routes.
-    pub guard: guard::Guard,
-    /// Turns true when the server shuts down (ends event streams).
-    pub shutdown: watch::Receiver<bool>,
-    /// Deliberate breakage for one test run; [`Sabotage::None`] otherwise.
-    pub sabotage: Sabotage,
-    /// The admin credential (`--admin-token`), when configured.
-    pub admin_token: Option<String>,
-    /// Use the per-op judge (benchmark only).
-    #[cfg(feature = "bench-per-op")]
-    pub per_op_judge: bool,
-}
-
-impl std::ops::Deref for App {
-    type Target = AppState;
-    fn deref(&self) -> &AppState {
-        &self.0
-    }
-}
-
-/// The schema's file text and its `ETag`, made once at start.
-#[derive(Debug, Clone)]
-pub struct SchemaFile {
-    /// [`Schema::to_json`].
-    pub json: String,
-    /// `"<version>-<fingerprint>"`: the same on every server with the same schema.
-    pub etag: String,
-}
-
-impl SchemaFile {
-    /// The file and tag of `schema`.
-    pub fn of(schema: &Schema) -> SchemaFile {
-        SchemaFile { json: schema.to_json(), etag: format!("\"{}-{}\"", schema.version, schema.fingerprint()) }
-    }
-}
-
-/// Loads the schema named by the configuration (or the built-in workout
-/// schema). A file whose history does not compose stops the start, with the
-/// version and step named.
-pub fn load_schema(config: &Config) -> Result<Schema, ServerError> {
-    if let Some(s) = &config.schema_value {
-        return Ok(s.clone());
-    }
-    match &config.schema {
-        None => Ok(Schema::workout()),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| ServerError::Schema { path: path.display().to_string(), problem: e.to_string() })?;
-            Schema::from_json(&text)
-                .map_err(|e| ServerError::Schema { path: path.display().to_string(), problem: e.to_string() })
-        }
-    }
-}
-
-impl App {
-    /// The server's clock (ms since the Unix epoch) and the judge's bounds at this moment.
-    pub fn limits(&self) -> marksync::judge::Limits {
-        marksync::judge::Limits::at(store::now_ms_u64(), self.max_future_ms)
-    }
-
-    /// Opens the store, loads the schema and builds the shared state.
-    /// `listen` is the address actually bound (checked against `--dev-auth`).
-    pub async fn build(
-        config: &Config,
-        listen: SocketAddr,
-        shutdown: watch::Receiver<bool>,
-    ) -> Result<App, ServerError> {
-        if config.dev_auth {
-            if !listen.ip().is_loopback() {
-                return Err(ServerError::Config(format!(
-                    "--dev-auth accepts unsigned tokens and refuses to listen on {listen}: use a loopback address"
-                )));
-            }
-            tracing::warn!("**************************************************************");
-            tracing::warn!("*  DEV AUTH IS ON: `Bearer dev:<user>` logs in as ANY user.   *");
-            tracing::warn!("*  Never run this way with real data. Loopback only.          *");
-            tracing::warn!("**************************************************************");
-        }
-        if config.enable_faults {
-            tracing::warn!("fault injection is ON: POST /__faults can drop answers and fail pushes");
-        }
-        if config.jwt_secret.as_deref().is_none_or(str::is_empty) && !config.dev_auth {
-            tracing::warn!("no --jwt-secret (MARKSYNC_JWT_SECRET) and no --dev-auth: every request will be 401");
-        }
-        if config.sabotage != Sabotage::None {
-            tracing::error!(sabotage = ?config.sabotage, "THE JUDGE IS DELIBERATELY BROKEN (test only)");
-        }
-        if let Some(t) = config.admin_token.as_deref().filter(|t| !t.is_empty()) {
-            if t.chars().count() < 32 {
-                return Err(ServerError::Config("--admin-token must be at least 32 characters".into()));
-            }
-            tracing::info!("admin routes on: /v1/admin/spaces, /v1/admin/spaces/members");
-        }
-        let schema = load_schema(config)?;
-        let store = Store::connect(&config.database, config.db_max_connections).await?;
-        tracing::info!(backend = store.backend(), database = %store::redact(&config.database), schema_version = schema.version, "storage ready");
-        let limiter = (config.rate_limit > 0.0)
-            .then(|| RateLimiter::new(config.rate_limit, config.rate_burst.unwrap_or(config.rate_limit * 2.0)));
-        let (pokes, _) = broadcast::channel(1024);
-        store.forward_pokes(pokes.clone(), shutdown.clone());
-        Ok(App(Arc::new(AppState {
-            store,
-            schema_file: SchemaFile::of(&schema),
-            schema: Arc::new(schema),
-            auth: Auth::new(config.jwt_secret.as_deref(), config.dev_auth)
-                .expecting(&config.jwt_audience, config.jwt_issuer.as_deref()),
-            metrics: Arc::new(Metrics::default()),
-            faults: config.enable_faults.then(|| Arc::new(Faults::default())),
-            limiter,
-            pokes,
-            max_body: config.max_body_bytes,
-            max_future_ms: (config.max_future_ms > 0).then_some(config.max_future_ms),
-            guard: guard::Guard::new(
-                Duration::from_millis(config.body_timeout_ms),
-                config.max_requests_per_user,
-                config.max_streams_per_user,
-            ),
-            shutdown,
-            sabotage: config.sabotage,
-            admin_token: config.admin_token.clone().filter(|t| !t.is_empty()),
-            #[cfg(feature = "bench-per-op")]
-            per_op_judge: config.per_op_judge,
-        })))
-    }
-}
+pub use error::ServerError;
+pub use poke::Poke;
+pub use routes::router;
+#[cfg(feature = "sabotage")]
+pub use store::Sabotage;
+pub use store::Store;
 
 /// Serves on `listener` until `shutdown` completes, then lets in-flight
 /// requests finish (for at most `--shutdown-timeout-ms`, then cuts the
@@ -280,7 +62,7 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let app = App::build(&config, listener.local_addr()?, stop_rx).await?;
-    let router = http::router(app.clone(), &config)?;
+    let router = routes::router(app.clone(), &config)?;
     let limits = limits(&config).fit_to(conn::raise_open_files_limit());
     run(app, router, listener, limits, stop_tx, shutdown).await
 }
@@ -345,7 +127,7 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServe
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let app = App::build(&config, addr, stop_rx).await?;
-    let router = http::router(app.clone(), &config)?;
+    let router = routes::router(app.clone(), &config)?;
     let limits = limits(&config);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let router_app = app.clone();
@@ -356,23 +138,4 @@ pub async fn start(config: Config, listener: TcpListener) -> Result<RunningServe
         .await
     });
     Ok(RunningServer { addr, app, stop: Some(tx), task })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Poke;
-
-    #[test]
-    fn a_poke_payload_carries_any_name_whole() {
-        for poke in [
-            Poke::Space { space: "~a user id with spaces".into(), head: 42 },
-            Poke::Space { space: "team-1".into(), head: 0 },
-            Poke::Members { user: "a user id".into() },
-        ] {
-            assert_eq!(Poke::parse(&poke.payload()), Some(poke));
-        }
-        for bad in ["", "x y", "s 1", "s x team", "m ", "42 alice"] {
-            assert_eq!(Poke::parse(bad), None, "{bad:?}");
-        }
-    }
 }

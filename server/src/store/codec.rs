@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use marksync::protocol::{Fields, Mark, Row, MAX_SAFE_INTEGER};
 
-use super::StoreError;
+use super::error::StoreError;
 
 /// A row as its `fields` and `marks` JSON texts.
 pub(crate) fn encode_row(row: &Row) -> Result<(String, String), StoreError> {

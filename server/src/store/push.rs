@@ -1,43 +1,98 @@
-//! The push loop, once for both backends (PROTOCOL §3): lock → load → judge →
-//! remember → write, under the locks of the batch's spaces (§3c), judged
-//! again from the start when another writer remembered one of the batch's
-//! ops first.
-//!
-//! A backend brings only its SQL, as a [`PushTxn`]: how it takes the spaces'
-//! locks, loads rows, verdicts and roles, remembers verdicts, writes rows and heads.
-//! The order of the steps, the rule "remember before write", the retry on a
-//! conflict, the faults and the probes live here, and nowhere else.
+//! The push (PROTOCOL §3), once for both dialects: lock → load → judge →
+//! remember → write, in one transaction under the locks of the batch's
+//! spaces (§3c), judged again from the start when another writer remembered
+//! one of the batch's ops first. The order of the steps, the rule "remember
+//! before write", the retry on a conflict, the faults and the probes live
+//! here, and nowhere else; the SQL of each step is [`super::conn`]'s.
 
-use marksync::judge::{Judgement, Limits, RowWrite};
-use marksync::protocol::Op;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use marksync::judge::{judge_batch, Judgement, Known, Limits};
+use marksync::protocol::{Op, MAX_JUDGED_PER_PUSH};
 use marksync::schema::Schema;
-use marksync::space::{self, SpaceId};
+use marksync::space;
 
-use super::{
-    answered_by_another_writer, judge_loaded, verdict_columns, PushControl, PushError, SavedVerdict, StoreError,
-    StoredRow, VerdictColumns, MAX_JUDGE_ATTEMPTS,
-};
+use super::conn::{Backend, Conn};
+use super::dialect::{Key, Pools, VerdictColumns};
+use super::error::{PushError, StoreError, MAX_JUDGE_ATTEMPTS};
+use crate::metrics::SameUserProbe;
+use crate::poke::Poke;
+
+/// What a push may be asked to do besides judging (fault injection, probes).
+#[derive(Debug, Clone, Default)]
+pub struct PushControl {
+    /// Hold the spaces' locks this long, after loading and before judging (`delayMs` fault).
+    pub hold_lock_for: Duration,
+    /// Roll back instead of committing and fail (`failBeforeCommit` fault).
+    pub fail_before_commit: bool,
+    /// Counts pushes of one user inside the lock at once (must never exceed 1).
+    pub probe: Option<Arc<SameUserProbe>>,
+    /// Test-only sabotage, see [`Sabotage`].
+    #[cfg(feature = "sabotage")]
+    pub sabotage: Sabotage,
+}
+
+/// Deliberately broken behaviours, used once to prove that the tests catch
+/// them (feature `sabotage`, which only the tests turn on).
+#[cfg(feature = "sabotage")]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Sabotage {
+    /// The real judge.
+    #[default]
+    None,
+    /// "write → remember": forget the saved verdicts and write the rows
+    /// even when the verdict insert says the op was answered before.
+    WriteBeforeRemember,
+    /// Postgres: read the heads without `FOR UPDATE` — no lock. The verdict
+    /// insert then finds conflicts, and the push is judged again.
+    NoLock,
+}
+
+impl PushControl {
+    /// Whether this push forgets what was remembered ([`Sabotage::WriteBeforeRemember`]).
+    #[cfg(feature = "sabotage")]
+    fn forgets(&self) -> bool {
+        self.sabotage == Sabotage::WriteBeforeRemember
+    }
+    #[cfg(not(feature = "sabotage"))]
+    fn forgets(&self) -> bool {
+        false
+    }
+
+    /// Whether this push takes the spaces' locks (not under [`Sabotage::NoLock`]).
+    #[cfg(feature = "sabotage")]
+    fn locks(&self) -> bool {
+        self.sabotage != Sabotage::NoLock
+    }
+    #[cfg(not(feature = "sabotage"))]
+    fn locks(&self) -> bool {
+        true
+    }
+}
 
 /// The distinct spaces, placed rows and opIds of the ops that may be judged.
-pub(crate) struct BatchKeys<'a> {
+struct BatchKeys<'a> {
     /// Every space the batch names (an op without one: the sender's personal
     /// space), once each, in byte order: the order their locks are taken in,
     /// so two pushes never wait for each other in a cycle.
-    pub(crate) spaces: Vec<&'a str>,
-    /// (space, table, rowId) of every row the batch edits, once each.
-    pub(crate) rows: Vec<(&'a str, &'a str, &'a str)>,
+    spaces: Vec<&'a str>,
+    /// Every row the batch edits, once each.
+    rows: Vec<Key<'a>>,
     /// Every opId of the batch, once each.
-    pub(crate) ops: Vec<&'a str>,
+    ops: Vec<&'a str>,
 }
 
 impl<'a> BatchKeys<'a> {
-    /// The keys of the first [`marksync::protocol::MAX_JUDGED_PER_PUSH`] ops
-    /// of a batch whose sender's personal space is `personal`.
-    pub(crate) fn of(personal: &'a str, batch: &'a [Op]) -> BatchKeys<'a> {
-        let judged = &batch[..batch.len().min(marksync::protocol::MAX_JUDGED_PER_PUSH)];
-        let mut seen_rows = std::collections::HashSet::with_capacity(judged.len());
-        let mut seen_ops = std::collections::HashSet::with_capacity(judged.len());
-        let mut spaces = std::collections::BTreeSet::new();
+    /// The keys of the first [`MAX_JUDGED_PER_PUSH`] ops of a batch whose
+    /// sender's personal space is `personal`.
+    fn of(personal: &'a str, batch: &'a [Op]) -> BatchKeys<'a> {
+        let judged = &batch[..batch.len().min(MAX_JUDGED_PER_PUSH)];
+        let mut seen_rows = HashSet::with_capacity(judged.len());
+        let mut seen_ops = HashSet::with_capacity(judged.len());
+        let mut spaces = BTreeSet::new();
         let mut keys = BatchKeys {
             spaces: Vec::new(),
             rows: Vec::with_capacity(judged.len()),
@@ -46,8 +101,9 @@ impl<'a> BatchKeys<'a> {
         for op in judged {
             let space = op.space_or(personal);
             spaces.insert(space);
-            if seen_rows.insert((space, op.table.as_str(), op.row_id.as_str())) {
-                keys.rows.push((space, op.table.as_str(), op.row_id.as_str()));
+            let key = Key { space, table: op.table.as_str(), row_id: op.row_id.as_str() };
+            if seen_rows.insert(key) {
+                keys.rows.push(key);
             }
             if seen_ops.insert(op.op_id.as_str()) {
                 keys.ops.push(op.op_id.as_str());
@@ -58,66 +114,10 @@ impl<'a> BatchKeys<'a> {
     }
 }
 
-/// What step 2 loads.
-pub(crate) struct Loaded {
-    /// The stored rows of the batch's placed rows.
-    pub(crate) rows: Vec<StoredRow>,
-    /// The sender's saved verdicts of the batch's opIds.
-    pub(crate) verdicts: Vec<SavedVerdict>,
-    /// The sender's memberships in the batch's spaces: (space, role).
-    pub(crate) roles: Vec<(String, String)>,
-}
-
-/// One push transaction of a backend: the SQL of each step. Every method runs
-/// inside the transaction that [`PushBackend::begin`] opened.
-#[allow(async_fn_in_trait)]
-pub(crate) trait PushTxn: Sized {
-    /// Step 1: makes sure the sender's personal space has its head row when
-    /// the batch writes there (`personal`), takes the locks of `spaces` (in
-    /// the order given, held until commit or rollback) and returns the heads
-    /// of those that exist. A space no one created is never made here.
-    async fn lock(
-        &mut self,
-        personal: Option<&str>,
-        spaces: &[&str],
-        ctl: &PushControl,
-    ) -> Result<Vec<(String, i64)>, StoreError>;
-    /// Step 2: the stored rows of the batch's placed rows, the sender's saved
-    /// verdicts of its opIds and the sender's roles in its spaces, one query each.
-    async fn load(&mut self, sender: &str, keys: &BatchKeys<'_>) -> Result<Loaded, StoreError>;
-    /// Step 4: inserts the sender's verdicts unless one is already remembered
-    /// (`ON CONFLICT DO NOTHING`); how many were inserted.
-    async fn remember(&mut self, sender: &str, verdicts: &VerdictColumns) -> Result<usize, StoreError>;
-    /// Step 5: upserts the rows the batch moved, each in its space.
-    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<(), StoreError>;
-    /// Step 5: the new heads of the spaces the batch moved.
-    async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), StoreError>;
-    /// Tells the other server processes on this database that these spaces'
-    /// heads grew, delivered only if and when the transaction commits
-    /// (PostgreSQL `NOTIFY`). Nothing for a backend one process owns (SQLite).
-    async fn announce(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), StoreError> {
-        let _ = heads;
-        Ok(())
-    }
-    /// Commits: the verdicts, rows and heads become durable together.
-    async fn commit(self) -> Result<(), StoreError>;
-    /// Rolls back: nothing of the attempt is kept.
-    async fn rollback(self) -> Result<(), StoreError>;
-}
-
-/// A backend that opens push transactions.
-#[allow(async_fn_in_trait)]
-pub(crate) trait PushBackend {
-    /// Its transaction.
-    type Txn: PushTxn;
-    /// Opens a write transaction (SQLite: `BEGIN IMMEDIATE` on the single writer).
-    async fn begin(&self) -> Result<Self::Txn, StoreError>;
-}
-
 /// Judges `sender`'s `batch` in one transaction under the locks of its
 /// spaces, persists the judgement — verdicts before rows — and returns it.
-pub(crate) async fn push<B: PushBackend>(
-    backend: &B,
+pub(crate) async fn push<D: Backend>(
+    pools: &Pools<D>,
     sender: &str,
     schema: &Schema,
     batch: &[Op],
@@ -126,21 +126,34 @@ pub(crate) async fn push<B: PushBackend>(
 ) -> Result<Judgement, PushError> {
     let personal = space::personal(sender);
     let keys = BatchKeys::of(&personal, batch);
-    let writes_personal = keys.spaces.contains(&personal.as_str()).then_some(personal.as_str());
+    let writes_personal = keys.spaces.contains(&personal.as_str());
     for _attempt in 0..MAX_JUDGE_ATTEMPTS {
-        let mut tx = backend.begin().await?;
-        // 1. lock.
-        let heads = tx.lock(writes_personal, &keys.spaces, ctl).await?;
+        let mut tx = pools.write().await?;
+        // 1. lock: the sender's personal space has its head row once the
+        // batch writes there; a space no one created is never made here.
+        if writes_personal {
+            tx.ensure_head(&personal).await?;
+        }
+        let heads = tx.lock_heads(&keys.spaces, ctl.locks()).await?;
         let inside = ctl.probe.as_ref().map(|p| p.enter(sender));
-        // 2. load.
-        let loaded = tx.load(sender, &keys).await?;
+        // 2. load what the batch touches, one query each.
+        let mut known = Known { heads, ..Known::default() };
+        known.rows = tx.load_rows(&keys.rows).await?;
+        let verdicts = tx.load_verdicts(sender, &keys.ops).await?;
+        if !ctl.forgets() {
+            known.verdicts = verdicts;
+        }
+        known.roles = tx.load_roles(sender, &keys.spaces).await?;
+        if !ctl.hold_lock_for.is_zero() {
+            tokio::time::sleep(ctl.hold_lock_for).await;
+        }
         // 3. judge: every rule is in the core.
-        let judgement = judge_loaded(schema, sender, batch, limits, heads, loaded, ctl).await?;
+        let judgement = judge_batch(schema, sender, batch, known, limits)?;
         // 4. remember, before any row is written.
         if !judgement.remember.is_empty() {
-            let v = verdict_columns(&judgement);
+            let v = VerdictColumns::of(&judgement.remember);
             let inserted = tx.remember(sender, &v).await?;
-            if answered_by_another_writer(ctl, sender, v.ids.len(), inserted) {
+            if answered_by_another_writer(ctl, sender, v.len(), inserted) {
                 drop(inside);
                 tx.rollback().await?;
                 continue;
@@ -150,7 +163,9 @@ pub(crate) async fn push<B: PushBackend>(
         if !judgement.writes.is_empty() {
             tx.write_rows(&judgement.writes).await?;
             tx.write_heads(&judgement.heads).await?;
-            tx.announce(&judgement.heads).await?;
+            for (space, head) in &judgement.heads {
+                tx.announce(&Poke::Space { space: space.clone(), head: *head }).await?;
+            }
         }
         drop(inside);
         if ctl.fail_before_commit {
@@ -161,4 +176,18 @@ pub(crate) async fn push<B: PushBackend>(
         return Ok(judgement);
     }
     Err(StoreError::Conflict.into())
+}
+
+/// Step 4's check: whether the verdict insert met verdicts another writer
+/// remembered first (fewer rows in than sent), so the push must be judged
+/// again. Logs it and counts it on the probe.
+fn answered_by_another_writer(ctl: &PushControl, user: &str, sent: usize, inserted: usize) -> bool {
+    if inserted == sent || ctl.forgets() {
+        return false;
+    }
+    tracing::warn!(user, sent, inserted, "verdicts answered by another writer; judging again");
+    if let Some(p) = &ctl.probe {
+        p.judged_again();
+    }
+    true
 }

@@ -1,20 +1,17 @@
-//! Spaces on the server (PROTOCOL §3c, §4b): membership changes and the pull
-//! of every followed space, once for both backends.
+//! Spaces on the server (PROTOCOL §3c): creating them, their members, a
+//! user's spaces, once for both dialects.
 //!
 //! A membership change runs under the space's lock (its heads row, the lock
 //! a push of the space takes), so it and every push of the space are ordered
-//! one way or the other: an op judged after a revoke commits is refused. A
-//! pull reads the user's memberships and the rows in one snapshot, so it
-//! never returns a row of a space the user was not a member of at that
-//! moment. The rules (who manages, the last owner, the personal space's
-//! user) live here; a backend brings only its SQL.
+//! one way or the other: an op judged after a revoke commits is refused. The
+//! rules — who manages, the last owner, the personal space's user — are the
+//! core's ([`marksync::space`]); this module reads and writes what they decide.
 
-use std::collections::BTreeMap;
+use marksync::space::{self, MemberRefusal, Role};
 
-use marksync::protocol::{SpacePage, SpacesPullResponse};
-use marksync::space::{self, Follow, MemberRefusal, Role};
-
-use super::StoreError;
+use super::conn::{Backend, Conn, MemberSpace};
+use super::dialect::Pools;
+use super::error::StoreError;
 
 /// Who asks for a membership change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,48 +49,19 @@ impl From<sqlx::Error> for SpaceError {
     }
 }
 
-/// A membership transaction of a backend: the SQL of each step, all inside
-/// the transaction [`MemberBackend::begin_members`] opened.
-#[allow(async_fn_in_trait)]
-pub(crate) trait MemberTxn: Sized {
-    /// Makes `space`'s heads row (its lock) unless it exists.
-    async fn ensure_head(&mut self, space: &str) -> Result<(), StoreError>;
-    /// Takes `space`'s lock (its heads row, held to the end of the
-    /// transaction); whether the row exists.
-    async fn lock_head(&mut self, space: &str) -> Result<bool, StoreError>;
-    /// Inserts the shared space `space`, created by `owner`, unless the name
-    /// is taken; whether it was inserted.
-    async fn insert_space(&mut self, space: &str, owner: &str) -> Result<bool, StoreError>;
-    /// `user`'s stored role in `space`.
-    async fn member(&mut self, space: &str, user: &str) -> Result<Option<Role>, StoreError>;
-    /// How many owners `space` has stored.
-    async fn owners(&mut self, space: &str) -> Result<i64, StoreError>;
-    /// Sets `user`'s role in `space` (`None`: removes the user).
-    async fn set(&mut self, space: &str, user: &str, role: Option<Role>) -> Result<(), StoreError>;
-    /// Every stored member of `space`, by user id.
-    async fn list(&mut self, space: &str) -> Result<Vec<(String, Role)>, StoreError>;
-    /// Tells the other server processes that `user`'s memberships changed
-    /// (PostgreSQL `NOTIFY`, delivered on commit). Nothing for SQLite.
-    async fn announce_member(&mut self, user: &str) -> Result<(), StoreError> {
-        let _ = user;
-        Ok(())
+impl From<MemberRefusal> for SpaceError {
+    fn from(r: MemberRefusal) -> Self {
+        match r {
+            MemberRefusal::Forbidden(m) => SpaceError::Forbidden(m),
+            MemberRefusal::Conflict(m) => SpaceError::Conflict(m),
+            MemberRefusal::BadRequest(m) => SpaceError::BadRequest(m),
+        }
     }
-    /// Commits.
-    async fn commit(self) -> Result<(), StoreError>;
-}
-
-/// A backend that opens membership transactions.
-#[allow(async_fn_in_trait)]
-pub(crate) trait MemberBackend {
-    /// Its transaction.
-    type Txn: MemberTxn;
-    /// Opens a write transaction.
-    async fn begin_members(&self) -> Result<Self::Txn, StoreError>;
 }
 
 /// Takes `space`'s lock; whether the space exists (a personal space always
 /// does: its heads row is made here if the user never wrote).
-async fn lock_space<T: MemberTxn>(tx: &mut T, space: &str) -> Result<bool, StoreError> {
+async fn lock_space<C: Conn>(tx: &mut C, space: &str) -> Result<bool, StoreError> {
     if space::personal_owner(space).is_some() {
         tx.ensure_head(space).await?;
     }
@@ -101,7 +69,7 @@ async fn lock_space<T: MemberTxn>(tx: &mut T, space: &str) -> Result<bool, Store
 }
 
 /// `actor`'s right to manage `space`'s members, under the space's lock.
-async fn may_manage<T: MemberTxn>(tx: &mut T, actor: Actor<'_>, space: &str) -> Result<(), SpaceError> {
+async fn may_manage<C: Conn>(tx: &mut C, actor: Actor<'_>, space: &str) -> Result<(), SpaceError> {
     let exists = lock_space(tx, space).await?;
     match actor {
         Actor::Admin if exists => Ok(()),
@@ -117,80 +85,63 @@ async fn may_manage<T: MemberTxn>(tx: &mut T, actor: Actor<'_>, space: &str) -> 
     }
 }
 
-impl From<MemberRefusal> for SpaceError {
-    fn from(r: MemberRefusal) -> Self {
-        match r {
-            MemberRefusal::Forbidden(m) => SpaceError::Forbidden(m),
-            MemberRefusal::Conflict(m) => SpaceError::Conflict(m),
-            MemberRefusal::BadRequest(m) => SpaceError::BadRequest(m),
-        }
-    }
-}
-
 /// Creates the shared space `space` owned by `owner` (a user creates for
 /// themself; an admin names the owner). Asking again for the same owner is
 /// answered the same (a retried request); a name taken by another is a conflict.
-pub(crate) async fn create<B: MemberBackend>(backend: &B, space: &str, owner: &str) -> Result<Role, SpaceError> {
+pub(crate) async fn create<D: Backend>(pools: &Pools<D>, space: &str, owner: &str) -> Result<Role, SpaceError> {
     space::check_shared_space(space).map_err(|p| SpaceError::BadRequest(format!("space: {p}")))?;
-    let mut tx = backend.begin_members().await?;
+    let mut tx = pools.write().await?;
     if tx.insert_space(space, owner).await? {
         tx.ensure_head(space).await?;
-        tx.set(space, owner, Some(Role::Owner)).await?;
+        tx.set_member(space, owner, Some(Role::Owner)).await?;
     } else {
         tx.lock_head(space).await?;
         if tx.member(space, owner).await? != Some(Role::Owner) {
             return Err(SpaceError::Conflict(format!("a space named {space} exists already")));
         }
     }
-    tx.announce_member(owner).await?;
+    tx.announce(&crate::poke::Poke::Members { user: owner.into() }).await?;
     tx.commit().await?;
     Ok(Role::Owner)
 }
 
-/// Sets `user`'s role in `space` (`None`: removes the user), as `actor`.
-/// Idempotent. The personal space's own user cannot be changed; a shared
-/// space keeps at least one owner.
-pub(crate) async fn set_member<B: MemberBackend>(
-    backend: &B,
+/// Sets `user`'s role in `space` (`None`: removes the user), as `actor`,
+/// by the rules of [`space::check_member_change`]. Idempotent.
+pub(crate) async fn set_member<D: Backend>(
+    pools: &Pools<D>,
     actor: Actor<'_>,
     space: &str,
     user: &str,
     role: Option<Role>,
 ) -> Result<(), SpaceError> {
     space::check_space(space).map_err(|p| SpaceError::BadRequest(format!("space: {p}")))?;
-    if user.is_empty() || user.len() > 256 || user.chars().any(char::is_control) {
-        return Err(SpaceError::BadRequest("user: must be 1 to 256 bytes without control characters".into()));
-    }
-    if space::personal_owner(space) == Some(user) {
-        return Err(SpaceError::BadRequest(format!("{user} owns their personal space {space}; that cannot change")));
-    }
-    let mut tx = backend.begin_members().await?;
-    may_manage(&mut tx, actor, space).await?;
+    space::check_user(user).map_err(|p| SpaceError::BadRequest(format!("user: {p}")))?;
+    // What no stored role changes (the personal space's own user) is refused
+    // before anything is read.
+    space::check_member_change(space, user, None, None, 0)?;
+    let mut tx = pools.write().await?;
+    may_manage(&mut *tx, actor, space).await?;
     let before = tx.member(space, user).await?;
-    if before == role {
-        return Ok(());
+    // Only an owner's change needs the count of owners.
+    let owners = if before == Some(Role::Owner) { tx.owners(space).await? } else { 0 };
+    if space::check_member_change(space, user, before, role, owners)? {
+        tx.set_member(space, user, role).await?;
+        tx.announce(&crate::poke::Poke::Members { user: user.into() }).await?;
+        tx.commit().await?;
     }
-    if before == Some(Role::Owner) && space::personal_owner(space).is_none() && tx.owners(space).await? <= 1 {
-        return Err(SpaceError::Conflict(format!(
-            "{user} is the last owner of space {space}; add another owner first"
-        )));
-    }
-    tx.set(space, user, role).await?;
-    tx.announce_member(user).await?;
-    tx.commit().await?;
     Ok(())
 }
 
-/// The members of `space`, for any member of it (or an admin); a personal
-/// space lists its user as owner first.
-pub(crate) async fn members<B: MemberBackend>(
-    backend: &B,
+/// The members of `space`, for any member of it (or an admin): a personal
+/// space lists its user as owner first, the others follow by user id.
+pub(crate) async fn members<D: Backend>(
+    pools: &Pools<D>,
     actor: Actor<'_>,
     space: &str,
 ) -> Result<Vec<(String, Role)>, SpaceError> {
     space::check_space(space).map_err(|p| SpaceError::BadRequest(format!("space: {p}")))?;
-    let mut tx = backend.begin_members().await?;
-    let exists = lock_space(&mut tx, space).await?;
+    let mut tx = pools.write().await?;
+    let exists = lock_space(&mut *tx, space).await?;
     match actor {
         Actor::Admin if !exists => return Err(SpaceError::NotFound(space.to_owned())),
         Actor::Admin => {}
@@ -201,77 +152,23 @@ pub(crate) async fn members<B: MemberBackend>(
             }
         }
     }
-    let list = space::listed_members(space, tx.list(space).await?);
+    let mut list = space::listed_members(space, tx.list_members(space).await?);
     tx.commit().await?;
+    let first = usize::from(space::personal_owner(space).is_some());
+    list[first..].sort_by(|a, b| a.0.cmp(&b.0));
     Ok(list)
 }
 
-/// A read-only snapshot of a backend, for one pull of many spaces.
-#[allow(async_fn_in_trait)]
-pub(crate) trait PullSnapshot: Sized {
-    /// (space, role, head) of every space `user` is a stored member of.
-    async fn memberships(&mut self, user: &str) -> Result<Vec<(String, String, i64)>, StoreError>;
-    /// The head of one space (0: none).
-    async fn head(&mut self, space: &str) -> Result<i64, StoreError>;
-    /// Up to `limit` changes of `space` after `cursor`, within `bytes` of rows
-    /// (never fewer than one change when there is one).
-    async fn page(
-        &mut self,
-        space: &str,
-        cursor: u64,
-        limit: usize,
-        bytes: usize,
-    ) -> Result<(SpacePage, usize), StoreError>;
-}
-
-/// A backend that opens pull snapshots.
-#[allow(async_fn_in_trait)]
-pub(crate) trait PullBackend {
-    /// Its snapshot.
-    type Snapshot: PullSnapshot;
-    /// Opens a read-only transaction that sees one committed state throughout.
-    async fn snapshot(&self) -> Result<Self::Snapshot, StoreError>;
-}
-
-/// `POST /v1/pull` for `user`: what [`space::plan_pull`] says, read in one
-/// snapshot, at most `limit` changes and [`marksync::protocol::MAX_PULL_PAGE_BYTES`]
-/// of rows over all spaces.
-pub(crate) async fn pull<B: PullBackend>(
-    backend: &B,
-    user: &str,
-    followed: &BTreeMap<String, Follow>,
-    limit: Option<usize>,
-) -> Result<SpacesPullResponse, StoreError> {
-    let mut snap = backend.snapshot().await?;
+/// Every space `user` is a member of, with the role and the head: the
+/// personal space first, then the others in byte order of their names.
+pub(crate) async fn of<D: Backend>(pools: &Pools<D>, user: &str) -> Result<Vec<MemberSpace>, StoreError> {
+    let mut conn = pools.read().await?;
     let personal = space::personal(user);
-    let mut members = Vec::new();
-    for (space, role, head) in snap.memberships(user).await? {
-        let role = super::stored_role(&role)?;
-        if space != personal {
-            members.push((space, role, super::codec::seq_from_db(head)?));
-        }
-    }
-    let personal_head = super::codec::seq_from_db(snap.head(&personal).await?)?;
-    members.push((personal.clone(), Role::Owner, personal_head));
-    let plan = space::plan_pull(followed, &members);
-    let mut out = SpacesPullResponse {
-        personal: Some(personal),
-        joined: plan.joined,
-        roles: plan.roles,
-        left: plan.left,
-        ..Default::default()
-    };
-    let mut budget = space::PullBudget::new(limit);
-    for (space, cursor) in plan.read {
-        if budget.spent() {
-            out.spaces.push(SpacePage { space, changes: Vec::new(), cursor, has_more: true });
-            out.has_more = true;
-            continue;
-        }
-        let (page, bytes) = snap.page(&space, cursor, budget.changes, budget.bytes).await?;
-        budget.take(page.changes.len(), bytes);
-        out.has_more |= page.has_more;
-        out.spaces.push(page);
-    }
+    let head = conn.head(&personal).await?;
+    let mut rest: Vec<MemberSpace> =
+        conn.memberships(user).await?.into_iter().filter(|m| m.space != personal).collect();
+    rest.sort_by(|a, b| a.space.cmp(&b.space));
+    let mut out = vec![MemberSpace { space: personal, role: Role::Owner, head }];
+    out.extend(rest);
     Ok(out)
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use marksync::schema::Schema;
 use marksync_server::store::Counts;
-use marksync_server::{Config, RunningServer, Sabotage};
+use marksync_server::{Config, RunningServer};
 use serde_json::{json, Value};
 use sqlx::Connection;
 
@@ -98,7 +98,6 @@ pub fn config(database: &str) -> Config {
     c.jwt_secret = Some("test-secret".into());
     c.listen = "127.0.0.1:0".parse().unwrap();
     c.db_max_connections = 4;
-    c.sabotage = Sabotage::None;
     c
 }
 

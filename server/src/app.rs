@@ -1,0 +1,176 @@
+//! The state every handler shares, built once at start from the configuration.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use marksync::schema::Schema;
+use tokio::sync::{broadcast, watch};
+
+use crate::auth::{AdminCredential, Auth};
+use crate::caps::Caps;
+use crate::config::Config;
+use crate::error::ServerError;
+use crate::faults::Faults;
+use crate::metrics::Metrics;
+use crate::poke::Poke;
+use crate::rate::RateLimiter;
+#[cfg(feature = "sabotage")]
+use crate::store::Sabotage;
+use crate::store::{self, Store};
+
+/// Everything a request handler needs; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct App(Arc<AppState>);
+
+/// The shared state behind [`App`].
+#[derive(Debug)]
+pub struct AppState {
+    /// Verdicts, rows and heads.
+    pub store: Store,
+    /// The rules rows are judged by.
+    pub schema: Arc<Schema>,
+    /// The schema as `GET /v1/schema` sends it, and its `ETag` (computed once).
+    pub schema_file: SchemaFile,
+    /// Token checking.
+    pub auth: Auth,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Fault injection, when enabled.
+    pub faults: Option<Arc<Faults>>,
+    /// The per-user rate limit, when on.
+    pub limiter: Option<RateLimiter>,
+    /// Head pokes for `/v1/events`.
+    pub pokes: broadcast::Sender<Poke>,
+    /// Body limit in bytes.
+    pub max_body: usize,
+    /// How far ahead of the server's clock an op's `at` may be (`None`: no bound).
+    pub max_future_ms: Option<u64>,
+    /// The per-user caps and the body deadline of the API routes.
+    pub caps: Caps,
+    /// Turns true when the server shuts down (ends event streams).
+    pub shutdown: watch::Receiver<bool>,
+    /// Deliberate breakage for one test run; [`Sabotage::None`] otherwise.
+    #[cfg(feature = "sabotage")]
+    pub sabotage: Sabotage,
+    /// The admin credential (`--admin-token`), when configured.
+    pub admin: AdminCredential,
+    /// Use the per-op judge (benchmark only).
+    #[cfg(feature = "bench-per-op")]
+    pub per_op_judge: bool,
+}
+
+impl std::ops::Deref for App {
+    type Target = AppState;
+    fn deref(&self) -> &AppState {
+        &self.0
+    }
+}
+
+/// The schema's file text and its `ETag`, made once at start.
+#[derive(Debug, Clone)]
+pub struct SchemaFile {
+    /// [`Schema::to_json`].
+    pub json: String,
+    /// `"<version>-<fingerprint>"`: the same on every server with the same schema.
+    pub etag: String,
+}
+
+impl SchemaFile {
+    /// The file and tag of `schema`.
+    pub fn of(schema: &Schema) -> SchemaFile {
+        SchemaFile { json: schema.to_json(), etag: format!("\"{}-{}\"", schema.version, schema.fingerprint()) }
+    }
+}
+
+/// Loads the schema named by the configuration (or the built-in workout
+/// schema). A file whose history does not compose stops the start, with the
+/// version and step named.
+pub fn load_schema(config: &Config) -> Result<Schema, ServerError> {
+    if let Some(s) = &config.schema_value {
+        return Ok(s.clone());
+    }
+    match &config.schema {
+        None => Ok(Schema::workout()),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ServerError::Schema { path: path.display().to_string(), problem: e.to_string() })?;
+            Schema::from_json(&text)
+                .map_err(|e| ServerError::Schema { path: path.display().to_string(), problem: e.to_string() })
+        }
+    }
+}
+
+impl App {
+    /// The server's clock (ms since the Unix epoch) and the judge's bounds at this moment.
+    pub fn limits(&self) -> marksync::judge::Limits {
+        marksync::judge::Limits::at(crate::clock::now_ms(), self.max_future_ms)
+    }
+
+    /// Opens the store, loads the schema and builds the shared state.
+    /// `listen` is the address actually bound (checked against `--dev-auth`).
+    pub async fn build(
+        config: &Config,
+        listen: SocketAddr,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<App, ServerError> {
+        if config.dev_auth {
+            if !listen.ip().is_loopback() {
+                return Err(ServerError::Config(format!(
+                    "--dev-auth accepts unsigned tokens and refuses to listen on {listen}: use a loopback address"
+                )));
+            }
+            tracing::warn!("**************************************************************");
+            tracing::warn!("*  DEV AUTH IS ON: `Bearer dev:<user>` logs in as ANY user.   *");
+            tracing::warn!("*  Never run this way with real data. Loopback only.          *");
+            tracing::warn!("**************************************************************");
+        }
+        if config.enable_faults {
+            tracing::warn!("fault injection is ON: POST /__faults can drop answers and fail pushes");
+        }
+        if config.jwt_secret.as_deref().is_none_or(str::is_empty) && !config.dev_auth {
+            tracing::warn!("no --jwt-secret (MARKSYNC_JWT_SECRET) and no --dev-auth: every request will be 401");
+        }
+        #[cfg(feature = "sabotage")]
+        if config.sabotage != Sabotage::None {
+            tracing::error!(sabotage = ?config.sabotage, "THE JUDGE IS DELIBERATELY BROKEN (test only)");
+        }
+        if let Some(t) = config.admin_token.as_deref().filter(|t| !t.is_empty()) {
+            if t.chars().count() < 32 {
+                return Err(ServerError::Config("--admin-token must be at least 32 characters".into()));
+            }
+            tracing::info!("admin routes on: /v1/admin/spaces, /v1/admin/spaces/members");
+        }
+        let schema = load_schema(config)?;
+        let store = Store::connect(&config.database, config.db_max_connections).await?;
+        tracing::info!(backend = store.backend(), database = %store::redact(&config.database), schema_version = schema.version, "storage ready");
+        let limiter = (config.rate_limit > 0.0)
+            .then(|| RateLimiter::new(config.rate_limit, config.rate_burst.unwrap_or(config.rate_limit * 2.0)));
+        let (pokes, _) = broadcast::channel(1024);
+        store.forward_pokes(pokes.clone(), shutdown.clone());
+        Ok(App(Arc::new(AppState {
+            store,
+            schema_file: SchemaFile::of(&schema),
+            schema: Arc::new(schema),
+            auth: Auth::new(config.jwt_secret.as_deref(), config.dev_auth)
+                .expecting(&config.jwt_audience, config.jwt_issuer.as_deref()),
+            metrics: Arc::new(Metrics::default()),
+            faults: config.enable_faults.then(|| Arc::new(Faults::default())),
+            limiter,
+            pokes,
+            max_body: config.max_body_bytes,
+            max_future_ms: (config.max_future_ms > 0).then_some(config.max_future_ms),
+            caps: Caps::new(
+                Duration::from_millis(config.body_timeout_ms),
+                config.max_requests_per_user,
+                config.max_streams_per_user,
+            ),
+            shutdown,
+            #[cfg(feature = "sabotage")]
+            sabotage: config.sabotage,
+            admin: AdminCredential::new(config.admin_token.as_deref()),
+            #[cfg(feature = "bench-per-op")]
+            per_op_judge: config.per_op_judge,
+        })))
+    }
+}

@@ -1,0 +1,131 @@
+//! `GET /v1/events`: a server-sent event stream that pokes a device when a
+//! space it reads moves or its memberships change, so it pulls at once
+//! instead of waiting for its next sync.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use futures_util::Stream;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::app::App;
+use crate::caps::StreamPlace;
+use crate::error::ApiError;
+use crate::guard::User;
+use crate::poke::Poke;
+use crate::store::StoreError;
+
+/// `GET /v1/events`: `event: poke` whenever the head of a space the user is
+/// a member of grows — `data: <head>` for the personal space, `data: <head>
+/// <space>` for another — and `data: members` when the user's memberships
+/// change; once on connect with the personal space's head. The guard
+/// authenticated the user (header or `?token=`), took a rate-limit token and
+/// the stream's place among the user's streams, held to the stream's end.
+pub(crate) async fn events(
+    State(app): State<App>,
+    Extension(User(user)): Extension<User>,
+    Extension(place): Extension<StreamPlace>,
+) -> Result<Response, ApiError> {
+    let rx = app.pokes.subscribe();
+    let spaces = followed_heads(&app, &user).await.map_err(|e| ApiError::internal(&e))?;
+    let personal: Arc<str> = marksync::space::personal(&user).into();
+    let head = spaces.get(&personal).copied().unwrap_or(0);
+    let state = PokeStream {
+        app: app.clone(),
+        user,
+        personal,
+        rx,
+        first: Some(poke_data(None, head)),
+        spaces,
+        shutdown: app.shutdown.clone(),
+        _place: place,
+    };
+    let sse = Sse::new(poke_stream(state)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)));
+    Ok(sse.into_response())
+}
+
+/// The head of every space `user` is a member of.
+async fn followed_heads(app: &App, user: &str) -> Result<HashMap<Arc<str>, u64>, StoreError> {
+    Ok(app.store.spaces_of(user).await?.into_iter().map(|s| (Arc::from(s.space), s.head)).collect())
+}
+
+struct PokeStream {
+    app: App,
+    user: String,
+    personal: Arc<str>,
+    rx: tokio::sync::broadcast::Receiver<Poke>,
+    first: Option<String>,
+    /// The user's spaces and the last head poked for each.
+    spaces: HashMap<Arc<str>, u64>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Given back when the stream ends.
+    _place: StreamPlace,
+}
+
+/// `<head>` for the personal space (`space` = `None`), `<head> <space>` for another.
+fn poke_data(space: Option<&str>, head: u64) -> String {
+    match space {
+        None => head.to_string(),
+        Some(s) => format!("{head} {s}"),
+    }
+}
+
+fn poke(data: String) -> Event {
+    Event::default().event("poke").data(data)
+}
+
+fn poke_stream(state: PokeStream) -> impl Stream<Item = Result<Event, Infallible>> {
+    futures_util::stream::unfold(state, |mut s| async move {
+        if let Some(data) = s.first.take() {
+            return Some((Ok(poke(data)), s));
+        }
+        loop {
+            let received = tokio::select! {
+                r = s.rx.recv() => r,
+                _ = s.shutdown.wait_for(|stop| *stop) => return None,
+            };
+            match received {
+                Ok(Poke::Space { space, head }) => {
+                    let Some(last) = s.spaces.get_mut(&space) else { continue };
+                    if head > *last {
+                        *last = head;
+                        let named = (space != s.personal).then_some(&*space);
+                        return Some((Ok(poke(poke_data(named, head))), s));
+                    }
+                }
+                Ok(Poke::Members { user }) if *user == *s.user => {
+                    // The spaces now, each known one at the head last poked
+                    // (a push's poke that comes after this read still pokes).
+                    if let Ok(now) = followed_heads(&s.app, &s.user).await {
+                        s.spaces = now
+                            .into_iter()
+                            .map(|(space, head)| {
+                                let last = s.spaces.get(&space).copied().unwrap_or(head);
+                                (space, last)
+                            })
+                            .collect();
+                    }
+                    return Some((Ok(poke("members".to_owned())), s));
+                }
+                Ok(Poke::Members { .. }) => {}
+                // Missed pokes: read the spaces again and poke if anything moved.
+                Err(RecvError::Lagged(_)) => {
+                    let Ok(now) = followed_heads(&s.app, &s.user).await else { continue };
+                    let moved = now.len() != s.spaces.len()
+                        || now.iter().any(|(space, head)| s.spaces.get(space).is_none_or(|last| head > last));
+                    s.spaces = now;
+                    if moved {
+                        return Some((Ok(poke("members".to_owned())), s));
+                    }
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    })
+}

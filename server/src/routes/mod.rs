@@ -1,0 +1,114 @@
+//! The router: which handler answers which route, behind which layer.
+//!
+//! | module | routes |
+//! |---|---|
+//! | [`push`] | `POST /v1/push` |
+//! | [`pull`] | `GET /v1/pull` (the personal space), `POST /v1/pull` (every followed space) |
+//! | [`verdicts`] | `POST /v1/verdicts` |
+//! | [`schema`] | `GET /v1/schema` |
+//! | [`events`] | `GET /v1/events` |
+//! | [`spaces`] | `GET`/`POST /v1/spaces`, `GET`/`POST /v1/spaces/members` |
+//! | [`admin`] | `POST /v1/admin/spaces`, `GET`/`POST /v1/admin/spaces/members` |
+//! | [`health`] | `/healthz`, `/metrics` |
+//! | [`faults`] | `POST /__faults` (only with `--enable-faults`) |
+//!
+//! The API routes sit behind [`crate::guard`] (auth, rate limit, per-user
+//! caps, body deadline), the admin routes behind [`crate::auth::admin`].
+
+mod admin;
+mod events;
+mod extract;
+mod faults;
+mod health;
+mod pull;
+mod push;
+mod schema;
+mod spaces;
+mod verdicts;
+
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{any, get, post};
+use axum::Router;
+use marksync::protocol::ErrorCode;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::services::{ServeDir, ServeFile};
+use tower_http::trace::TraceLayer;
+
+use crate::app::App;
+use crate::config::Config;
+use crate::error::{not_found, ServerError};
+use crate::{auth, guard};
+
+/// The router of the whole server.
+pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
+    // Auth, rate limit, per-user caps and the body deadline come first (crate::guard).
+    let api = Router::new()
+        .route("/v1/push", post(push::push))
+        .route("/v1/pull", get(pull::personal).post(pull::spaces))
+        .route("/v1/spaces", get(spaces::list).post(spaces::create))
+        .route("/v1/spaces/members", get(spaces::members).post(spaces::set))
+        .route("/v1/verdicts", post(verdicts::verdicts))
+        .route("/v1/schema", get(schema::schema))
+        .route("/v1/events", get(events::events))
+        .route_layer(middleware::from_fn_with_state(app.clone(), guard::api));
+    let admin = Router::new()
+        .route("/v1/admin/spaces", post(admin::create))
+        .route("/v1/admin/spaces/members", get(admin::members).post(admin::set))
+        .route_layer(middleware::from_fn_with_state(app.admin.clone(), auth::admin));
+    let mut r = Router::new()
+        .merge(api)
+        .merge(admin)
+        .route("/v1/{*rest}", any(not_found))
+        .route("/healthz", get(health::healthz))
+        .route("/metrics", get(health::metrics));
+    r = if app.faults.is_some() {
+        r.route("/__faults", post(faults::set))
+    } else {
+        r.route("/__faults", any(not_found))
+    };
+    r = match &config.static_dir {
+        Some(dir) => r.fallback_service(ServeDir::new(dir).fallback(ServeFile::new(dir.join("index.html")))),
+        None => r.fallback(not_found),
+    };
+    let mut r = r.layer(middleware::from_fn_with_state(app.clone(), count_errors)).with_state(app);
+    if !config.cors_origin.is_empty() {
+        r = r.layer(cors(&config.cors_origin)?);
+    }
+    // Spans name the path only: `/v1/events?token=…` must not put tokens in logs.
+    let trace = TraceLayer::new_for_http().make_span_with(
+        |req: &Request| tracing::debug_span!("request", method = %req.method(), path = %req.uri().path()),
+    );
+    Ok(r.layer(trace))
+}
+
+fn cors(origins: &[String]) -> Result<CorsLayer, ServerError> {
+    let allow = if origins.iter().any(|o| o.trim() == "*") {
+        AllowOrigin::any()
+    } else {
+        let list = origins
+            .iter()
+            .map(|o| HeaderValue::from_str(o.trim()).map_err(|_| ServerError::Config(format!("bad CORS origin {o:?}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        AllowOrigin::list(list)
+    };
+    Ok(CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([Method::GET, Method::POST])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::IF_NONE_MATCH])
+        .expose_headers([header::RETRY_AFTER, header::ETAG])
+        .max_age(Duration::from_secs(600)))
+}
+
+/// Counts every whole-request error by code.
+async fn count_errors(State(app): State<App>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    if let Some(code) = resp.extensions().get::<ErrorCode>() {
+        app.metrics.error(*code);
+    }
+    resp
+}

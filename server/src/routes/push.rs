@@ -1,0 +1,82 @@
+//! `POST /v1/push`: PROTOCOL §3.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use marksync::protocol::{ErrorCode, PushRequest, PushResponse};
+
+use super::extract::read_json;
+use crate::app::App;
+use crate::error::ApiError;
+use crate::guard::User;
+use crate::poke::Poke;
+use crate::store::{PushControl, PushError};
+
+pub(crate) async fn push(
+    State(app): State<App>,
+    Extension(User(user)): Extension<User>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let req: PushRequest = read_json(&headers, body, app.max_body, "a push request").await?;
+    req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
+    // Held until the answer leaves: how many pushes of this device overlap.
+    let device = req.attempt_key.split(':').next().unwrap_or_default();
+    let _in_flight = app.metrics.same_device.enter(&format!("{user}/{device}"));
+    let faults = app.faults.as_ref().map(|f| f.take()).unwrap_or_default();
+    let ctl = PushControl {
+        hold_lock_for: faults.delay,
+        fail_before_commit: faults.fail_before_commit,
+        probe: Some(Arc::clone(&app.metrics.same_user)),
+        #[cfg(feature = "sabotage")]
+        sabotage: app.sabotage,
+    };
+    let limits = app.limits();
+    let started = Instant::now();
+    // The judge runs in its own task: a client that hangs up cannot cancel a
+    // transaction half way; it commits or rolls back whole.
+    let task_app = app.clone();
+    let task_user = user.clone();
+    let task = tokio::spawn(async move {
+        #[cfg(feature = "bench-per-op")]
+        if task_app.per_op_judge {
+            let result = task_app.store.push_per_op(&task_user, &task_app.schema, &req.batch).await;
+            return (req, result);
+        }
+        let result = task_app.store.push(&task_user, &task_app.schema, &req.batch, &limits, &ctl).await;
+        (req, result)
+    });
+    let (req, result) = task.await.map_err(|e| ApiError::internal(&e))?;
+    let judgement = match result {
+        Ok(j) => j,
+        Err(PushError::Judge(e)) => return Err(ApiError::new(ErrorCode::SchemaTooNew, e.to_string())),
+        Err(e) => return Err(ApiError::internal(&e)),
+    };
+    app.metrics.push_judged(judgement.verdicts.iter().map(|v| &v.outcome), started.elapsed());
+    for (space, head) in &judgement.heads {
+        // This process's streams at once (on PostgreSQL the NOTIFY comes back
+        // too, later; a stream pokes only when a head grows, so once). No
+        // receiver is fine: nobody is listening.
+        let _ = app.pokes.send(Poke::Space { space: space.clone(), head: *head });
+    }
+    if faults.lose_response {
+        tracing::warn!(user, "fault: committed, now dropping the connection without an answer");
+        return Ok(lost_response());
+    }
+    Ok(Json(PushResponse { attempt_key: req.attempt_key, verdicts: judgement.verdicts, now: Some(limits.now) })
+        .into_response())
+}
+
+/// A response whose body fails before its first byte: hyper then closes the
+/// connection without sending anything, and the client sees a network error.
+fn lost_response() -> Response {
+    let body = Body::from_stream(futures_util::stream::once(async {
+        Err::<Bytes, std::io::Error>(std::io::Error::other("fault injection: response lost"))
+    }));
+    Response::new(body)
+}

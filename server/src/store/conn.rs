@@ -1,0 +1,356 @@
+//! Every statement the store runs, written once for both dialects: the SQL
+//! the two speak alike is here (`$n` parameters, which SQLite reads too);
+//! the rest comes from the dialect's [`Statements`](super::dialect::Statements),
+//! and a batch is bound as the dialect binds it. Reads decode what they load
+//! into the core's types, so the logic above never sees a column.
+
+use std::collections::HashMap;
+
+use futures_util::TryStreamExt;
+use marksync::judge::{Placed, Remembered, RowWrite};
+use marksync::protocol::{OpId, Row, RowKey};
+use marksync::space::{Role, SpaceId};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, Type};
+
+use super::codec::{decode_row, encode_row, seq_from_db, seq_to_db};
+use super::dialect::{Dialect, EncodedRow, Key, VerdictColumns};
+use super::error::StoreError;
+use super::page::{page_within, Paged, PulledRow};
+use crate::clock::now_ms_db;
+use crate::poke::Poke;
+
+/// The statements both dialects speak alike.
+mod sql {
+    pub const ENSURE_HEAD: &str = "INSERT INTO heads (space_id, seq) VALUES ($1, 0) ON CONFLICT (space_id) DO NOTHING";
+    pub const HEAD: &str = "SELECT seq FROM heads WHERE space_id = $1";
+    pub const PULL: &str = "SELECT table_name, row_id, fields, marks, seq FROM rows \
+         WHERE space_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+    pub const MEMBERSHIPS: &str = "SELECT m.space_id, m.role, COALESCE(h.seq, 0) FROM members m \
+         LEFT JOIN heads h ON h.space_id = m.space_id WHERE m.user_id = $1";
+    pub const COUNTS: &str = "SELECT (SELECT count(*) FROM verdicts WHERE user_id = $1), \
+                (SELECT count(*) FROM rows WHERE space_id = $2), \
+                COALESCE((SELECT seq FROM heads WHERE space_id = $2), 0)";
+    pub const CREATE_SPACE: &str = "INSERT INTO spaces (space_id, created_by, created_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (space_id) DO NOTHING";
+    pub const MEMBER: &str = "SELECT role FROM members WHERE space_id = $1 AND user_id = $2";
+    pub const OWNERS: &str = "SELECT count(*) FROM members WHERE space_id = $1 AND role = 'owner'";
+    pub const SET_MEMBER: &str = "INSERT INTO members (space_id, user_id, role, changed_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (space_id, user_id) DO UPDATE SET role = excluded.role, changed_at = excluded.changed_at";
+    pub const REMOVE_MEMBER: &str = "DELETE FROM members WHERE space_id = $1 AND user_id = $2";
+    pub const LIST_MEMBERS: &str = "SELECT user_id, role FROM members WHERE space_id = $1";
+    pub const MIGRATIONS_DONE: &str = "SELECT version FROM marksync_migrations";
+    pub const RECORD_MIGRATION: &str = "INSERT INTO marksync_migrations (version, applied_at) VALUES ($1, $2)";
+    pub const PING: &str = "SELECT 1";
+}
+
+/// The `NOTIFY` channel of pokes between server processes.
+pub(crate) const POKES: &str = "marksync_pokes";
+
+/// What a user has stored (verdicts as a sender, rows of the personal space), for tests and diagnostics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    /// Remembered verdicts.
+    pub verdicts: i64,
+    /// Stored rows.
+    pub rows: i64,
+    /// The head seq of the user's personal space (0 when it has none).
+    pub head: i64,
+}
+
+/// A space a user is a member of, with the role and the space's head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberSpace {
+    /// The space.
+    pub space: String,
+    /// The user's role in it.
+    pub role: Role,
+    /// Its head seq (0: nothing written yet).
+    pub head: u64,
+}
+
+/// A saved verdict as recalled for `POST /v1/verdicts`.
+pub(crate) struct Recalled {
+    pub op_id: String,
+    pub verdict: Remembered,
+    /// The space a rejection names; null for a sender's personal space
+    /// (verdicts remembered before spaces).
+    pub space: Option<String>,
+    /// The row a rejection names.
+    pub key: Option<RowKey>,
+}
+
+/// The statements, on one connection (a transaction's, or a pooled reader's).
+#[allow(async_fn_in_trait)]
+pub(crate) trait Conn: Send {
+    /// Makes `space`'s heads row (its lock) unless it exists.
+    async fn ensure_head(&mut self, space: &str) -> Result<(), StoreError>;
+    /// Takes the locks of `spaces` (held to the end of the transaction; with
+    /// `lock` false, only for sabotage, none) and returns the heads of those that exist.
+    async fn lock_heads(&mut self, spaces: &[&str], lock: bool) -> Result<HashMap<SpaceId, u64>, StoreError>;
+    /// Takes `space`'s lock; whether it exists.
+    async fn lock_head(&mut self, space: &str) -> Result<bool, StoreError>;
+    /// The stored rows of `keys`.
+    async fn load_rows(&mut self, keys: &[Key<'_>]) -> Result<HashMap<Placed, Row>, StoreError>;
+    /// `sender`'s saved verdicts of `op_ids`.
+    async fn load_verdicts(&mut self, sender: &str, op_ids: &[&str]) -> Result<HashMap<OpId, Remembered>, StoreError>;
+    /// `sender`'s stored roles in `spaces`.
+    async fn load_roles(&mut self, sender: &str, spaces: &[&str]) -> Result<HashMap<SpaceId, Role>, StoreError>;
+    /// Inserts `sender`'s verdicts unless one is remembered already, decided
+    /// now by the server's clock; how many were inserted.
+    async fn remember(&mut self, sender: &str, verdicts: &VerdictColumns) -> Result<usize, StoreError>;
+    /// Upserts rows, each in its space.
+    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<(), StoreError>;
+    /// Sets spaces' heads.
+    async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), StoreError>;
+    /// Tells the other server processes, on commit (nothing where one process owns the database).
+    async fn announce(&mut self, poke: &Poke) -> Result<(), StoreError>;
+    /// Inserts the shared space `space`, created by `owner`, unless the name is taken; whether it was.
+    async fn insert_space(&mut self, space: &str, owner: &str) -> Result<bool, StoreError>;
+    /// `user`'s stored role in `space`.
+    async fn member(&mut self, space: &str, user: &str) -> Result<Option<Role>, StoreError>;
+    /// How many owners `space` has stored.
+    async fn owners(&mut self, space: &str) -> Result<usize, StoreError>;
+    /// Sets `user`'s role in `space` (`None`: removes the user).
+    async fn set_member(&mut self, space: &str, user: &str, role: Option<Role>) -> Result<(), StoreError>;
+    /// Every stored member of `space`.
+    async fn list_members(&mut self, space: &str) -> Result<Vec<(String, Role)>, StoreError>;
+    /// Every stored membership of `user`, with the heads.
+    async fn memberships(&mut self, user: &str) -> Result<Vec<MemberSpace>, StoreError>;
+    /// A space's head alone: one primary-key read, never a count (0: none).
+    async fn head(&mut self, space: &str) -> Result<u64, StoreError>;
+    /// Up to `limit` changes of `space` after `cursor`, within `budget` bytes of rows.
+    async fn page(&mut self, space: &str, cursor: u64, limit: usize, budget: usize) -> Result<Paged, StoreError>;
+    /// `user`'s saved verdicts of `op_ids`, with the rows rejections name.
+    async fn recall(&mut self, user: &str, op_ids: &[&str]) -> Result<Vec<Recalled>, StoreError>;
+    /// The stored rows of `keys` that `user` may read now (their own
+    /// personal space, `personal`, or one they are a member of).
+    async fn readable_rows(
+        &mut self,
+        user: &str,
+        keys: &[Key<'_>],
+        personal: &str,
+    ) -> Result<HashMap<Placed, Row>, StoreError>;
+    /// What `user` has stored.
+    async fn counts(&mut self, user: &str) -> Result<Counts, StoreError>;
+    /// Whether the database answers.
+    async fn ping(&mut self) -> Result<(), StoreError>;
+    /// Runs a script of statements (a migration).
+    async fn run_script(&mut self, script: &'static str) -> Result<(), StoreError>;
+    /// The versions of the migrations applied.
+    async fn migrations_done(&mut self) -> Result<Vec<i64>, StoreError>;
+    /// Records a migration as applied.
+    async fn record_migration(&mut self, version: i64) -> Result<(), StoreError>;
+}
+
+/// A dialect whose connections run every statement: what the logic is written over.
+pub(crate) trait Backend: Dialect<Connection: Conn> {}
+
+impl<D: Dialect<Connection: Conn>> Backend for D {}
+
+/// Decodes loaded rows.
+fn decoded<'r, T: FromRow<'r, R>, R: sqlx::Row>(rows: &'r [R]) -> Result<Vec<T>, sqlx::Error> {
+    rows.iter().map(T::from_row).collect()
+}
+
+/// Stored rows as the judge knows them.
+fn placed_rows(rows: Vec<(String, String, String, String, String)>) -> Result<HashMap<Placed, Row>, StoreError> {
+    let mut out = HashMap::with_capacity(rows.len());
+    for (space, table, row_id, fields, marks) in rows {
+        out.insert((space.into(), RowKey::new(table, row_id)), decode_row(&fields, &marks)?);
+    }
+    Ok(out)
+}
+
+/// A role as stored in `members.role`.
+fn stored_role(role: &str) -> Result<Role, StoreError> {
+    Role::parse(role).ok_or_else(|| StoreError::Corrupt(format!("member role {role:?}")))
+}
+
+/// A verdict as stored in its columns.
+fn stored_verdict(status: &str, reason: Option<String>, code: Option<String>) -> Result<Remembered, StoreError> {
+    Remembered::from_columns(status, reason, code)
+        .ok_or_else(|| StoreError::Corrupt(format!("verdict status {status:?}")))
+}
+
+impl<C> Conn for C
+where
+    C: sqlx::Connection,
+    C::Database: Dialect,
+    for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+    for<'a> &'a str: Encode<'a, C::Database> + Type<C::Database>,
+    for<'a> String: Encode<'a, C::Database> + Decode<'a, C::Database> + Type<C::Database>,
+    for<'a> i64: Encode<'a, C::Database> + Decode<'a, C::Database> + Type<C::Database>,
+    usize: ColumnIndex<<C::Database as Database>::Row>,
+{
+    async fn ensure_head(&mut self, space: &str) -> Result<(), StoreError> {
+        sqlx::query(sql::ENSURE_HEAD).bind(space).execute(self).await?;
+        Ok(())
+    }
+
+    async fn lock_heads(&mut self, spaces: &[&str], lock: bool) -> Result<HashMap<SpaceId, u64>, StoreError> {
+        #[cfg(feature = "sabotage")]
+        let statement = if lock { C::Database::SQL.lock_heads } else { C::Database::SQL.read_heads };
+        #[cfg(not(feature = "sabotage"))]
+        let statement = {
+            let _ = lock;
+            C::Database::SQL.lock_heads
+        };
+        let rows = C::Database::bind_list(sqlx::query(statement), spaces)?.fetch_all(self).await?;
+        decoded::<(String, i64), _>(&rows)?.into_iter().map(|(s, h)| Ok((s.into(), seq_from_db(h)?))).collect()
+    }
+
+    async fn lock_head(&mut self, space: &str) -> Result<bool, StoreError> {
+        let head: Option<i64> = sqlx::query_scalar(C::Database::SQL.lock_head).bind(space).fetch_optional(self).await?;
+        Ok(head.is_some())
+    }
+
+    async fn load_rows(&mut self, keys: &[Key<'_>]) -> Result<HashMap<Placed, Row>, StoreError> {
+        let rows = C::Database::bind_keys(sqlx::query(C::Database::SQL.load_rows), keys)?.fetch_all(self).await?;
+        placed_rows(decoded(&rows)?)
+    }
+
+    async fn load_verdicts(&mut self, sender: &str, op_ids: &[&str]) -> Result<HashMap<OpId, Remembered>, StoreError> {
+        let q = sqlx::query(C::Database::SQL.load_verdicts).bind(sender);
+        let rows = C::Database::bind_list(q, op_ids)?.fetch_all(self).await?;
+        decoded::<(String, String, Option<String>, Option<String>), _>(&rows)?
+            .into_iter()
+            .map(|(id, status, reason, code)| Ok((OpId::new(id), stored_verdict(&status, reason, code)?)))
+            .collect()
+    }
+
+    async fn load_roles(&mut self, sender: &str, spaces: &[&str]) -> Result<HashMap<SpaceId, Role>, StoreError> {
+        let q = sqlx::query(C::Database::SQL.load_roles).bind(sender);
+        let rows = C::Database::bind_list(q, spaces)?.fetch_all(self).await?;
+        decoded::<(String, String), _>(&rows)?.into_iter().map(|(s, r)| Ok((s.into(), stored_role(&r)?))).collect()
+    }
+
+    async fn remember(&mut self, sender: &str, verdicts: &VerdictColumns) -> Result<usize, StoreError> {
+        let q = sqlx::query(C::Database::SQL.remember).bind(sender);
+        let done = C::Database::bind_verdicts(q, verdicts)?.bind(now_ms_db()).execute(self).await?;
+        Ok(usize::try_from(C::Database::rows_affected(&done)).unwrap_or(usize::MAX))
+    }
+
+    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<(), StoreError> {
+        let mut rows = Vec::with_capacity(writes.len());
+        for w in writes {
+            let (fields, marks) = encode_row(&w.row)?;
+            let key = Key { space: &w.space, table: &w.key.table, row_id: &w.key.row_id };
+            rows.push(EncodedRow { key, fields, marks, seq: seq_to_db(w.seq)? });
+        }
+        C::Database::bind_rows(sqlx::query(C::Database::SQL.write_rows), &rows)?.execute(self).await?;
+        Ok(())
+    }
+
+    async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), StoreError> {
+        let heads = heads.iter().map(|(s, h)| Ok((&**s, seq_to_db(*h)?))).collect::<Result<Vec<_>, StoreError>>()?;
+        C::Database::bind_heads(sqlx::query(C::Database::SQL.write_heads), &heads)?.execute(self).await?;
+        Ok(())
+    }
+
+    async fn announce(&mut self, poke: &Poke) -> Result<(), StoreError> {
+        if let Some(notify) = C::Database::SQL.notify {
+            sqlx::query(notify).bind(POKES).bind(poke.payload()).execute(self).await?;
+        }
+        Ok(())
+    }
+
+    async fn insert_space(&mut self, space: &str, owner: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(sql::CREATE_SPACE).bind(space).bind(owner).bind(now_ms_db()).execute(self).await?;
+        Ok(C::Database::rows_affected(&done) > 0)
+    }
+
+    async fn member(&mut self, space: &str, user: &str) -> Result<Option<Role>, StoreError> {
+        let role: Option<String> = sqlx::query_scalar(sql::MEMBER).bind(space).bind(user).fetch_optional(self).await?;
+        role.as_deref().map(stored_role).transpose()
+    }
+
+    async fn owners(&mut self, space: &str) -> Result<usize, StoreError> {
+        let n: i64 = sqlx::query_scalar(sql::OWNERS).bind(space).fetch_one(self).await?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    async fn set_member(&mut self, space: &str, user: &str, role: Option<Role>) -> Result<(), StoreError> {
+        let q = match role {
+            Some(r) => sqlx::query(sql::SET_MEMBER).bind(space).bind(user).bind(r.as_str()).bind(now_ms_db()),
+            None => sqlx::query(sql::REMOVE_MEMBER).bind(space).bind(user),
+        };
+        q.execute(self).await?;
+        Ok(())
+    }
+
+    async fn list_members(&mut self, space: &str) -> Result<Vec<(String, Role)>, StoreError> {
+        let rows: Vec<(String, String)> = sqlx::query_as(sql::LIST_MEMBERS).bind(space).fetch_all(self).await?;
+        rows.into_iter().map(|(u, r)| Ok((u, stored_role(&r)?))).collect()
+    }
+
+    async fn memberships(&mut self, user: &str) -> Result<Vec<MemberSpace>, StoreError> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(sql::MEMBERSHIPS).bind(user).fetch_all(self).await?;
+        rows.into_iter()
+            .map(|(space, role, head)| Ok(MemberSpace { space, role: stored_role(&role)?, head: seq_from_db(head)? }))
+            .collect()
+    }
+
+    async fn head(&mut self, space: &str) -> Result<u64, StoreError> {
+        let head: Option<i64> = sqlx::query_scalar(sql::HEAD).bind(space).fetch_optional(self).await?;
+        seq_from_db(head.unwrap_or(0))
+    }
+
+    async fn page(&mut self, space: &str, cursor: u64, limit: usize, budget: usize) -> Result<Paged, StoreError> {
+        let rows = sqlx::query_as::<_, (String, String, String, String, i64)>(sql::PULL)
+            .bind(space)
+            .bind(seq_to_db(cursor)?)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX - 1) + 1)
+            .fetch(self)
+            .map_ok(|(table, row_id, fields, marks, seq)| PulledRow { table, row_id, fields, marks, seq });
+        page_within(rows, space.to_owned(), cursor, limit, budget).await
+    }
+
+    async fn recall(&mut self, user: &str, op_ids: &[&str]) -> Result<Vec<Recalled>, StoreError> {
+        type Columns = (String, String, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>);
+        let q = sqlx::query(C::Database::SQL.recall).bind(user);
+        let rows = C::Database::bind_list(q, op_ids)?.fetch_all(self).await?;
+        decoded::<Columns, _>(&rows)?
+            .into_iter()
+            .map(|(op_id, status, reason, code, space, table, row_id)| {
+                let verdict = stored_verdict(&status, reason, code)?;
+                Ok(Recalled { op_id, verdict, space, key: table.zip(row_id).map(|(t, r)| RowKey::new(t, r)) })
+            })
+            .collect()
+    }
+
+    async fn readable_rows(
+        &mut self,
+        user: &str,
+        keys: &[Key<'_>],
+        personal: &str,
+    ) -> Result<HashMap<Placed, Row>, StoreError> {
+        let q = sqlx::query(C::Database::SQL.load_readable_rows).bind(user);
+        let rows = C::Database::bind_keys(q, keys)?.bind(personal).fetch_all(self).await?;
+        placed_rows(decoded(&rows)?)
+    }
+
+    async fn counts(&mut self, user: &str) -> Result<Counts, StoreError> {
+        let (verdicts, rows, head): (i64, i64, i64) =
+            sqlx::query_as(sql::COUNTS).bind(user).bind(marksync::space::personal(user)).fetch_one(self).await?;
+        Ok(Counts { verdicts, rows, head })
+    }
+
+    async fn ping(&mut self) -> Result<(), StoreError> {
+        sqlx::query(sql::PING).execute(self).await?;
+        Ok(())
+    }
+
+    async fn run_script(&mut self, script: &'static str) -> Result<(), StoreError> {
+        sqlx::raw_sql(script).execute(self).await?;
+        Ok(())
+    }
+
+    async fn migrations_done(&mut self) -> Result<Vec<i64>, StoreError> {
+        Ok(sqlx::query_scalar(sql::MIGRATIONS_DONE).fetch_all(self).await?)
+    }
+
+    async fn record_migration(&mut self, version: i64) -> Result<(), StoreError> {
+        sqlx::query(sql::RECORD_MIGRATION).bind(version).bind(now_ms_db()).execute(self).await?;
+        Ok(())
+    }
+}

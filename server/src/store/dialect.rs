@@ -1,0 +1,205 @@
+//! What a backend brings, and nothing more: its pools, the statements that
+//! differ between SQLite and PostgreSQL, and how a batch travels as
+//! parameters (SQLite: one JSON text unpacked with `json_each`, so no
+//! statement nears the parameter limit; PostgreSQL: one array per column,
+//! unpacked with `unnest`). Every statement the two speak alike, and all
+//! the logic, is written once over this trait ([`super::conn`]).
+
+use std::future::Future;
+
+use marksync::judge::{Remember, Remembered};
+use sqlx::pool::PoolConnection;
+use sqlx::{Database, IntoArguments, Pool, Transaction};
+
+use super::error::StoreError;
+
+/// The migrations of a dialect's folder (`server/migrations/<dialect>/`), in
+/// order: (version, SQL). Both folders hold the same versions, named alike.
+macro_rules! migrations {
+    ($dialect:literal) => {
+        &[
+            (1, include_str!(concat!("../../migrations/", $dialect, "/0001_init.sql"))),
+            (2, include_str!(concat!("../../migrations/", $dialect, "/0002_verdict_rows.sql"))),
+            (3, include_str!(concat!("../../migrations/", $dialect, "/0003_spaces.sql"))),
+            (4, include_str!(concat!("../../migrations/", $dialect, "/0004_verdicts_kept.sql"))),
+        ]
+    };
+}
+pub(crate) use migrations;
+
+/// A statement being bound, of dialect `D`.
+pub(crate) type Query<'q, D> = sqlx::query::Query<'q, D, <D as Database>::Arguments>;
+
+/// The statements whose SQL differs between the dialects. Each names its
+/// parameters in the order the shared code binds them.
+pub(crate) struct Statements {
+    /// Opens a write transaction.
+    pub begin_write: &'static str,
+    /// Opens a read-only transaction that sees one committed state throughout.
+    pub begin_snapshot: &'static str,
+    /// Makes the table of applied migrations.
+    pub migrations_table: &'static str,
+    /// Serialises the migrations of servers starting at once, when the write
+    /// transaction does not already.
+    pub migration_lock: Option<&'static str>,
+    /// `$1` a space: its head seq, locked to the end of the transaction.
+    pub lock_head: &'static str,
+    /// `[spaces]`: `(space, seq)` of those that exist, locked in the order given.
+    pub lock_heads: &'static str,
+    /// As `lock_heads`, without the locks (only to prove that tests catch it).
+    #[cfg(feature = "sabotage")]
+    pub read_heads: &'static str,
+    /// `[keys]`: `(space, table, row, fields, marks)` of those stored.
+    pub load_rows: &'static str,
+    /// `$1` a user, `[spaces]`: `(space, role)` of the user's memberships among them.
+    pub load_roles: &'static str,
+    /// `$1` a user, `[opIds]`: `(opId, status, reason, code)` of the user's saved verdicts.
+    pub load_verdicts: &'static str,
+    /// `$1` a user, `[verdicts]`, then `decided_at`: inserts, `ON CONFLICT DO NOTHING`.
+    pub remember: &'static str,
+    /// `[rows]`: upserts rows with their seqs.
+    pub write_rows: &'static str,
+    /// `[heads]`: sets the heads of spaces.
+    pub write_heads: &'static str,
+    /// `$1` a user, `[opIds]`: `(opId, status, reason, code, space, table, row)`.
+    pub recall: &'static str,
+    /// `$1` a user, `[keys]`, then the user's personal space: `(space, table,
+    /// row, fields, marks)` of those the user may read now.
+    pub load_readable_rows: &'static str,
+    /// `$1` a channel, `$2` a payload: delivered to the other server
+    /// processes on commit. None where one process owns the database.
+    pub notify: Option<&'static str>,
+}
+
+/// A row of a batch where it is placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Key<'a> {
+    /// The space it lives in.
+    pub space: &'a str,
+    /// Its table.
+    pub table: &'a str,
+    /// Its id in the table.
+    pub row_id: &'a str,
+}
+
+/// A row to upsert, as its columns.
+pub(crate) struct EncodedRow<'a> {
+    /// Where it is placed.
+    pub key: Key<'a>,
+    /// `fields` JSON.
+    pub fields: String,
+    /// `marks` JSON.
+    pub marks: String,
+    /// The seq of its last change.
+    pub seq: i64,
+}
+
+/// The verdicts a judgement remembers, as columns (one entry per verdict in each).
+pub(crate) struct VerdictColumns {
+    pub ids: Vec<String>,
+    pub statuses: Vec<&'static str>,
+    pub reasons: Vec<Option<String>>,
+    pub codes: Vec<Option<String>>,
+    /// The row a rejected op edits (null for applied ones: they are recalled without a row).
+    pub spaces: Vec<Option<String>>,
+    pub tables: Vec<Option<String>>,
+    pub row_ids: Vec<Option<String>>,
+}
+
+impl VerdictColumns {
+    /// The columns of `remember`.
+    pub(crate) fn of(remember: &[Remember]) -> VerdictColumns {
+        let n = remember.len();
+        let mut cols = VerdictColumns {
+            ids: Vec::with_capacity(n),
+            statuses: Vec::with_capacity(n),
+            reasons: Vec::with_capacity(n),
+            codes: Vec::with_capacity(n),
+            spaces: Vec::with_capacity(n),
+            tables: Vec::with_capacity(n),
+            row_ids: Vec::with_capacity(n),
+        };
+        for r in remember {
+            cols.ids.push(r.op_id.as_str().to_owned());
+            cols.statuses.push(r.verdict.status());
+            let (reason, code, placed) = match &r.verdict {
+                Remembered::Applied => (None, None, None),
+                Remembered::Rejected { reason, code } => (Some(reason.clone()), Some(code.clone()), Some(r)),
+            };
+            cols.reasons.push(reason);
+            cols.codes.push(code);
+            cols.spaces.push(placed.map(|r| r.space.to_string()));
+            cols.tables.push(placed.map(|r| r.key.table.clone()));
+            cols.row_ids.push(placed.map(|r| r.key.row_id.clone()));
+        }
+        cols
+    }
+
+    /// How many verdicts.
+    pub(crate) fn len(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+/// A backend's connections: a write pool and a read pool (the same pool
+/// where the database takes many writers).
+#[derive(Debug)]
+pub(crate) struct Pools<D: Database> {
+    pub writer: Pool<D>,
+    pub reader: Pool<D>,
+}
+
+// By hand: a derive would ask `D: Clone` of the database type.
+impl<D: Database> Clone for Pools<D> {
+    fn clone(&self) -> Self {
+        Pools { writer: self.writer.clone(), reader: self.reader.clone() }
+    }
+}
+
+/// One SQL dialect: its statements, its batch parameters, its pools.
+pub(crate) trait Dialect: Database<Arguments: IntoArguments<Self>> {
+    /// `sqlite` or `postgres`.
+    const BACKEND: &'static str;
+    /// Its statements.
+    const SQL: Statements;
+    /// Its migrations, in order: (version, SQL).
+    const MIGRATIONS: &'static [(i64, &'static str)];
+
+    /// Opens the pools of the database at `url` (creating a SQLite file if missing).
+    fn open(url: &str, max_connections: u32) -> impl Future<Output = Result<Pools<Self>, StoreError>> + Send;
+    /// Binds a list of texts.
+    fn bind_list<'q>(q: Query<'q, Self>, items: &[&str]) -> Result<Query<'q, Self>, StoreError>;
+    /// Binds a list of placed rows.
+    fn bind_keys<'q>(q: Query<'q, Self>, keys: &[Key<'_>]) -> Result<Query<'q, Self>, StoreError>;
+    /// Binds verdicts to remember.
+    fn bind_verdicts<'q>(q: Query<'q, Self>, verdicts: &VerdictColumns) -> Result<Query<'q, Self>, StoreError>;
+    /// Binds rows to upsert.
+    fn bind_rows<'q>(q: Query<'q, Self>, rows: &[EncodedRow<'_>]) -> Result<Query<'q, Self>, StoreError>;
+    /// Binds (space, head) pairs.
+    fn bind_heads<'q>(q: Query<'q, Self>, heads: &[(&str, i64)]) -> Result<Query<'q, Self>, StoreError>;
+    /// How many rows a statement inserted, updated or deleted.
+    fn rows_affected(result: &Self::QueryResult) -> u64;
+}
+
+impl<D: Dialect> Pools<D> {
+    /// A write transaction (SQLite: `BEGIN IMMEDIATE` on the single writer).
+    pub(crate) async fn write(&self) -> Result<Transaction<'static, D>, StoreError> {
+        Ok(self.writer.begin_with(D::SQL.begin_write).await?)
+    }
+
+    /// A read-only snapshot.
+    pub(crate) async fn snapshot(&self) -> Result<Transaction<'static, D>, StoreError> {
+        Ok(self.reader.begin_with(D::SQL.begin_snapshot).await?)
+    }
+
+    /// A reader connection, for reads that need no snapshot.
+    pub(crate) async fn read(&self) -> Result<PoolConnection<D>, StoreError> {
+        Ok(self.reader.acquire().await?)
+    }
+
+    /// Closes every connection.
+    pub(crate) async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+}

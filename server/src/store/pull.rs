@@ -1,0 +1,73 @@
+//! The pulls: `GET /v1/pull`, the personal space after a cursor (PROTOCOL
+//! §4); `POST /v1/pull`, every space a user follows or belongs to, read in
+//! one snapshot (§4b) so that it never returns a row of a space the user
+//! was not a member of at that moment.
+
+use std::collections::BTreeMap;
+
+use marksync::protocol::{PullResponse, SpacePage, SpacesPullResponse, MAX_PULL_PAGE_BYTES};
+use marksync::space::{self, Follow, Role};
+
+use super::conn::{Backend, Conn};
+use super::dialect::Pools;
+use super::error::StoreError;
+use super::page::Paged;
+
+/// Up to `limit` changes of `user`'s personal space after `cursor`, in seq order.
+pub(crate) async fn personal<D: Backend>(
+    pools: &Pools<D>,
+    user: &str,
+    cursor: u64,
+    limit: usize,
+) -> Result<PullResponse, StoreError> {
+    let mut conn = pools.read().await?;
+    let page = conn.page(&space::personal(user), cursor, limit, MAX_PULL_PAGE_BYTES).await?.page;
+    Ok(PullResponse {
+        changes: page.changes,
+        cursor: page.cursor,
+        has_more: page.has_more,
+        now: None,
+        schema_version: None,
+    })
+}
+
+/// What [`space::plan_pull`] says for `user` following `followed`, at most
+/// `limit` changes and [`MAX_PULL_PAGE_BYTES`] of rows over all spaces.
+pub(crate) async fn spaces<D: Backend>(
+    pools: &Pools<D>,
+    user: &str,
+    followed: &BTreeMap<String, Follow>,
+    limit: Option<usize>,
+) -> Result<SpacesPullResponse, StoreError> {
+    let mut snap = pools.snapshot().await?;
+    let personal = space::personal(user);
+    let mut members: Vec<(String, Role, u64)> = Vec::new();
+    for m in snap.memberships(user).await? {
+        if m.space != personal {
+            members.push((m.space, m.role, m.head));
+        }
+    }
+    let personal_head = snap.head(&personal).await?;
+    members.push((personal.clone(), Role::Owner, personal_head));
+    let plan = space::plan_pull(followed, &members);
+    let mut out = SpacesPullResponse {
+        personal: Some(personal),
+        joined: plan.joined,
+        roles: plan.roles,
+        left: plan.left,
+        ..Default::default()
+    };
+    let mut budget = space::PullBudget::new(limit);
+    for (space, cursor) in plan.read {
+        if budget.spent() {
+            out.spaces.push(SpacePage { space, changes: Vec::new(), cursor, has_more: true });
+            out.has_more = true;
+            continue;
+        }
+        let Paged { page, bytes } = snap.page(&space, cursor, budget.changes, budget.bytes).await?;
+        budget.take(page.changes.len(), bytes);
+        out.has_more |= page.has_more;
+        out.spaces.push(page);
+    }
+    Ok(out)
+}
