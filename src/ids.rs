@@ -3,15 +3,22 @@
 //! One counter per device numbers both ops and rows. Several engines may
 //! share one local database (tabs, a Service Worker), so numbers are handed
 //! out from **blocks** reserved in the database: an engine reserves
-//! `counter+1 ..= counter+BLOCK` in the same transaction that records an op,
-//! and hands out numbers from memory until the block is used up. Two engines
-//! never hold the same block, and a number is never handed out twice, even
-//! after a crash (a reserved block is either persisted or dropped).
+//! `counter+1 ..= counter+BLOCK` in a transaction of its own (at open, and
+//! again ahead of need, once half of its block is used) or in the
+//! transaction that records ops, and hands out numbers from memory until the
+//! block is used up. Two engines never hold the same block, and a number is
+//! never handed out twice, even after a crash (a reserved block is either
+//! persisted or dropped). A block is large: a number not handed out before
+//! a reload is lost, which costs nothing (the counter has 2^53 of them), and
+//! an app naming a hundred thousand rows in one synchronous loop never runs
+//! out.
 
-use crate::protocol::OpId;
+use crate::protocol::{OpId, MAX_SAFE_INTEGER};
 
-/// How many numbers an engine reserves at once.
-pub const BLOCK: u64 = 64;
+/// How many numbers an engine reserves at once, by default (2^20: a million
+/// synchronous `newRowId()` calls, and about 8.6 billion reloads before the
+/// counter's end).
+pub const BLOCK: u64 = 1 << 20;
 
 /// A UUID v4 string from 16 random bytes (the randomness is the caller's).
 pub fn device_id_from(random: [u8; 16]) -> String {
@@ -47,12 +54,14 @@ impl IdBlock {
         self.next == 0 || self.next > self.last
     }
 
-    /// Reserves the block after `counter` (the persisted high-water mark) and
-    /// returns the new high-water mark to persist.
-    pub fn reserve_after(&mut self, counter: u64) -> u64 {
-        self.next = counter + 1;
-        self.last = counter + BLOCK;
-        self.last
+    /// Reserves `size` numbers after `counter` (the persisted high-water
+    /// mark) and returns the new high-water mark to persist. Near the end of
+    /// the id space (2^53-1, the largest number JS and JSON carry exactly)
+    /// the block is shorter, and past it empty: only then do ids run out.
+    pub fn reserve_after(&mut self, counter: u64, size: u64) -> u64 {
+        self.next = counter.saturating_add(1);
+        self.last = counter.saturating_add(size.max(1)).min(MAX_SAFE_INTEGER);
+        self.last.max(counter)
     }
 
     /// Takes the next number, if any is left.
@@ -110,14 +119,23 @@ mod tests {
     fn blocks_never_overlap() {
         let (mut a, mut b) = (IdBlock::default(), IdBlock::default());
         assert!(a.is_empty());
-        let hw = a.reserve_after(0);
-        let hw2 = b.reserve_after(hw);
+        let hw = a.reserve_after(0, BLOCK);
+        let hw2 = b.reserve_after(hw, BLOCK);
         let from_a: Vec<u64> = std::iter::from_fn(|| a.take()).collect();
         let from_b: Vec<u64> = std::iter::from_fn(|| b.take()).collect();
         assert_eq!(from_a.len() as u64, BLOCK);
         assert_eq!(from_a.last(), Some(&hw));
         assert_eq!(from_b.first(), Some(&(hw + 1)));
         assert_eq!(from_b.last(), Some(&hw2));
+    }
+
+    #[test]
+    fn ids_run_out_only_at_the_end_of_the_id_space() {
+        let mut b = IdBlock::default();
+        assert_eq!(b.reserve_after(MAX_SAFE_INTEGER - 2, BLOCK), MAX_SAFE_INTEGER);
+        assert_eq!(std::iter::from_fn(|| b.take()).count(), 2);
+        assert_eq!(b.reserve_after(MAX_SAFE_INTEGER, BLOCK), MAX_SAFE_INTEGER);
+        assert!(b.is_empty() && b.take().is_none());
     }
 
     #[test]

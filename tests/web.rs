@@ -38,7 +38,7 @@ fn only(k: &str, v: Value) -> Fields {
 }
 
 fn edit(row: &str, fields: Fields) -> Edit {
-    Edit { space: None, table: "sets".into(), row_id: row.into(), fields }
+    Edit { space: None, table: "sets".into(), row_id: Some(row.into()), fields }
 }
 
 fn memory_as(server: &Rc<RefCell<MemoryServer>>, user: &str) -> MemoryTransport {
@@ -103,6 +103,35 @@ async fn reopen_keeps_rows_outbox_counter_and_cursor() {
     assert_eq!(e.all_visible(), visible);
     assert_eq!(e.cursor(), cursor);
     assert_eq!(e.pending().map(|o| o.op_id.clone()).collect::<Vec<_>>(), vec![op]);
+}
+
+#[wasm_bindgen_test]
+async fn a_hundred_thousand_rows_are_named_without_an_await_and_none_is_reused_after_reopen() {
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let name = unique("named");
+    let c = client(&name, &server).await;
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..100_000 {
+        let id = c.new_row_id().expect("newRowId never runs out in normal use");
+        assert!(seen.insert(id), "a rowId handed out twice");
+    }
+    // A bulk import with no ids of its own: the recording names the rows (10k
+    // here, in a debug build; the package's test imports 100k in every engine).
+    let unnamed: Vec<Edit> = (0..10_000).map(|i| Edit { space: None, table: "sets".into(), row_id: None, fields: set(1 + i % 100) }).collect();
+    let recorded = c.change_many(unnamed).await.unwrap();
+    assert_eq!(recorded.len(), 10_000);
+    for (_, row) in &recorded {
+        assert!(seen.insert(row.clone()), "a named row took an id handed out before");
+    }
+    c.close();
+    let c = client(&name, &server).await;
+    assert_eq!(c.engine.borrow().all_visible().len(), 10_000, "every named row is there after reopen");
+    for _ in 0..1_000 {
+        assert!(seen.insert(c.new_row_id().unwrap()), "an id reused after reopen");
+    }
+    let op = c.change("sets", &c.new_row_id().unwrap(), set(3)).await.unwrap();
+    assert!(recorded.iter().all(|(o, _)| *o != op), "an opId reused after reopen");
+    c.close();
 }
 
 #[wasm_bindgen_test]

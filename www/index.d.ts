@@ -203,7 +203,10 @@ export interface Database {
   readonly deviceId: string;
   /** The user this database belongs to (named at open, or learned at the first sync), or `null` before either. */
   readonly user: string | null;
-  /** A new rowId for an insert, unique on this device forever. */
+  /**
+   * A new rowId for an insert, unique on this device forever. Synchronous and never failing in normal use (ids come from a
+   * reserved block of 2^20, refilled ahead of need); `ids_exhausted` only at the end of the id space.
+   */
   newRowId(): string;
   /**
    * Records `table/rowId: fields`. Resolves with the opId once the op is in IndexedDB. Rejects with code `invalid` (with
@@ -215,11 +218,14 @@ export interface Database {
    */
   change(table: string, rowId: string, fields: Fields, options?: ChangeOptions): Promise<string>;
   /**
-   * Records many edits in one IndexedDB transaction, all or none (every edit is checked first). Resolves with the opIds, in order.
-   * For many new rows at once, name them yourself (any unique rowId): `newRowId()` hands out a reserved block of ids and
-   * throws `ids_exhausted` when called many times without an await.
+   * Records many edits in one IndexedDB transaction, all or none (every edit is checked first). Resolves with the opIds, in
+   * order; the array's `rowIds` are the edits' rowIds, in order. An edit with no `rowId` is a new row the device names in
+   * that transaction (`<deviceId>-<n>`): a bulk import of a million rows needs no loop of `newRowId()`.
    */
-  changeMany(edits: readonly { table: string; rowId: string; fields: Fields; space?: string | null }[], options?: ChangeOptions): Promise<string[]>;
+  changeMany(
+    edits: readonly { table: string; rowId?: string | null; fields: Fields; space?: string | null }[],
+    options?: ChangeOptions,
+  ): Promise<string[] & { rowIds: string[] }>;
   /**
    * What the server would answer for `table/rowId` after this edit, by the schema this device last fetched from it:
    * `null` (accepted, or no schema known yet) or the refusal in the server's words. Offline, synchronous, records nothing.

@@ -28,8 +28,10 @@ pub enum ClientError {
     /// The database was closed.
     #[error("the database is closed")]
     Closed,
-    /// Too many `newRowId()` calls without a pause; try again after an await.
-    #[error("no reserved row id left; await something and retry")]
+    /// No reserved id left: over a million `newRowId()` calls without a
+    /// single await (the next block is reserved meanwhile), or the end of
+    /// the id space.
+    #[error("no reserved row id left (over a million newRowId() calls without an await, or the end of the id space); await something and retry")]
     IdsExhausted,
     /// The device's clock has no later `at` left; the edit was not recorded.
     #[error("{0}")]
@@ -100,8 +102,8 @@ pub struct Edit {
     pub space: Option<String>,
     /// The table.
     pub table: String,
-    /// The row.
-    pub row_id: String,
+    /// The row; `None`: a new row, named by the device when recorded.
+    pub row_id: Option<String>,
     /// The fields set.
     pub fields: Fields,
 }

@@ -25,7 +25,7 @@ pub use transport::{CallError, MemoryTransport, Transport};
 
 use crate::attempt::Recovery;
 use crate::engine::{Config, Draft, Engine, EngineError};
-use crate::ids::{device_id_from, BLOCK};
+use crate::ids::device_id_from;
 use crate::protocol::{CreateSpace, Fields, Member, MembersList, OpId, SetMember};
 use crate::space::{Membership, Role};
 use crate::store::{LocalStore, Meta, Txn};
@@ -225,7 +225,8 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     pub fn new_row_id(self: &Rc<Self>) -> Result<String, ClientError> {
         self.check_open()?;
         let id = self.engine.borrow_mut().new_row_id()?;
-        if self.engine.borrow().ids_left() < BLOCK / 2 && !self.reserving.get() {
+        // Ahead of need: half the block left, the next one is reserved.
+        if self.engine.borrow().ids_left() < self.config.id_block / 2 && !self.reserving.get() {
             self.reserving.set(true);
             let me = self.clone();
             self.host.spawn(Box::pin(async move {
@@ -280,13 +281,15 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     }
 
     /// Records many edits in one transaction: all or none. Every edit is
-    /// checked before anything is written; resolves with the opIds, in order.
-    pub async fn change_many(self: &Rc<Self>, edits: Vec<Edit>) -> Result<Vec<OpId>, ClientError> {
+    /// checked before anything is written; an edit with no rowId is a new
+    /// row, named in that transaction. Resolves with each edit's opId and
+    /// rowId, in order.
+    pub async fn change_many(self: &Rc<Self>, edits: Vec<Edit>) -> Result<Vec<(OpId, String)>, ClientError> {
         self.change_many_with(edits, true).await
     }
 
     /// [`Driver::change_many`]; without `check`, the server alone judges the edits.
-    pub async fn change_many_with(self: &Rc<Self>, edits: Vec<Edit>, check: bool) -> Result<Vec<OpId>, ClientError> {
+    pub async fn change_many_with(self: &Rc<Self>, edits: Vec<Edit>, check: bool) -> Result<Vec<(OpId, String)>, ClientError> {
         self.check_open()?;
         let drafts = {
             let engine = self.engine.borrow();
@@ -294,7 +297,11 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 .into_iter()
                 .enumerate()
                 .map(|(i, e)| {
-                    engine.draft_in(e.space.as_deref(), &e.table, &e.row_id, e.fields).map_err(|err| match err {
+                    let draft = match &e.row_id {
+                        Some(row_id) => engine.draft_in(e.space.as_deref(), &e.table, row_id, e.fields),
+                        None => engine.draft_new(e.space.as_deref(), &e.table, e.fields),
+                    };
+                    draft.map_err(|err| match err {
                         EngineError::Denied(mut d) => {
                             d.reason = format!("edits[{i}]: {}", d.reason);
                             ClientError::Denied(d)
@@ -326,7 +333,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
 
     async fn record_one(self: &Rc<Self>, draft: Draft) -> Result<OpId, ClientError> {
         let mut ids = self.record(vec![draft]).await?;
-        ids.pop().ok_or_else(|| ClientError::StorageFailed("no op recorded".into()))
+        ids.pop().map(|(op, _)| op).ok_or_else(|| ClientError::StorageFailed("no op recorded".into()))
     }
 
     /// Records drafts as ops: the numbers and `at`s are taken from the meta
@@ -334,7 +341,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// contexts sharing the database never reuse either; the engine learns
     /// of the ops only once that transaction committed. An edit the engine
     /// refuses (no `at` left) writes nothing.
-    async fn record(self: &Rc<Self>, drafts: Vec<Draft>) -> Result<Vec<OpId>, ClientError> {
+    async fn record(self: &Rc<Self>, drafts: Vec<Draft>) -> Result<Vec<(OpId, String)>, ClientError> {
         let now = self.host.now();
         let mut drafts = Some(drafts);
         let (mut planned, mut refused) = (None, None);
@@ -359,7 +366,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         let rec = planned.ok_or_else(|| ClientError::StorageFailed("the transaction read no meta record".into()))?;
         let ops = rec.ops.clone();
         self.engine.borrow_mut().recorded(rec);
-        let ids = ops.iter().map(|op| op.op_id.clone()).collect();
+        let ids = ops.iter().map(|op| (op.op_id.clone(), op.row_id.clone())).collect();
         // With the meta record: the other contexts learn the numbers and `at`s taken.
         let meta = Some(self.engine.borrow().meta().clone());
         let txn = Txn { meta, put_pending: ops, ..Txn::default() };

@@ -68,6 +68,10 @@ pub struct Config {
     pub schema: u32,
     /// When to stop retrying on its own and ask the server what it remembers.
     pub retry: RetryPolicy,
+    /// How many numbers (rowIds and opIds) are reserved at once
+    /// ([`crate::ids::BLOCK`] by default; tests use small blocks to cross
+    /// their edges).
+    pub id_block: u64,
 }
 
 impl Default for Config {
@@ -80,6 +84,7 @@ impl Default for Config {
             seed: 0,
             schema: 1,
             retry: RetryPolicy::default(),
+            id_block: crate::ids::BLOCK,
         }
     }
 }

@@ -49,7 +49,7 @@ impl Engine {
     pub fn plan_reserve(&self, stored: &Meta) -> (Txn, IdBlock) {
         let mut meta = self.meta.join(stored);
         let mut block = IdBlock::default();
-        meta.counter = block.reserve_after(meta.counter);
+        meta.counter = block.reserve_after(meta.counter, self.config.id_block);
         (Txn { meta: Some(meta), ..Txn::default() }, block)
     }
 
@@ -102,6 +102,17 @@ impl Engine {
         Ok(Draft { space, table: table.into(), row_id: row_id.into(), fields })
     }
 
+    /// A draft of a new row that the step recording it names
+    /// (`<deviceId>-<n>`, from the device's counter): a bulk import names a
+    /// million rows without asking for a million ids. In `space`, or the
+    /// personal space.
+    pub fn draft_new(&self, space: Option<&str>, table: &str, fields: Fields) -> Result<Draft, EngineError> {
+        // Shapes and the space's rule, by a stand-in name; the real one comes at recording.
+        let mut draft = self.draft_in(space, table, &ids::row_id(&self.meta.device_id, 0), fields)?;
+        draft.row_id.clear();
+        Ok(draft)
+    }
+
     /// A draft that marks a row deleted (`true`) or restores it (`false`),
     /// where it lives (or in `space`).
     pub fn draft_deleted(&self, space: Option<&str>, table: &str, row_id: &str, deleted: bool) -> Result<Draft, EngineError> {
@@ -129,29 +140,39 @@ impl Engine {
         let mut ops = Vec::with_capacity(drafts.len());
         // Numbers are taken from a copy: a refused step must not use any up.
         let mut mine = self.ids;
+        let size = self.config.id_block;
+        // Numbers of the engine's block first, then of blocks reserved in this step.
+        let mut number = |meta: &mut Meta| -> Result<u64, EngineError> {
+            if let Some(n) = mine.take().or_else(|| block.as_mut().and_then(IdBlock::take)) {
+                return Ok(n);
+            }
+            let mut b = IdBlock::default();
+            meta.counter = b.reserve_after(meta.counter, size);
+            let n = b.take().ok_or(EngineError::IdsExhausted)?;
+            block = Some(b);
+            Ok(n)
+        };
         for draft in drafts {
             let at = meta.clock.advance(now).ok_or(EngineError::ClockExhausted)?;
-            // Numbers of the engine's block first, then of blocks reserved in this step.
-            let n = match mine.take().or_else(|| block.as_mut().and_then(IdBlock::take)) {
-                Some(n) => n,
-                None => {
-                    let mut b = IdBlock::default();
-                    meta.counter = b.reserve_after(meta.counter);
-                    let n = b.take().unwrap_or(meta.counter);
-                    block = Some(b);
-                    n
-                }
+            // A new row the app did not name is named here, from the same counter.
+            let row_id = if draft.row_id.is_empty() {
+                let n = number(&mut meta)?;
+                ids::row_id(&meta.device_id, n)
+            } else {
+                draft.row_id
             };
+            let n = number(&mut meta)?;
             ops.push(Op {
                 op_id: ids::op_id(&meta.device_id, n),
                 table: draft.table,
-                row_id: draft.row_id,
+                row_id,
                 fields: draft.fields,
                 at,
                 schema: self.config.schema,
                 space: draft.space,
             });
         }
+        drop(number);
         self.ids = mine;
         let txn = Txn { meta: Some(meta.clone()), put_pending: ops.clone(), ..Txn::default() };
         Ok((txn, Recorded { ops, meta, block }))

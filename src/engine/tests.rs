@@ -5,9 +5,12 @@ use crate::memory_server::MemoryServer;
 use crate::protocol::{Fields, Outcome, PushResponse, Value};
 use crate::schema::Schema;
 
+/// Small blocks of numbers, so tests cross their edges.
+const BLOCK: u64 = 64;
+
 fn engine(dev: &str) -> Engine {
     let snap = Snapshot { meta: Some(Meta::fresh(dev.into())), ..Snapshot::default() };
-    Engine::open(snap, Config::default()).unwrap()
+    Engine::open(snap, Config { id_block: BLOCK, ..Config::default() }).unwrap()
 }
 
 fn fields(pairs: &[(&str, Value)]) -> Fields {
@@ -62,7 +65,7 @@ fn op_ids_and_row_ids_share_one_counter_and_at_is_monotonic() {
     assert_eq!((a.op_id.as_str(), b.op_id.as_str()), ("d:1", "d:2"));
     assert_eq!((a.at, b.at), (100, 101));
     assert_eq!(e.new_row_id().unwrap(), "d-3");
-    assert_eq!(e.meta().counter, ids::BLOCK);
+    assert_eq!(e.meta().counter, BLOCK);
 }
 
 #[test]
@@ -71,7 +74,7 @@ fn two_engines_on_one_store_never_share_a_number() {
     let mut b = engine("d");
     let mut stored = a.meta().clone();
     let mut seen = std::collections::HashSet::new();
-    for i in 0..(3 * ids::BLOCK) {
+    for i in 0..(3 * BLOCK) {
         let e = if i % 3 == 0 { &mut a } else { &mut b };
         let d = e.draft("sets", "r", set(1)).unwrap();
         let (txn, rec) = e.plan_record(d, &stored, i).unwrap();
@@ -83,13 +86,65 @@ fn two_engines_on_one_store_never_share_a_number() {
 }
 
 #[test]
+fn a_reservation_that_never_committed_hands_out_nothing_and_no_number_is_reused() {
+    let mut e = engine("d");
+    let (txn, block) = e.plan_reserve(&e.meta().clone());
+    let stored = txn.meta.clone().unwrap();
+    e.reserved(block, &stored);
+    let mut seen: std::collections::HashSet<String> = (0..BLOCK / 2 + 1).map(|_| e.new_row_id().unwrap()).collect();
+    // Half the block used: the next one is planned, and the tab dies before its transaction commits.
+    let (_lost, _) = e.plan_reserve(&stored);
+    drop(e);
+    let snap = Snapshot { meta: Some(stored.clone()), ..Snapshot::default() };
+    let mut again = Engine::open(snap, Config { id_block: BLOCK, ..Config::default() }).unwrap();
+    let (txn, block) = again.plan_reserve(&stored);
+    again.reserved(block, &txn.meta.clone().unwrap());
+    let mut stored = txn.meta.clone().unwrap();
+    for i in 0..3 * BLOCK {
+        let id = match i % 2 {
+            0 => {
+                if again.ids_left() == 0 {
+                    let (txn, block) = again.plan_reserve(&stored);
+                    stored = txn.meta.clone().unwrap();
+                    again.reserved(block, &stored);
+                }
+                again.new_row_id().unwrap()
+            }
+            _ => {
+                let d = again.draft_new(None, "sets", set(1)).unwrap();
+                let (txn, rec) = again.plan_records(vec![d], &stored, i).unwrap();
+                stored = txn.meta.clone().unwrap();
+                let row = rec.ops[0].row_id.clone();
+                again.recorded(rec);
+                row
+            }
+        };
+        assert!(seen.insert(id.clone()), "{id} handed out twice");
+    }
+}
+
+#[test]
+fn rows_named_in_the_recording_step_take_numbers_of_the_counter() {
+    let mut e = engine("d");
+    let stored = e.meta().clone();
+    let drafts = (0..3).map(|_| e.draft_new(None, "sets", set(1)).unwrap()).collect();
+    let (txn, rec) = e.plan_records(drafts, &stored, 10).unwrap();
+    let named: Vec<(&str, &str)> = rec.ops.iter().map(|o| (o.row_id.as_str(), o.op_id.as_str())).collect();
+    assert_eq!(named, vec![("d-1", "d:2"), ("d-3", "d:4"), ("d-5", "d:6")]);
+    assert!(txn.meta.unwrap().counter >= 6);
+    e.recorded(rec);
+    assert_eq!(e.all_visible().len(), 3);
+    assert!(e.draft_new(None, "", set(1)).is_err(), "a bad table is refused before any number is taken");
+}
+
+#[test]
 fn many_drafts_in_one_step_take_distinct_numbers_across_blocks_and_increasing_ats() {
     let mut a = engine("d");
     let mut b = engine("d");
     let mut stored = a.meta().clone();
     let mut seen = std::collections::HashSet::new();
     let mut last_at = 0;
-    for (round, n) in [(0u64, 5usize), (1, 3 * ids::BLOCK as usize + 7), (2, 1), (3, ids::BLOCK as usize)] {
+    for (round, n) in [(0u64, 5usize), (1, 3 * BLOCK as usize + 7), (2, 1), (3, BLOCK as usize)] {
         let e = if round % 2 == 0 { &mut a } else { &mut b };
         let drafts = (0..n).map(|_| e.draft("sets", "r", set(1)).unwrap()).collect();
         let (txn, rec) = e.plan_records(drafts, &stored, 10).unwrap();
@@ -105,7 +160,7 @@ fn many_drafts_in_one_step_take_distinct_numbers_across_blocks_and_increasing_at
         }
         e.recorded(rec);
     }
-    assert_eq!(a.pending_len() + b.pending_len(), 5 + 3 * ids::BLOCK as usize + 7 + 1 + ids::BLOCK as usize);
+    assert_eq!(a.pending_len() + b.pending_len(), 5 + 3 * BLOCK as usize + 7 + 1 + BLOCK as usize);
 }
 
 #[test]

@@ -689,9 +689,10 @@ impl Sim {
 }
 
 fn engine_config(cfg: &SimConfig) -> Config {
-    // Small limits, so schedules reach them and ask the server what it remembers.
+    // Small limits, so schedules reach them and ask the server what it
+    // remembers, and small blocks of numbers, so contexts cross their edges.
     let retry = RetryPolicy { max_attempts: 3, max_elapsed_ms: 30_000 };
-    Config { max_batch: cfg.max_batch, pull_limit: cfg.pull_limit, retry, ..Config::default() }
+    Config { max_batch: cfg.max_batch, pull_limit: cfg.pull_limit, retry, id_block: 8, ..Config::default() }
 }
 
 /// Runs one seeded schedule and checks every promise. `Err` carries the

@@ -130,7 +130,7 @@ fn edit_of(
     let row_id = args::text(row_id, &at("rowId"))?;
     let shown = echo_space(engine, space.as_deref(), &table, &row_id);
     let fields = args::fields(fields, &at("fields"), &args::Echo { row_id: &row_id, space: shown.as_deref() })?;
-    Ok(Edit { space, table, row_id, fields })
+    Ok(Edit { space, table, row_id: Some(row_id), fields })
 }
 
 fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit>, JsValue> {
@@ -144,7 +144,16 @@ fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit
             return Err(js_error(Code::BadInput.as_str(), &format!("{what} must be an object {{ table, rowId, fields }} (got {})", js_type(&e))));
         }
         let space = space_of(&e, &what)?;
-        out.push(edit_of(engine, &args::get(&e, "table"), &args::get(&e, "rowId"), &args::get(&e, "fields"), space, &what)?);
+        let row_id = args::get(&e, "rowId");
+        if row_id.is_undefined() || row_id.is_null() {
+            // A new row: the device names it in the step that records it.
+            let table = args::text(&args::get(&e, "table"), &format!("{what}.table"))?;
+            let echo = args::Echo { row_id: "", space: None };
+            let fields = args::fields(&args::get(&e, "fields"), &format!("{what}.fields"), &echo)?;
+            out.push(Edit { space, table, row_id: None, fields });
+            continue;
+        }
+        out.push(edit_of(engine, &args::get(&e, "table"), &row_id, &args::get(&e, "fields"), space, &what)?);
     }
     Ok(out)
 }
@@ -269,7 +278,7 @@ impl Marksync {
         })();
         future_to_promise(async move {
             let (e, check) = edit?;
-            let id = inner.change_with(e.space.as_deref(), &e.table, &e.row_id, e.fields, check).await.map_err(client_error)?;
+            let id = inner.change_with(e.space.as_deref(), &e.table, e.row_id.as_deref().unwrap_or_default(), e.fields, check).await.map_err(client_error)?;
             Ok(JsValue::from_str(id.as_str()))
         })
     }
@@ -277,7 +286,10 @@ impl Marksync {
     /// Records many edits `[{ table, rowId, fields, space? }, …]` in one IndexedDB
     /// transaction: all or none, every edit checked first (shapes, and the
     /// known schema unless `options.check` is `false`, each edit on the row
-    /// the ones before it made). Resolves with the opIds, in order.
+    /// the ones before it made). An edit with no `rowId` is a new row the
+    /// device names (`<deviceId>-<n>`, in the same transaction). Resolves
+    /// with the opIds, in order; the array's `rowIds` are the edits' rowIds,
+    /// in order (the named ones included).
     #[wasm_bindgen(js_name = "changeMany")]
     pub fn change_many(&self, edits: JsValue, options: JsValue) -> Promise {
         let inner = self.inner.clone();
@@ -288,8 +300,11 @@ impl Marksync {
         })();
         future_to_promise(async move {
             let (edits, check) = read?;
-            let ids = inner.change_many_with(edits, check).await.map_err(client_error)?;
-            Ok(ids.iter().map(|id| JsValue::from_str(id.as_str())).collect::<Array>().into())
+            let recorded = inner.change_many_with(edits, check).await.map_err(client_error)?;
+            let ids: Array = recorded.iter().map(|(op, _)| JsValue::from_str(op.as_str())).collect();
+            let rows: Array = recorded.iter().map(|(_, row)| JsValue::from_str(row)).collect();
+            let _ = Reflect::set(&ids, &"rowIds".into(), &rows);
+            Ok(ids.into())
         })
     }
 
@@ -460,7 +475,7 @@ impl Marksync {
         if edit.fields.is_empty() {
             return Ok(JsValue::NULL);
         }
-        let draft = match engine.draft_in(edit.space.as_deref(), &edit.table, &edit.row_id, edit.fields) {
+        let draft = match engine.draft_in(edit.space.as_deref(), &edit.table, edit.row_id.as_deref().unwrap_or_default(), edit.fields) {
             Ok(d) => d,
             // A role refusal answers like a schema one: the server's code and words.
             Err(crate::engine::EngineError::Denied(d)) => {

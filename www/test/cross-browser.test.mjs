@@ -128,6 +128,34 @@ for (const engine of engines) {
       assert.equal((await server.rows(user)).size, 1);
     });
 
+    test('naming rows never runs out: 100,000 synchronous newRowId() calls, a 100,000-row import named by changeMany, a reload', async () => {
+      const user = newUser(`${engine}-ids`);
+      const s = await device(user, { name: 'xb-ids' });
+      const first = await s.run(async () => {
+        const ids = new Set();
+        for (let i = 0; i < 100_000; i++) ids.add(db.newRowId());
+        // A bulk import with no ids of its own: the device names the rows.
+        const edits = Array.from({ length: 100_000 }, (_, i) => ({ table: 'sets', fields: { exercise: 'row', weightKg: 40, reps: 1 + (i % 50) } }));
+        const opIds = await db.changeMany(edits);
+        for (const id of opIds.rowIds) ids.add(id);
+        return { distinct: ids.size, opIds: opIds.length, named: opIds.rowIds.length, distinctOps: new Set(opIds).size, sample: opIds.rowIds[0] };
+      });
+      assert.deepEqual([first.distinct, first.opIds, first.named, first.distinctOps], [200_000, 100_000, 100_000, 100_000]);
+      await s.goto(`${server.url}/test/harness.html`);
+      await s.run(() => window.ready);
+      const after = await s.run(({ user, sample }) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'xb-ids', autoSync: false, live: false })
+        .then(async (db) => {
+          window.db = db;
+          const rows = db.rows('sets');
+          const seen = new Set(rows.map((r) => r._id));
+          const next = [db.newRowId(), db.newRowId(), db.newRowId()];
+          const op = await db.change('sets', next[0], { exercise: 'row', weightKg: 40, reps: 3 });
+          return { rows: rows.length, distinct: seen.size, reused: next.filter((id) => seen.has(id)).length, sample: db.row('sets', sample)?.reps ?? null, op };
+        }), { user, sample: first.sample });
+      assert.deepEqual([after.rows, after.distinct, after.reused], [100_000, 100_000, 0]);
+      assert.equal(after.sample, 1);
+    });
+
     test('a lost answer produces no duplicate', async () => {
       const user = newUser(`${engine}-lost`);
       const s = await device(user);
