@@ -1,6 +1,5 @@
 use super::*;
 use crate::attempt::Failure;
-use crate::ids;
 use crate::memory_server::MemoryServer;
 use crate::protocol::{Fields, Outcome, PushResponse, Value};
 use crate::schema::Schema;
