@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use marksync::protocol::{ErrorBody, ErrorCode};
 
-use crate::store::{SpaceError, StoreError};
+use crate::store::{SpaceError, DbError};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -16,7 +16,7 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
     /// The database could not be opened or migrated.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] DbError),
     /// The schema file cannot be read, does not parse, or its history does
     /// not compose (the problem names the version and step).
     #[error("schema file {path}: {problem}")]

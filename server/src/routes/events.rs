@@ -19,7 +19,7 @@ use crate::caps::StreamPlace;
 use crate::error::ApiError;
 use crate::guard::User;
 use crate::poke::Poke;
-use crate::store::StoreError;
+use crate::store::DbError;
 
 /// `GET /v1/events`: `event: poke` whenever the head of a space the user is
 /// a member of grows — `data: <head>` for the personal space, `data: <head>
@@ -51,7 +51,7 @@ pub(crate) async fn events(
 }
 
 /// The head of every space `user` is a member of.
-async fn followed_heads(app: &App, user: &str) -> Result<HashMap<Arc<str>, u64>, StoreError> {
+async fn followed_heads(app: &App, user: &str) -> Result<HashMap<Arc<str>, u64>, DbError> {
     Ok(app.store.spaces_of(user).await?.into_iter().map(|s| (Arc::from(s.space), s.head)).collect())
 }
 

@@ -4,36 +4,36 @@ use std::collections::BTreeMap;
 
 use marksync::protocol::{Fields, Mark, Row, MAX_SAFE_INTEGER};
 
-use super::error::StoreError;
+use super::error::DbError;
 
 /// A row as its `fields` and `marks` JSON texts.
-pub(crate) fn encode_row(row: &Row) -> Result<(String, String), StoreError> {
+pub(crate) fn encode_row(row: &Row) -> Result<(String, String), DbError> {
     let fields: BTreeMap<&str, &marksync::Value> = row.cells.iter().map(|(k, c)| (k.as_str(), &c.value)).collect();
     let marks: BTreeMap<&str, &Mark> = row.cells.iter().map(|(k, c)| (k.as_str(), &c.mark)).collect();
-    let f = serde_json::to_string(&fields).map_err(|e| StoreError::Corrupt(format!("encode fields: {e}")))?;
-    let m = serde_json::to_string(&marks).map_err(|e| StoreError::Corrupt(format!("encode marks: {e}")))?;
+    let f = serde_json::to_string(&fields).map_err(|e| DbError::Corrupt(format!("encode fields: {e}")))?;
+    let m = serde_json::to_string(&marks).map_err(|e| DbError::Corrupt(format!("encode marks: {e}")))?;
     Ok((f, m))
 }
 
 /// A row from its `fields` and `marks` JSON texts.
-pub(crate) fn decode_row(fields: &str, marks: &str) -> Result<Row, StoreError> {
-    let f: Fields = serde_json::from_str(fields).map_err(|e| StoreError::Corrupt(format!("stored fields: {e}")))?;
+pub(crate) fn decode_row(fields: &str, marks: &str) -> Result<Row, DbError> {
+    let f: Fields = serde_json::from_str(fields).map_err(|e| DbError::Corrupt(format!("stored fields: {e}")))?;
     let m: BTreeMap<String, Mark> =
-        serde_json::from_str(marks).map_err(|e| StoreError::Corrupt(format!("stored marks: {e}")))?;
-    Row::from_parts(f, m).map_err(StoreError::Corrupt)
+        serde_json::from_str(marks).map_err(|e| DbError::Corrupt(format!("stored marks: {e}")))?;
+    Row::from_parts(f, m).map_err(DbError::Corrupt)
 }
 
 /// A stored bigint seq as the protocol's integer.
-pub(crate) fn seq_from_db(seq: i64) -> Result<u64, StoreError> {
+pub(crate) fn seq_from_db(seq: i64) -> Result<u64, DbError> {
     u64::try_from(seq)
         .ok()
         .filter(|s| *s <= MAX_SAFE_INTEGER)
-        .ok_or_else(|| StoreError::Corrupt(format!("seq {seq} out of range")))
+        .ok_or_else(|| DbError::Corrupt(format!("seq {seq} out of range")))
 }
 
 /// A protocol seq as a bigint.
-pub(crate) fn seq_to_db(seq: u64) -> Result<i64, StoreError> {
-    i64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("seq {seq} out of range")))
+pub(crate) fn seq_to_db(seq: u64) -> Result<i64, DbError> {
+    i64::try_from(seq).map_err(|_| DbError::Corrupt(format!("seq {seq} out of range")))
 }
 
 #[cfg(test)]

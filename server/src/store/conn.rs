@@ -14,7 +14,7 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, Type};
 
 use super::codec::{decode_row, encode_row, seq_from_db, seq_to_db};
 use super::dialect::{Dialect, EncodedRow, Key, VerdictColumns};
-use super::error::StoreError;
+use super::error::DbError;
 use super::page::{page_within, Paged, PulledRow};
 use crate::clock::now_ms_db;
 use crate::poke::Poke;
@@ -83,45 +83,45 @@ pub(crate) struct Recalled {
 #[allow(async_fn_in_trait)]
 pub(crate) trait Conn: Send {
     /// Makes `space`'s heads row (its lock) unless it exists.
-    async fn ensure_head(&mut self, space: &str) -> Result<(), StoreError>;
+    async fn ensure_head(&mut self, space: &str) -> Result<(), DbError>;
     /// Takes the locks of `spaces` (held to the end of the transaction; with
     /// `lock` false, only for sabotage, none) and returns the heads of those that exist.
-    async fn lock_heads(&mut self, spaces: &[&str], lock: bool) -> Result<HashMap<SpaceId, u64>, StoreError>;
+    async fn lock_heads(&mut self, spaces: &[&str], lock: bool) -> Result<HashMap<SpaceId, u64>, DbError>;
     /// Takes `space`'s lock; whether it exists.
-    async fn lock_head(&mut self, space: &str) -> Result<bool, StoreError>;
+    async fn lock_head(&mut self, space: &str) -> Result<bool, DbError>;
     /// The stored rows of `keys`.
-    async fn load_rows(&mut self, keys: &[Key<'_>]) -> Result<HashMap<Placed, Row>, StoreError>;
+    async fn load_rows(&mut self, keys: &[Key<'_>]) -> Result<HashMap<Placed, Row>, DbError>;
     /// `sender`'s saved verdicts of `op_ids`.
-    async fn load_verdicts(&mut self, sender: &str, op_ids: &[&str]) -> Result<HashMap<OpId, Remembered>, StoreError>;
+    async fn load_verdicts(&mut self, sender: &str, op_ids: &[&str]) -> Result<HashMap<OpId, Remembered>, DbError>;
     /// `sender`'s stored roles in `spaces`.
-    async fn load_roles(&mut self, sender: &str, spaces: &[&str]) -> Result<HashMap<SpaceId, Role>, StoreError>;
+    async fn load_roles(&mut self, sender: &str, spaces: &[&str]) -> Result<HashMap<SpaceId, Role>, DbError>;
     /// Inserts `sender`'s verdicts unless one is remembered already, decided
     /// now by the server's clock; how many were inserted.
-    async fn remember(&mut self, sender: &str, verdicts: &VerdictColumns) -> Result<usize, StoreError>;
+    async fn remember(&mut self, sender: &str, verdicts: &VerdictColumns) -> Result<usize, DbError>;
     /// Upserts rows, each in its space.
-    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<(), StoreError>;
+    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<(), DbError>;
     /// Sets spaces' heads.
-    async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), StoreError>;
+    async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), DbError>;
     /// Tells the other server processes, on commit (nothing where one process owns the database).
-    async fn announce(&mut self, poke: &Poke) -> Result<(), StoreError>;
+    async fn announce(&mut self, poke: &Poke) -> Result<(), DbError>;
     /// Inserts the shared space `space`, created by `owner`, unless the name is taken; whether it was.
-    async fn insert_space(&mut self, space: &str, owner: &str) -> Result<bool, StoreError>;
+    async fn insert_space(&mut self, space: &str, owner: &str) -> Result<bool, DbError>;
     /// `user`'s stored role in `space`.
-    async fn member(&mut self, space: &str, user: &str) -> Result<Option<Role>, StoreError>;
+    async fn member(&mut self, space: &str, user: &str) -> Result<Option<Role>, DbError>;
     /// How many owners `space` has stored.
-    async fn owners(&mut self, space: &str) -> Result<usize, StoreError>;
+    async fn owners(&mut self, space: &str) -> Result<usize, DbError>;
     /// Sets `user`'s role in `space` (`None`: removes the user).
-    async fn set_member(&mut self, space: &str, user: &str, role: Option<Role>) -> Result<(), StoreError>;
+    async fn set_member(&mut self, space: &str, user: &str, role: Option<Role>) -> Result<(), DbError>;
     /// Every stored member of `space`.
-    async fn list_members(&mut self, space: &str) -> Result<Vec<(String, Role)>, StoreError>;
+    async fn list_members(&mut self, space: &str) -> Result<Vec<(String, Role)>, DbError>;
     /// Every stored membership of `user`, with the heads.
-    async fn memberships(&mut self, user: &str) -> Result<Vec<MemberSpace>, StoreError>;
+    async fn memberships(&mut self, user: &str) -> Result<Vec<MemberSpace>, DbError>;
     /// A space's head alone: one primary-key read, never a count (0: none).
-    async fn head(&mut self, space: &str) -> Result<u64, StoreError>;
+    async fn head(&mut self, space: &str) -> Result<u64, DbError>;
     /// Up to `limit` changes of `space` after `cursor`, within `budget` bytes of rows.
-    async fn page(&mut self, space: &str, cursor: u64, limit: usize, budget: usize) -> Result<Paged, StoreError>;
+    async fn page(&mut self, space: &str, cursor: u64, limit: usize, budget: usize) -> Result<Paged, DbError>;
     /// `user`'s saved verdicts of `op_ids`, with the rows rejections name.
-    async fn recall(&mut self, user: &str, op_ids: &[&str]) -> Result<Vec<Recalled>, StoreError>;
+    async fn recall(&mut self, user: &str, op_ids: &[&str]) -> Result<Vec<Recalled>, DbError>;
     /// The stored rows of `keys` that `user` may read now (their own
     /// personal space, `personal`, or one they are a member of).
     async fn readable_rows(
@@ -129,17 +129,17 @@ pub(crate) trait Conn: Send {
         user: &str,
         keys: &[Key<'_>],
         personal: &str,
-    ) -> Result<HashMap<Placed, Row>, StoreError>;
+    ) -> Result<HashMap<Placed, Row>, DbError>;
     /// What `user` has stored.
-    async fn counts(&mut self, user: &str) -> Result<Counts, StoreError>;
+    async fn counts(&mut self, user: &str) -> Result<Counts, DbError>;
     /// Whether the database answers.
-    async fn ping(&mut self) -> Result<(), StoreError>;
+    async fn ping(&mut self) -> Result<(), DbError>;
     /// Runs a script of statements (a migration).
-    async fn run_script(&mut self, script: &'static str) -> Result<(), StoreError>;
+    async fn run_script(&mut self, script: &'static str) -> Result<(), DbError>;
     /// The versions of the migrations applied.
-    async fn migrations_done(&mut self) -> Result<Vec<i64>, StoreError>;
+    async fn migrations_done(&mut self) -> Result<Vec<i64>, DbError>;
     /// Records a migration as applied.
-    async fn record_migration(&mut self, version: i64) -> Result<(), StoreError>;
+    async fn record_migration(&mut self, version: i64) -> Result<(), DbError>;
 }
 
 /// A dialect whose connections run every statement: what the logic is written over.
@@ -153,7 +153,7 @@ fn decoded<'r, T: FromRow<'r, R>, R: sqlx::Row>(rows: &'r [R]) -> Result<Vec<T>,
 }
 
 /// Stored rows as the judge knows them.
-fn placed_rows(rows: Vec<(String, String, String, String, String)>) -> Result<HashMap<Placed, Row>, StoreError> {
+fn placed_rows(rows: Vec<(String, String, String, String, String)>) -> Result<HashMap<Placed, Row>, DbError> {
     let mut out = HashMap::with_capacity(rows.len());
     for (space, table, row_id, fields, marks) in rows {
         out.insert((space.into(), RowKey::new(table, row_id)), decode_row(&fields, &marks)?);
@@ -162,14 +162,14 @@ fn placed_rows(rows: Vec<(String, String, String, String, String)>) -> Result<Ha
 }
 
 /// A role as stored in `members.role`.
-fn stored_role(role: &str) -> Result<Role, StoreError> {
-    Role::parse(role).ok_or_else(|| StoreError::Corrupt(format!("member role {role:?}")))
+fn stored_role(role: &str) -> Result<Role, DbError> {
+    Role::parse(role).ok_or_else(|| DbError::Corrupt(format!("member role {role:?}")))
 }
 
 /// A verdict as stored in its columns.
-fn stored_verdict(status: &str, reason: Option<String>, code: Option<String>) -> Result<Remembered, StoreError> {
+fn stored_verdict(status: &str, reason: Option<String>, code: Option<String>) -> Result<Remembered, DbError> {
     Remembered::from_columns(status, reason, code)
-        .ok_or_else(|| StoreError::Corrupt(format!("verdict status {status:?}")))
+        .ok_or_else(|| DbError::Corrupt(format!("verdict status {status:?}")))
 }
 
 impl<C> Conn for C
@@ -182,12 +182,12 @@ where
     for<'a> i64: Encode<'a, C::Database> + Decode<'a, C::Database> + Type<C::Database>,
     usize: ColumnIndex<<C::Database as Database>::Row>,
 {
-    async fn ensure_head(&mut self, space: &str) -> Result<(), StoreError> {
+    async fn ensure_head(&mut self, space: &str) -> Result<(), DbError> {
         sqlx::query(sql::ENSURE_HEAD).bind(space).execute(self).await?;
         Ok(())
     }
 
-    async fn lock_heads(&mut self, spaces: &[&str], lock: bool) -> Result<HashMap<SpaceId, u64>, StoreError> {
+    async fn lock_heads(&mut self, spaces: &[&str], lock: bool) -> Result<HashMap<SpaceId, u64>, DbError> {
         #[cfg(feature = "sabotage")]
         let statement = if lock { C::Database::SQL.lock_heads } else { C::Database::SQL.read_heads };
         #[cfg(not(feature = "sabotage"))]
@@ -199,17 +199,17 @@ where
         decoded::<(String, i64), _>(&rows)?.into_iter().map(|(s, h)| Ok((s.into(), seq_from_db(h)?))).collect()
     }
 
-    async fn lock_head(&mut self, space: &str) -> Result<bool, StoreError> {
+    async fn lock_head(&mut self, space: &str) -> Result<bool, DbError> {
         let head: Option<i64> = sqlx::query_scalar(C::Database::SQL.lock_head).bind(space).fetch_optional(self).await?;
         Ok(head.is_some())
     }
 
-    async fn load_rows(&mut self, keys: &[Key<'_>]) -> Result<HashMap<Placed, Row>, StoreError> {
+    async fn load_rows(&mut self, keys: &[Key<'_>]) -> Result<HashMap<Placed, Row>, DbError> {
         let rows = C::Database::bind_keys(sqlx::query(C::Database::SQL.load_rows), keys)?.fetch_all(self).await?;
         placed_rows(decoded(&rows)?)
     }
 
-    async fn load_verdicts(&mut self, sender: &str, op_ids: &[&str]) -> Result<HashMap<OpId, Remembered>, StoreError> {
+    async fn load_verdicts(&mut self, sender: &str, op_ids: &[&str]) -> Result<HashMap<OpId, Remembered>, DbError> {
         let q = sqlx::query(C::Database::SQL.load_verdicts).bind(sender);
         let rows = C::Database::bind_list(q, op_ids)?.fetch_all(self).await?;
         decoded::<(String, String, Option<String>, Option<String>), _>(&rows)?
@@ -218,19 +218,19 @@ where
             .collect()
     }
 
-    async fn load_roles(&mut self, sender: &str, spaces: &[&str]) -> Result<HashMap<SpaceId, Role>, StoreError> {
+    async fn load_roles(&mut self, sender: &str, spaces: &[&str]) -> Result<HashMap<SpaceId, Role>, DbError> {
         let q = sqlx::query(C::Database::SQL.load_roles).bind(sender);
         let rows = C::Database::bind_list(q, spaces)?.fetch_all(self).await?;
         decoded::<(String, String), _>(&rows)?.into_iter().map(|(s, r)| Ok((s.into(), stored_role(&r)?))).collect()
     }
 
-    async fn remember(&mut self, sender: &str, verdicts: &VerdictColumns) -> Result<usize, StoreError> {
+    async fn remember(&mut self, sender: &str, verdicts: &VerdictColumns) -> Result<usize, DbError> {
         let q = sqlx::query(C::Database::SQL.remember).bind(sender);
         let done = C::Database::bind_verdicts(q, verdicts)?.bind(now_ms_db()).execute(self).await?;
         Ok(usize::try_from(C::Database::rows_affected(&done)).unwrap_or(usize::MAX))
     }
 
-    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<(), StoreError> {
+    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<(), DbError> {
         let mut rows = Vec::with_capacity(writes.len());
         for w in writes {
             let (fields, marks) = encode_row(&w.row)?;
@@ -241,35 +241,35 @@ where
         Ok(())
     }
 
-    async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), StoreError> {
-        let heads = heads.iter().map(|(s, h)| Ok((&**s, seq_to_db(*h)?))).collect::<Result<Vec<_>, StoreError>>()?;
+    async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), DbError> {
+        let heads = heads.iter().map(|(s, h)| Ok((&**s, seq_to_db(*h)?))).collect::<Result<Vec<_>, DbError>>()?;
         C::Database::bind_heads(sqlx::query(C::Database::SQL.write_heads), &heads)?.execute(self).await?;
         Ok(())
     }
 
-    async fn announce(&mut self, poke: &Poke) -> Result<(), StoreError> {
+    async fn announce(&mut self, poke: &Poke) -> Result<(), DbError> {
         if let Some(notify) = C::Database::SQL.notify {
             sqlx::query(notify).bind(POKES).bind(poke.payload()).execute(self).await?;
         }
         Ok(())
     }
 
-    async fn insert_space(&mut self, space: &str, owner: &str) -> Result<bool, StoreError> {
+    async fn insert_space(&mut self, space: &str, owner: &str) -> Result<bool, DbError> {
         let done = sqlx::query(sql::CREATE_SPACE).bind(space).bind(owner).bind(now_ms_db()).execute(self).await?;
         Ok(C::Database::rows_affected(&done) > 0)
     }
 
-    async fn member(&mut self, space: &str, user: &str) -> Result<Option<Role>, StoreError> {
+    async fn member(&mut self, space: &str, user: &str) -> Result<Option<Role>, DbError> {
         let role: Option<String> = sqlx::query_scalar(sql::MEMBER).bind(space).bind(user).fetch_optional(self).await?;
         role.as_deref().map(stored_role).transpose()
     }
 
-    async fn owners(&mut self, space: &str) -> Result<usize, StoreError> {
+    async fn owners(&mut self, space: &str) -> Result<usize, DbError> {
         let n: i64 = sqlx::query_scalar(sql::OWNERS).bind(space).fetch_one(self).await?;
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
-    async fn set_member(&mut self, space: &str, user: &str, role: Option<Role>) -> Result<(), StoreError> {
+    async fn set_member(&mut self, space: &str, user: &str, role: Option<Role>) -> Result<(), DbError> {
         let q = match role {
             Some(r) => sqlx::query(sql::SET_MEMBER).bind(space).bind(user).bind(r.as_str()).bind(now_ms_db()),
             None => sqlx::query(sql::REMOVE_MEMBER).bind(space).bind(user),
@@ -278,24 +278,24 @@ where
         Ok(())
     }
 
-    async fn list_members(&mut self, space: &str) -> Result<Vec<(String, Role)>, StoreError> {
+    async fn list_members(&mut self, space: &str) -> Result<Vec<(String, Role)>, DbError> {
         let rows: Vec<(String, String)> = sqlx::query_as(sql::LIST_MEMBERS).bind(space).fetch_all(self).await?;
         rows.into_iter().map(|(u, r)| Ok((u, stored_role(&r)?))).collect()
     }
 
-    async fn memberships(&mut self, user: &str) -> Result<Vec<MemberSpace>, StoreError> {
+    async fn memberships(&mut self, user: &str) -> Result<Vec<MemberSpace>, DbError> {
         let rows: Vec<(String, String, i64)> = sqlx::query_as(sql::MEMBERSHIPS).bind(user).fetch_all(self).await?;
         rows.into_iter()
             .map(|(space, role, head)| Ok(MemberSpace { space, role: stored_role(&role)?, head: seq_from_db(head)? }))
             .collect()
     }
 
-    async fn head(&mut self, space: &str) -> Result<u64, StoreError> {
+    async fn head(&mut self, space: &str) -> Result<u64, DbError> {
         let head: Option<i64> = sqlx::query_scalar(sql::HEAD).bind(space).fetch_optional(self).await?;
         seq_from_db(head.unwrap_or(0))
     }
 
-    async fn page(&mut self, space: &str, cursor: u64, limit: usize, budget: usize) -> Result<Paged, StoreError> {
+    async fn page(&mut self, space: &str, cursor: u64, limit: usize, budget: usize) -> Result<Paged, DbError> {
         let rows = sqlx::query_as::<_, (String, String, String, String, i64)>(sql::PULL)
             .bind(space)
             .bind(seq_to_db(cursor)?)
@@ -305,7 +305,7 @@ where
         page_within(rows, space.to_owned(), cursor, limit, budget).await
     }
 
-    async fn recall(&mut self, user: &str, op_ids: &[&str]) -> Result<Vec<Recalled>, StoreError> {
+    async fn recall(&mut self, user: &str, op_ids: &[&str]) -> Result<Vec<Recalled>, DbError> {
         type Columns = (String, String, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>);
         let q = sqlx::query(C::Database::SQL.recall).bind(user);
         let rows = C::Database::bind_list(q, op_ids)?.fetch_all(self).await?;
@@ -323,33 +323,33 @@ where
         user: &str,
         keys: &[Key<'_>],
         personal: &str,
-    ) -> Result<HashMap<Placed, Row>, StoreError> {
+    ) -> Result<HashMap<Placed, Row>, DbError> {
         let q = sqlx::query(C::Database::SQL.load_readable_rows).bind(user);
         let rows = C::Database::bind_keys(q, keys)?.bind(personal).fetch_all(self).await?;
         placed_rows(decoded(&rows)?)
     }
 
-    async fn counts(&mut self, user: &str) -> Result<Counts, StoreError> {
+    async fn counts(&mut self, user: &str) -> Result<Counts, DbError> {
         let (verdicts, rows, head): (i64, i64, i64) =
             sqlx::query_as(sql::COUNTS).bind(user).bind(marksync::space::personal(user)).fetch_one(self).await?;
         Ok(Counts { verdicts, rows, head })
     }
 
-    async fn ping(&mut self) -> Result<(), StoreError> {
+    async fn ping(&mut self) -> Result<(), DbError> {
         sqlx::query(sql::PING).execute(self).await?;
         Ok(())
     }
 
-    async fn run_script(&mut self, script: &'static str) -> Result<(), StoreError> {
+    async fn run_script(&mut self, script: &'static str) -> Result<(), DbError> {
         sqlx::raw_sql(script).execute(self).await?;
         Ok(())
     }
 
-    async fn migrations_done(&mut self) -> Result<Vec<i64>, StoreError> {
+    async fn migrations_done(&mut self) -> Result<Vec<i64>, DbError> {
         Ok(sqlx::query_scalar(sql::MIGRATIONS_DONE).fetch_all(self).await?)
     }
 
-    async fn record_migration(&mut self, version: i64) -> Result<(), StoreError> {
+    async fn record_migration(&mut self, version: i64) -> Result<(), DbError> {
         sqlx::query(sql::RECORD_MIGRATION).bind(version).bind(now_ms_db()).execute(self).await?;
         Ok(())
     }

@@ -11,7 +11,7 @@ use marksync::judge::{Remember, Remembered};
 use sqlx::pool::PoolConnection;
 use sqlx::{Database, IntoArguments, Pool, Transaction};
 
-use super::error::StoreError;
+use super::error::DbError;
 
 /// The migrations of a dialect's folder (`server/migrations/<dialect>/`), in
 /// order: (version, SQL). Both folders hold the same versions, named alike.
@@ -166,34 +166,34 @@ pub(crate) trait Dialect: Database<Arguments: IntoArguments<Self>> {
     const MIGRATIONS: &'static [(i64, &'static str)];
 
     /// Opens the pools of the database at `url` (creating a SQLite file if missing).
-    fn open(url: &str, max_connections: u32) -> impl Future<Output = Result<Pools<Self>, StoreError>> + Send;
+    fn open(url: &str, max_connections: u32) -> impl Future<Output = Result<Pools<Self>, DbError>> + Send;
     /// Binds a list of texts.
-    fn bind_list<'q>(q: Query<'q, Self>, items: &[&str]) -> Result<Query<'q, Self>, StoreError>;
+    fn bind_list<'q>(q: Query<'q, Self>, items: &[&str]) -> Result<Query<'q, Self>, DbError>;
     /// Binds a list of placed rows.
-    fn bind_keys<'q>(q: Query<'q, Self>, keys: &[Key<'_>]) -> Result<Query<'q, Self>, StoreError>;
+    fn bind_keys<'q>(q: Query<'q, Self>, keys: &[Key<'_>]) -> Result<Query<'q, Self>, DbError>;
     /// Binds verdicts to remember.
-    fn bind_verdicts<'q>(q: Query<'q, Self>, verdicts: &VerdictColumns) -> Result<Query<'q, Self>, StoreError>;
+    fn bind_verdicts<'q>(q: Query<'q, Self>, verdicts: &VerdictColumns) -> Result<Query<'q, Self>, DbError>;
     /// Binds rows to upsert.
-    fn bind_rows<'q>(q: Query<'q, Self>, rows: &[EncodedRow<'_>]) -> Result<Query<'q, Self>, StoreError>;
+    fn bind_rows<'q>(q: Query<'q, Self>, rows: &[EncodedRow<'_>]) -> Result<Query<'q, Self>, DbError>;
     /// Binds (space, head) pairs.
-    fn bind_heads<'q>(q: Query<'q, Self>, heads: &[(&str, i64)]) -> Result<Query<'q, Self>, StoreError>;
+    fn bind_heads<'q>(q: Query<'q, Self>, heads: &[(&str, i64)]) -> Result<Query<'q, Self>, DbError>;
     /// How many rows a statement inserted, updated or deleted.
     fn rows_affected(result: &Self::QueryResult) -> u64;
 }
 
 impl<D: Dialect> Pools<D> {
     /// A write transaction (SQLite: `BEGIN IMMEDIATE` on the single writer).
-    pub(crate) async fn write(&self) -> Result<Transaction<'static, D>, StoreError> {
+    pub(crate) async fn write(&self) -> Result<Transaction<'static, D>, DbError> {
         Ok(self.writer.begin_with(D::SQL.begin_write).await?)
     }
 
     /// A read-only snapshot.
-    pub(crate) async fn snapshot(&self) -> Result<Transaction<'static, D>, StoreError> {
+    pub(crate) async fn snapshot(&self) -> Result<Transaction<'static, D>, DbError> {
         Ok(self.reader.begin_with(D::SQL.begin_snapshot).await?)
     }
 
     /// A reader connection, for reads that need no snapshot.
-    pub(crate) async fn read(&self) -> Result<PoolConnection<D>, StoreError> {
+    pub(crate) async fn read(&self) -> Result<PoolConnection<D>, DbError> {
         Ok(self.reader.acquire().await?)
     }
 

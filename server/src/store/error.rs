@@ -9,7 +9,7 @@ pub const MAX_JUDGE_ATTEMPTS: usize = 3;
 
 /// A storage failure. Its text is logged, never sent to a client.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum DbError {
     /// The database failed.
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
@@ -32,7 +32,7 @@ pub enum PushError {
     Judge(#[from] JudgeError),
     /// Storage failed: 500 `internal`.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] DbError),
     /// A `failBeforeCommit` fault rolled the push back: 500 `internal`.
     #[error("injected failure before commit")]
     InjectedFailure,
@@ -40,7 +40,7 @@ pub enum PushError {
 
 impl From<sqlx::Error> for PushError {
     fn from(e: sqlx::Error) -> Self {
-        PushError::Store(StoreError::Db(e))
+        PushError::Store(DbError::Db(e))
     }
 }
 

@@ -3,10 +3,10 @@
 
 use super::conn::{Backend, Conn};
 use super::dialect::Pools;
-use super::error::StoreError;
+use super::error::DbError;
 
 /// Applies the migrations not applied yet.
-pub(crate) async fn run<D: Backend>(pools: &Pools<D>) -> Result<(), StoreError> {
+pub(crate) async fn run<D: Backend>(pools: &Pools<D>) -> Result<(), DbError> {
     let mut tx = pools.write().await?;
     if let Some(lock) = D::SQL.migration_lock {
         tx.run_script(lock).await?;

@@ -52,7 +52,7 @@ use conn::Conn;
 use dialect::Pools;
 
 pub use conn::{Counts, MemberSpace};
-pub use error::{redact, PushError, StoreError, MAX_JUDGE_ATTEMPTS};
+pub use error::{redact, PushError, DbError, MAX_JUDGE_ATTEMPTS};
 pub use push::PushControl;
 #[cfg(feature = "sabotage")]
 pub use push::Sabotage;
@@ -84,13 +84,13 @@ macro_rules! on_backend {
 impl Store {
     /// Connects to `url` (`sqlite://FILE` — created if missing — or
     /// `postgres://…`) and runs the migrations.
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Store, StoreError> {
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Store, DbError> {
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite(<Sqlite as dialect::Dialect>::open(url, max_connections).await?)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             Backend::Postgres(<Postgres as dialect::Dialect>::open(url, max_connections).await?)
         } else {
-            return Err(StoreError::BadUrl(redact(url)));
+            return Err(DbError::BadUrl(redact(url)));
         };
         let store = Store(backend);
         on_backend!(store, db => migrate::run(db).await)?;
@@ -141,13 +141,13 @@ impl Store {
         user: &str,
         op_ids: &[OpId],
         limits: &Limits,
-    ) -> Result<Vec<RememberedVerdict>, StoreError> {
+    ) -> Result<Vec<RememberedVerdict>, DbError> {
         on_backend!(self, db => recall::verdicts(db, schema, user, op_ids, limits).await)
     }
 
     /// `GET /v1/pull`: rows of `user`'s personal space changed after
     /// `cursor`, at most `limit`, in seq order.
-    pub async fn pull(&self, user: &str, cursor: u64, limit: usize) -> Result<PullResponse, StoreError> {
+    pub async fn pull(&self, user: &str, cursor: u64, limit: usize) -> Result<PullResponse, DbError> {
         on_backend!(self, db => pull::personal(db, user, cursor, limit).await)
     }
 
@@ -157,13 +157,13 @@ impl Store {
         user: &str,
         followed: &BTreeMap<String, Follow>,
         limit: Option<usize>,
-    ) -> Result<SpacesPullResponse, StoreError> {
+    ) -> Result<SpacesPullResponse, DbError> {
         on_backend!(self, db => pull::spaces(db, user, followed, limit).await)
     }
 
     /// Every space `user` is a member of, with the role and the head: the
     /// personal space first, then the others in byte order of their names.
-    pub async fn spaces_of(&self, user: &str) -> Result<Vec<MemberSpace>, StoreError> {
+    pub async fn spaces_of(&self, user: &str) -> Result<Vec<MemberSpace>, DbError> {
         on_backend!(self, db => spaces::of(db, user).await)
     }
 
@@ -189,12 +189,12 @@ impl Store {
     }
 
     /// How many verdicts and rows `user` has, and the head.
-    pub async fn counts(&self, user: &str) -> Result<Counts, StoreError> {
+    pub async fn counts(&self, user: &str) -> Result<Counts, DbError> {
         on_backend!(self, db => db.read().await?.counts(user).await)
     }
 
     /// Whether the database answers.
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    pub async fn ping(&self) -> Result<(), DbError> {
         on_backend!(self, db => db.read().await?.ping().await)
     }
 

@@ -7,7 +7,7 @@ use futures_util::{Stream, TryStreamExt};
 use marksync::protocol::{Change, RowKey, SpacePage};
 
 use super::codec::{decode_row, seq_from_db};
-use super::error::StoreError;
+use super::error::DbError;
 
 /// A row as pulled, still as its columns.
 pub(crate) struct PulledRow {
@@ -32,7 +32,7 @@ pub(crate) async fn page_within<S>(
     cursor: u64,
     limit: usize,
     budget: usize,
-) -> Result<Paged, StoreError>
+) -> Result<Paged, DbError>
 where
     S: Stream<Item = Result<PulledRow, sqlx::Error>> + Unpin,
 {

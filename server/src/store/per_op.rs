@@ -45,7 +45,7 @@ pub(crate) async fn push<D: Backend>(
             match saved.get(&op.op_id) {
                 Some(r) => r.replay(current.as_ref()),
                 None => {
-                    return Err(super::error::StoreError::Corrupt(format!("no verdict of {}", op.op_id.as_str())).into())
+                    return Err(super::error::DbError::Corrupt(format!("no verdict of {}", op.op_id.as_str())).into())
                 }
             }
         } else {

@@ -11,7 +11,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::conn::POKES;
 use super::dialect::{migrations, Dialect, EncodedRow, Key, Pools, Query, Statements, VerdictColumns};
-use super::error::StoreError;
+use super::error::DbError;
 use crate::poke::Poke;
 
 impl Dialect for Postgres {
@@ -62,7 +62,7 @@ impl Dialect for Postgres {
         notify: Some("SELECT pg_notify($1, $2)"),
     };
 
-    async fn open(url: &str, max_connections: u32) -> Result<Pools<Postgres>, StoreError> {
+    async fn open(url: &str, max_connections: u32) -> Result<Pools<Postgres>, DbError> {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(2))
             .acquire_timeout(Duration::from_secs(30))
@@ -71,18 +71,18 @@ impl Dialect for Postgres {
         Ok(Pools { writer: pool.clone(), reader: pool })
     }
 
-    fn bind_list<'q>(q: Query<'q, Postgres>, items: &[&str]) -> Result<Query<'q, Postgres>, StoreError> {
+    fn bind_list<'q>(q: Query<'q, Postgres>, items: &[&str]) -> Result<Query<'q, Postgres>, DbError> {
         Ok(q.bind(items))
     }
 
-    fn bind_keys<'q>(q: Query<'q, Postgres>, keys: &[Key<'_>]) -> Result<Query<'q, Postgres>, StoreError> {
+    fn bind_keys<'q>(q: Query<'q, Postgres>, keys: &[Key<'_>]) -> Result<Query<'q, Postgres>, DbError> {
         let spaces: Vec<&str> = keys.iter().map(|k| k.space).collect();
         let tables: Vec<&str> = keys.iter().map(|k| k.table).collect();
         let row_ids: Vec<&str> = keys.iter().map(|k| k.row_id).collect();
         Ok(q.bind(spaces).bind(tables).bind(row_ids))
     }
 
-    fn bind_verdicts<'q>(q: Query<'q, Postgres>, v: &VerdictColumns) -> Result<Query<'q, Postgres>, StoreError> {
+    fn bind_verdicts<'q>(q: Query<'q, Postgres>, v: &VerdictColumns) -> Result<Query<'q, Postgres>, DbError> {
         Ok(q.bind(&v.ids)
             .bind(&v.statuses)
             .bind(&v.reasons)
@@ -92,7 +92,7 @@ impl Dialect for Postgres {
             .bind(&v.row_ids))
     }
 
-    fn bind_rows<'q>(q: Query<'q, Postgres>, rows: &[EncodedRow<'_>]) -> Result<Query<'q, Postgres>, StoreError> {
+    fn bind_rows<'q>(q: Query<'q, Postgres>, rows: &[EncodedRow<'_>]) -> Result<Query<'q, Postgres>, DbError> {
         let spaces: Vec<&str> = rows.iter().map(|r| r.key.space).collect();
         let tables: Vec<&str> = rows.iter().map(|r| r.key.table).collect();
         let row_ids: Vec<&str> = rows.iter().map(|r| r.key.row_id).collect();
@@ -102,7 +102,7 @@ impl Dialect for Postgres {
         Ok(q.bind(spaces).bind(tables).bind(row_ids).bind(fields).bind(marks).bind(seqs))
     }
 
-    fn bind_heads<'q>(q: Query<'q, Postgres>, heads: &[(&str, i64)]) -> Result<Query<'q, Postgres>, StoreError> {
+    fn bind_heads<'q>(q: Query<'q, Postgres>, heads: &[(&str, i64)]) -> Result<Query<'q, Postgres>, DbError> {
         let (spaces, seqs): (Vec<&str>, Vec<i64>) = heads.iter().copied().unzip();
         Ok(q.bind(spaces).bind(seqs))
     }

@@ -10,7 +10,7 @@ use marksync::space::{self, Follow, Role};
 
 use super::conn::{Backend, Conn};
 use super::dialect::Pools;
-use super::error::StoreError;
+use super::error::DbError;
 use super::page::Paged;
 
 /// Up to `limit` changes of `user`'s personal space after `cursor`, in seq order.
@@ -19,7 +19,7 @@ pub(crate) async fn personal<D: Backend>(
     user: &str,
     cursor: u64,
     limit: usize,
-) -> Result<PullResponse, StoreError> {
+) -> Result<PullResponse, DbError> {
     let mut conn = pools.read().await?;
     let page = conn.page(&space::personal(user), cursor, limit, MAX_PULL_PAGE_BYTES).await?.page;
     Ok(PullResponse {
@@ -38,7 +38,7 @@ pub(crate) async fn spaces<D: Backend>(
     user: &str,
     followed: &BTreeMap<String, Follow>,
     limit: Option<usize>,
-) -> Result<SpacesPullResponse, StoreError> {
+) -> Result<SpacesPullResponse, DbError> {
     let mut snap = pools.snapshot().await?;
     let personal = space::personal(user);
     let mut members: Vec<(String, Role, u64)> = Vec::new();

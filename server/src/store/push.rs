@@ -16,7 +16,7 @@ use marksync::space;
 
 use super::conn::{Backend, Conn};
 use super::dialect::{Key, Pools, VerdictColumns};
-use super::error::{PushError, StoreError, MAX_JUDGE_ATTEMPTS};
+use super::error::{PushError, DbError, MAX_JUDGE_ATTEMPTS};
 use crate::metrics::SameUserProbe;
 use crate::poke::Poke;
 
@@ -175,7 +175,7 @@ pub(crate) async fn push<D: Backend>(
         tx.commit().await?;
         return Ok(judgement);
     }
-    Err(StoreError::Conflict.into())
+    Err(DbError::Conflict.into())
 }
 
 /// Step 4's check: whether the verdict insert met verdicts another writer

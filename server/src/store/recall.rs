@@ -11,7 +11,7 @@ use marksync::space::SpaceId;
 
 use super::conn::{Backend, Conn};
 use super::dialect::{Key, Pools};
-use super::error::StoreError;
+use super::error::DbError;
 
 /// The answers for `user`'s `op_ids`, rows as the newest version of `schema` spells them.
 pub(crate) async fn verdicts<D: Backend>(
@@ -20,7 +20,7 @@ pub(crate) async fn verdicts<D: Backend>(
     user: &str,
     op_ids: &[OpId],
     limits: &Limits,
-) -> Result<Vec<RememberedVerdict>, StoreError> {
+) -> Result<Vec<RememberedVerdict>, DbError> {
     let ids: Vec<&str> = op_ids.iter().map(OpId::as_str).collect();
     let personal = marksync::space::personal(user);
     let mut conn = pools.read().await?;

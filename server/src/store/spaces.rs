@@ -11,7 +11,7 @@ use marksync::space::{self, MemberRefusal, Role};
 
 use super::conn::{Backend, Conn, MemberSpace};
 use super::dialect::Pools;
-use super::error::StoreError;
+use super::error::DbError;
 
 /// Who asks for a membership change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,12 +40,12 @@ pub enum SpaceError {
     BadRequest(String),
     /// 500.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] DbError),
 }
 
 impl From<sqlx::Error> for SpaceError {
     fn from(e: sqlx::Error) -> Self {
-        SpaceError::Store(StoreError::Db(e))
+        SpaceError::Store(DbError::Db(e))
     }
 }
 
@@ -61,7 +61,7 @@ impl From<MemberRefusal> for SpaceError {
 
 /// Takes `space`'s lock; whether the space exists (a personal space always
 /// does: its heads row is made here if the user never wrote).
-async fn lock_space<C: Conn>(tx: &mut C, space: &str) -> Result<bool, StoreError> {
+async fn lock_space<C: Conn>(tx: &mut C, space: &str) -> Result<bool, DbError> {
     if space::personal_owner(space).is_some() {
         tx.ensure_head(space).await?;
     }
@@ -161,7 +161,7 @@ pub(crate) async fn members<D: Backend>(
 
 /// Every space `user` is a member of, with the role and the head: the
 /// personal space first, then the others in byte order of their names.
-pub(crate) async fn of<D: Backend>(pools: &Pools<D>, user: &str) -> Result<Vec<MemberSpace>, StoreError> {
+pub(crate) async fn of<D: Backend>(pools: &Pools<D>, user: &str) -> Result<Vec<MemberSpace>, DbError> {
     let mut conn = pools.read().await?;
     let personal = space::personal(user);
     let head = conn.head(&personal).await?;

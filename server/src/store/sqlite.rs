@@ -12,7 +12,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::Sqlite;
 
 use super::dialect::{migrations, Dialect, EncodedRow, Key, Pools, Query, Statements, VerdictColumns};
-use super::error::StoreError;
+use super::error::DbError;
 
 /// `[spaces]` as one JSON array: the single writer already holds every lock.
 const READ_HEADS: &str = "SELECT space_id, seq FROM heads WHERE space_id IN (SELECT value FROM json_each($1))";
@@ -66,7 +66,7 @@ impl Dialect for Sqlite {
         notify: None,
     };
 
-    async fn open(url: &str, max_readers: u32) -> Result<Pools<Sqlite>, StoreError> {
+    async fn open(url: &str, max_readers: u32) -> Result<Pools<Sqlite>, DbError> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -90,29 +90,29 @@ impl Dialect for Sqlite {
         Ok(Pools { writer, reader })
     }
 
-    fn bind_list<'q>(q: Query<'q, Sqlite>, items: &[&str]) -> Result<Query<'q, Sqlite>, StoreError> {
+    fn bind_list<'q>(q: Query<'q, Sqlite>, items: &[&str]) -> Result<Query<'q, Sqlite>, DbError> {
         Ok(q.bind(json(&items)?))
     }
 
-    fn bind_keys<'q>(q: Query<'q, Sqlite>, keys: &[Key<'_>]) -> Result<Query<'q, Sqlite>, StoreError> {
+    fn bind_keys<'q>(q: Query<'q, Sqlite>, keys: &[Key<'_>]) -> Result<Query<'q, Sqlite>, DbError> {
         let keys: Vec<_> = keys.iter().map(|k| (k.space, k.table, k.row_id)).collect();
         Ok(q.bind(json(&keys)?))
     }
 
-    fn bind_verdicts<'q>(q: Query<'q, Sqlite>, v: &VerdictColumns) -> Result<Query<'q, Sqlite>, StoreError> {
+    fn bind_verdicts<'q>(q: Query<'q, Sqlite>, v: &VerdictColumns) -> Result<Query<'q, Sqlite>, DbError> {
         let rows: Vec<_> = (0..v.len())
             .map(|i| (&v.ids[i], v.statuses[i], &v.reasons[i], &v.codes[i], &v.spaces[i], &v.tables[i], &v.row_ids[i]))
             .collect();
         Ok(q.bind(json(&rows)?))
     }
 
-    fn bind_rows<'q>(q: Query<'q, Sqlite>, rows: &[EncodedRow<'_>]) -> Result<Query<'q, Sqlite>, StoreError> {
+    fn bind_rows<'q>(q: Query<'q, Sqlite>, rows: &[EncodedRow<'_>]) -> Result<Query<'q, Sqlite>, DbError> {
         let rows: Vec<_> =
             rows.iter().map(|r| (r.key.space, r.key.table, r.key.row_id, &r.fields, &r.marks, r.seq)).collect();
         Ok(q.bind(json(&rows)?))
     }
 
-    fn bind_heads<'q>(q: Query<'q, Sqlite>, heads: &[(&str, i64)]) -> Result<Query<'q, Sqlite>, StoreError> {
+    fn bind_heads<'q>(q: Query<'q, Sqlite>, heads: &[(&str, i64)]) -> Result<Query<'q, Sqlite>, DbError> {
         Ok(q.bind(json(&heads)?))
     }
 
@@ -121,6 +121,6 @@ impl Dialect for Sqlite {
     }
 }
 
-fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("encode parameter: {e}")))
+fn json<T: serde::Serialize>(value: &T) -> Result<String, DbError> {
+    serde_json::to_string(value).map_err(|e| DbError::Corrupt(format!("encode parameter: {e}")))
 }
