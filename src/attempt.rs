@@ -100,20 +100,20 @@ impl Failure {
             Failure::WrongUser(_) => Code::WrongUser,
             _ => return None,
         };
-        Some(Recovery { code: code.as_str().into(), message: self.to_string() })
+        Some(Recovery { code, message: self.to_string() })
     }
 }
 
 /// The recovery code of a token that is another user's than the database's.
-pub const WRONG_USER: &str = Code::WrongUser.as_str();
+pub const WRONG_USER: Code = Code::WrongUser;
 
 /// The engine cannot go on without the user (or the app): sign in again,
 /// reload a newer app, fix storage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Recovery {
     /// Stable code: `unauthorized`, `wrong_user`, `schema_too_new`,
-    /// `retries_exhausted`, `refused`, `storage`.
-    pub code: String,
+    /// `retries_exhausted`, `refused`, `storage`, `payload_too_large`.
+    pub code: Code,
     /// Human message.
     pub message: String,
 }
@@ -225,8 +225,8 @@ mod tests {
         assert_eq!(Failure::from_http(413, None, None), Failure::PayloadTooLarge);
         assert_eq!(Failure::from_http(429, None, Some(3000)), Failure::RateLimited { retry_after_ms: 3000 });
         let f = Failure::from_http(409, Some(&body(ErrorCode::SchemaTooNew)), None);
-        assert_eq!(f.recovery().map(|r| r.code), Some("schema_too_new".into()));
-        assert_eq!(Failure::from_http(401, None, None).recovery().map(|r| r.code), Some("unauthorized".into()));
+        assert_eq!(f.recovery().map(|r| r.code.as_str()), Some("schema_too_new"));
+        assert_eq!(Failure::from_http(401, None, None).recovery().map(|r| r.code.as_str()), Some("unauthorized"));
         assert!(!Failure::from_http(400, None, None).outcome_unknown());
         // A body the server stopped waiting for: treated as a timeout (retried, same opIds).
         assert_eq!(Failure::from_http(408, Some(&body(ErrorCode::RequestTimeout)), None), Failure::Timeout);

@@ -211,7 +211,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 }
                 Step::Blocked(r) => {
                     self.commit_some(unsaved.take()).await?;
-                    return Err(ClientError::RecoveryRequired { code: r.code, message: r.message });
+                    return Err(ClientError::RecoveryRequired { code: r.code.as_str().to_owned(), message: r.message });
                 }
             };
         }

@@ -452,7 +452,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             Err(e) => match self.reload().await {
                 Ok(()) => Err(e.into()),
                 Err(e2) => {
-                    self.engine.borrow_mut().require_recovery(Recovery { code: crate::protocol::Code::Storage.as_str().into(), message: e2.to_string() });
+                    self.engine.borrow_mut().require_recovery(Recovery { code: crate::protocol::Code::Storage, message: e2.to_string() });
                     self.changed(false, None);
                     Err(e2)
                 }

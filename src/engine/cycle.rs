@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use super::{Engine, Step, SyncReport, MAX_EMPTY_ANSWERS};
 use crate::attempt::{Failure, InFlight, Recovery, WRONG_USER};
+use crate::protocol::Code;
 use crate::protocol::{
     Op, OpId, Outcome, PushRequest, PushResponse, Recalled, Row, RowKey, SpacesPullRequest, SpacesPullResponse, VerdictsResponse,
 };
@@ -20,8 +21,8 @@ use crate::sync_state::Flight;
 pub const SCHEMA_PROBE_MS: u64 = 300_000;
 
 /// The recovery codes that stop every automatic send until a person acts.
-pub(super) const RETRIES_EXHAUSTED: &str = crate::protocol::Code::RetriesExhausted.as_str();
-const SCHEMA_TOO_NEW: &str = crate::protocol::Code::SchemaTooNew.as_str();
+pub(super) const RETRIES_EXHAUSTED: Code = Code::RetriesExhausted;
+const SCHEMA_TOO_NEW: Code = Code::SchemaTooNew;
 
 /// How much earlier than the backoff's time a cycle may start and still be
 /// the scheduled one (timers are not exact); earlier, it is a person's.
@@ -353,7 +354,7 @@ impl Engine {
         if let Failure::SchemaTooNew(m) = &failure {
             // The server is the old side: wait for it, probing now and then.
             let r = Recovery {
-                code: SCHEMA_TOO_NEW.into(),
+                code: SCHEMA_TOO_NEW,
                 message: format!(
                     "the server does not know this app's data version yet ({m}); edits are kept and will be sent once the server is updated"
                 ),
@@ -374,7 +375,7 @@ impl Engine {
                 self.next_step(now)
             }
             Failure::PayloadTooLarge => self.require_recovery(Recovery {
-                code: crate::protocol::Code::PayloadTooLarge.as_str().into(),
+                code: Code::PayloadTooLarge,
                 message: "a single op is larger than the server accepts".into(),
             }),
             Failure::RateLimited { retry_after_ms } => self.wait(now.saturating_add(retry_after_ms)),
@@ -504,7 +505,7 @@ impl Engine {
     fn exhausted(&mut self, unsettled: usize) -> Step {
         let p = self.config.retry;
         self.require_recovery(Recovery {
-            code: RETRIES_EXHAUSTED.into(),
+            code: RETRIES_EXHAUSTED,
             message: format!(
                 "the server has not confirmed {unsettled} edit(s) after {} attempts or {} s; they are kept on this device — retry, or check with the server",
                 p.max_attempts,
@@ -663,7 +664,7 @@ impl Engine {
                     "the token is for user {other:?}, but this database belongs to user {owner:?}; nothing was sent: open one database per user"
                 );
                 self.last_failure = Some(message.clone());
-                Some(self.require_recovery(Recovery { code: WRONG_USER.into(), message }))
+                Some(self.require_recovery(Recovery { code: WRONG_USER, message }))
             }
             _ => {
                 if self.hides_rows() {

@@ -437,7 +437,7 @@ impl Engine {
             if let Some(r) = self.sync.recovery.as_ref().filter(|r| stops_this_row(r)) {
                 st.phase = Phase::RecoveryRequired;
                 st.reason = Some(r.message.clone());
-                st.code = Some(r.code.clone());
+                st.code = Some(r.code.as_str().to_owned());
             } else if flying {
                 st.phase = Phase::AwaitingAck;
             } else if ops.iter().any(|o| self.sync.ops.get(&o.op_id).is_some_and(|s| s.unknown)) {
@@ -451,7 +451,7 @@ impl Engine {
         if let Some(r) = standing {
             st.phase = Phase::Rejected;
             st.reason = Some(r.reason.clone());
-            st.code = Some(r.code.clone());
+            st.code = Some(r.code.as_str().to_owned());
             st.attempts = r.attempts;
         }
         st

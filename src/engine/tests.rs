@@ -270,7 +270,7 @@ fn failures_back_off_and_auth_requires_recovery() {
     assert!((1000..=2000).contains(&until));
     let (_, Step::Push(req)) = e.start_sync(until) else { panic!() };
     let step = e.on_push_failed(&req.attempt_key, Failure::Unauthorized("expired".into()), until).unwrap().1;
-    assert!(matches!(step, Step::Blocked(ref r) if r.code == "unauthorized"));
+    assert!(matches!(step, Step::Blocked(ref r) if r.code.as_str() == "unauthorized"));
     assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::RecoveryRequired);
     assert!(matches!(e.start_sync(0).1, Step::Blocked(_)));
     assert_eq!(e.pending_len(), 1, "nothing lost");
@@ -589,7 +589,7 @@ fn retries_stop_at_the_limit_then_the_server_is_asked_and_what_it_cannot_settle_
     assert_eq!(sends, 3, "max_attempts sends, then no more");
     let resp = s.verdicts("u", &VerdictsRequest { op_ids: vec![applied.op_id.clone(), refused.op_id.clone(), never.op_id.clone()] });
     let (txn, step) = e.on_verdicts(resp, now).unwrap();
-    assert!(matches!(step, Step::Blocked(ref r) if r.code == "retries_exhausted"), "{step:?}");
+    assert!(matches!(step, Step::Blocked(ref r) if r.code.as_str() == "retries_exhausted"), "{step:?}");
     assert_eq!(txn.delete_pending.len(), 2, "the applied and the rejected op are settled");
     assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::Synced);
     let st = e.status(&RowKey::new("sets", "d-2"));
@@ -597,8 +597,8 @@ fn retries_stop_at_the_limit_then_the_server_is_asked_and_what_it_cannot_settle_
     let st = e.status(&RowKey::new("sets", "d-3"));
     assert_eq!((st.phase, st.code.as_deref()), (Phase::RecoveryRequired, Some("retries_exhausted")));
     assert_eq!(
-        txn.sync.as_ref().and_then(|s| s.recovery.clone()).map(|r| r.code),
-        Some("retries_exhausted".into()),
+        txn.sync.as_ref().and_then(|s| s.recovery.clone()).map(|r| r.code.as_str()),
+        Some("retries_exhausted"),
         "stored: no context sends"
     );
     assert!(matches!(e.start_sync(now).1, Step::Blocked(_)), "nothing is sent automatically");
@@ -705,7 +705,7 @@ fn under_exhausted_retries_an_edit_never_sent_is_pending_and_a_persons_answered_
     };
     // The server answers, and never judged it: the automatic check stops sending.
     let (_, step) = e.on_verdicts(s.verdicts("u", &VerdictsRequest { op_ids: ids }), 2).unwrap();
-    assert!(matches!(step, Step::Blocked(ref r) if r.code == "retries_exhausted"), "{step:?}");
+    assert!(matches!(step, Step::Blocked(ref r) if r.code.as_str() == "retries_exhausted"), "{step:?}");
     record(&mut e, "d-2", set(6), 12);
     assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::RecoveryRequired);
     assert_eq!(e.status(&RowKey::new("sets", "d-2")).phase, Phase::Pending, "it reached no limit");
@@ -848,7 +848,7 @@ fn lifting_a_stop_is_stored_so_no_context_brings_it_back() {
     let (_, Step::Blocked(_)) = e.on_verdicts(VerdictsResponse { verdicts: vec![], now: None }, 2).unwrap() else { panic!() };
     let txn = e.clear_recovery().expect("the lift is a txn");
     assert_eq!(txn.sync.map(|s| s.recovery), Some(None));
-    e.require_recovery(Recovery { code: "unauthorized".into(), message: "m".into() });
+    e.require_recovery(Recovery { code: crate::protocol::Code::Unauthorized, message: "m".into() });
     assert!(e.clear_recovery().and_then(|t| t.sync).is_some_and(|s| s.recovery.is_none()));
 }
 
@@ -1096,7 +1096,7 @@ fn a_token_of_another_user_sends_nothing_shows_nothing_until_the_owners_token_re
     let (_, Step::Pull(p)) = e.on_push_response(resp, 16).unwrap() else { panic!() };
     let bob = answer_for(&mut s, "bob", &p);
     let (txn, step) = e.on_pull_response(&p, bob, 17).unwrap();
-    assert!(matches!(step, Step::Blocked(ref r) if r.code == "wrong_user"), "{step:?}");
+    assert!(matches!(step, Step::Blocked(ref r) if r.code.as_str() == "wrong_user"), "{step:?}");
     assert!(txn.put_base.is_empty() && txn.following.is_none(), "nothing of bob's is taken");
     assert!(e.hides_rows());
     // While it stands, a cycle only probes with a pull: nothing is pushed.

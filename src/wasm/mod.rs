@@ -597,7 +597,7 @@ impl Marksync {
         let _ = Reflect::set(&v, &"nextRetryAt".into(), &next);
         let _ = Reflect::set(&v, &"pendingOps".into(), &JsValue::from_f64(e.pending_len() as f64));
         let _ = Reflect::set(&v, &"cursor".into(), &JsValue::from_f64(e.cursor() as f64));
-        let rec = e.recovery().map(|r| JsValue::from_str(&r.code)).unwrap_or(JsValue::NULL);
+        let rec = e.recovery().map(|r| JsValue::from_str(r.code.as_str())).unwrap_or(JsValue::NULL);
         let _ = Reflect::set(&v, &"recovery".into(), &rec);
         let last = e.last_failure().map_or(JsValue::NULL, JsValue::from_str);
         let _ = Reflect::set(&v, &"lastError".into(), &last);
