@@ -216,11 +216,6 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         }
     }
 
-    /// Whether [`Driver::close`] was called.
-    pub fn is_closed(&self) -> bool {
-        self.closed.get()
-    }
-
     /// A new rowId. Keeps a block of numbers reserved ahead.
     pub fn new_row_id(self: &Rc<Self>) -> Result<String, ClientError> {
         self.check_open()?;

@@ -172,7 +172,6 @@ impl Engine {
                 space: draft.space,
             });
         }
-        drop(number);
         self.ids = mine;
         let txn = Txn { meta: Some(meta.clone()), put_pending: ops.clone(), ..Txn::default() };
         Ok((txn, Recorded { ops, meta, block }))

@@ -28,15 +28,17 @@
 pub mod spaces;
 mod world;
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use fastrand::Rng;
+use futures_util::FutureExt;
 
 use crate::attempt::{Failure, Phase};
 use crate::driver::{ClientError, Driver, Options};
 use crate::engine::{Config, RetryPolicy};
+use crate::ids::SplitMix;
 use crate::judge::Remembered;
 use crate::memory_server::MemoryServer;
 use crate::order::newer;
@@ -213,16 +215,6 @@ struct Sim {
     healed: bool,
 }
 
-/// Polls a future that must not wait (a recording over memory).
-fn now_or_never<T>(f: impl std::future::Future<Output = T>) -> Option<T> {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match f.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(v) => Some(v),
-        std::task::Poll::Pending => None,
-    }
-}
-
 impl Sim {
     fn new(seed: u64, cfg: SimConfig) -> Result<Sim, SimFailure> {
         let rng = Rng::with_seed(seed);
@@ -271,7 +263,7 @@ impl Sim {
         let who = self.who(d, c);
         self.world.alive.borrow_mut().insert(who);
         let flight = self.devices[d].store.tables().sync.and_then(|s| s.flight);
-        let host = SimHost { world: self.world.clone(), who, seed: Cell::new(self.rng.u64(..)) };
+        let host = SimHost { world: self.world.clone(), who, random: RefCell::new(SplitMix::new(self.rng.u64(..))) };
         let transport = SimTransport { world: self.world.clone(), who };
         let options = Options { config: engine_config(&self.cfg), auto_sync: c == 0, resume_exhausted: c == 0, user: None };
         let opened = Rc::new(RefCell::new(None));
@@ -354,7 +346,7 @@ impl Sim {
             self.devices[d].store.fail_next_commits(1);
         }
         // The server alone judges: the generator makes refused edits on purpose.
-        let recorded = now_or_never(driver.change_with(None, &table, &row_id, fields, false));
+        let recorded = driver.change_with(None, &table, &row_id, fields, false).now_or_never();
         *self.world.wild_now.borrow_mut() = None;
         self.devices[d].store.fail_next_commits(0);
         match recorded {

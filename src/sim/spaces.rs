@@ -29,17 +29,19 @@
 //!   server's remembered code and reason — none lost; an edit refused on the
 //!   device was refused by the rule the judge runs on what the device knew.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use fastrand::Rng;
+use futures_util::FutureExt;
 
 use super::world::{Msg, Req, Resp, SimHost, SimTransport, Who, World};
-use super::{now_or_never, SimDriver, SimFailure};
+use super::{SimDriver, SimFailure};
 use crate::attempt::Failure;
 use crate::driver::{ClientError, Driver, Options};
 use crate::engine::Config;
+use crate::ids::SplitMix;
 use crate::memory_server::MemoryServer;
 use crate::protocol::{Fields, Op, OpId, Outcome, PushRequest, Row, RowKey, SpacesPullRequest, Value, VerdictsRequest};
 use crate::schema::Schema;
@@ -298,7 +300,7 @@ impl Run {
             let dev = self.users.iter().position(|u| u == user).ok_or_else(|| self.fail(format!("no user {user}")))?;
             let who = Who { dev, ctx: 0, life: 1 };
             self.world.alive.borrow_mut().insert(who);
-            let host = SimHost { world: self.world.clone(), who, seed: Cell::new(self.rng.u64(..)) };
+            let host = SimHost { world: self.world.clone(), who, random: RefCell::new(SplitMix::new(self.rng.u64(..))) };
             let transport = SimTransport { world: self.world.clone(), who };
             let config = Config { pull_limit: 3, max_batch: 4, ..Config::default() };
             let options = Options { config, auto_sync: false, resume_exhausted: true, user: None };
@@ -342,7 +344,7 @@ impl Run {
             None => driver.engine.borrow().locate("sets", &row).map(|k| k.space).unwrap_or_default(),
         };
         let known = driver.engine.borrow().following().may_write(&target);
-        let outcome: Result<Option<Op>, String> = match now_or_never(driver.change_with(space.as_deref(), "sets", &row, fields, false)) {
+        let outcome: Result<Option<Op>, String> = match driver.change_with(space.as_deref(), "sets", &row, fields, false).now_or_never() {
             None => Err("a recording over memory waited".into()),
             Some(Err(ClientError::Denied(d))) if known.as_ref().err() == Some(&d) => Ok(None),
             Some(Err(e)) => Err(format!("{user}'s device refused an edit in {space:?}: {e}")),

@@ -14,6 +14,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use crate::attempt::Failure;
 use crate::driver::{CallError, Host, Task, Transport};
+use crate::ids::SplitMix;
 use crate::protocol::{
     CreateSpace, Member, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse, VerdictsResponse,
 };
@@ -357,7 +358,8 @@ impl Transport for SimTransport {
 pub struct SimHost {
     pub world: Rc<World>,
     pub who: Who,
-    pub seed: Cell<u64>,
+    /// The context's own stream of randomness, from the schedule's seed.
+    pub random: RefCell<SplitMix>,
 }
 
 /// Holds a device's cycle lock until dropped (or until its context dies).
@@ -430,12 +432,7 @@ impl Host for SimHost {
     }
 
     fn entropy(&self) -> u64 {
-        // splitmix64: a context's own stream from its seed.
-        let mut z = self.seed.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
-        self.seed.set(z);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.random.borrow_mut().next_u64()
     }
 
     fn offline(&self) -> bool {

@@ -116,21 +116,23 @@ fn echo_space(engine: &crate::engine::Engine, space: Option<&str>, table: &str, 
     (!local.is_empty()).then_some(local)
 }
 
-/// One edit's table, row and fields, read and checked (`what` names it in errors).
+/// One edit's table, row and fields, read and checked (`what` names it in
+/// errors); `row_id: None`: a new row the device names.
 fn edit_of(
     engine: &crate::engine::Engine,
     table: &JsValue,
-    row_id: &JsValue,
+    row_id: Option<&JsValue>,
     fields: &JsValue,
     space: Option<String>,
     what: &str,
 ) -> Result<Edit, JsValue> {
     let at = |k: &str| if what.is_empty() { k.to_owned() } else { format!("{what}.{k}") };
     let table = args::text(table, &at("table"))?;
-    let row_id = args::text(row_id, &at("rowId"))?;
-    let shown = echo_space(engine, space.as_deref(), &table, &row_id);
-    let fields = args::fields(fields, &at("fields"), &args::Echo { row_id: &row_id, space: shown.as_deref() })?;
-    Ok(Edit { space, table, row_id: Some(row_id), fields })
+    let row_id = row_id.map(|r| args::text(r, &at("rowId"))).transpose()?;
+    let id = row_id.as_deref().unwrap_or_default();
+    let shown = row_id.as_ref().and_then(|_| echo_space(engine, space.as_deref(), &table, id));
+    let fields = args::fields(fields, &at("fields"), &args::Echo { row_id: id, space: shown.as_deref() })?;
+    Ok(Edit { space, table, row_id, fields })
 }
 
 fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit>, JsValue> {
@@ -145,15 +147,9 @@ fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit
         }
         let space = space_of(&e, &what)?;
         let row_id = args::get(&e, "rowId");
-        if row_id.is_undefined() || row_id.is_null() {
-            // A new row: the device names it in the step that records it.
-            let table = args::text(&args::get(&e, "table"), &format!("{what}.table"))?;
-            let echo = args::Echo { row_id: "", space: None };
-            let fields = args::fields(&args::get(&e, "fields"), &format!("{what}.fields"), &echo)?;
-            out.push(Edit { space, table, row_id: None, fields });
-            continue;
-        }
-        out.push(edit_of(engine, &args::get(&e, "table"), &row_id, &args::get(&e, "fields"), space, &what)?);
+        // No rowId: a new row, named by the device in the step that records it.
+        let named = !(row_id.is_undefined() || row_id.is_null());
+        out.push(edit_of(engine, &args::get(&e, "table"), named.then_some(&row_id), &args::get(&e, "fields"), space, &what)?);
     }
     Ok(out)
 }
@@ -273,7 +269,7 @@ impl Marksync {
         let edit = (|| {
             let space = space_of(&options, "options")?;
             let check = checks(&options, "options")?;
-            let edit = edit_of(&inner.engine.borrow(), &table, &row_id, &fields, space, "")?;
+            let edit = edit_of(&inner.engine.borrow(), &table, Some(&row_id), &fields, space, "")?;
             Ok::<_, JsValue>((edit, check))
         })();
         future_to_promise(async move {
@@ -470,7 +466,7 @@ impl Marksync {
         self.inner.check_open().map_err(client_error)?;
         let engine = self.inner.engine.borrow();
         let space = space_of(&options, "options")?;
-        let edit = edit_of(&engine, &table, &row_id, &fields, space, "")?;
+        let edit = edit_of(&engine, &table, Some(&row_id), &fields, space, "")?;
         // Nothing typed yet is not an edit to refuse: a form asks as it fills.
         if edit.fields.is_empty() {
             return Ok(JsValue::NULL);
