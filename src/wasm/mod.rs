@@ -9,6 +9,7 @@ pub mod args;
 pub mod bench;
 pub mod client;
 pub mod idb_store;
+pub mod membership;
 pub mod transport;
 
 use std::cell::RefCell;
@@ -33,7 +34,7 @@ pub fn js_error(code: &str, message: &str) -> JsValue {
     err.into()
 }
 
-fn client_error(e: ClientError) -> JsValue {
+pub(crate) fn client_error(e: ClientError) -> JsValue {
     let err = js_error(e.code(), &e.to_string());
     if let ClientError::Refused(why) = &e {
         let _ = Reflect::set(&err, &"refusal".into(), &why.code.as_str().into());
@@ -49,7 +50,7 @@ fn client_error(e: ClientError) -> JsValue {
     err
 }
 
-fn to_js<T: Serialize>(v: &T) -> JsValue {
+pub(crate) fn to_js<T: Serialize>(v: &T) -> JsValue {
     v.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).unwrap_or(JsValue::NULL)
 }
 
@@ -398,46 +399,6 @@ impl Marksync {
             Object::freeze(a);
         }
         list
-    }
-
-    /// Creates a shared space owned by this user (needs the server).
-    /// Resolves with `{ space, role }`; rejects with code `refused` and
-    /// `refusal` (the server's code, e.g. `conflict` for a taken name) or
-    /// `network`.
-    #[wasm_bindgen(js_name = "createSpace")]
-    pub fn create_space(&self, space: JsValue) -> Promise {
-        let inner = self.inner.clone();
-        let space = args::text(&space, "space");
-        future_to_promise(async move { Ok(to_js(&inner.create_space(&space?).await.map_err(client_error)?)) })
-    }
-
-    /// Gives `user` `role` (`"owner"`, `"editor"`, `"viewer"`) in `space`, or
-    /// removes them with `null`. Only owners may (else `refused` with
-    /// `refusal: "forbidden"`); a space keeps an owner (`conflict`).
-    #[wasm_bindgen(js_name = "setMember")]
-    pub fn set_member(&self, space: JsValue, user: JsValue, role: JsValue) -> Promise {
-        let inner = self.inner.clone();
-        let read = (|| {
-            let (space, user) = (args::text(&space, "space")?, args::text(&user, "user")?);
-            let role = match args::opt_text(&role, "role") {
-                Ok(None) => None,
-                Ok(Some(name)) => Some(crate::space::Role::parse(&name).ok_or(())),
-                Err(_) => Some(Err(())),
-            };
-            let role = role.transpose().map_err(|()| js_error(Code::BadInput.as_str(), "role must be \"owner\", \"editor\", \"viewer\" or null"))?;
-            Ok::<_, JsValue>((space, user, role))
-        })();
-        future_to_promise(async move {
-            let (space, user, role) = read?;
-            Ok(to_js(&inner.set_member(&space, &user, role).await.map_err(client_error)?))
-        })
-    }
-
-    /// The members of `space` with their roles: `{ space, members: [{ user, role }] }`.
-    pub fn members(&self, space: JsValue) -> Promise {
-        let inner = self.inner.clone();
-        let space = args::text(&space, "space");
-        future_to_promise(async move { Ok(to_js(&inner.members(&space?).await.map_err(client_error)?)) })
     }
 
     /// Calls `listener()` once after every committed change of rows,
