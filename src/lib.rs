@@ -48,6 +48,7 @@ pub mod memory_server;
 pub mod order;
 pub mod outbox;
 pub mod protocol;
+pub mod query;
 pub mod replica;
 pub mod schema;
 pub mod space;

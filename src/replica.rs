@@ -18,6 +18,10 @@ pub struct Replica {
     /// The shared spaces a row was ever put in (until the space is dropped):
     /// kept as rows come, so a pull need not scan every key to know them.
     spaces: std::collections::BTreeSet<String>,
+    /// Keys whose visible row may have changed since [`Replica::take_touched`].
+    touched: Vec<RowKey>,
+    /// Whether anyone reads `touched` (else it is not kept).
+    tracking: bool,
 }
 
 impl Replica {
@@ -46,6 +50,7 @@ impl Replica {
     pub fn add_pending(&mut self, op: &Op) {
         let key = op.place();
         self.note(&key.space);
+        self.touch(&key);
         let row = match self.overlay.entry(key) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
@@ -62,6 +67,7 @@ impl Replica {
     pub fn fold(&mut self, op: &Op, still_pending: bool) -> Row {
         let key = op.place();
         self.note(&key.space);
+        self.touch(&key);
         let base = self.base.entry(key.clone()).or_default();
         merge(base, op);
         let out = base.clone();
@@ -85,6 +91,7 @@ impl Replica {
 
     /// Rebuilds the overlay of a key from its base and `ops`.
     pub fn rebuild<'a>(&mut self, key: &RowKey, ops: impl IntoIterator<Item = &'a Op>) {
+        self.touch(key);
         let mut row: Option<Row> = None;
         for op in ops {
             let r = row.get_or_insert_with(|| self.base.get(key).cloned().unwrap_or_default());
@@ -107,6 +114,9 @@ impl Replica {
         let base = self.base.entry(key.clone()).or_default();
         let moved = merge_row(base, row);
         let out = moved.then(|| base.clone());
+        if moved {
+            self.touch(key);
+        }
         if let Some(v) = self.overlay.get_mut(key) {
             merge_row(v, row);
         }
@@ -116,11 +126,18 @@ impl Replica {
     /// Puts a base row as another engine stored it (see `Engine::absorb`);
     /// a row with no cell removes it.
     pub fn put_base(&mut self, key: &RowKey, row: &Row) {
+        self.touch(key);
         if row.is_gone() {
             self.base.remove(key);
         } else {
             self.note(&key.space);
             self.base.insert(key.clone(), row.clone());
+        }
+    }
+
+    fn touch(&mut self, key: &RowKey) {
+        if self.tracking {
+            self.touched.push(key.clone());
         }
     }
 
@@ -137,10 +154,23 @@ impl Replica {
         for k in &gone {
             self.base.remove(k);
         }
+        if self.tracking {
+            self.touched.extend(gone.iter().cloned());
+        }
         if !self.overlay.keys().any(|k| k.space == space) {
             self.spaces.remove(space);
         }
         gone
+    }
+
+    /// The keys whose visible row may have changed since the last call
+    /// (each once, in key order): what indexes and live queries look at.
+    pub fn take_touched(&mut self) -> Vec<RowKey> {
+        self.tracking = true;
+        let mut keys = std::mem::take(&mut self.touched);
+        keys.sort_unstable();
+        keys.dedup();
+        keys
     }
 
     /// The shared spaces this replica may hold a row of (base or pending):

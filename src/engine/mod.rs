@@ -33,6 +33,7 @@
 
 mod check;
 mod cycle;
+mod query;
 mod record;
 
 use std::collections::BTreeMap;
@@ -48,6 +49,7 @@ use crate::replica::Replica;
 use crate::store::{Meta, Rejection, Snapshot, Txn};
 pub use crate::sync_state::{Metrics, RetryPolicy, SyncState};
 
+pub use query::{Changes, View};
 pub use record::{Draft, Recorded};
 
 /// Tunables of an engine. The defaults are the protocol's.
@@ -72,6 +74,8 @@ pub struct Config {
     /// ([`crate::ids::BLOCK`] by default; tests use small blocks to cross
     /// their edges).
     pub id_block: u64,
+    /// Indexes the app keeps on the device, besides the schema's.
+    pub indexes: Vec<crate::query::IndexDef>,
 }
 
 impl Default for Config {
@@ -85,6 +89,7 @@ impl Default for Config {
             schema: 1,
             retry: RetryPolicy::default(),
             id_block: crate::ids::BLOCK,
+            indexes: Vec::new(),
         }
     }
 }
@@ -209,6 +214,7 @@ pub struct Engine {
     pushed: std::collections::HashSet<OpId>,
     /// Why the last request of this engine got no usable answer, in words.
     last_failure: Option<String>,
+    view: View,
 }
 
 /// How many "nothing judged, call again now" answers in a row before backing off.
@@ -249,6 +255,7 @@ impl Engine {
             early: None,
             pushed: std::collections::HashSet::new(),
             last_failure: None,
+            view: View::default(),
         };
         if let Some(known) = &snapshot.schema {
             engine.absorb_schema(known);

@@ -246,6 +246,20 @@ fn check_tables(at: &str, tables: &BTreeMap<String, TableRules>) -> Result<(), S
             check_field_name(field).map_err(|p| invalid(format!("{at}.{table}.{field}"), p))?;
             check_rule(field, rule).map_err(|p| invalid(format!("{at}.{table}.{field}"), p))?;
         }
+        for (i, fields) in rules.indexes.iter().enumerate() {
+            let here = format!("{at}.{table}.indexes[{i}]");
+            if fields.is_empty() {
+                return Err(invalid(here, "an index names at least one field"));
+            }
+            for (j, f) in fields.iter().enumerate() {
+                if !rules.fields.contains_key(f) {
+                    return Err(invalid(here, format!("{table} has no field {f}")));
+                }
+                if fields[..j].contains(f) {
+                    return Err(invalid(here, format!("names {f} twice")));
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -337,7 +351,7 @@ impl State {
                     check_field_name(field).map_err(|p| format!("{table}.{field}: {p}"))?;
                     check_rule(field, rule).map_err(|p| format!("{table}.{field}: {p}"))?;
                 }
-                self.tables.insert(table.clone(), TableRules { fields: fields.clone() });
+                self.tables.insert(table.clone(), TableRules { fields: fields.clone(), indexes: Vec::new() });
             }
             Step::AddField { table, field, rule } => {
                 self.table(table)?;
@@ -354,9 +368,12 @@ impl State {
                 let rule = self.table(table)?.fields.get(from).cloned();
                 let Some(rule) = rule else { return Err(format!("table {table} has no field {from}")) };
                 self.fresh_name(table, to)?;
-                let fields = &mut self.table(table)?.fields;
-                fields.remove(from);
-                fields.insert(to.clone(), rule);
+                let rules = self.table(table)?;
+                rules.fields.remove(from);
+                rules.fields.insert(to.clone(), rule);
+                for f in rules.indexes.iter_mut().flatten().filter(|f| *f == from) {
+                    *f = to.clone();
+                }
                 self.give_up(table, from, Some(to), version);
             }
             Step::ChangeLimit { table, field, min, max, max_length } => {
@@ -381,9 +398,11 @@ impl State {
                 *rule = changed;
             }
             Step::RetireField { table, field } => {
-                if self.table(table)?.fields.remove(field).is_none() {
+                let rules = self.table(table)?;
+                if rules.fields.remove(field).is_none() {
                     return Err(format!("table {table} has no field {field}"));
                 }
+                rules.indexes.retain(|ix| !ix.contains(field));
                 self.give_up(table, field, None, version);
             }
         }

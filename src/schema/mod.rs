@@ -57,6 +57,9 @@ pub struct Schema {
 pub struct TableRules {
     /// Field name → its rule. Fields not named here are `unknown_field`.
     pub fields: BTreeMap<String, FieldRule>,
+    /// Indexes the devices keep of this table: each a list of its fields.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub indexes: Vec<Vec<String>>,
 }
 
 /// The type a field's value must have.

@@ -1,0 +1,146 @@
+//! Queries of the visible rows, the indexes that serve them, and what
+//! changed for live queries (PROTOCOL §7, "Queries").
+//!
+//! Indexes are kept over the rows as the app sees them (its schema
+//! version's names, tombstones out): declared by the server's schema
+//! (`"indexes"` of a table, its newest names) and by the app at open
+//! ([`Config::indexes`]). They follow the replica through the keys it marks
+//! touched; a new schema, or rows hidden or shown again, rebuilds them.
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+
+use super::{Config, Engine};
+use crate::protocol::{Row, RowKey};
+use crate::query::{self, Explain, IndexDef, Indexes, Query, Source};
+
+/// What the device's queries read, kept by the engine.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    indexes: Indexes,
+    /// What the indexes were built for (their definitions, the schema, hidden or not).
+    built: Option<String>,
+    changes: Changes,
+}
+
+/// Which visible rows changed since the last [`Engine::take_changes`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// The keys whose visible row may have changed.
+    pub keys: BTreeSet<RowKey>,
+    /// Anything may have changed (a schema, rows hidden or shown, a reopen).
+    pub all: bool,
+}
+
+impl Changes {
+    /// Whether a query of `table` may see a change.
+    pub fn touches(&self, table: &str) -> bool {
+        self.all || self.keys.iter().any(|k| k.table == table)
+    }
+
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.keys.is_empty()
+    }
+}
+
+struct Visible<'e>(&'e Engine);
+
+impl Source for Visible<'_> {
+    fn get(&self, key: &RowKey) -> Option<Cow<'_, Row>> {
+        let e = self.0;
+        e.replica.visible(key).map(|r| e.app_row(&key.table, r))
+    }
+
+    fn scan(&self, table: &str, f: &mut dyn FnMut(&RowKey, &Row)) {
+        let e = self.0;
+        for (k, r) in e.replica.table(table) {
+            f(k, &e.app_row(table, r));
+        }
+    }
+}
+
+impl Engine {
+    /// The indexes the device keeps: the app's, then the schema's (in the
+    /// app's names for the fields it knows).
+    pub fn index_defs(&self) -> Vec<IndexDef> {
+        let mut defs: Vec<IndexDef> = self.config.indexes.clone();
+        if let Some((_, schema)) = &self.schema {
+            for (table, rules) in &schema.tables {
+                let names = schema.names_at(self.config.schema, table);
+                for fields in &rules.indexes {
+                    let fields = fields.iter().map(|f| names.get(f).unwrap_or(f).clone()).collect();
+                    defs.push(IndexDef { table: table.clone(), fields });
+                }
+            }
+        }
+        defs
+    }
+
+    /// Brings the indexes up to the replica, and notes what changed.
+    fn settle(&mut self) {
+        let defs = self.index_defs();
+        let for_what = format!("{defs:?}{:?}{}", self.schema.as_ref().map(|(k, s)| (s.version, &k.etag, k.text.len())), self.hides_rows());
+        let touched = self.replica.take_touched();
+        if self.view.built.as_deref() != Some(&for_what) {
+            let mut indexes = Indexes::new(defs);
+            let tables: BTreeSet<String> = indexes.defs().into_iter().map(|d| d.table).collect();
+            if !self.hides_rows() {
+                for table in &tables {
+                    for (k, r) in self.replica.table(table) {
+                        indexes.put(k, Some(&self.app_row(table, r)));
+                    }
+                }
+            }
+            self.view.indexes = indexes;
+            self.view.built = Some(for_what);
+            self.view.changes.all = true;
+            return;
+        }
+        for key in touched {
+            if self.view.indexes.covers(&key.table) {
+                let row = self.replica.visible(&key).map(|r| self.app_row(&key.table, r).into_owned());
+                self.view.indexes.put(&key, row.as_ref());
+            }
+            self.view.changes.keys.insert(key);
+        }
+    }
+
+    /// What changed for queries since the last call (the first call: all).
+    pub fn take_changes(&mut self) -> Changes {
+        self.settle();
+        std::mem::take(&mut self.view.changes)
+    }
+
+    /// The visible rows `q` asks for, in its order: none while rows are hidden.
+    pub fn query(&mut self, table: &str, q: &Query) -> Vec<(RowKey, Row)> {
+        self.settle();
+        if self.hides_rows() {
+            return Vec::new();
+        }
+        query::run(&Visible(self), &self.view.indexes, table, q)
+    }
+
+    /// How many visible rows match `q`'s filters.
+    pub fn count(&mut self, table: &str, q: &Query) -> usize {
+        self.settle();
+        if self.hides_rows() {
+            return 0;
+        }
+        query::count(&Visible(self), &self.view.indexes, table, q)
+    }
+
+    /// Which index (or a scan) serves `q`.
+    pub fn explain(&mut self, table: &str, q: &Query) -> Explain {
+        self.settle();
+        query::explain(&self.view.indexes, table, q)
+    }
+}
+
+impl Config {
+    /// The app's indexes, from `{ table: [[field, …], …] }`.
+    pub fn with_indexes(mut self, defs: impl IntoIterator<Item = IndexDef>) -> Self {
+        self.indexes.extend(defs);
+        self
+    }
+}

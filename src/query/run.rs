@@ -1,0 +1,280 @@
+//! Running a query: the index that serves it best, or a scan.
+//!
+//! An index serves a query when its leading fields are each held to one
+//! value (`eq`, or an `in` of one), the next one is held to a range (any
+//! `gt/gte/lt/lte/prefix/in`), and — to stop after `limit` rows — when the
+//! query orders by exactly the fields after those held to one value, all in
+//! one direction. Every row read is checked against the whole query, so an
+//! index only ever narrows the rows read, never changes the answer.
+//!
+//! Cost: an ordered index reads `limit` rows (plus rows of equal order
+//! values, for `desc`'s tie-break); an index that only filters reads the
+//! rows it matches, then sorts them; a scan reads every row of the table.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+use std::ops::Bound;
+
+use super::index::{Entry, Index, Indexes, Tie};
+use super::value::{cmp, kind, Key, Kind};
+use super::{Dir, Pred, Query};
+use crate::protocol::{Row, RowKey, Value};
+
+/// Where a query reads rows from: the visible rows as the app sees them.
+pub trait Source {
+    /// The visible row of a key (tombstones included), if the device holds one.
+    fn get(&self, key: &RowKey) -> Option<Cow<'_, Row>>;
+    /// Calls `f` with every visible row of `table`.
+    fn scan(&self, table: &str, f: &mut dyn FnMut(&RowKey, &Row));
+}
+
+/// How a query is served, for `explain()`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explain {
+    /// The index's fields, or `None` for a scan of the table.
+    pub index: Option<Vec<String>>,
+    /// How many of its leading fields are held to one value.
+    pub equal: usize,
+    /// The field after those held to a range, if any.
+    pub range: Option<String>,
+    /// The index gives the query's order (the read stops after `limit` rows).
+    pub ordered: bool,
+    /// In words.
+    pub plan: String,
+}
+
+/// A lower or upper bound of one field.
+#[derive(Debug, Clone)]
+struct Bnd {
+    key: Key,
+    incl: bool,
+}
+
+fn kind_ends(k: Kind) -> (Key, Key) {
+    match k {
+        Kind::Null => (Key::Val(Value::Null), Key::Val(Value::Null)),
+        Kind::Bool => (Key::Val(Value::Bool(false)), Key::Val(Value::Bool(true))),
+        Kind::Number => (Key::Val(Value::Number(f64::NEG_INFINITY)), Key::Val(Value::Number(f64::INFINITY))),
+        Kind::String => (Key::Val(Value::String(String::new())), Key::Top),
+    }
+}
+
+/// The interval every predicate on a field allows (`None`: unconstrained).
+fn interval(q: &Query, field: &str) -> Option<(Bnd, Bnd)> {
+    let mut out: Option<(Bnd, Bnd)> = None;
+    for f in q.filters.iter().filter(|f| f.field == field) {
+        for p in &f.preds {
+            let b = |key: Key, incl: bool| Bnd { key, incl };
+            let (lo, hi) = match p {
+                Pred::Eq(x) => (b(Key::Val(x.clone()), true), b(Key::Val(x.clone()), true)),
+                Pred::In(xs) => match (xs.iter().min_by(|a, b| cmp(a, b)), xs.iter().max_by(|a, b| cmp(a, b))) {
+                    (Some(lo), Some(hi)) => (b(Key::Val(lo.clone()), true), b(Key::Val(hi.clone()), true)),
+                    _ => (b(Key::Top, true), b(Key::Bottom, true)),
+                },
+                Pred::Gt(x) | Pred::Gte(x) => (b(Key::Val(x.clone()), matches!(p, Pred::Gte(_))), b(kind_ends(kind(x)).1, true)),
+                Pred::Lt(x) | Pred::Lte(x) => (b(kind_ends(kind(x)).0, true), b(Key::Val(x.clone()), matches!(p, Pred::Lte(_)))),
+                Pred::Prefix(s) => (b(Key::Val(Value::String(s.clone())), true), b(Key::Top, true)),
+            };
+            out = Some(match out {
+                None => (lo, hi),
+                Some((l, h)) => (tighter(l, lo, Ordering::Greater), tighter(h, hi, Ordering::Less)),
+            });
+        }
+    }
+    out
+}
+
+/// Of two bounds, the one further toward `toward` (exclusive wins a tie).
+fn tighter(a: Bnd, b: Bnd, toward: Ordering) -> Bnd {
+    match a.key.cmp(&b.key) {
+        Ordering::Equal => Bnd { key: a.key, incl: a.incl && b.incl },
+        o if o == toward => a,
+        _ => b,
+    }
+}
+
+fn is_point((lo, hi): &(Bnd, Bnd)) -> bool {
+    lo.incl && hi.incl && lo.key.value().is_some() && lo.key == hi.key
+}
+
+/// An index's fit for a query.
+struct Fit<'i> {
+    index: &'i Index,
+    points: Vec<Key>,
+    range: Option<(Bnd, Bnd)>,
+    ordered: Option<Dir>,
+}
+
+impl Fit<'_> {
+    fn score(&self) -> (usize, bool) {
+        (self.points.len() + usize::from(self.range.is_some()), self.ordered.is_some())
+    }
+
+    fn explain(&self, table: &str) -> Explain {
+        let equal = self.points.len();
+        let range = self.range.as_ref().map(|_| self.index.fields[equal].clone());
+        let mut plan = format!("index {table}({})", self.index.fields.join(", "));
+        if equal > 0 {
+            plan += &format!(": {} held to one value", self.index.fields[..equal].join(", "));
+        }
+        if let Some(r) = &range {
+            plan += &format!("{} {r} held to a range", if equal > 0 { "," } else { ":" });
+        }
+        plan += if self.ordered.is_some() { "; read in the query's order, stops at the limit" } else { "; the rows it matches are read, then sorted" };
+        Explain { index: Some(self.index.fields.clone()), equal, range, ordered: self.ordered.is_some(), plan }
+    }
+
+    /// The first and last entries the query can read.
+    fn bounds(&self, after: Option<&[Value]>) -> (Entry, Entry) {
+        let n = self.index.fields.len();
+        let fill = |mut v: Vec<Key>, end: Key| {
+            while v.len() < n {
+                v.push(end.clone());
+            }
+            v
+        };
+        let mut lo_v = self.points.clone();
+        let mut hi_v = self.points.clone();
+        let (mut lo_tie, mut hi_tie) = (Tie::Bottom, Tie::Top);
+        let (mut lo_end, mut hi_end) = (Key::Bottom, Key::Top);
+        if let Some((lo, hi)) = &self.range {
+            lo_v.push(lo.key.clone());
+            hi_v.push(hi.key.clone());
+            if !lo.incl {
+                (lo_end, lo_tie) = (Key::Top, Tie::Top);
+            }
+            if !hi.incl {
+                (hi_end, hi_tie) = (Key::Bottom, Tie::Bottom);
+            }
+        }
+        let mut lo = Entry { values: fill(lo_v, lo_end), tie: lo_tie };
+        let mut hi = Entry { values: fill(hi_v, hi_end), tie: hi_tie };
+        // A page's start, when the index gives the order: seek to it.
+        if let (Some(a), Some(dir)) = (after, self.ordered) {
+            let mut at: Vec<Key> = self.points.clone();
+            at.extend(a.iter().cloned().map(Key::Val));
+            if at.len() == n {
+                if dir == Dir::Asc {
+                    lo = lo.max(Entry { values: at, tie: Tie::Bottom });
+                } else {
+                    hi = hi.min(Entry { values: at, tie: Tie::Top });
+                }
+            }
+        }
+        (lo, hi)
+    }
+}
+
+fn fit<'i>(index: &'i Index, q: &Query) -> Fit<'i> {
+    let mut points = Vec::new();
+    let mut range = None;
+    for f in &index.fields {
+        match interval(q, f) {
+            Some(iv) if is_point(&iv) => points.push(iv.0.key),
+            Some(iv) => {
+                range = Some(iv);
+                break;
+            }
+            None => break,
+        }
+    }
+    let rest = &index.fields[points.len()..];
+    let ordered = if q.order.is_empty() {
+        rest.is_empty().then_some(Dir::Asc)
+    } else {
+        let same = q.order.len() == rest.len() && q.order.iter().zip(rest).all(|(o, f)| o.field == *f);
+        let dir = q.order[0].dir;
+        (same && q.order.iter().all(|o| o.dir == dir)).then_some(dir)
+    };
+    Fit { index, points, range, ordered }
+}
+
+fn best<'i>(indexes: &'i Indexes, table: &str, q: &Query) -> Option<Fit<'i>> {
+    let mut best: Option<Fit<'i>> = None;
+    for ix in indexes.of(table) {
+        let f = fit(ix, q);
+        if f.score() > best.as_ref().map_or((0, false), Fit::score) {
+            best = Some(f);
+        }
+    }
+    best
+}
+
+/// How `q` would be served.
+pub fn explain(indexes: &Indexes, table: &str, q: &Query) -> Explain {
+    match best(indexes, table, q) {
+        Some(f) => f.explain(table),
+        None => Explain { index: None, equal: 0, range: None, ordered: false, plan: format!("scan of {table}: every row is read, then sorted") },
+    }
+}
+
+/// The rows a query answers, in its order (the rows as the source gave them).
+pub fn run(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> Vec<(RowKey, Row)> {
+    let limit = q.limit.unwrap_or(usize::MAX);
+    let mut hits: Vec<(Vec<Value>, RowKey)> = Vec::new();
+    match best(indexes, table, q) {
+        Some(f) => {
+            let (lo, hi) = f.bounds(q.after.as_ref().map(|a| a.values.as_slice()));
+            if lo > hi {
+                return Vec::new();
+            }
+            let range = f.index.entries.range((Bound::Included(lo), Bound::Included(hi)));
+            let entries: Box<dyn Iterator<Item = &Entry>> = if f.ordered == Some(Dir::Desc) { Box::new(range.rev()) } else { Box::new(range) };
+            for e in entries {
+                let Some(key) = e.key(table) else { continue };
+                let Some(row) = src.get(&key) else { continue };
+                if !q.matches(&key, &row) {
+                    continue;
+                }
+                let values = q.order_values(&row);
+                if !q.is_after(&values, &key) {
+                    continue;
+                }
+                if f.ordered.is_some() && hits.len() >= limit {
+                    // Read on through rows of the same order values only: a
+                    // descending read meets ties in descending rowId.
+                    if hits.last().is_some_and(|(v, _)| v.iter().zip(&values).all(|(a, b)| cmp(a, b) == Ordering::Equal)) {
+                        hits.push((values, key));
+                        continue;
+                    }
+                    break;
+                }
+                hits.push((values, key));
+            }
+        }
+        None => src.scan(table, &mut |key, row| {
+            if q.matches(key, row) {
+                let values = q.order_values(row);
+                if q.is_after(&values, key) {
+                    hits.push((values, key.clone()));
+                }
+            }
+        }),
+    }
+    hits.sort_by(|a, b| q.cmp((&a.0, &a.1), (&b.0, &b.1)));
+    hits.truncate(limit);
+    hits.into_iter().filter_map(|(_, k)| src.get(&k).map(|r| (k.clone(), r.into_owned()))).collect()
+}
+
+/// How many visible rows match a query's filters (its order, limit and page ignored).
+pub fn count(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> usize {
+    let q = Query { order: Vec::new(), limit: None, after: None, ..q.clone() };
+    let mut n = 0;
+    match best(indexes, table, &q) {
+        Some(f) => {
+            let (lo, hi) = f.bounds(None);
+            if lo > hi {
+                return 0;
+            }
+            for e in f.index.entries.range((Bound::Included(lo), Bound::Included(hi))) {
+                let Some(key) = e.key(table) else { continue };
+                if src.get(&key).is_some_and(|row| q.matches(&key, &row)) {
+                    n += 1;
+                }
+            }
+        }
+        None => src.scan(table, &mut |key, row| n += usize::from(q.matches(key, row))),
+    }
+    n
+}
