@@ -141,8 +141,14 @@ impl App {
             }
             tracing::info!("admin routes on: /v1/admin/spaces, /v1/admin/spaces/members");
         }
+        let most = marksync::space::MAX_FOLLOWED - 1;
+        if config.max_spaces_per_user == 0 || config.max_spaces_per_user > most {
+            // A device follows at most MAX_FOLLOWED spaces in one pull, its own among
+            // them: a user in more could never finish a sync.
+            return Err(ServerError::Config(format!("--max-spaces-per-user must be 1 to {most}")));
+        }
         let schema = load_schema(config)?;
-        let store = Store::connect(&config.database, config.db_max_connections).await?;
+        let store = Store::connect(&config.database, config.db_max_connections).await?.with_space_limits(config.space_limits());
         tracing::info!(backend = store.backend(), database = %store::redact(&config.database), schema_version = schema.version, "storage ready");
         let limiter = (config.rate_limit > 0.0)
             .then(|| RateLimiter::new(config.rate_limit, config.rate_burst.unwrap_or(config.rate_limit * 2.0)));

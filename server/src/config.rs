@@ -9,6 +9,7 @@ use marksync::schema::Schema;
 
 #[cfg(feature = "sabotage")]
 use crate::store::Sabotage;
+use crate::store::SpaceLimits;
 
 /// `marksync-server` flags. Every flag can also be given as the environment
 /// variable named after it (`--max-body-bytes` = `MARKSYNC_MAX_BODY_BYTES`).
@@ -112,6 +113,30 @@ pub struct Config {
     #[arg(long, env = "MARKSYNC_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// Milliseconds an invitation to a space stays pending before it lapses.
+    #[arg(long, env = "MARKSYNC_INVITATION_TTL_MS", default_value_t = SpaceLimits::DEFAULT.invitation_ttl_ms)]
+    pub invitation_ttl_ms: u64,
+
+    /// Pending invitations one user may have sent at once (more: `409 conflict`); 0 = no cap.
+    #[arg(long, env = "MARKSYNC_MAX_INVITATIONS_PER_INVITER", default_value_t = SpaceLimits::DEFAULT.invitations_per_inviter)]
+    pub max_invitations_per_inviter: usize,
+
+    /// Pending invitations one user may have received at once (more: `409 conflict`); 0 = no cap.
+    #[arg(long, env = "MARKSYNC_MAX_INVITATIONS_PER_USER", default_value_t = SpaceLimits::DEFAULT.invitations_per_user)]
+    pub max_invitations_per_user: usize,
+
+    /// Shared spaces one user may be a member of (more: `409 conflict`); 0 = no cap.
+    #[arg(long, env = "MARKSYNC_MAX_SPACES_PER_USER", default_value_t = SpaceLimits::DEFAULT.spaces_per_user)]
+    pub max_spaces_per_user: usize,
+
+    /// Shared spaces one user may own (more: `409 conflict`); 0 = no cap.
+    #[arg(long, env = "MARKSYNC_MAX_OWNED_SPACES_PER_USER", default_value_t = SpaceLimits::DEFAULT.owned_per_user)]
+    pub max_owned_spaces_per_user: usize,
+
+    /// Members one space may have (more: `409 conflict`); 0 = no cap.
+    #[arg(long, env = "MARKSYNC_MAX_MEMBERS_PER_SPACE", default_value_t = SpaceLimits::DEFAULT.members_per_space)]
+    pub max_members_per_space: usize,
+
     /// A schema given in code (tests, embedding); wins over `--schema`.
     #[arg(skip)]
     pub schema_value: Option<Schema>,
@@ -155,11 +180,31 @@ impl Config {
             jwt_audience: Vec::new(),
             jwt_issuer: None,
             admin_token: None,
+            invitation_ttl_ms: SpaceLimits::DEFAULT.invitation_ttl_ms,
+            max_invitations_per_inviter: SpaceLimits::DEFAULT.invitations_per_inviter,
+            max_invitations_per_user: SpaceLimits::DEFAULT.invitations_per_user,
+            max_spaces_per_user: SpaceLimits::DEFAULT.spaces_per_user,
+            max_owned_spaces_per_user: SpaceLimits::DEFAULT.owned_per_user,
+            max_members_per_space: SpaceLimits::DEFAULT.members_per_space,
             schema_value: None,
             #[cfg(feature = "sabotage")]
             sabotage: Sabotage::None,
             #[cfg(feature = "bench-per-op")]
             per_op_judge: false,
+        }
+    }
+}
+
+impl Config {
+    /// The bounds of spaces and invitations these flags give.
+    pub fn space_limits(&self) -> SpaceLimits {
+        SpaceLimits {
+            invitation_ttl_ms: self.invitation_ttl_ms,
+            invitations_per_inviter: self.max_invitations_per_inviter,
+            invitations_per_user: self.max_invitations_per_user,
+            spaces_per_user: self.max_spaces_per_user,
+            owned_per_user: self.max_owned_spaces_per_user,
+            members_per_space: self.max_members_per_space,
         }
     }
 }
@@ -187,6 +232,7 @@ mod tests {
             (d.max_requests_per_user, d.max_streams_per_user)
         );
         assert!(c.jwt_audience.is_empty() && c.jwt_issuer.is_none());
+        assert_eq!(c.space_limits(), d.space_limits(), "the documented bounds of spaces, both ways");
         let c = Config::try_parse_from([
             "marksync-server",
             "--dev-auth",

@@ -104,7 +104,8 @@ impl From<SpaceError> for ApiError {
         match e {
             SpaceError::Forbidden(m) => ApiError::new(ErrorCode::Forbidden, m),
             SpaceError::NotFound(_) => ApiError::new(ErrorCode::NotFound, e.to_string()),
-            SpaceError::Conflict(m) => ApiError::new(ErrorCode::Conflict, m),
+            SpaceError::Conflict(m) | SpaceError::Cap(m) => ApiError::new(ErrorCode::Conflict, m),
+            SpaceError::NoInvitation(_) => ApiError::new(ErrorCode::NotFound, e.to_string()),
             SpaceError::BadRequest(m) => ApiError::bad_request(m),
             SpaceError::Store(e) => ApiError::internal(&e),
         }

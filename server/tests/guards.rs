@@ -128,6 +128,8 @@ async fn no_secret_reaches_a_log_line(b: Backend) {
     assert_eq!(call(M::POST, "/v1/spaces", &good, Some(json!({"space": "guard-club"}))).await, 200);
     let share = json!({"space": "guard-club", "user": "guard-bob", "role": "editor"});
     assert_eq!(call(M::POST, "/v1/spaces/members", &good, Some(share)).await, 200);
+    assert_eq!(call(M::GET, "/v1/invitations", &bob, None).await, 200);
+    assert_eq!(call(M::POST, "/v1/invitations/accept", &bob, Some(json!({"space": "guard-club"}))).await, 200);
     assert_eq!(call(M::GET, "/v1/spaces/members?space=guard-club", &bob, None).await, 200);
     assert_eq!(call(M::GET, "/v1/spaces", &bob, None).await, 200);
     let team = json!({"space": "guard-team", "owner": "guard-ann"});
@@ -262,6 +264,7 @@ async fn verdicts_are_never_deleted(b: Backend) {
     assert_eq!(post(&t, "/v1/spaces", "ann", json!({"space": "kept"})).await.0, 200);
     let share = |user: &str, role: Value| json!({"space": "kept", "user": user, "role": role});
     assert_eq!(post(&t, "/v1/spaces/members", "ann", share("bob", json!("editor"))).await.0, 200);
+    assert_eq!(post(&t, "/v1/invitations/accept", "bob", json!({"space": "kept"})).await.0, 200);
     t.push_ok("bob", &[in_space("kept", full("k:3", "r-3", 12, 5))]).await;
     check(&mut sql, "a member's push", 1).await;
     assert_eq!(post(&t, "/v1/spaces/members", "ann", share("bob", json!("viewer"))).await.0, 200);

@@ -28,9 +28,20 @@ async fn get(t: &TestServer, path: &str, user: &str) -> (u16, Value) {
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
-/// `user` sets `member`'s role in `space` (`null` removes); returns the status.
-async fn share(t: &TestServer, user: &str, space: &str, member: &str, role: Value) -> (u16, Value) {
+/// `user` sets `member`'s role in `space` (`null` removes): for a user who
+/// is not a member yet, an invitation.
+async fn invite(t: &TestServer, user: &str, space: &str, member: &str, role: Value) -> (u16, Value) {
     post(t, "/v1/spaces/members", user, json!({"space": space, "user": member, "role": role})).await
+}
+
+/// As [`invite`], and an invited `member` accepts at once: the membership is set.
+async fn share(t: &TestServer, user: &str, space: &str, member: &str, role: Value) -> (u16, Value) {
+    let (status, body) = invite(t, user, space, member, role).await;
+    if status == 200 && body["invited"] == true {
+        let (accepted, answer) = post(t, "/v1/invitations/accept", member, json!({ "space": space })).await;
+        assert_eq!(accepted, 200, "{answer}");
+    }
+    (status, body)
 }
 
 /// One `POST /v1/pull` as `user`, following `spaces`.

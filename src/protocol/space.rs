@@ -106,3 +106,50 @@ pub struct Membership {
     /// The role.
     pub role: Role,
 }
+
+/// The most entries one page of a list holds (its `limit`), and the default.
+pub const MAX_LIST_LIMIT: usize = 1000;
+
+/// `POST /v1/spaces/members` answer: the change, or (`invited`) the
+/// invitation it became — another user joins only by accepting (PROTOCOL §3c).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberChange {
+    /// The member's user id.
+    pub user: String,
+    /// The role set (or offered); `None`: removed.
+    pub role: Option<Role>,
+    /// Whether this is an invitation the user has still to accept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub invited: bool,
+}
+
+/// A pending invitation, as its invitee sees it (`GET /v1/invitations`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Invitation {
+    /// The space.
+    pub space: String,
+    /// The role accepting gives.
+    pub role: Role,
+    /// The owner who invited.
+    pub from: String,
+    /// When it lapses (ms since the epoch).
+    pub expires_at: u64,
+}
+
+/// `GET /v1/invitations` answer: the caller's pending invitations, by space name.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InvitationsList {
+    /// At most `limit`, after the space `after`.
+    pub invitations: Vec<Invitation>,
+}
+
+/// `POST /v1/invitations/accept` and `/decline` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InvitationAnswer {
+    /// The space invited to.
+    pub space: String,
+}

@@ -1,13 +1,16 @@
 //! A user's spaces and their members (PROTOCOL §3c): what the caller is a
 //! member of, creating a shared space, and members managed by a space's
-//! owners. The same handling serves the admin routes ([`super::admin`]),
-//! with [`Actor::Admin`] for the caller.
+//! owners — another user by invitation, which they accept or decline — and
+//! leaving. The same handling serves the admin routes ([`super::admin`]),
+//! with [`Actor::Admin`] for the caller (who adds directly). Every list is
+//! paged: `after` (the last entry of the page before) and `limit`.
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
+use marksync::protocol::space::{Invitation, InvitationAnswer, InvitationsList, MemberChange, MAX_LIST_LIMIT};
 use marksync::protocol::{CreateSpace, Member, MembersList, SetMember, SpacesList};
 use marksync::space::Membership;
 
@@ -16,16 +19,76 @@ use crate::app::App;
 use crate::error::ApiError;
 use crate::guard::User;
 use crate::poke::Poke;
-use crate::store::Actor;
+use crate::store::{Actor, Changed};
 
 /// The largest body of a membership request.
 pub(super) const MAX_BODY: usize = 4096;
 
-/// `GET /v1/spaces`: the caller's spaces and roles.
-pub(crate) async fn list(State(app): State<App>, Extension(User(user)): Extension<User>) -> Result<Response, ApiError> {
-    let spaces = app.store.spaces_of(&user).await.map_err(|e| ApiError::internal(&e))?;
-    let spaces = spaces.into_iter().map(|s| Membership { space: s.space, role: s.role }).collect();
+/// A list's page as the query string asks: `after` (default: from the
+/// start) and `limit` (1 to [`MAX_LIST_LIMIT`], the default).
+fn page(q: &std::collections::HashMap<String, String>) -> Result<(String, usize), ApiError> {
+    let after = q.get("after").cloned().unwrap_or_default();
+    let limit = match q.get("limit") {
+        None => MAX_LIST_LIMIT,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=MAX_LIST_LIMIT).contains(l))
+            .ok_or_else(|| ApiError::bad_request(format!("limit: must be 1 to {MAX_LIST_LIMIT}")))?,
+    };
+    Ok((after, limit))
+}
+
+/// `GET /v1/spaces?after=&limit=`: a page of the caller's spaces and roles, the personal space first.
+pub(crate) async fn list(
+    State(app): State<App>,
+    Extension(User(user)): Extension<User>,
+    q: QueryParams,
+) -> Result<Response, ApiError> {
+    let (after, limit) = page(&query(q)?)?;
+    let spaces = app.store.spaces_page(&user, &after, limit).await.map_err(|e| ApiError::internal(&e))?;
+    let spaces = spaces.into_iter().map(|(space, role)| Membership { space, role }).collect();
     Ok(Json(SpacesList { spaces }).into_response())
+}
+
+/// `GET /v1/invitations?after=&limit=`: a page of the caller's pending invitations, by space name.
+pub(crate) async fn invitations(
+    State(app): State<App>,
+    Extension(User(user)): Extension<User>,
+    q: QueryParams,
+) -> Result<Response, ApiError> {
+    let (after, limit) = page(&query(q)?)?;
+    let list = app.store.invitations(&user, &after, limit).await.map_err(|e| ApiError::internal(&e))?;
+    let invitations = list
+        .into_iter()
+        .map(|i| Invitation { space: i.space, role: i.role, from: i.from, expires_at: u64::try_from(i.expires_at).unwrap_or(0) })
+        .collect();
+    Ok(Json(InvitationsList { invitations }).into_response())
+}
+
+/// `POST /v1/invitations/accept`: the caller joins a space they are invited to.
+pub(crate) async fn accept(
+    State(app): State<App>,
+    Extension(User(user)): Extension<User>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let req: InvitationAnswer = read_json(&headers, body, MAX_BODY, "an invitation's answer").await?;
+    let role = app.store.accept(&user, &req.space).await?;
+    let _ = app.pokes.send(Poke::Members { user: user.as_str().into() });
+    Ok(Json(Membership { space: req.space, role }).into_response())
+}
+
+/// `POST /v1/invitations/decline`: the caller refuses an invitation (none pending: the same answer).
+pub(crate) async fn decline(
+    State(app): State<App>,
+    Extension(User(user)): Extension<User>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let req: InvitationAnswer = read_json(&headers, body, MAX_BODY, "an invitation's answer").await?;
+    app.store.decline(&user, &req.space).await?;
+    Ok(Json(serde_json::json!({ "space": req.space })).into_response())
 }
 
 /// `POST /v1/spaces`: creates a shared space owned by the caller.
@@ -59,12 +122,16 @@ pub(crate) async fn set(
     set_as(&app, Actor::User(&user), &headers, body).await
 }
 
-/// A membership change asked by `actor`; the changed user's streams are told.
+/// A membership change asked by `actor`; the changed user's streams are
+/// told (of an invitation, nobody: it costs the invitee nothing).
 pub(super) async fn set_as(app: &App, actor: Actor<'_>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     let req: SetMember = read_json(headers, body, MAX_BODY, "a membership change").await?;
-    app.store.set_member(actor, &req.space, &req.user, req.role).await?;
-    let _ = app.pokes.send(Poke::Members { user: req.user.as_str().into() });
-    Ok(Json(Member { user: req.user, role: req.role }).into_response())
+    let changed = app.store.set_member(actor, &req.space, &req.user, req.role).await?;
+    if changed == Changed::Member {
+        let _ = app.pokes.send(Poke::Members { user: req.user.as_str().into() });
+    }
+    let invited = changed == Changed::Invitation && req.role.is_some();
+    Ok(Json(MemberChange { user: req.user, role: req.role, invited }).into_response())
 }
 
 /// `GET /v1/spaces/members?space=…`: the members of a space the caller is a member of.
@@ -80,7 +147,8 @@ pub(crate) async fn members(
 pub(super) async fn members_as(app: &App, actor: Actor<'_>, q: QueryParams) -> Result<Response, ApiError> {
     let q = query(q)?;
     let space = q.get("space").ok_or_else(|| ApiError::bad_request("space is required"))?;
-    let list = app.store.members(actor, space).await?;
+    let (after, limit) = page(&q)?;
+    let list = app.store.members(actor, space, &after, limit).await?;
     let members = list.into_iter().map(|(user, role)| Member { user, role: Some(role) }).collect();
     Ok(Json(MembersList { space: space.clone(), members }).into_response())
 }

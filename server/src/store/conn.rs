@@ -37,7 +37,25 @@ mod sql {
     pub const SET_MEMBER: &str = "INSERT INTO members (space_id, user_id, role, changed_at) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (space_id, user_id) DO UPDATE SET role = excluded.role, changed_at = excluded.changed_at";
     pub const REMOVE_MEMBER: &str = "DELETE FROM members WHERE space_id = $1 AND user_id = $2";
-    pub const LIST_MEMBERS: &str = "SELECT user_id, role FROM members WHERE space_id = $1";
+    pub const LIST_MEMBERS: &str = "SELECT user_id, role FROM members WHERE space_id = $1 AND user_id > $2 \
+         ORDER BY user_id LIMIT $3";
+    pub const SPACES_PAGE: &str = "SELECT space_id, role FROM members WHERE user_id = $1 AND space_id > $2 \
+         ORDER BY space_id LIMIT $3";
+    pub const SPACE_EXISTS: &str = "SELECT count(*) FROM spaces WHERE space_id = $1";
+    pub const OWNED: &str = "SELECT count(*) FROM members WHERE user_id = $1 AND role = 'owner'";
+    pub const MEMBER_OF: &str = "SELECT count(*) FROM members WHERE user_id = $1";
+    pub const MEMBERS_IN: &str = "SELECT count(*) FROM members WHERE space_id = $1";
+    pub const INVITATION: &str = "SELECT role FROM invitations WHERE space_id = $1 AND user_id = $2 AND expires_at > $3";
+    pub const INVITE: &str = "INSERT INTO invitations (space_id, user_id, role, invited_by, expires_at) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (space_id, user_id) DO UPDATE SET role = excluded.role, \
+         invited_by = excluded.invited_by, expires_at = excluded.expires_at";
+    pub const UNINVITE: &str = "DELETE FROM invitations WHERE space_id = $1 AND user_id = $2";
+    pub const EXPIRED_FOR: &str = "DELETE FROM invitations WHERE user_id = $1 AND expires_at <= $2";
+    pub const EXPIRED_BY: &str = "DELETE FROM invitations WHERE invited_by = $1 AND expires_at <= $2";
+    pub const PENDING_FOR: &str = "SELECT count(*) FROM invitations WHERE user_id = $1 AND expires_at > $2";
+    pub const PENDING_BY: &str = "SELECT count(*) FROM invitations WHERE invited_by = $1 AND expires_at > $2";
+    pub const INVITATIONS_OF: &str = "SELECT space_id, role, invited_by, expires_at FROM invitations \
+         WHERE user_id = $1 AND space_id > $2 AND expires_at > $3 ORDER BY space_id LIMIT $4";
     pub const MIGRATIONS_DONE: &str = "SELECT version FROM marksync_migrations";
     pub const RECORD_MIGRATION: &str = "INSERT INTO marksync_migrations (version, applied_at) VALUES ($1, $2)";
     pub const PING: &str = "SELECT 1";
@@ -66,6 +84,30 @@ pub struct MemberSpace {
     pub role: Role,
     /// Its head seq (0: nothing written yet).
     pub head: u64,
+}
+
+/// What [`Conn::tally`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tally {
+    /// The spaces a user owns.
+    Owned,
+    /// The spaces a user is a stored member of.
+    MemberOf,
+    /// The stored members of a space.
+    MembersIn,
+}
+
+/// A pending invitation, as its invitee lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invited {
+    /// The space.
+    pub space: String,
+    /// The role accepting gives.
+    pub role: Role,
+    /// Who invited.
+    pub from: String,
+    /// When it expires (ms since the epoch).
+    pub expires_at: i64,
 }
 
 /// A saved verdict as recalled for `POST /v1/verdicts`.
@@ -112,8 +154,26 @@ pub(crate) trait Conn: Send {
     async fn owners(&mut self, space: &str) -> Result<usize, DbError>;
     /// Sets `user`'s role in `space` (`None`: removes the user).
     async fn set_member(&mut self, space: &str, user: &str, role: Option<Role>) -> Result<(), DbError>;
-    /// Every stored member of `space`.
-    async fn list_members(&mut self, space: &str) -> Result<Vec<(String, Role)>, DbError>;
+    /// Up to `limit` stored members of `space` whose ids sort after `after`, in byte order.
+    async fn list_members(&mut self, space: &str, after: &str, limit: usize) -> Result<Vec<(String, Role)>, DbError>;
+    /// Up to `limit` of `user`'s stored memberships in spaces named after `after`, in byte order.
+    async fn spaces_page(&mut self, user: &str, after: &str, limit: usize) -> Result<Vec<(String, Role)>, DbError>;
+    /// Whether the shared space `space` exists (a plain read: no lock).
+    async fn space_exists(&mut self, space: &str) -> Result<bool, DbError>;
+    /// A count of the [`Tally`] kind about `of` (a user or a space).
+    async fn tally(&mut self, kind: Tally, of: &str) -> Result<usize, DbError>;
+    /// `user`'s pending (unexpired at `now`) invitation to `space`: its role.
+    async fn invitation(&mut self, space: &str, user: &str, now: i64) -> Result<Option<Role>, DbError>;
+    /// Invites `user` to `space` as `role`, by `by`, until `expires_at` (ms); replaces a pending one.
+    async fn invite(&mut self, space: &str, user: &str, role: Role, by: &str, expires_at: i64) -> Result<(), DbError>;
+    /// Removes `user`'s invitation to `space`, if any.
+    async fn uninvite(&mut self, space: &str, user: &str) -> Result<(), DbError>;
+    /// Deletes the invitations of `user` (as invitee) and of `by` (as inviter) expired at `now`.
+    async fn drop_expired(&mut self, user: &str, by: &str, now: i64) -> Result<(), DbError>;
+    /// Pending invitations of `user` (`by`: false) or sent by `user` (`by`: true) at `now`.
+    async fn pending(&mut self, user: &str, by: bool, now: i64) -> Result<usize, DbError>;
+    /// Up to `limit` of `user`'s pending invitations to spaces named after `after`, in byte order.
+    async fn invitations_of(&mut self, user: &str, after: &str, now: i64, limit: usize) -> Result<Vec<Invited>, DbError>;
     /// Every stored membership of `user`, with the heads.
     async fn memberships(&mut self, user: &str) -> Result<Vec<MemberSpace>, DbError>;
     /// A space's head alone: one primary-key read, never a count (0: none).
@@ -159,6 +219,11 @@ fn placed_rows(rows: Vec<(String, String, String, String, String)>) -> Result<Ha
         out.insert((space.into(), RowKey::new(table, row_id)), decode_row(&fields, &marks)?);
     }
     Ok(out)
+}
+
+/// A list's `LIMIT`, as the database binds it.
+fn db_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 /// A role as stored in `members.role`.
@@ -278,9 +343,72 @@ where
         Ok(())
     }
 
-    async fn list_members(&mut self, space: &str) -> Result<Vec<(String, Role)>, DbError> {
-        let rows: Vec<(String, String)> = sqlx::query_as(sql::LIST_MEMBERS).bind(space).fetch_all(self).await?;
+    async fn list_members(&mut self, space: &str, after: &str, limit: usize) -> Result<Vec<(String, Role)>, DbError> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as(sql::LIST_MEMBERS).bind(space).bind(after).bind(db_limit(limit)).fetch_all(self).await?;
         rows.into_iter().map(|(u, r)| Ok((u, stored_role(&r)?))).collect()
+    }
+
+    async fn spaces_page(&mut self, user: &str, after: &str, limit: usize) -> Result<Vec<(String, Role)>, DbError> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as(sql::SPACES_PAGE).bind(user).bind(after).bind(db_limit(limit)).fetch_all(self).await?;
+        rows.into_iter().map(|(s, r)| Ok((s, stored_role(&r)?))).collect()
+    }
+
+    async fn space_exists(&mut self, space: &str) -> Result<bool, DbError> {
+        let n: i64 = sqlx::query_scalar(sql::SPACE_EXISTS).bind(space).fetch_one(self).await?;
+        Ok(n > 0)
+    }
+
+    async fn tally(&mut self, kind: Tally, of: &str) -> Result<usize, DbError> {
+        let statement = match kind {
+            Tally::Owned => sql::OWNED,
+            Tally::MemberOf => sql::MEMBER_OF,
+            Tally::MembersIn => sql::MEMBERS_IN,
+        };
+        let n: i64 = sqlx::query_scalar(statement).bind(of).fetch_one(self).await?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    async fn invitation(&mut self, space: &str, user: &str, now: i64) -> Result<Option<Role>, DbError> {
+        let role: Option<String> =
+            sqlx::query_scalar(sql::INVITATION).bind(space).bind(user).bind(now).fetch_optional(self).await?;
+        role.as_deref().map(stored_role).transpose()
+    }
+
+    async fn invite(&mut self, space: &str, user: &str, role: Role, by: &str, expires_at: i64) -> Result<(), DbError> {
+        sqlx::query(sql::INVITE).bind(space).bind(user).bind(role.as_str()).bind(by).bind(expires_at).execute(self).await?;
+        Ok(())
+    }
+
+    async fn uninvite(&mut self, space: &str, user: &str) -> Result<(), DbError> {
+        sqlx::query(sql::UNINVITE).bind(space).bind(user).execute(&mut *self).await?;
+        Ok(())
+    }
+
+    async fn drop_expired(&mut self, user: &str, by: &str, now: i64) -> Result<(), DbError> {
+        sqlx::query(sql::EXPIRED_FOR).bind(user).bind(now).execute(&mut *self).await?;
+        sqlx::query(sql::EXPIRED_BY).bind(by).bind(now).execute(&mut *self).await?;
+        Ok(())
+    }
+
+    async fn pending(&mut self, user: &str, by: bool, now: i64) -> Result<usize, DbError> {
+        let statement = if by { sql::PENDING_BY } else { sql::PENDING_FOR };
+        let n: i64 = sqlx::query_scalar(statement).bind(user).bind(now).fetch_one(self).await?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    async fn invitations_of(&mut self, user: &str, after: &str, now: i64, limit: usize) -> Result<Vec<Invited>, DbError> {
+        let rows: Vec<(String, String, String, i64)> = sqlx::query_as(sql::INVITATIONS_OF)
+            .bind(user)
+            .bind(after)
+            .bind(now)
+            .bind(db_limit(limit))
+            .fetch_all(self)
+            .await?;
+        rows.into_iter()
+            .map(|(space, role, from, expires_at)| Ok(Invited { space, role: stored_role(&role)?, from, expires_at }))
+            .collect()
     }
 
     async fn memberships(&mut self, user: &str) -> Result<Vec<MemberSpace>, DbError> {

@@ -22,6 +22,7 @@ macro_rules! migrations {
             (2, include_str!(concat!("../../migrations/", $dialect, "/0002_verdict_rows.sql"))),
             (3, include_str!(concat!("../../migrations/", $dialect, "/0003_spaces.sql"))),
             (4, include_str!(concat!("../../migrations/", $dialect, "/0004_verdicts_kept.sql"))),
+            (5, include_str!(concat!("../../migrations/", $dialect, "/0005_invitations.sql"))),
         ]
     };
 }

@@ -51,16 +51,16 @@ use crate::poke::Poke;
 use conn::Conn;
 use dialect::Pools;
 
-pub use conn::{Counts, MemberSpace};
+pub use conn::{Counts, Invited, MemberSpace};
 pub use error::{redact, PushError, DbError, MAX_JUDGE_ATTEMPTS};
 pub use push::PushControl;
 #[cfg(feature = "sabotage")]
 pub use push::Sabotage;
-pub use spaces::{Actor, SpaceError};
+pub use spaces::{Actor, Changed, SpaceError, SpaceLimits};
 
-/// The server's storage, on one of the two backends.
+/// The server's storage, on one of the two backends, and the bounds of its spaces.
 #[derive(Debug, Clone)]
-pub struct Store(Backend);
+pub struct Store(Backend, SpaceLimits);
 
 #[derive(Debug, Clone)]
 enum Backend {
@@ -92,9 +92,14 @@ impl Store {
         } else {
             return Err(DbError::BadUrl(redact(url)));
         };
-        let store = Store(backend);
+        let store = Store(backend, SpaceLimits::DEFAULT);
         on_backend!(store, db => migrate::run(db).await)?;
         Ok(store)
+    }
+
+    /// The same store with `limits` for its spaces and invitations.
+    pub fn with_space_limits(self, limits: SpaceLimits) -> Store {
+        Store(self.0, limits)
     }
 
     /// The backend's name: `sqlite` or `postgres`.
@@ -167,25 +172,52 @@ impl Store {
         on_backend!(self, db => spaces::of(db, user).await)
     }
 
-    /// Creates the shared space `space`, owned by `owner`.
-    pub async fn create_space(&self, space: &str, owner: &str) -> Result<Role, SpaceError> {
-        on_backend!(self, db => spaces::create(db, space, owner).await)
+    /// A page of `user`'s spaces and roles (the personal space first), after the space `after`.
+    pub async fn spaces_page(&self, user: &str, after: &str, limit: usize) -> Result<Vec<(String, Role)>, DbError> {
+        on_backend!(self, db => spaces::page_of(db, user, after, limit).await)
     }
 
-    /// Sets (or with `None` removes) `user`'s role in `space`, as `actor`.
+    /// Creates the shared space `space`, owned by `owner`.
+    pub async fn create_space(&self, space: &str, owner: &str) -> Result<Role, SpaceError> {
+        on_backend!(self, db => spaces::create(db, &self.1, space, owner).await)
+    }
+
+    /// Sets (or with `None` removes) `user`'s role in `space`, as `actor`:
+    /// for a user who is not a member, asked by another user, an invitation.
     pub async fn set_member(
         &self,
         actor: Actor<'_>,
         space: &str,
         user: &str,
         role: Option<Role>,
-    ) -> Result<(), SpaceError> {
-        on_backend!(self, db => spaces::set_member(db, actor, space, user, role).await)
+    ) -> Result<Changed, SpaceError> {
+        on_backend!(self, db => spaces::set_member(db, &self.1, actor, space, user, role).await)
     }
 
-    /// The members of `space`, for a member of it or an admin.
-    pub async fn members(&self, actor: Actor<'_>, space: &str) -> Result<Vec<(String, Role)>, SpaceError> {
-        on_backend!(self, db => spaces::members(db, actor, space).await)
+    /// `user` accepts their pending invitation to `space`: the role they now have.
+    pub async fn accept(&self, user: &str, space: &str) -> Result<Role, SpaceError> {
+        on_backend!(self, db => spaces::accept(db, &self.1, user, space).await)
+    }
+
+    /// `user` declines their invitation to `space`.
+    pub async fn decline(&self, user: &str, space: &str) -> Result<(), SpaceError> {
+        on_backend!(self, db => spaces::decline(db, user, space).await)
+    }
+
+    /// A page of `user`'s pending invitations, after the space `after`.
+    pub async fn invitations(&self, user: &str, after: &str, limit: usize) -> Result<Vec<Invited>, DbError> {
+        on_backend!(self, db => spaces::invitations(db, user, after, limit).await)
+    }
+
+    /// A page of the members of `space` (after the user `after`), for a member of it or an admin.
+    pub async fn members(
+        &self,
+        actor: Actor<'_>,
+        space: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Role)>, SpaceError> {
+        on_backend!(self, db => spaces::members(db, actor, space, after, limit).await)
     }
 
     /// How many verdicts and rows `user` has, and the head.

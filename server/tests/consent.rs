@@ -1,0 +1,330 @@
+//! Consent and bounds of shared spaces (PROTOCOL §3c), over real HTTP, on
+//! SQLite and on PostgreSQL: an owner's adding of another user is an
+//! invitation that costs the invitee nothing until they accept it; any
+//! member can leave; invitations lapse and are capped per inviter and per
+//! invitee; a user's spaces, owned spaces and a space's members are capped;
+//! every list is paged; a members listing never waits for a write.
+//! Each test failed against the server before invitations existed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+async fn post(t: &TestServer, path: &str, user: &str, body: Value) -> (u16, Value) {
+    t.post_raw(path, user, body.to_string()).await
+}
+
+async fn get(t: &TestServer, path: &str, user: &str) -> (u16, Value) {
+    let r = t.http.get(t.url(path)).bearer_auth(format!("dev:{user}")).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// `user` sets `member`'s role in `space` (an invitation when `member` is not in it).
+async fn invite(t: &TestServer, user: &str, space: &str, member: &str, role: Value) -> (u16, Value) {
+    post(t, "/v1/spaces/members", user, json!({"space": space, "user": member, "role": role})).await
+}
+
+async fn accept(t: &TestServer, user: &str, space: &str) -> (u16, Value) {
+    post(t, "/v1/invitations/accept", user, json!({ "space": space })).await
+}
+
+/// One `POST /v1/pull` as `user`, following `spaces`.
+async fn pull(t: &TestServer, user: &str, spaces: Value) -> Value {
+    let (status, body) = post(t, "/v1/pull", user, json!({ "spaces": spaces })).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+fn in_space(space: &str, mut op: Value) -> Value {
+    op["space"] = json!(space);
+    op
+}
+
+/// A server on a fresh database with `tune` applied to its configuration.
+async fn server_with(b: Backend, tune: impl FnOnce(&mut marksync_server::Config)) -> Option<TestServer> {
+    let database = fresh_database(b).await?;
+    let mut c = config(&database);
+    tune(&mut c);
+    Some(TestServer::start(c).await.owning_database())
+}
+
+fn error_code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("")
+}
+
+/// Nobody is put into a space against their will: an owner's add is an
+/// invitation; until bob accepts, his pull, list of spaces, pushes and the
+/// space's member list are as if nothing happened. Accepting joins him
+/// (and again answers the same); a declined or withdrawn invitation is gone.
+async fn an_invitation_costs_the_invitee_nothing_until_accepted(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    post(&t, "/v1/spaces", "alice", json!({"space": "diary"})).await;
+    t.push_ok("alice", &[in_space("diary", full("a:1", "s-1", 10, 5))]).await;
+    let unchanged = |mut answer: Value| {
+        answer.as_object_mut().unwrap().remove("now");
+        answer
+    };
+    let before = unchanged(pull(&t, "bob", json!({})).await);
+
+    let (status, body) = invite(&t, "alice", "diary", "bob", json!("viewer")).await;
+    assert_eq!((status, &body), (200, &json!({"user": "bob", "role": "viewer", "invited": true})));
+    assert_eq!(unchanged(pull(&t, "bob", json!({})).await), before, "bob's pull is unchanged");
+    let (_, mine) = get(&t, "/v1/spaces", "bob").await;
+    assert_eq!(mine["spaces"], json!([{"space": "~bob", "role": "owner"}]));
+    let v = t.push_ok("bob", &[in_space("diary", op("b:1", "s-1", 20, json!({"reps": 9})))]).await;
+    assert_eq!(v[0]["code"], "forbidden");
+    let (_, members) = get(&t, "/v1/spaces/members?space=diary", "alice").await;
+    assert_eq!(members["members"], json!([{"user": "alice", "role": "owner"}]));
+    assert_eq!(get(&t, "/v1/spaces/members?space=diary", "bob").await.0, 403);
+
+    let (status, list) = get(&t, "/v1/invitations", "bob").await;
+    assert_eq!(status, 200);
+    let invitations = list["invitations"].as_array().unwrap();
+    assert_eq!(invitations.len(), 1);
+    assert_eq!((&invitations[0]["space"], &invitations[0]["role"], &invitations[0]["from"]), (&json!("diary"), &json!("viewer"), &json!("alice")));
+    assert!(invitations[0]["expiresAt"].as_u64().unwrap() > 1_700_000_000_000);
+
+    assert_eq!(accept(&t, "bob", "diary").await, (200, json!({"space": "diary", "role": "viewer"})));
+    assert_eq!(accept(&t, "bob", "diary").await, (200, json!({"space": "diary", "role": "viewer"})), "again: the same");
+    let joined = pull(&t, "bob", json!({"~bob": {"cursor": 0, "role": "owner"}})).await;
+    assert_eq!(joined["joined"], json!([{"space": "diary", "role": "viewer"}]));
+    assert_eq!(joined["spaces"][0]["changes"][0]["rowId"], "s-1");
+    assert_eq!(get(&t, "/v1/invitations", "bob").await.1, json!({"invitations": []}));
+
+    // A member's role changes at once: they consented to the space already.
+    assert_eq!(invite(&t, "alice", "diary", "bob", json!("editor")).await.1, json!({"user": "bob", "role": "editor"}));
+
+    // Declined, or withdrawn by the owner: gone, and accepting finds nothing.
+    invite(&t, "alice", "diary", "carol", json!("editor")).await;
+    assert_eq!(post(&t, "/v1/invitations/decline", "carol", json!({"space": "diary"})).await.0, 200);
+    let (status, body) = accept(&t, "carol", "diary").await;
+    assert_eq!((status, error_code(&body)), (404, "not_found"), "{body}");
+    invite(&t, "alice", "diary", "dave", json!("editor")).await;
+    assert_eq!(invite(&t, "alice", "diary", "dave", Value::Null).await.0, 200);
+    assert_eq!(get(&t, "/v1/invitations", "dave").await.1, json!({"invitations": []}));
+    assert_eq!(accept(&t, "dave", "diary").await.0, 404);
+    // Only an owner invites; an invitation to a space that does not exist is refused the same way.
+    assert_eq!(invite(&t, "bob", "diary", "erin", json!("viewer")).await.0, 403);
+    assert_eq!(invite(&t, "bob", "nowhere", "erin", json!("viewer")).await.0, 403);
+    t.stop().await;
+}
+both!(an_invitation_costs_the_invitee_nothing_until_accepted);
+
+/// Any member leaves any space with `role: null` on themself, and the
+/// space's rows leave their next pull; the last owner cannot leave.
+async fn any_member_can_leave_but_the_last_owner(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    post(&t, "/v1/spaces", "alice", json!({"space": "club"})).await;
+    invite(&t, "alice", "club", "vic", json!("viewer")).await;
+    accept(&t, "vic", "club").await;
+    let follows = json!({"club": {"cursor": 0, "role": "viewer"}});
+    assert_eq!(pull(&t, "vic", follows.clone()).await["left"], json!([]));
+    assert_eq!(invite(&t, "vic", "club", "vic", Value::Null).await, (200, json!({"user": "vic", "role": null})));
+    assert_eq!(pull(&t, "vic", follows).await["left"], json!(["club"]));
+    assert_eq!(invite(&t, "vic", "club", "vic", Value::Null).await.0, 200, "leaving again: nothing to do");
+    assert_eq!(invite(&t, "vic", "club", "alice", Value::Null).await.0, 403, "a viewer removes only themself");
+    let (status, body) = invite(&t, "alice", "club", "alice", Value::Null).await;
+    assert_eq!((status, error_code(&body)), (409, "conflict"), "the last owner stays: {body}");
+    t.stop().await;
+}
+both!(any_member_can_leave_but_the_last_owner);
+
+/// Invitations lapse after `--invitation-ttl-ms`; pending ones are capped
+/// per inviter and per invitee (`409 conflict`, naming the flag); sending
+/// a pending invitation again is not counted twice, and a lapsed one frees its place.
+async fn invitations_lapse_and_are_capped(b: Backend) {
+    let Some(t) = server_with(b, |c| {
+        c.invitation_ttl_ms = 1500;
+        c.max_invitations_per_inviter = 3;
+        c.max_invitations_per_user = 2;
+    })
+    .await
+    else {
+        return;
+    };
+    for s in ["s1", "s2", "s3", "s4"] {
+        post(&t, "/v1/spaces", "alice", json!({"space": s})).await;
+        post(&t, "/v1/spaces", "mallory", json!({"space": format!("m-{s}")})).await;
+    }
+    assert_eq!(invite(&t, "alice", "s1", "vic", json!("viewer")).await.0, 200);
+    assert_eq!(invite(&t, "alice", "s1", "vic", json!("editor")).await.0, 200, "again: a refresh");
+    assert_eq!(invite(&t, "mallory", "m-s1", "vic", json!("viewer")).await.0, 200);
+    let (status, body) = invite(&t, "mallory", "m-s2", "vic", json!("viewer")).await;
+    assert_eq!((status, error_code(&body)), (409, "conflict"));
+    assert!(body["error"]["message"].as_str().unwrap().contains("--max-invitations-per-user"), "{body}");
+    assert_eq!(invite(&t, "alice", "s2", "ann", json!("viewer")).await.0, 200);
+    assert_eq!(invite(&t, "alice", "s3", "ann", json!("viewer")).await.0, 200);
+    let (status, body) = invite(&t, "alice", "s4", "bea", json!("viewer")).await;
+    assert_eq!((status, error_code(&body)), (409, "conflict"));
+    assert!(body["error"]["message"].as_str().unwrap().contains("--max-invitations-per-inviter"), "{body}");
+
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert_eq!(get(&t, "/v1/invitations", "vic").await.1, json!({"invitations": []}), "lapsed");
+    assert_eq!(accept(&t, "vic", "s1").await.0, 404, "a lapsed invitation cannot be accepted");
+    assert_eq!(invite(&t, "alice", "s4", "bea", json!("viewer")).await.0, 200, "lapsed ones free their place");
+    assert_eq!(invite(&t, "mallory", "m-s2", "vic", json!("viewer")).await.0, 200);
+    t.stop().await;
+}
+both!(invitations_lapse_and_are_capped);
+
+/// The bounds of spaces: owned per user, member of per user (the admin's
+/// direct adds too), members per space — each a `409 conflict` naming its flag.
+async fn spaces_and_members_are_capped(b: Backend) {
+    let Some(t) = server_with(b, |c| {
+        c.max_owned_spaces_per_user = 2;
+        c.max_spaces_per_user = 3;
+        c.max_members_per_space = 2;
+        c.admin_token = Some("an-admin-token-of-at-least-32-characters".into());
+    })
+    .await
+    else {
+        return;
+    };
+    assert_eq!(post(&t, "/v1/spaces", "own", json!({"space": "o1"})).await.0, 200);
+    assert_eq!(post(&t, "/v1/spaces", "own", json!({"space": "o2"})).await.0, 200);
+    let (status, body) = post(&t, "/v1/spaces", "own", json!({"space": "o3"})).await;
+    assert_eq!((status, error_code(&body)), (409, "conflict"));
+    assert!(body["error"]["message"].as_str().unwrap().contains("--max-owned-spaces-per-user"), "{body}");
+
+    invite(&t, "own", "o1", "m", json!("viewer")).await;
+    assert_eq!(accept(&t, "m", "o1").await.0, 200);
+    let (status, body) = invite(&t, "own", "o1", "n", json!("viewer")).await;
+    assert_eq!((status, error_code(&body)), (409, "conflict"), "o1 has its 2 members");
+    assert!(body["error"]["message"].as_str().unwrap().contains("--max-members-per-space"), "{body}");
+
+    for s in ["x1", "x2", "x3"] {
+        post(&t, "/v1/spaces", &format!("owner-{s}"), json!({"space": s})).await;
+        invite(&t, &format!("owner-{s}"), s, "m", json!("viewer")).await;
+    }
+    assert_eq!(accept(&t, "m", "x1").await.0, 200);
+    assert_eq!(accept(&t, "m", "x2").await.0, 200);
+    let (status, body) = accept(&t, "m", "x3").await;
+    assert_eq!((status, error_code(&body)), (409, "conflict"), "m is in 3 spaces");
+    assert!(body["error"]["message"].as_str().unwrap().contains("--max-spaces-per-user"), "{body}");
+    let r = t
+        .http
+        .post(t.url("/v1/admin/spaces/members"))
+        .bearer_auth("an-admin-token-of-at-least-32-characters")
+        .json(&json!({"space": "x3", "user": "m", "role": "viewer"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 409, "the admin's direct add is bounded too");
+    assert_eq!(get(&t, "/v1/spaces", "m").await.1["spaces"].as_array().unwrap().len(), 4, "personal + 3");
+    t.stop().await;
+}
+both!(spaces_and_members_are_capped);
+
+/// A space's members and a user's spaces come in pages: `limit`, then `after` the last one.
+async fn member_and_space_lists_are_paged(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    post(&t, "/v1/spaces", "own", json!({"space": "big"})).await;
+    for i in 0..5 {
+        let u = format!("u{i}");
+        invite(&t, "own", "big", &u, json!("viewer")).await;
+        accept(&t, &u, "big").await;
+        post(&t, "/v1/spaces", "u0", json!({"space": format!("p{i}")})).await;
+    }
+    let users = |b: &Value| -> Vec<String> {
+        b["members"].as_array().unwrap().iter().map(|m| m["user"].as_str().unwrap().to_owned()).collect()
+    };
+    let (_, first) = get(&t, "/v1/spaces/members?space=big&limit=2", "own").await;
+    assert_eq!(users(&first), ["own", "u0"]);
+    let (_, next) = get(&t, "/v1/spaces/members?space=big&limit=2&after=u0", "own").await;
+    assert_eq!(users(&next), ["u1", "u2"]);
+    let (_, last) = get(&t, "/v1/spaces/members?space=big&limit=10&after=u2", "own").await;
+    assert_eq!(users(&last), ["u3", "u4"]);
+    assert_eq!(get(&t, "/v1/spaces/members?space=big&limit=0", "own").await.0, 400);
+    assert_eq!(get(&t, "/v1/spaces/members?space=big&limit=1001", "own").await.0, 400);
+
+    let spaces = |b: &Value| -> Vec<String> {
+        b["spaces"].as_array().unwrap().iter().map(|m| m["space"].as_str().unwrap().to_owned()).collect()
+    };
+    let (_, first) = get(&t, "/v1/spaces?limit=3", "u0").await;
+    assert_eq!(spaces(&first), ["~u0", "big", "p0"]);
+    let (_, next) = get(&t, "/v1/spaces?limit=3&after=p0", "u0").await;
+    assert_eq!(spaces(&next), ["p1", "p2", "p3"]);
+    assert_eq!(spaces(&get(&t, "/v1/spaces?after=p3", "u0").await.1), ["p4"]);
+    t.stop().await;
+}
+both!(member_and_space_lists_are_paged);
+
+/// A members listing is a read: while a push holds the space's lock (and,
+/// on SQLite, the one write connection), listings answer at once.
+async fn a_members_listing_never_waits_for_a_write(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    post(&t, "/v1/spaces", "own", json!({"space": "busy"})).await;
+    assert_eq!(t.faults(json!({"delayMs": 2000})).await, 200);
+    let (http, url) = (t.http.clone(), t.url("/v1/push"));
+    let push = tokio::spawn(async move {
+        let batch = [in_space("busy", full("o:1", "r", 1, 1))];
+        http.post(&url).bearer_auth("dev:own").json(&json!({"attemptKey": "o:a", "batch": batch})).send().await.unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    for _ in 0..4 {
+        assert_eq!(get(&t, "/v1/spaces/members?space=busy", "own").await.0, 200);
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1000), "listings waited for the push: {took:?}");
+    assert_eq!(push.await.unwrap().status().as_u16(), 200);
+    t.faults(json!({"delayMs": 0})).await;
+    t.stop().await;
+}
+both!(a_members_listing_never_waits_for_a_write);
+
+/// A device in the most spaces a user may be in follows them all and
+/// converges in a bounded number of pulls: no space is read again from its
+/// start, and the server refuses to put the user in one more.
+async fn a_user_at_the_spaces_cap_converges_in_bounded_pulls(b: Backend) {
+    const SPACES: usize = 40;
+    let Some(t) = server_with(b, |c| {
+        c.max_spaces_per_user = SPACES;
+        c.max_owned_spaces_per_user = 0;
+    })
+    .await
+    else {
+        return;
+    };
+    for i in 0..=SPACES {
+        let (s, own) = (format!("s{i:02}"), format!("own{}", i % 2));
+        assert_eq!(post(&t, "/v1/spaces", &own, json!({"space": s})).await.0, 200);
+        let batch: Vec<Value> = (0..5).map(|r| in_space(&s, full(&format!("o:{i}:{r}"), &format!("r{r}"), 1, 1))).collect();
+        t.push_ok(&own, &batch).await;
+        assert_eq!(invite(&t, &own, &s, "vic", json!("viewer")).await.0, 200);
+    }
+    for i in 0..SPACES {
+        assert_eq!(accept(&t, "vic", &format!("s{i:02}")).await.0, 200);
+    }
+    assert_eq!(accept(&t, "vic", &format!("s{SPACES:02}")).await.0, 409, "one more than the cap");
+    // The device follows as the protocol says, 7 changes a pull.
+    let mut follows = serde_json::Map::new();
+    let mut rows = 0;
+    let mut pulls = 0;
+    loop {
+        pulls += 1;
+        let (status, page) = post(&t, "/v1/pull", "vic", json!({"spaces": follows, "limit": 7})).await;
+        assert_eq!(status, 200, "{page}");
+        for j in page["joined"].as_array().unwrap() {
+            follows.insert(j["space"].as_str().unwrap().into(), json!({"cursor": 0, "role": j["role"]}));
+        }
+        for p in page["spaces"].as_array().unwrap() {
+            rows += p["changes"].as_array().unwrap().len();
+            let f = follows.get_mut(p["space"].as_str().unwrap()).unwrap();
+            f["cursor"] = p["cursor"].clone();
+        }
+        if page["hasMore"] == false {
+            break;
+        }
+        assert!(pulls < 100, "the sync never finishes");
+    }
+    assert_eq!(rows, SPACES * 5, "every row once");
+    assert!(pulls <= (SPACES * 5).div_ceil(7) + 1, "{pulls} pulls");
+    t.stop().await;
+}
+both!(a_user_at_the_spaces_cap_converges_in_bounded_pulls);
