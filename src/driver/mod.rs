@@ -15,6 +15,7 @@ mod cycle;
 pub mod error;
 pub mod host;
 pub mod transport;
+pub mod watch;
 
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
@@ -59,6 +60,7 @@ pub struct Driver<S: LocalStore, T: Transport, H: Host> {
     /// The host.
     pub host: H,
     listeners: RefCell<Vec<(u32, Listener)>>,
+    watches: watch::Watches,
     next_listener: Cell<u32>,
     /// A job (cycle, check) of this context holds or waits for the lock.
     busy: Cell<bool>,
@@ -108,6 +110,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             transport,
             host,
             listeners: RefCell::new(Vec::new()),
+            watches: watch::Watches::default(),
             next_listener: Cell::new(1),
             busy: Cell::new(false),
             idle: Signal::default(),
@@ -157,6 +160,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 self.host.broadcast(txn);
             }
         }
+        self.refresh_watches();
         let view = txn.is_none_or(Txn::changes_data);
         let status = self.status_part();
         let moved = *self.seen_sync.borrow() != status;
@@ -492,6 +496,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         self.timer.set(self.timer.get() + 1);
         self.host.close();
         self.listeners.borrow_mut().clear();
+        self.watches.clear();
         self.store.close();
     }
 }

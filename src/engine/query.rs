@@ -19,7 +19,7 @@ use crate::query::{self, Explain, IndexDef, Indexes, Query, Source};
 pub struct View {
     indexes: Indexes,
     /// What the indexes were built for (their definitions, the schema, hidden or not).
-    built: Option<String>,
+    built: Option<Built>,
     changes: Changes,
 }
 
@@ -43,6 +43,8 @@ impl Changes {
         !self.all && self.keys.is_empty()
     }
 }
+
+type Built = (Vec<IndexDef>, Option<(u32, Option<String>, usize)>, bool);
 
 struct Visible<'e>(&'e Engine);
 
@@ -80,9 +82,11 @@ impl Engine {
     /// Brings the indexes up to the replica, and notes what changed.
     fn settle(&mut self) {
         let defs = self.index_defs();
-        let for_what = format!("{defs:?}{:?}{}", self.schema.as_ref().map(|(k, s)| (s.version, &k.etag, k.text.len())), self.hides_rows());
+        let schema = self.schema.as_ref().map(|(k, s)| (s.version, k.etag.clone(), k.text.len()));
+        let for_what: Built = (defs, schema, self.hides_rows());
         let touched = self.replica.take_touched();
-        if self.view.built.as_deref() != Some(&for_what) {
+        if self.view.built.as_ref() != Some(&for_what) {
+            let defs = for_what.0.clone();
             let mut indexes = Indexes::new(defs);
             let tables: BTreeSet<String> = indexes.defs().into_iter().map(|d| d.table).collect();
             if !self.hides_rows() {

@@ -25,6 +25,7 @@
 //! An app can run its own schema and edits through the same faults with
 //! [`SimConfig`].
 
+mod live;
 pub mod spaces;
 mod world;
 
@@ -188,6 +189,9 @@ type SimDriver = Driver<Rc<MemoryStore>, SimTransport, SimHost>;
 struct Ctx {
     life: u32,
     driver: Option<Rc<SimDriver>>,
+    live: Vec<live::Live>,
+    /// The driver's version when its live queries were last checked.
+    checked: std::cell::Cell<u64>,
 }
 
 struct Device {
@@ -277,7 +281,20 @@ impl Sim {
         self.world.run();
         let opened = opened.borrow_mut().take();
         match opened {
-            Some(Ok(driver)) => self.devices[d].contexts[c].driver = Some(driver),
+            Some(Ok(driver)) => {
+                let table = self.cfg.tables[0].clone();
+                let lives = live::queries()
+                    .into_iter()
+                    .map(|query| {
+                        let heard = Rc::new(RefCell::new(None));
+                        let slot = heard.clone();
+                        driver.watch(&table, query.clone(), Rc::new(move |rows: &[(RowKey, Row)]| *slot.borrow_mut() = Some(rows.to_vec())));
+                        live::Live { table: table.clone(), query, heard }
+                    })
+                    .collect();
+                self.world.run();
+                self.devices[d].contexts[c] = Ctx { life: self.devices[d].contexts[c].life, driver: Some(driver), live: lives, checked: Default::default() };
+            }
             Some(Err(e)) => {
                 self.log.push(format!("dev{d}.{c} failed to open: {e}"));
                 self.world.kill(who);
@@ -512,6 +529,32 @@ impl Sim {
                 }
             }
         }
+        self.world.run();
+        self.check_live()
+    }
+
+    /// Every live query of every context: heard and asked afresh, it equals the reference.
+    fn check_live(&self) -> Result<(), SimFailure> {
+        for (d, dev) in self.devices.iter().enumerate() {
+            for (c, ctx) in dev.contexts.iter().enumerate() {
+                let Some(driver) = &ctx.driver else { continue };
+                // Unchanged since the last check: nothing to look at again.
+                if ctx.checked.replace(driver.version()) == driver.version() {
+                    continue;
+                }
+                for l in &ctx.live {
+                    let want = live::reference(&driver.engine.borrow(), &l.table, &l.query);
+                    let fresh = driver.engine.borrow_mut().query(&l.table, &l.query);
+                    if live::shown(&fresh) != live::shown(&want) {
+                        return Err(self.fail(format!("dev{d}.{c}: query {:?} answers {:?}, the rows say {:?}", l.query, live::shown(&fresh), live::shown(&want))));
+                    }
+                    let heard = l.heard.borrow();
+                    if heard.as_deref().map(live::shown) != Some(live::shown(&want)) {
+                        return Err(self.fail(format!("dev{d}.{c}: live query {:?} last heard {:?}, the rows say {:?}", l.query, heard.as_deref().map(live::shown), live::shown(&want))));
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
@@ -684,7 +727,8 @@ fn engine_config(cfg: &SimConfig) -> Config {
     // Small limits, so schedules reach them and ask the server what it
     // remembers, and small blocks of numbers, so contexts cross their edges.
     let retry = RetryPolicy { max_attempts: 3, max_elapsed_ms: 30_000 };
-    Config { max_batch: cfg.max_batch, pull_limit: cfg.pull_limit, retry, id_block: 8, ..Config::default() }
+    let indexes = live::indexes(&cfg.tables[0]);
+    Config { max_batch: cfg.max_batch, pull_limit: cfg.pull_limit, retry, id_block: 8, indexes, ..Config::default() }
 }
 
 /// Runs one seeded schedule and checks every promise. `Err` carries the
@@ -696,6 +740,8 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Result<SimStats, SimFailure> {
     }
     sim.heal()?;
     sim.check()?;
+    sim.world.run();
+    sim.check_live()?;
     let mut stats = sim.stats.clone();
     stats.rejected =
         sim.server.users.get(USER).map_or(0, |d| d.verdicts.values().filter(|v| matches!(v, Remembered::Rejected { .. })).count());

@@ -1,0 +1,105 @@
+//! Live queries: a query whose listener hears each new result — and only a
+//! new one. After every committed step the engine says which visible rows
+//! changed; a live query of a table none of them is in is not run again,
+//! and one that runs again but answers the same rows (the same values) is
+//! not heard.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use super::{Driver, Host, LocalStore, Transport};
+use crate::engine::Changes;
+use crate::protocol::{Row, RowKey};
+use crate::query::Query;
+
+/// Hears a live query's results.
+pub type WatchListener = Rc<dyn Fn(&[(RowKey, Row)])>;
+
+struct Watch {
+    id: u32,
+    table: String,
+    query: Query,
+    /// The result last heard; `None` until the first.
+    last: Option<Vec<(RowKey, Row)>>,
+    listener: WatchListener,
+}
+
+/// The live queries of one context.
+#[derive(Default)]
+pub struct Watches {
+    list: RefCell<Vec<Watch>>,
+    next: Cell<u32>,
+}
+
+/// Whether two results show the app the same rows (marks may differ).
+fn same(a: &[(RowKey, Row)], b: &[(RowKey, Row)]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|((ka, ra), (kb, rb))| {
+            ka == kb && ra.cells.len() == rb.cells.len() && ra.cells.iter().zip(rb.cells.iter()).all(|((fa, ca), (fb, cb))| fa == fb && ca.value == cb.value)
+        })
+}
+
+impl Watches {
+    /// Drops every live query (the database closed).
+    pub fn clear(&self) {
+        self.list.borrow_mut().clear();
+    }
+}
+
+impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<S, T, H> {
+    /// Starts a live query: `listener` hears its first result soon (not
+    /// within this call), then each result that differs from the last.
+    /// Returns its id for [`Driver::unwatch`].
+    pub fn watch(self: &Rc<Self>, table: &str, query: Query, listener: WatchListener) -> u32 {
+        let id = self.watches.next.get() + 1;
+        self.watches.next.set(id);
+        self.watches.list.borrow_mut().push(Watch { id, table: table.to_owned(), query, last: None, listener });
+        let me = self.clone();
+        self.host.spawn(Box::pin(async move { me.refresh(Some(id)) }));
+        id
+    }
+
+    /// Stops a live query (again: nothing).
+    pub fn unwatch(&self, id: u32) {
+        self.watches.list.borrow_mut().retain(|w| w.id != id);
+    }
+
+    /// After a committed step: runs again every live query a change may
+    /// touch, and tells the ones whose result moved.
+    pub(super) fn refresh_watches(&self) {
+        self.refresh(None);
+    }
+
+    /// `first`: only that live query, which has not been heard yet.
+    fn refresh(&self, first: Option<u32>) {
+        if self.closed.get() {
+            return;
+        }
+        // A first run reads the rows as they are and leaves the changes to
+        // the step that made them (the other live queries still need them).
+        let changes: Changes = if first.is_some() { Changes::default() } else { self.engine.borrow_mut().take_changes() };
+        let mut heard: Vec<(WatchListener, Vec<(RowKey, Row)>)> = Vec::new();
+        {
+            let mut list = self.watches.list.borrow_mut();
+            for w in list.iter_mut() {
+                let due = match first {
+                    Some(id) => w.id == id && w.last.is_none(),
+                    None => w.last.is_some() && changes.touches(&w.table),
+                };
+                if !due {
+                    continue;
+                }
+                let rows = self.engine.borrow_mut().query(&w.table, &w.query);
+                if w.last.as_deref().is_some_and(|l| same(l, &rows)) {
+                    continue;
+                }
+                w.last = Some(rows.clone());
+                heard.push((w.listener.clone(), rows));
+            }
+        }
+        // Listeners run with nothing borrowed: they may read, watch or unwatch.
+        for (l, rows) in heard {
+            l(&rows);
+        }
+    }
+}
