@@ -10,6 +10,51 @@ export type Fields = Record<string, Value>;
  */
 export type Row = Readonly<{ _id: string; _space?: string } & Fields>;
 
+/** One field's condition: all given operators must hold. A range keeps to its bound's kind (`{ lt: 10 }`: numbers only). */
+export interface Condition {
+  eq?: Value;
+  in?: readonly Value[];
+  gt?: Value;
+  gte?: Value;
+  lt?: Value;
+  lte?: Value;
+  /** A string starting with this. */
+  prefix?: string;
+}
+
+/** A field to order by, ascending, or `[field, 'asc' | 'desc']`. Ties: rowId ascending, then space. */
+export type OrderKey = string | readonly [string, ('asc' | 'desc')?];
+
+/**
+ * A query of one table. Values order as `null < false < true < numbers < strings` (strings by UTF-16 code units, as
+ * JavaScript's `<`); a missing field reads as `null`.
+ */
+export interface Query {
+  /** Field → value (equal) or conditions, all ANDed. */
+  where?: Readonly<Record<string, Value | Condition>>;
+  /** One key or several. */
+  orderBy?: OrderKey | readonly OrderKey[];
+  /** At most this many rows (a whole number ≥ 1). */
+  limit?: number;
+  /** Only rows strictly after this row (one this query returned): keyset pages. */
+  after?: Row;
+  /** Only rows of this space. */
+  space?: string | null;
+}
+
+/** How a query is served: the index (its fields) or a scan (`index: null`). */
+export interface Explain {
+  index: string[] | null;
+  /** How many of the index's leading fields are held to one value. */
+  equal: number;
+  /** The field held to a range after those, if any. */
+  range: string | null;
+  /** The index gives the query's order: the read stops at the limit. */
+  ordered: boolean;
+  /** In words. */
+  plan: string;
+}
+
 /** A member's role in a space: owners manage members, editors write rows, viewers read. */
 export type Role = 'owner' | 'editor' | 'viewer';
 
@@ -164,6 +209,10 @@ export interface OpenOptions {
   live?: boolean;
   /** Where to load the wasm from (default: next to this module). */
   wasm?: string | URL;
+  /** Indexes only this device needs, besides the server schema's: `{ sets: [['exercise', 'at']] }`. */
+  indexes?: Readonly<Record<string, readonly (readonly string[])[]>>;
+  /** The bound of the row cache, in bytes (default 16 MiB). */
+  cacheBytes?: number;
 }
 
 /** Errors thrown by marksync carry a stable `code`. */
@@ -237,7 +286,22 @@ export interface Database {
   remove(table: string, rowId: string, options?: SpaceOption): Promise<string>;
   /** Restores a deleted row. Resolves with the opId. */
   restore(table: string, rowId: string, options?: SpaceOption): Promise<string>;
-  /** The visible rows of a table, from every space (or `options.space` alone); the same frozen array until something changes. */
+  /**
+   * The visible rows a query asks for, frozen, in its order — returned at once (an array, not a Promise; `await` works).
+   * Served by an index when one fits (see `explain`), else by a scan of the table. Throws `bad_input` for a bad query.
+   */
+  query(table: string, query?: Query): readonly Row[];
+  /** How many visible rows of `table` match `where` (and `space`). */
+  count(table: string, query?: Pick<Query, 'where' | 'space'>): number;
+  /** Which index serves a query, or that a scan does. */
+  explain(table: string, query?: Query): Explain;
+  /**
+   * A live query: `listener` gets the first result soon after the call, then a new result only when it changed (not on
+   * every change of the database), across tabs, the Service Worker's syncs, pulls, refusals and revokes. Returns the
+   * function that stops it.
+   */
+  watch(table: string, query: Query | undefined, listener: (rows: readonly Row[]) => void): () => void;
+  /** Every visible row of a table — a full read of it — from every space (or `options.space` alone); the same frozen array until something changes. */
   rows(table: string, options?: SpaceOption): readonly Row[];
   /** One visible row, or null (absent or deleted). */
   row(table: string, rowId: string, options?: SpaceOption): Row | null;

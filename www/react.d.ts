@@ -1,4 +1,6 @@
-import type { Database, Row, RowStatus, Space, SpaceOption } from './index';
+import type { Database, Query, Row, RowStatus, Space, SpaceOption } from './index';
+/** A live query (`db.watch`): its rows, re-rendering only when they change; `undefined` until the first result is in. */
+export declare function useQuery(db: Database, table: string, query?: Query): readonly Row[] | undefined;
 /** The visible rows of `table` (of every space, or of `options.space`), re-rendering when they change. */
 export declare function useRows(db: Database, table: string, options?: SpaceOption): readonly Row[];
 /** The sync status of one row, re-rendering when it changes. */

@@ -1,13 +1,38 @@
-// React bindings: `useRows(db, table, options)`, `useRowStatus(db, table,
-// rowId, options)` and `useSpaces(db)`, on useSyncExternalStore (db.rows() is
-// a stable snapshot). `options.space` names a space (PROTOCOL §4b).
-import { useCallback, useRef, useSyncExternalStore } from 'react';
+// React bindings: `useQuery(db, table, query)`, `useRows(db, table,
+// options)`, `useRowStatus(db, table, rowId, options)` and `useSpaces(db)`,
+// on useSyncExternalStore. `options.space` names a space (PROTOCOL §4b).
+import { useCallback, useMemo, useRef, useSyncExternalStore } from 'react';
 
-/** The visible rows of `table` (of every space, or of `options.space`), re-rendering when they change. */
+/**
+ * A live query (`db.watch`): the rows `query` answers, re-rendering only
+ * when they change — not on every change of the database. `undefined` until
+ * the first result is in. The query is compared by its JSON, so an object
+ * literal written in the render is fine.
+ */
+export function useQuery(db, table, query) {
+  const key = JSON.stringify(query ?? null);
+  const live = useMemo(() => {
+    const q = query;
+    const state = { rows: undefined };
+    return {
+      subscribe: (cb) => db.watch(table, q, (rows) => {
+        state.rows = rows;
+        cb();
+      }),
+      read: () => state.rows,
+    };
+    // The query's identity changes every render; its JSON says when it is another.
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [db, table, key]);
+  return useSyncExternalStore(live.subscribe, live.read);
+}
+
+/** The visible rows of `table` (of every space, or of `options.space`), in rowId order: `useQuery` of every row. */
 export function useRows(db, table, options) {
-  const subscribe = useCallback((cb) => db.subscribe(cb), [db]);
   const space = options?.space;
-  return useSyncExternalStore(subscribe, () => db.rows(table, { space }));
+  const rows = useQuery(db, table, space == null ? undefined : { space });
+  // Until the live query's first result: a full read, as before useQuery.
+  return rows ?? db.rows(table, { space });
 }
 
 /**

@@ -142,7 +142,7 @@ pub fn fields(v: &JsValue, what: &str, echo: &Echo<'_>) -> Result<Fields, JsValu
 }
 
 /// One field value.
-fn scalar(v: &JsValue, at: &str) -> Result<Value, JsValue> {
+pub fn scalar(v: &JsValue, at: &str) -> Result<Value, JsValue> {
     if v.is_null() {
         return Ok(Value::Null);
     }

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod client;
 pub mod idb_store;
 pub mod membership;
+pub mod query;
 pub mod transport;
 
 use std::cell::RefCell;
@@ -68,7 +69,9 @@ impl Serialize for VisibleRow<'_> {
         if !self.0.space.is_empty() {
             m.serialize_entry("_space", &self.0.space)?;
         }
-        for (k, c) in &self.1.cells {
+        // `_deleted` is the protocol's: a visible row is never deleted, and
+        // a restored one shows only the app's fields.
+        for (k, c) in self.1.cells.iter().filter(|(k, _)| k.as_str() != crate::protocol::DELETED) {
             m.serialize_entry(k, &c.value)?;
         }
         m.end()
@@ -219,10 +222,13 @@ impl Marksync {
                 retry.max_elapsed_ms = n as u64;
             }
         }
+        let indexes = query::read_indexes(&args::get(&options, "indexes"))?;
+        // The bound of the row cache (PROTOCOL §7): read here so a bad value is refused.
+        args::opt_int(&options, "cacheBytes", o, 1.0, crate::protocol::MAX_SAFE_INTEGER as f64)?;
         let token = token_source(args::get(&options, "token"))?;
         let transport = FetchTransport::new(&endpoint, token, timeout_ms);
         // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
-        let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, retry, ..Config::default() };
+        let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, retry, indexes, ..Config::default() };
         let inner = Client::open(&name, transport, config, auto_sync, resume_exhausted, user.as_deref()).await.map_err(client_error)?;
         if auto_sync {
             inner.schedule_sync(0);

@@ -1,0 +1,262 @@
+//! The JavaScript face of queries: `query`, `count`, `explain`, `watch`.
+//! A query is read from its JS object here, once, into the core's
+//! [`Query`]; its rules (the order of values, ranges, pages) live in
+//! [`crate::query`] alone.
+
+use js_sys::{Array, Function, Object};
+use wasm_bindgen::prelude::*;
+
+use super::{args, client_error, js_error, js_type, rows_to_js, to_js, Client, FetchTransport, Marksync};
+use crate::engine::Engine;
+use crate::protocol::{Code, RowKey, Value};
+use crate::query::{After, Dir, Filter, IndexDef, Order, Pred, Query, MAX_LIMIT};
+
+fn bad(message: String) -> JsValue {
+    js_error(Code::BadInput.as_str(), &message)
+}
+
+fn plain_object(v: &JsValue) -> bool {
+    v.is_object() && !Array::is_array(v) && !v.is_function()
+}
+
+fn keys(v: &JsValue) -> Vec<String> {
+    Object::keys(v.unchecked_ref::<Object>()).iter().filter_map(|k| k.as_string()).collect()
+}
+
+/// `{ where, orderBy, limit, after, space }` (absent: every row).
+fn read_query(engine: &Engine, v: &JsValue, with_page: bool) -> Result<Query, JsValue> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(Query::default());
+    }
+    if !plain_object(v) {
+        return Err(bad(format!("a query must be an object {{ where, orderBy, limit, after, space }} (got {})", js_type(v))));
+    }
+    let known: &[&str] = if with_page { &["where", "orderBy", "limit", "after", "space"] } else { &["where", "space"] };
+    for k in keys(v) {
+        if !known.contains(&k.as_str()) && !args::get(v, &k).is_undefined() {
+            return Err(bad(format!("query.{k} is not a query option (the options are {})", known.join(", "))));
+        }
+    }
+    let mut q = Query::default();
+    if let Some(space) = args::opt_text(&args::get(v, "space"), "query.space")? {
+        q.space = Some(engine.following().local(&space).to_owned());
+    }
+    q.filters = read_where(&args::get(v, "where"))?;
+    if with_page {
+        q.order = read_order(&args::get(v, "orderBy"))?;
+        q.limit = args::opt_int(v, "limit", "query", 1.0, MAX_LIMIT as f64)?.map(|n| n as usize);
+        let after = args::get(v, "after");
+        if !after.is_undefined() && !after.is_null() {
+            q.after = Some(read_after(engine, &after, &q.order)?);
+        }
+    }
+    q.check().map_err(|e| bad(format!("query: {e}")))?;
+    Ok(q)
+}
+
+const OPERATORS: &str = "eq, in, gt, gte, lt, lte, prefix";
+
+fn read_where(v: &JsValue) -> Result<Vec<Filter>, JsValue> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(Vec::new());
+    }
+    if !plain_object(v) {
+        return Err(bad(format!("query.where must be an object of field → value or {{ {OPERATORS} }} (got {})", js_type(v))));
+    }
+    let mut out = Vec::new();
+    for field in keys(v) {
+        let at = format!("query.where.{field}");
+        let value = args::get(v, &field);
+        if value.is_undefined() {
+            continue;
+        }
+        if Array::is_array(&value) {
+            return Err(bad(format!("{at} is an array: write {{ in: [...] }} to match one of several values")));
+        }
+        let preds = if plain_object(&value) {
+            let mut preds = Vec::new();
+            for op in keys(&value) {
+                let x = args::get(&value, &op);
+                if x.is_undefined() {
+                    continue;
+                }
+                let at = format!("{at}.{op}");
+                preds.push(match op.as_str() {
+                    "eq" => Pred::Eq(args::scalar(&x, &at)?),
+                    "gt" => Pred::Gt(args::scalar(&x, &at)?),
+                    "gte" => Pred::Gte(args::scalar(&x, &at)?),
+                    "lt" => Pred::Lt(args::scalar(&x, &at)?),
+                    "lte" => Pred::Lte(args::scalar(&x, &at)?),
+                    "prefix" => Pred::Prefix(args::text(&x, &at)?),
+                    "in" => {
+                        let list: &Array = x.dyn_ref().ok_or_else(|| bad(format!("{at} must be an array of values (got {})", js_type(&x))))?;
+                        if list.length() as usize > MAX_LIMIT {
+                            return Err(bad(format!("{at}: at most {MAX_LIMIT} values")));
+                        }
+                        Pred::In(list.iter().enumerate().map(|(i, x)| args::scalar(&x, &format!("{at}[{i}]"))).collect::<Result<_, _>>()?)
+                    }
+                    _ => return Err(bad(format!("{at}: unknown operator {op:?} (the operators are {OPERATORS})"))),
+                });
+            }
+            preds
+        } else {
+            vec![Pred::Eq(args::scalar(&value, &at)?)]
+        };
+        out.push(Filter { field, preds });
+    }
+    Ok(out)
+}
+
+fn read_dir(v: &JsValue, at: &str) -> Result<Dir, JsValue> {
+    match args::text(v, at)?.as_str() {
+        "asc" => Ok(Dir::Asc),
+        "desc" => Ok(Dir::Desc),
+        other => Err(bad(format!("{at} must be \"asc\" or \"desc\" (got {other:?})"))),
+    }
+}
+
+/// `'field'`, `['field', 'desc']`, or an array of those.
+fn read_order(v: &JsValue) -> Result<Vec<Order>, JsValue> {
+    let at = "query.orderBy";
+    if v.is_undefined() || v.is_null() {
+        return Ok(Vec::new());
+    }
+    if v.is_string() {
+        return Ok(vec![Order { field: args::text(v, at)?, dir: Dir::Asc }]);
+    }
+    let Some(list) = v.dyn_ref::<Array>() else {
+        return Err(bad(format!("{at} must be a field, [field, \"asc\"|\"desc\"], or an array of those (got {})", js_type(v))));
+    };
+    let is_dir = |x: &JsValue| matches!(x.as_string().as_deref(), Some("asc" | "desc"));
+    if list.length() == 2 && list.get(0).is_string() && is_dir(&list.get(1)) {
+        return Ok(vec![Order { field: args::text(&list.get(0), &format!("{at}[0]"))?, dir: read_dir(&list.get(1), &format!("{at}[1]"))? }]);
+    }
+    let mut out = Vec::new();
+    for (i, item) in list.iter().enumerate() {
+        let at = format!("{at}[{i}]");
+        if item.is_string() {
+            out.push(Order { field: args::text(&item, &at)?, dir: Dir::Asc });
+            continue;
+        }
+        let pair: &Array = item.dyn_ref().ok_or_else(|| bad(format!("{at} must be a field or [field, \"asc\"|\"desc\"] (got {})", js_type(&item))))?;
+        if pair.length() == 0 || pair.length() > 2 {
+            return Err(bad(format!("{at} must be [field] or [field, \"asc\"|\"desc\"]")));
+        }
+        let field = args::text(&pair.get(0), &format!("{at}[0]"))?;
+        let dir = if pair.length() == 2 { read_dir(&pair.get(1), &format!("{at}[1]"))? } else { Dir::Asc };
+        out.push(Order { field, dir });
+    }
+    Ok(out)
+}
+
+/// A row the query returned: its `_id`, `_space` and the order's fields.
+fn read_after(engine: &Engine, v: &JsValue, order: &[Order]) -> Result<After, JsValue> {
+    let at = "query.after";
+    if !plain_object(v) {
+        return Err(bad(format!("{at} must be a row this query returned (got {})", js_type(v))));
+    }
+    let row_id = args::text(&args::get(v, "_id"), &format!("{at}._id"))?;
+    let space = match args::opt_text(&args::get(v, "_space"), &format!("{at}._space"))? {
+        Some(s) => engine.following().local(&s).to_owned(),
+        None => String::new(),
+    };
+    let mut values = Vec::with_capacity(order.len());
+    for o in order {
+        let x = args::get(v, &o.field);
+        values.push(if x.is_undefined() { Value::Null } else { args::scalar(&x, &format!("{at}.{}", o.field))? });
+    }
+    Ok(After { key: RowKey { table: String::new(), row_id, space }, values })
+}
+
+/// `open({ indexes: { table: [[field, …], …] } })`: what only the device needs.
+pub fn read_indexes(v: &JsValue) -> Result<Vec<IndexDef>, JsValue> {
+    let at = "options.indexes";
+    if v.is_undefined() || v.is_null() {
+        return Ok(Vec::new());
+    }
+    if !plain_object(v) {
+        return Err(bad(format!("{at} must be {{ table: [[field, …], …] }} (got {})", js_type(v))));
+    }
+    let mut out = Vec::new();
+    for table in keys(v) {
+        let list = args::get(v, &table);
+        let at = format!("{at}.{table}");
+        let list: &Array = list.dyn_ref().ok_or_else(|| bad(format!("{at} must be an array of indexes, each an array of fields")))?;
+        for (i, ix) in list.iter().enumerate() {
+            let at = format!("{at}[{i}]");
+            let fields: &Array = ix.dyn_ref().ok_or_else(|| bad(format!("{at} must be an array of fields (got {})", js_type(&ix))))?;
+            let mut names: Vec<String> = Vec::new();
+            for (j, f) in fields.iter().enumerate() {
+                let name = args::text(&f, &format!("{at}[{j}]"))?;
+                if name.is_empty() || names.contains(&name) {
+                    return Err(bad(format!("{at}: field names must be distinct and not empty")));
+                }
+                names.push(name);
+            }
+            if names.is_empty() {
+                return Err(bad(format!("{at}: an index names at least one field")));
+            }
+            out.push(IndexDef { table: table.clone(), fields: names });
+        }
+    }
+    Ok(out)
+}
+
+#[wasm_bindgen]
+impl Marksync {
+    /// The visible rows of `table` a query asks for: `{ where, orderBy,
+    /// limit, after, space }` (PROTOCOL §7, "Queries"). Returns the array
+    /// itself, frozen, at once (no Promise; `await` on it works too).
+    /// Served by an index when one fits (`explain()` says which), else by a
+    /// scan of the table.
+    pub fn query(&self, table: JsValue, query: JsValue) -> Result<JsValue, JsValue> {
+        self.inner.check_open().map_err(client_error)?;
+        let table = args::text(&table, "table")?;
+        let mut engine = self.inner.engine.borrow_mut();
+        let q = read_query(&engine, &query, true)?;
+        let rows = engine.query(&table, &q);
+        Ok(rows_to_js(rows.iter().map(|(k, r)| (k, r))))
+    }
+
+    /// How many visible rows of `table` match `{ where, space }`.
+    pub fn count(&self, table: JsValue, query: JsValue) -> Result<u32, JsValue> {
+        self.inner.check_open().map_err(client_error)?;
+        let table = args::text(&table, "table")?;
+        let mut engine = self.inner.engine.borrow_mut();
+        let q = read_query(&engine, &query, false)?;
+        Ok(engine.count(&table, &q) as u32)
+    }
+
+    /// Which index serves a query, or that a scan of the table does:
+    /// `{ index: [fields] | null, equal, range, ordered, plan }`.
+    pub fn explain(&self, table: JsValue, query: JsValue) -> Result<JsValue, JsValue> {
+        let table = args::text(&table, "table")?;
+        let mut engine = self.inner.engine.borrow_mut();
+        let q = read_query(&engine, &query, true)?;
+        Ok(to_js(&engine.explain(&table, &q)))
+    }
+
+    /// A live query: `listener(rows)` hears the first result soon after
+    /// (never within this call), then each new result — only when it
+    /// changed. Returns a function that stops it (again: nothing).
+    pub fn watch(&self, table: JsValue, query: JsValue, listener: JsValue) -> Result<Function, JsValue> {
+        let table = args::text(&table, "table")?;
+        let listener: Function = listener.dyn_into().map_err(|v| bad(format!("watch() takes a listener function (got {})", js_type(&v))))?;
+        self.inner.check_open().map_err(client_error)?;
+        let q = read_query(&self.inner.engine.borrow(), &query, true)?;
+        let id = self.inner.watch(
+            &table,
+            q,
+            std::rc::Rc::new(move |rows: &[(RowKey, crate::protocol::Row)]| {
+                let _ = listener.call1(&JsValue::NULL, &rows_to_js(rows.iter().map(|(k, r)| (k, r))));
+            }),
+        );
+        let weak = std::rc::Rc::downgrade(&self.inner);
+        let stop = Closure::<dyn FnMut()>::new(move || {
+            if let Some(c) = weak.upgrade() {
+                Client::<FetchTransport>::unwatch(&c, id);
+            }
+        });
+        Ok(stop.into_js_value().unchecked_into())
+    }
+}

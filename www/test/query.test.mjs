@@ -1,0 +1,182 @@
+// Queries on the device in real Chromium over real IndexedDB
+// (docs/protocol.md §7, "Queries"): filters, order, keyset pages, counts,
+// indexes and explain, bad queries, and live queries that hear a result
+// only when it changed — in one tab, across two tabs, after a reload.
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, launch, device, newUser, until } from './helpers.mjs';
+
+describe('queries in Chromium', () => {
+  let server;
+  let browser;
+  before(async () => {
+    server = await startServer('sqlite');
+    browser = await launch();
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.stop();
+  });
+
+  async function open(user, name = 'q') {
+    const d = await device(browser, server);
+    const run = (fn, arg) => d.page.evaluate(fn, arg);
+    await run(async ({ user, name }) => {
+      window.db = await window.Marksync.open({
+        endpoint: location.origin, token: `dev:${user}`, name, autoSync: false, live: false,
+        indexes: { sets: [['exercise', 'weightKg'], ['weightKg']] },
+      });
+    }, { user, name });
+    return { ...d, run };
+  }
+
+  async function seed(d) {
+    await d.run(async () => {
+      const ex = ['squat', 'bench', 'deadlift'];
+      const edits = [];
+      for (let i = 0; i < 30; i++) {
+        const fields = { exercise: ex[i % 3], weightKg: 20 + (i % 10) * 5, reps: 1 + (i % 7) };
+        if (i % 5 === 0) delete fields.reps;
+        edits.push({ table: 'sets', rowId: `s${String(i).padStart(2, '0')}`, fields });
+      }
+      edits.push({ table: 'sets', rowId: 'txt', fields: { exercise: 'squat', weightKg: '9', reps: 3 } });
+      await db.changeMany(edits);
+    });
+  }
+
+  test('where, orderBy, limit and after answer as filter-and-sort over every row; count and explain agree', async () => {
+    const d = await open(newUser('q'));
+    await seed(d);
+    const out = await d.run(async () => {
+      const all = db.rows('sets');
+      const ref = (pred, key) => all.filter(pred).sort(key);
+      const ids = (rows) => rows.map((r) => r._id);
+      const heavyFirst = (a, b) => (b.weightKg - a.weightKg) || (a._id < b._id ? -1 : 1);
+      const q = { where: { exercise: 'squat', weightKg: { gte: 30, lt: 60 } }, orderBy: ['weightKg', 'desc'], limit: 3 };
+      const page1 = db.query('sets', q);
+      const page2 = db.query('sets', { ...q, after: page1[page1.length - 1] });
+      const want = ids(ref((r) => r.exercise === 'squat' && typeof r.weightKg === 'number' && r.weightKg >= 30 && r.weightKg < 60, heavyFirst));
+      return {
+        page1: ids(page1), page2: ids(page2), want,
+        frozen: Object.isFrozen(page1) && Object.isFrozen(page1[0]),
+        awaited: ids(await db.query('sets', { limit: 2 })),
+        noReps: ids(db.query('sets', { where: { reps: null } })),
+        wantNoReps: ids(all.filter((r) => r.reps === undefined)),
+        ltTen: ids(db.query('sets', { where: { weightKg: { lt: 10 } } })),
+        prefix: ids(db.query('sets', { where: { exercise: { prefix: 'dead' } }, limit: 2 })),
+        inList: db.count('sets', { where: { exercise: { in: ['bench', 'deadlift'] } } }),
+        count: db.count('sets', { where: { exercise: 'squat' } }),
+        explainIndex: db.explain('sets', q),
+        explainScan: db.explain('sets', { where: { reps: 3 } }),
+      };
+    });
+    assert.deepEqual(out.page1, out.want.slice(0, 3));
+    assert.deepEqual(out.page2, out.want.slice(3, 6));
+    assert.ok(out.frozen, 'results are frozen');
+    assert.deepEqual(out.awaited, ['s00', 's01']);
+    assert.deepEqual(out.noReps, out.wantNoReps, 'a missing field reads as null');
+    assert.deepEqual(out.ltTen, [], "a range keeps to its bound's kind: '9' is a string");
+    assert.deepEqual(out.prefix, ['s02', 's05']);
+    assert.equal(out.inList, 20);
+    assert.equal(out.count, 11);
+    assert.deepEqual(out.explainIndex.index, ['exercise', 'weightKg']);
+    assert.equal(out.explainIndex.ordered, true);
+    assert.equal(out.explainScan.index, null, out.explainScan.plan);
+    await d.context.close();
+  });
+
+  test('a bad query throws bad_input and changes nothing', async () => {
+    const d = await open(newUser('bad'));
+    await seed(d);
+    const codes = await d.run(() => {
+      const code = (q) => { try { db.query('sets', q); return 'none'; } catch (e) { return e.code; } };
+      return [
+        code({ where: { reps: { near: 3 } } }),
+        code({ limit: 1.5 }),
+        code({ limit: 0 }),
+        code({ orderBy: [['weightKg', 'up']] }),
+        code({ orderBy: 7 }),
+        code({ where: { reps: [1, 2] } }),
+        code({ wher: {} }),
+        code('sets'),
+        code({ where: { reps: { in: 3 } } }),
+        code({ where: { reps: 10n } }),
+      ];
+    });
+    assert.deepEqual(codes, Array(codes.length).fill('bad_input'));
+    assert.equal(await d.run(() => db.pending().length), 31);
+    await d.context.close();
+  });
+
+  test('a live query hears its first result, then only results that changed', async () => {
+    const d = await open(newUser('live'));
+    await seed(d);
+    const heard = await d.run(async () => {
+      const log = { squat: [], bench: [], top: [] };
+      window.stops = [
+        db.watch('sets', { where: { exercise: 'squat' }, orderBy: 'weightKg', limit: 2 }, (rows) => log.squat.push(rows.map((r) => r._id))),
+        db.watch('sets', { where: { exercise: 'bench' } }, (rows) => log.bench.push(rows.length)),
+        db.watch('sets', { where: { weightKg: { gte: 0 } }, orderBy: [['weightKg', 'desc']], limit: 1 }, (rows) => log.top.push(rows[0]?._id)),
+      ];
+      const settle = () => new Promise((r) => setTimeout(r, 50));
+      await settle();
+      const first = JSON.stringify(log);
+      await db.change('sets', 's01', { reps: 9 }); // a bench row: only the bench query's result moves
+      await settle();
+      const afterBench = JSON.stringify(log);
+      await db.change('sets', 's27', { weightKg: 21 }); // a squat row outside the first two
+      await settle();
+      const afterFar = JSON.stringify(log);
+      await db.change('sets', 'new', { exercise: 'squat', weightKg: 500 });
+      await settle();
+      window.log = log;
+      return { first: JSON.parse(first), afterBench: JSON.parse(afterBench), afterFar: JSON.parse(afterFar), last: log };
+    });
+    assert.deepEqual(heard.first.squat.length, 1);
+    assert.deepEqual(heard.first.bench, [10]);
+    assert.deepEqual(heard.afterBench.squat, heard.first.squat, 'a change of another row set is not heard');
+    assert.deepEqual(heard.afterBench.top, heard.first.top);
+    assert.equal(heard.afterBench.bench.length, 2, 'a bench row in the result changed its reps: heard once more');
+    assert.deepEqual(heard.afterFar.squat.length, 2, 's27 moved into the two lightest squats');
+    assert.deepEqual(heard.last.top.at(-1), 'new');
+    // Stopping a live query: not heard again (twice: nothing).
+    const after = await d.run(async () => {
+      window.stops.forEach((s) => { s(); s(); });
+      await db.change('sets', 'new2', { exercise: 'squat', weightKg: 1 });
+      await new Promise((r) => setTimeout(r, 50));
+      return window.log.squat.length;
+    });
+    assert.equal(after, heard.last.squat.length);
+    await d.context.close();
+  });
+
+  test("another tab's edit reaches this tab's live query; a reload keeps the rows; a restored row shows no _deleted", async () => {
+    const user = newUser('tabs');
+    const d = await open(user, 'tabs');
+    const second = await d.context.newPage();
+    await second.goto(`${server.url}/test/harness.html`);
+    await second.waitForFunction(() => window.ready);
+    await second.evaluate(async (user) => {
+      window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'tabs', autoSync: false, live: false });
+    }, user);
+    await d.run(() => {
+      window.heard = [];
+      db.watch('sets', { where: { exercise: 'row' } }, (rows) => window.heard.push(rows.map((r) => r._id)));
+    });
+    await second.evaluate(() => db.change('sets', 'r1', { exercise: 'row', weightKg: 40 }));
+    await until(() => d.run(() => window.heard.at(-1)?.includes('r1')), 'the other tab\'s edit in the live query');
+    await second.evaluate(async () => {
+      await db.remove('sets', 'r1');
+      await db.restore('sets', 'r1');
+    });
+    await until(() => d.run(() => window.heard.at(-1)?.length === 1 && window.heard.length >= 3), 'remove and restore heard');
+    await d.page.reload();
+    await d.page.waitForFunction(() => window.ready);
+    const row = await d.run(async () => {
+      window.db = await window.Marksync.open({ endpoint: location.origin, name: 'tabs', autoSync: false, live: false });
+      return db.query('sets', { where: { exercise: 'row' } })[0];
+    });
+    assert.deepEqual(row, { _id: 'r1', exercise: 'row', weightKg: 40 });
+    await d.context.close();
+  });
+});
