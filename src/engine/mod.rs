@@ -570,3 +570,5 @@ impl Engine {
 mod spaces_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod query_tests;
