@@ -12,7 +12,17 @@ use crate::protocol::{
     SpacesPullResponse, VerdictsRequest, VerdictsResponse, MAX_PULL_LIMIT, MAX_PULL_PAGE_BYTES,
 };
 use crate::schema::Schema;
+use crate::protocol::space::Invitation;
 use crate::space::{self, MemberRefusal, Role, SpaceId};
+
+/// A membership refusal as the server answers it.
+fn refused(r: MemberRefusal) -> ErrorBody {
+    match r {
+        MemberRefusal::Forbidden(m) => ErrorBody::new(ErrorCode::Forbidden, m),
+        MemberRefusal::Conflict(m) => ErrorBody::new(ErrorCode::Conflict, m),
+        MemberRefusal::BadRequest(m) => ErrorBody::new(ErrorCode::BadRequest, m),
+    }
+}
 
 /// One user's verdicts, remembered forever, and audit counts.
 #[derive(Debug, Clone, Default)]
@@ -38,6 +48,17 @@ pub struct SpaceData {
     pub head: u64,
 }
 
+/// An invitation to a space not accepted yet (PROTOCOL §3c).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingInvitation {
+    /// The role accepting gives.
+    pub role: Role,
+    /// The owner who invited.
+    pub from: String,
+    /// When it lapses (ms); `None`: the server has no clock.
+    pub expires_at: Option<u64>,
+}
+
 /// The whole in-memory server.
 #[derive(Debug, Clone)]
 pub struct MemoryServer {
@@ -51,6 +72,11 @@ pub struct MemoryServer {
     pub created: std::collections::HashSet<String>,
     /// (space, user) → role: the stored memberships.
     pub members: BTreeMap<(String, String), Role>,
+    /// (space, user) → the pending invitation: the role offered, who
+    /// invited, and when it lapses (by [`MemoryServer::now`]; no clock: never).
+    pub invitations: BTreeMap<(String, String), PendingInvitation>,
+    /// How long an invitation stays pending, in ms of [`MemoryServer::now`].
+    pub invitation_ttl_ms: u64,
     /// The injected server clock (ms): answers carry it as `now`, and
     /// `max_future_ms` bounds `at` by it. `None` (the default): no clock.
     pub now: Option<u64>,
@@ -67,6 +93,8 @@ impl MemoryServer {
             spaces: HashMap::new(),
             created: Default::default(),
             members: BTreeMap::new(),
+            invitations: BTreeMap::new(),
+            invitation_ttl_ms: 7 * 24 * 3600 * 1000,
             now: None,
             max_future_ms: None,
         }
@@ -251,32 +279,82 @@ impl MemoryServer {
     }
 
     /// Sets `user`'s role in `name` (`None`: removes), as `by` (`None`: the
-    /// admin credential), with the rules of [`space::check_member_change`].
-    pub fn set_member(&mut self, by: Option<&str>, name: &str, user: &str, role: Option<Role>) -> Result<(), ErrorBody> {
-        let refused = |r: MemberRefusal| match r {
-            MemberRefusal::Forbidden(m) => ErrorBody::new(ErrorCode::Forbidden, m),
-            MemberRefusal::Conflict(m) => ErrorBody::new(ErrorCode::Conflict, m),
-            MemberRefusal::BadRequest(m) => ErrorBody::new(ErrorCode::BadRequest, m),
-        };
+    /// admin credential), with the rules of [`space::check_member_change`],
+    /// as the reference server does: a user adding someone who is not a
+    /// member invites them (`Ok(true)`; `None` withdraws the invitation), and
+    /// any member may remove themself (leave), but a space's last owner.
+    pub fn set_member(&mut self, by: Option<&str>, name: &str, user: &str, role: Option<Role>) -> Result<bool, ErrorBody> {
         space::check_member_change(name, user, None, None, 0).map_err(refused)?;
         let exists = space::personal_owner(name).is_some() || self.created.contains(name);
+        let before = self.stored_role(name, user);
+        let leaving = by == Some(user) && role.is_none();
         match by {
+            _ if leaving => {}
             None if !exists => return Err(ErrorBody::new(ErrorCode::NotFound, format!("no space {name}"))),
             Some(caller) if !exists || !space::manages_members(self.role(name, caller)) => {
                 return Err(refused(space::not_an_owner(name)));
             }
             _ => {}
         }
-        let before = self.stored_role(name, user);
+        let key = (name.to_owned(), user.to_owned());
+        if let (Some(caller), None) = (by, before) {
+            match role {
+                None if leaving => return Ok(false),
+                None => self.invitations.remove(&key),
+                Some(r) => {
+                    let expires_at = self.now.map(|now| now.saturating_add(self.invitation_ttl_ms));
+                    self.invitations.insert(key, PendingInvitation { role: r, from: caller.to_owned(), expires_at })
+                }
+            };
+            return Ok(role.is_some());
+        }
         let owners = self.members.iter().filter(|((s, _), r)| s == name && **r == Role::Owner).count();
         if space::check_member_change(name, user, before, role, owners).map_err(refused)? {
-            let key = (name.to_owned(), user.to_owned());
+            self.invitations.remove(&key);
             match role {
                 Some(r) => self.members.insert(key, r),
                 None => self.members.remove(&key),
             };
         }
-        Ok(())
+        Ok(false)
+    }
+
+    /// Whether `invitation` is still pending by the server's clock.
+    fn pending(&self, invitation: &PendingInvitation) -> bool {
+        match (invitation.expires_at, self.now) {
+            (Some(expires), Some(now)) => now < expires,
+            _ => true,
+        }
+    }
+
+    /// `user` accepts their invitation to `name`: the role they now have
+    /// (already a member: that role; none pending: `not_found`).
+    pub fn accept(&mut self, user: &str, name: &str) -> Result<Role, ErrorBody> {
+        space::check_space(name).map_err(|p| ErrorBody::new(ErrorCode::BadRequest, format!("space: {p}")))?;
+        if let Some(role) = self.role(name, user) {
+            return Ok(role);
+        }
+        let key = (name.to_owned(), user.to_owned());
+        let offered = self.invitations.get(&key).filter(|i| self.pending(i)).map(|i| i.role);
+        let role = offered
+            .ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, format!("you have no pending invitation to space {name}")))?;
+        self.invitations.remove(&key);
+        self.members.insert(key, role);
+        Ok(role)
+    }
+
+    /// `user` declines their invitation to `name` (none: nothing happens).
+    pub fn decline(&mut self, user: &str, name: &str) {
+        self.invitations.remove(&(name.to_owned(), user.to_owned()));
+    }
+
+    /// `user`'s pending invitations, by space name.
+    pub fn invitations(&self, user: &str) -> Vec<Invitation> {
+        self.invitations
+            .iter()
+            .filter(|((_, u), i)| u == user && self.pending(i))
+            .map(|((s, _), i)| Invitation { space: s.clone(), role: i.role, from: i.from.clone(), expires_at: i.expires_at.unwrap_or(u64::MAX) })
+            .collect()
     }
 
     fn head_of(&self, name: &str) -> u64 {
@@ -442,7 +520,13 @@ mod tests {
         let v = s.push("bob", &req("b:a1", vec![bobs.clone()])).unwrap();
         assert!(matches!(&v.verdicts[0].outcome, Outcome::Rejected { code, row: None, .. } if code == "forbidden"));
         assert_eq!(s.set_member(Some("bob"), "gym", "bob", Some(Role::Owner)).unwrap_err().error.code, ErrorCode::Forbidden);
-        s.set_member(Some("alice"), "gym", "bob", Some(Role::Viewer)).unwrap();
+        assert!(s.set_member(Some("alice"), "gym", "bob", Some(Role::Viewer)).unwrap(), "an invitation");
+        let unasked = s.pull_spaces("bob", &SpacesPullRequest::default());
+        assert_eq!(unasked.joined.len(), 1, "until bob accepts, nothing of gym reaches him");
+        assert!(unasked.spaces.is_empty());
+        assert_eq!(s.invitations("bob").len(), 1);
+        assert_eq!(s.accept("bob", "gym").unwrap(), Role::Viewer);
+        assert!(s.invitations("bob").is_empty());
         let first = s.pull_spaces("bob", &SpacesPullRequest::default());
         assert_eq!(
             first.joined.iter().map(|m| (m.space.as_str(), m.role)).collect::<Vec<_>>(),
@@ -460,6 +544,14 @@ mod tests {
             serde_json::from_value(serde_json::json!({"spaces": {"gym": {"cursor": 1, "role": "viewer"}}})).unwrap();
         assert_eq!(s.pull_spaces("bob", &follow).left, ["gym"]);
         assert_eq!(s.set_member(None, "gym", "alice", None).unwrap_err().error.code, ErrorCode::Conflict, "the last owner");
+        // Any member leaves; a declined invitation cannot be accepted.
+        s.set_member(Some("alice"), "gym", "carol", Some(Role::Editor)).unwrap();
+        s.accept("carol", "gym").unwrap();
+        assert!(!s.set_member(Some("carol"), "gym", "carol", None).unwrap());
+        assert_eq!(s.role("gym", "carol"), None);
+        s.set_member(Some("alice"), "gym", "dave", Some(Role::Editor)).unwrap();
+        s.decline("dave", "gym");
+        assert_eq!(s.accept("dave", "gym").unwrap_err().error.code, ErrorCode::NotFound);
     }
 
     #[test]

@@ -130,6 +130,12 @@ async fn any_member_can_leave_but_the_last_owner(b: Backend) {
     assert_eq!(invite(&t, "vic", "club", "alice", Value::Null).await.0, 403, "a viewer removes only themself");
     let (status, body) = invite(&t, "alice", "club", "alice", Value::Null).await;
     assert_eq!((status, error_code(&body)), (409, "conflict"), "the last owner stays: {body}");
+    // `POST /v1/spaces/leave` says the same in fewer words.
+    invite(&t, "alice", "club", "ann", json!("editor")).await;
+    accept(&t, "ann", "club").await;
+    assert_eq!(post(&t, "/v1/spaces/leave", "ann", json!({"space": "club"})).await, (200, json!({"space": "club"})));
+    assert_eq!(pull(&t, "ann", json!({"club": {"cursor": 0, "role": "editor"}})).await["left"], json!(["club"]));
+    assert_eq!(post(&t, "/v1/spaces/leave", "alice", json!({"space": "club"})).await.0, 409);
     t.stop().await;
 }
 both!(any_member_can_leave_but_the_last_owner);

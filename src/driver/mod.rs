@@ -27,6 +27,7 @@ pub use transport::{CallError, MemoryTransport, Transport};
 use crate::attempt::Recovery;
 use crate::engine::{Config, Draft, Engine, EngineError};
 use crate::ids::device_id_from;
+use crate::protocol::space::Invitation;
 use crate::protocol::{CreateSpace, Fields, Member, MembersList, OpId, SetMember};
 use crate::space::{Membership, Role};
 use crate::store::{LocalStore, Meta, Txn};
@@ -404,6 +405,38 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     pub async fn members(&self, space: &str) -> Result<MembersList, ClientError> {
         self.check_open()?;
         self.net().members(space).await.map_err(ClientError::Refused)
+    }
+
+    /// The user's pending invitations to spaces (nothing of those spaces is on the device).
+    pub async fn invitations(&self) -> Result<Vec<Invitation>, ClientError> {
+        self.check_open()?;
+        Ok(self.net().invitations().await.map_err(ClientError::Refused)?.invitations)
+    }
+
+    /// Accepts the invitation to `space`; its rows come with the sync started now.
+    pub async fn accept(self: &Rc<Self>, space: &str) -> Result<Membership, ClientError> {
+        self.check_open()?;
+        let m = self.net().accept(space).await.map_err(ClientError::Refused)?;
+        if self.auto_sync {
+            self.schedule_sync(0);
+        }
+        Ok(m)
+    }
+
+    /// Declines the invitation to `space`.
+    pub async fn decline(&self, space: &str) -> Result<(), ClientError> {
+        self.check_open()?;
+        self.net().decline(space).await.map_err(ClientError::Refused)
+    }
+
+    /// Leaves `space`; the sync started now takes its rows off the device.
+    pub async fn leave(self: &Rc<Self>, space: &str) -> Result<(), ClientError> {
+        self.check_open()?;
+        self.net().leave(space).await.map_err(ClientError::Refused)?;
+        if self.auto_sync {
+            self.schedule_sync(0);
+        }
+        Ok(())
     }
 
     /// Dismisses a rejection.

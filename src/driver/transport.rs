@@ -14,6 +14,7 @@ use crate::protocol::{
     CreateSpace, ErrorBody, Member, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse,
     VerdictsRequest, VerdictsResponse,
 };
+use crate::protocol::space::InvitationsList;
 use crate::space::Membership;
 
 /// Why a membership call failed: the server's error code and message
@@ -67,6 +68,14 @@ pub trait Transport {
     async fn set_member(&self, req: &SetMember) -> Result<Member, CallError>;
     /// `GET /v1/spaces/members?space=`: who is a member of a space.
     async fn members(&self, space: &str) -> Result<MembersList, CallError>;
+    /// `GET /v1/invitations`: the user's pending invitations.
+    async fn invitations(&self) -> Result<InvitationsList, CallError>;
+    /// `POST /v1/invitations/accept`: joins a space the user is invited to.
+    async fn accept(&self, space: &str) -> Result<Membership, CallError>;
+    /// `POST /v1/invitations/decline`: refuses an invitation.
+    async fn decline(&self, space: &str) -> Result<(), CallError>;
+    /// `POST /v1/spaces/leave`: the user leaves a space (`role: null` on themself).
+    async fn leave(&self, space: &str) -> Result<(), CallError>;
 }
 
 /// The in-memory judge as a transport, for tests (natively and in the browser). Answers can
@@ -134,6 +143,25 @@ impl Transport for MemoryTransport {
     async fn set_member(&self, req: &SetMember) -> Result<Member, CallError> {
         self.server.borrow_mut().set_member(Some(&self.user), &req.space, &req.user, req.role).map_err(CallError::of)?;
         Ok(Member { user: req.user.clone(), role: req.role })
+    }
+
+    async fn invitations(&self) -> Result<InvitationsList, CallError> {
+        Ok(InvitationsList { invitations: self.server.borrow().invitations(&self.user) })
+    }
+
+    async fn accept(&self, space: &str) -> Result<Membership, CallError> {
+        let role = self.server.borrow_mut().accept(&self.user, space).map_err(CallError::of)?;
+        Ok(Membership { space: space.to_owned(), role })
+    }
+
+    async fn decline(&self, space: &str) -> Result<(), CallError> {
+        self.server.borrow_mut().decline(&self.user, space);
+        Ok(())
+    }
+
+    async fn leave(&self, space: &str) -> Result<(), CallError> {
+        self.server.borrow_mut().set_member(Some(&self.user), space, &self.user, None).map_err(CallError::of)?;
+        Ok(())
     }
 
     async fn members(&self, space: &str) -> Result<MembersList, CallError> {

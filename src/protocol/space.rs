@@ -146,10 +146,10 @@ pub struct InvitationsList {
     pub invitations: Vec<Invitation>,
 }
 
-/// `POST /v1/invitations/accept` and `/decline` body.
+/// A body naming one space: `POST /v1/invitations/accept`, `…/decline`, `POST /v1/spaces/leave`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct InvitationAnswer {
+pub struct SpaceName {
     /// The space invited to.
     pub space: String,
 }

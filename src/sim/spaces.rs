@@ -152,19 +152,31 @@ impl Run {
         };
         // An owner of the space acts (or, now and then, someone who is not).
         let owners: Vec<String> = self.users.iter().filter(|u| self.role(&space, u) == Some(Role::Owner)).cloned().collect();
-        let by = if owners.is_empty() || self.rng.u8(..6) == 0 {
+        // Now and then the user themself acts: leaving, when removing.
+        let by = if self.rng.u8(..8) == 0 {
+            user.clone()
+        } else if owners.is_empty() || self.rng.u8(..6) == 0 {
             self.pick(&self.users.clone()).to_owned()
         } else {
             self.pick(&owners).to_owned()
         };
         let result = self.server.set_member(Some(&by), &space, &user, role);
         self.log.push(format!("{by} sets {user} in {space} to {role:?}: {:?}", result.as_ref().map_err(|e| &e.error.code)));
-        if result.is_ok() {
-            if role.is_some() {
-                self.stats.grants += 1;
-            } else {
-                self.stats.revokes += 1;
+        match result {
+            // An invitation: the invitee answers it, mostly yes (PROTOCOL §3c).
+            Ok(true) => {
+                if self.rng.u8(..4) == 0 {
+                    self.server.decline(&user, &space);
+                    self.log.push(format!("{user} declines {space}"));
+                } else {
+                    let accepted = self.server.accept(&user, &space);
+                    self.log.push(format!("{user} accepts {space}: {:?}", accepted.as_ref().map_err(|e| &e.error.code)));
+                    self.stats.grants += 1;
+                }
             }
+            Ok(false) if role.is_some() => self.stats.grants += 1,
+            Ok(false) => self.stats.revokes += 1,
+            Err(_) => {}
         }
     }
 

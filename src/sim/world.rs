@@ -352,6 +352,18 @@ impl Transport for SimTransport {
     async fn members(&self, _space: &str) -> Result<MembersList, CallError> {
         Err(no_calls())
     }
+    async fn invitations(&self) -> Result<crate::protocol::space::InvitationsList, CallError> {
+        Err(no_calls())
+    }
+    async fn accept(&self, _space: &str) -> Result<Membership, CallError> {
+        Err(no_calls())
+    }
+    async fn decline(&self, _space: &str) -> Result<(), CallError> {
+        Err(no_calls())
+    }
+    async fn leave(&self, _space: &str) -> Result<(), CallError> {
+        Err(no_calls())
+    }
 }
 
 /// A context's host: the device's lock and channel, the world's clock.

@@ -1,6 +1,7 @@
 //! The JavaScript face of shared spaces' membership: creating a space,
-//! giving and taking roles, listing members. Needs the server; nothing here
-//! is recorded on the device.
+//! giving and taking roles (another user is invited), listing members,
+//! answering invitations, leaving. Needs the server; nothing here is
+//! recorded on the device.
 
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
@@ -49,5 +50,42 @@ impl Marksync {
         let inner = self.inner.clone();
         let space = args::text(&space, "space");
         future_to_promise(async move { Ok(to_js(&inner.members(&space?).await.map_err(client_error)?)) })
+    }
+
+    /// The user's pending invitations: `[{ space, role, from, expiresAt }]`.
+    /// Nothing of an invited space is on the device until it is accepted.
+    pub fn invitations(&self) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move { Ok(to_js(&inner.invitations().await.map_err(client_error)?)) })
+    }
+
+    /// Accepts the invitation to `space`: resolves with `{ space, role }`;
+    /// its rows arrive with the next sync (started now). None pending:
+    /// `refused` with `refusal: "not_found"`.
+    pub fn accept(&self, space: JsValue) -> Promise {
+        let inner = self.inner.clone();
+        let space = args::text(&space, "space");
+        future_to_promise(async move { Ok(to_js(&inner.accept(&space?).await.map_err(client_error)?)) })
+    }
+
+    /// Declines the invitation to `space` (none pending: resolves all the same).
+    pub fn decline(&self, space: JsValue) -> Promise {
+        let inner = self.inner.clone();
+        let space = args::text(&space, "space");
+        future_to_promise(async move {
+            inner.decline(&space?).await.map_err(client_error)?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// Leaves `space`; the next sync (started now) takes its rows off the
+    /// device. The last owner cannot: `refused` with `refusal: "conflict"`.
+    pub fn leave(&self, space: JsValue) -> Promise {
+        let inner = self.inner.clone();
+        let space = args::text(&space, "space");
+        future_to_promise(async move {
+            inner.leave(&space?).await.map_err(client_error)?;
+            Ok(JsValue::UNDEFINED)
+        })
     }
 }

@@ -15,6 +15,7 @@ use crate::protocol::{
     CreateSpace, ErrorBody, Member, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse,
     VerdictsRequest, VerdictsResponse,
 };
+use crate::protocol::space::{InvitationsList, SpaceName};
 use crate::space::Membership;
 
 pub use crate::driver::transport::{CallError, MemoryTransport, Transport};
@@ -255,5 +256,26 @@ impl Transport for FetchTransport {
     async fn members(&self, space: &str) -> Result<MembersList, CallError> {
         let q = String::from(js_sys::encode_uri_component(space));
         self.call("GET", &format!("/v1/spaces/members?space={q}"), None).await
+    }
+
+    async fn invitations(&self) -> Result<InvitationsList, CallError> {
+        self.call("GET", "/v1/invitations", None).await
+    }
+
+    async fn accept(&self, space: &str) -> Result<Membership, CallError> {
+        let body = serde_json::to_string(&SpaceName { space: space.to_owned() }).ok();
+        self.call("POST", "/v1/invitations/accept", body).await
+    }
+
+    async fn decline(&self, space: &str) -> Result<(), CallError> {
+        let body = serde_json::to_string(&SpaceName { space: space.to_owned() }).ok();
+        let _: serde_json::Value = self.call("POST", "/v1/invitations/decline", body).await?;
+        Ok(())
+    }
+
+    async fn leave(&self, space: &str) -> Result<(), CallError> {
+        let body = serde_json::to_string(&SpaceName { space: space.to_owned() }).ok();
+        let _: serde_json::Value = self.call("POST", "/v1/spaces/leave", body).await?;
+        Ok(())
     }
 }

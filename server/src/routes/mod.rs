@@ -7,7 +7,7 @@
 //! | [`verdicts`] | `POST /v1/verdicts` |
 //! | [`schema`] | `GET /v1/schema` |
 //! | [`events`] | `GET /v1/events` |
-//! | [`spaces`] | `GET`/`POST /v1/spaces`, `GET`/`POST /v1/spaces/members`, `GET /v1/invitations`, `POST /v1/invitations/accept`, `…/decline` |
+//! | [`spaces`] | `GET`/`POST /v1/spaces`, `GET`/`POST /v1/spaces/members`, `POST /v1/spaces/leave`, `GET /v1/invitations`, `POST /v1/invitations/accept`, `…/decline` |
 //! | [`admin`] | `POST /v1/admin/spaces`, `GET`/`POST /v1/admin/spaces/members` |
 //! | [`health`] | `/healthz`, `/metrics` |
 //! | [`faults`] | `POST /__faults` (only with `--enable-faults`) |
@@ -52,6 +52,7 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         .route("/v1/pull", get(pull::personal).post(pull::spaces))
         .route("/v1/spaces", get(spaces::list).post(spaces::create))
         .route("/v1/spaces/members", get(spaces::members).post(spaces::set))
+        .route("/v1/spaces/leave", post(spaces::leave))
         .route("/v1/invitations", get(spaces::invitations))
         .route("/v1/invitations/accept", post(spaces::accept))
         .route("/v1/invitations/decline", post(spaces::decline))

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use marksync::protocol::space::{Invitation, InvitationAnswer, InvitationsList, MemberChange, MAX_LIST_LIMIT};
+use marksync::protocol::space::{Invitation, SpaceName, InvitationsList, MemberChange, MAX_LIST_LIMIT};
 use marksync::protocol::{CreateSpace, Member, MembersList, SetMember, SpacesList};
 use marksync::space::Membership;
 
@@ -73,7 +73,7 @@ pub(crate) async fn accept(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let req: InvitationAnswer = read_json(&headers, body, MAX_BODY, "an invitation's answer").await?;
+    let req: SpaceName = read_json(&headers, body, MAX_BODY, "a space").await?;
     let role = app.store.accept(&user, &req.space).await?;
     let _ = app.pokes.send(Poke::Members { user: user.as_str().into() });
     Ok(Json(Membership { space: req.space, role }).into_response())
@@ -86,7 +86,7 @@ pub(crate) async fn decline(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let req: InvitationAnswer = read_json(&headers, body, MAX_BODY, "an invitation's answer").await?;
+    let req: SpaceName = read_json(&headers, body, MAX_BODY, "a space").await?;
     app.store.decline(&user, &req.space).await?;
     Ok(Json(serde_json::json!({ "space": req.space })).into_response())
 }
@@ -120,6 +120,20 @@ pub(crate) async fn set(
     body: Body,
 ) -> Result<Response, ApiError> {
     set_as(&app, Actor::User(&user), &headers, body).await
+}
+
+/// `POST /v1/spaces/leave`: the caller leaves a space (as `role: null` on themself).
+pub(crate) async fn leave(
+    State(app): State<App>,
+    Extension(User(user)): Extension<User>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let req: SpaceName = read_json(&headers, body, MAX_BODY, "a space").await?;
+    if app.store.set_member(Actor::User(&user), &req.space, &user, None).await? == Changed::Member {
+        let _ = app.pokes.send(Poke::Members { user: user.as_str().into() });
+    }
+    Ok(Json(serde_json::json!({ "space": req.space })).into_response())
 }
 
 /// A membership change asked by `actor`; the changed user's streams are
