@@ -247,4 +247,69 @@ window.w4open = async (name, { rows, db }) => {
   return { openMs, openOnlyMs: opened - t, readRowsMs: openMs - (opened - t), rows: r.n, ...mem };
 };
 
+/** Workload 6, step 1 (its own page): store `rows` query rows in database `db`. */
+window.w6seed = async (name, { rows, db }) => {
+  const S = (await system(name)).w6;
+  const t = now();
+  await S.seed(db, rows);
+  return { seedMs: now() - t, note: S.note };
+};
+
+/**
+ * Workload 6, step 2 (a fresh page): open and read the first 50-row page by
+ * the index (cold), then 200 such queries; then a live query of one exercise
+ * and one of another: 100 writes to the first, each timed until its
+ * listener holds the new row, and how often the other one woke.
+ */
+window.w6run = async (name, { rows, db: dbName }) => {
+  const S = (await system(name)).w6;
+  const m0 = memory();
+  const t0 = now();
+  const db = await S.open(dbName);
+  const first = await S.query(db, 'ex7');
+  const out = { firstPageMs: now() - t0 };
+  check(first.length === 50 && S.idOf(first[0]) === `q${rows - 50 + 7}`, `${name}: first page starts at ${S.idOf(first[0] ?? {})}`);
+  Object.assign(out, growth(m0));
+  const lat = [];
+  for (let i = 0; i < 200; i++) {
+    const t = now();
+    const r = await S.query(db, `ex${i % 50}`);
+    lat.push(now() - t);
+    check(r.length === 50, `${name}: a page of ${r.length}`);
+  }
+  out.queryP50Ms = pct(lat, 0.5);
+  out.queryP99Ms = pct(lat, 0.99);
+  if (S.watch) {
+    let waiter = null;
+    let unrelated = 0;
+    let firstHeard;
+    const heard = new Promise((r) => { firstHeard = r; });
+    const stop = S.watch(db, 'ex7', (rs) => {
+      firstHeard();
+      if (waiter && rs.length && S.idOf(rs[0]) === waiter.id) waiter.resolve();
+    });
+    const stop2 = S.watch(db, 'ex8', () => { unrelated++; });
+    await heard;
+    await new Promise((r) => setTimeout(r, 100));
+    unrelated = 0;
+    const live = [];
+    for (let i = 0; i < 100; i++) {
+      const id = `live${i}`;
+      const p = new Promise((resolve) => { waiter = { id, resolve }; });
+      const t = now();
+      await S.write(db, id, 'ex7', rows + 1 + i);
+      await p;
+      live.push(now() - t);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+    stop();
+    stop2();
+    out.liveP50Ms = pct(live, 0.5);
+    out.liveP99Ms = pct(live, 0.99);
+    out.unrelatedWakeups = unrelated;
+  }
+  S.close(db);
+  return out;
+};
+
 window.ready = Promise.resolve(true);

@@ -9,7 +9,7 @@
 //   BENCH_ROUNDS=5        rounds per workload (≥ 5 for a real run)
 //   BENCH_QUICK=1         small sizes, 1 round: a smoke run (< 2 min); writes browser-quick.{json,md}
 //   (only a full run writes browser.{json,md}; partial ones write browser-partial.*, browser-incognito.*)
-//   BENCH_WORKLOADS=1,2   only these workloads (1 map sets, 2 trace, 3 writes, 4 cold open, 5 size)
+//   BENCH_WORKLOADS=1,2   only these workloads (1 map sets, 2 trace, 3 writes, 4 cold open, 5 size, 6 queries)
 //   BENCH_SYSTEMS=a,b     only these systems (marksync, loro, loro-shallow, yjs, automerge, dexie, idb, idb-strict)
 //   BENCH_INCOGNITO=1     an incognito context instead of a persistent profile (Chromium keeps its IndexedDB in memory)
 //   BENCH_NO_BUILD=1      reuse bench/dist
@@ -29,12 +29,12 @@ const root = resolve(here, '..');
 const QUICK = process.env.BENCH_QUICK === '1';
 const INCOGNITO = process.env.BENCH_INCOGNITO === '1';
 const ROUNDS = Number(process.env.BENCH_ROUNDS || (QUICK ? 1 : 5));
-const WORKLOADS = new Set((process.env.BENCH_WORKLOADS || '1,2,3,4,5').split(',').map((s) => s.trim()));
+const WORKLOADS = new Set((process.env.BENCH_WORKLOADS || '1,2,3,4,5,6').split(',').map((s) => s.trim()));
 const ONLY = process.env.BENCH_SYSTEMS ? new Set(process.env.BENCH_SYSTEMS.split(',').map((s) => s.trim())) : null;
 const SEED = 20261130;
 const sz = QUICK
-  ? { w1Sets: 5_000, w1Keys: 1000, w2Edits: 10_000, w2Rows: 1000, w3N: 300, w4Rows: 2_000 }
-  : { w1Sets: 100_000, w1Keys: 1000, w2Edits: 259_778, w2Rows: 1000, w3N: 10_000, w4Rows: 100_000 };
+  ? { w1Sets: 5_000, w1Keys: 1000, w2Edits: 10_000, w2Rows: 1000, w3N: 300, w4Rows: 2_000, w6Rows: [5_000] }
+  : { w1Sets: 100_000, w1Keys: 1000, w2Edits: 259_778, w2Rows: 1000, w3N: 10_000, w4Rows: 100_000, w6Rows: [100_000, 1_000_000] };
 
 const VERSIONS = JSON.parse(readFileSync(join(here, 'package.json'), 'utf8')).devDependencies;
 const PEER_PKG = { loro: 'loro-crdt', yjs: 'yjs', automerge: '@automerge/automerge', dexie: 'dexie' };
@@ -42,6 +42,7 @@ const pick = (xs) => xs.filter((s) => !ONLY || ONLY.has(s));
 const CRDTS = pick(['marksync', 'loro', 'yjs', 'automerge']);
 const STORES = pick(['marksync', 'dexie', 'idb', 'idb-strict']);
 const OPENERS = pick(['marksync', 'dexie', 'idb', 'loro', 'yjs', 'automerge']);
+const QUERIERS = pick(['marksync', 'dexie', 'idb']);
 
 const median = (xs) => {
   const s = xs.filter((x) => typeof x === 'number' && Number.isFinite(x)).sort((a, b) => a - b);
@@ -99,7 +100,7 @@ async function main() {
   if (!hasBenchDoc) out.notes.push('no www/pkg-bench with __BenchDoc (scripts/build-www.sh --pkg-only --bench-exports): marksync skipped in workloads 1-2, and 4 fails');
   else out.notes.push('the page\'s marksync is www/pkg-bench (www/pkg + the hidden bench exports); workload 5 measures www/pkg');
 
-  const needPage = ['1', '2', '3', '4'].some((w) => WORKLOADS.has(w));
+  const needPage = ['1', '2', '3', '4', '6'].some((w) => WORKLOADS.has(w));
   let server;
   let context;
   let profile;
@@ -199,6 +200,24 @@ async function main() {
         w.systems[s].seed = seeds[s];
       }
       await inPage('deleteDatabases', null, null);
+    }
+    if (WORKLOADS.has('6')) {
+      for (const n of sz.w6Rows) {
+        const seeds = {};
+        for (const s of QUERIERS) {
+          const t = Date.now();
+          seeds[s] = await inPage('w6seed', s, { rows: n, db: `w6-${s}-${n}` });
+          process.stderr.write(`# w6 seed ${s} ${n}: ${seeds[s].error ? `ERROR ${seeds[s].error}` : `${Date.now() - t} ms`}\n`);
+        }
+        const ok = QUERIERS.filter((s) => !seeds[s].error);
+        const w = await rounds(`w6_${n}`, 'w6run', ok, (s) => ({ rows: n, db: `w6-${s}-${n}` }),
+          `6. Queries: ${n.toLocaleString('en')} rows on disk, the newest 50 of one exercise by an index, and a live query of it`);
+        for (const s of QUERIERS) {
+          w.systems[s] ??= { runs: [], errors: [seeds[s].error] };
+          w.systems[s].seed = seeds[s];
+        }
+        await inPage('deleteDatabases', null, null);
+      }
     }
     const b = INCOGNITO ? context.browser() : null;
     await context.close();
@@ -383,6 +402,23 @@ function markdown(o) {
       const goal = s === 'marksync' ? yes(v.vite.gzip <= 80 * 1024) : '';
       L.push(`| ${s} | Vite build | ${kb(v.vite.raw)} | ${kb(v.vite.gzip)} | ${kb(v.vite.brotli)} | ${kb(v.vite.wasm.gzip)} | ${s !== 'marksync' && v.npm?.size != null ? kb(v.npm.size) : ''} | ${s !== 'marksync' && v.npm?.unpackedSize != null ? kb(v.npm.unpackedSize) : ''} | ${s === 'marksync' ? '1.00×' : ratio(v.vite.gzip, mg)} | ${goal} |`);
     }
+  }
+  for (const [key, w] of Object.entries(W).filter(([k]) => k.startsWith('w6_'))) {
+    L.push('', `## ${w.title}`, '');
+    L.push('A fresh page per run; the library loaded before the clock starts. "first page" = from nothing in memory: open the database and answer '
+      + '`where exercise = ex7, orderBy at desc, limit 50` (marksync `db.query` with the index declared at open; Dexie `where([exercise+at]).between().reverse().limit(50)`; '
+      + "raw IndexedDB a cursor on an ['exercise', 'at'] index). Memory = growth after that first page (JS heap after gc + wasm). Then 200 such queries (p50), "
+      + 'then a live query (`db.watch` / Dexie `liveQuery`): 100 writes of a new newest row of ex7, each timed from the write until the listener holds it, '
+      + 'while a live query of ex8 counts its wake-ups.', '');
+    L.push('| system | first page ms (cold) | memory MB | query p50 ms | query p99 ms | write → live result p50 ms | p99 ms | unrelated wake-ups / 100 | query p50 vs marksync | live p50 vs marksync |');
+    L.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+    const m = w.systems.marksync?.median;
+    for (const [s, v] of Object.entries(w.systems)) {
+      const x = v.median || {};
+      L.push(`| ${s} | ${fmt(x.firstPageMs)} | ${fmt(x.memMB)} | ${fmt(x.queryP50Ms, 3)} | ${fmt(x.queryP99Ms, 3)} | ${x.liveP50Ms != null ? fmt(x.liveP50Ms, 2) : '—'} | ${x.liveP99Ms != null ? fmt(x.liveP99Ms, 2) : '—'} | ${x.unrelatedWakeups ?? '—'} | ${ratio(x.queryP50Ms, m?.queryP50Ms)} | ${ratio(x.liveP50Ms, m?.liveP50Ms)} |`);
+    }
+    L.push(...errs(w));
+    void key;
   }
   L.push('');
   return L.join('\n');

@@ -52,3 +52,34 @@ export const w4 = {
     return { n: r.result.length, close: () => db.close(), keep: r.result };
   },
 };
+
+// Workload 6: the same query on a raw IndexedDB index (no live query: raw IndexedDB has none).
+const upgradeQ = (db) => db.createObjectStore('sets', { keyPath: 'id' }).createIndex('exercise_at', ['exercise', 'at']);
+export const w6 = {
+  note: "one object store with an index ['exercise', 'at']; openCursor(bound, 'prev'), 50 rows",
+  async seed(name, n) {
+    const db = await idbOpen(name, upgradeQ);
+    for (let i = 0; i < n; i += 20_000) {
+      const tx = db.transaction('sets', 'readwrite');
+      const s = tx.objectStore('sets');
+      for (let j = i; j < Math.min(n, i + 20_000); j++) s.put({ id: `q${j}`, exercise: `ex${j % 50}`, weightKg: j % 300, at: j });
+      await done(tx);
+    }
+    db.close();
+  },
+  open: (name) => idbOpen(name, upgradeQ),
+  query: (db, ex) => new Promise((resolve, reject) => {
+    const out = [];
+    const tx = db.transaction('sets', 'readonly');
+    const r = tx.objectStore('sets').index('exercise_at').openCursor(IDBKeyRange.bound([ex, -Infinity], [ex, Infinity]), 'prev');
+    r.onsuccess = () => {
+      const c = r.result;
+      if (!c || out.length === 50) return resolve(out);
+      out.push(c.value);
+      c.continue();
+    };
+    r.onerror = () => reject(r.error);
+  }),
+  idOf: (row) => row.id,
+  close: (db) => db.close(),
+};

@@ -99,3 +99,16 @@ export const w4 = {
     return { n: rows.length, close: () => db.close(), keep: rows };
   },
 };
+
+// Workload 6: an indexed query and a live query over rows already on the device.
+const Q6 = (ex) => ({ where: { exercise: ex }, orderBy: ['at', 'desc'], limit: 50 });
+export const w6 = {
+  note: 'rows seeded by __seedQueryRows (base rows in compacted chunks); index [exercise, at] declared at open; db.query / db.watch',
+  seed: (name, n) => pkg.__seedQueryRows(name, n),
+  open: (name) => Marksync.open({ endpoint: location.origin, token: 'dev:bench', name, autoSync: false, persist: false, live: false, indexes: { sets: [['exercise', 'at']] } }),
+  query: (db, ex) => db.query('sets', Q6(ex)),
+  watch: (db, ex, cb) => db.watch('sets', Q6(ex), cb),
+  write: (db, id, ex, at) => db.change('sets', id, { exercise: ex, weightKg: 1, at }),
+  idOf: (row) => row._id,
+  close: (db) => db.close(),
+};

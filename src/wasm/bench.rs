@@ -49,6 +49,30 @@ pub async fn seed_database(name: String, rows: usize, pending: usize) -> Result<
     Ok(())
 }
 
+/// Fills database `name` with `rows` base rows of the query workload
+/// (`bench/`, workload 6): `{ exercise: "ex<i % 50>", weightKg: i % 300, at: i }`,
+/// named `q<i>`, compacted into chunks as a long-lived database would be.
+#[wasm_bindgen(js_name = "__seedQueryRows")]
+pub async fn seed_query_rows(name: String, rows: usize) -> Result<(), JsValue> {
+    use crate::protocol::{Cell, Mark, OpId, Row, RowKey, Value};
+    let store = IdbStore::connect(&name).await.map_err(|e| JsValue::from_str(&e.to_string()))?;
+    let snap = store.open(Meta::fresh("bench-device".into())).await.map_err(|e| JsValue::from_str(&e.to_string()))?;
+    let meta = snap.meta.unwrap_or_else(|| Meta::fresh("bench-device".into()));
+    let mut put_base = Vec::with_capacity(rows);
+    for i in 0..rows {
+        let mut r = Row::default();
+        let mark = Mark { at: i as u64 + 1, op_id: OpId::new(format!("srv:{i}")) };
+        for (k, v) in [("exercise", Value::from(format!("ex{}", i % 50))), ("weightKg", Value::from((i % 300) as f64)), ("at", Value::from(i as f64))] {
+            r.cells.insert(k.into(), Cell { value: v, mark: mark.clone() });
+        }
+        put_base.push((RowKey::new("sets", format!("q{i}")), r));
+    }
+    store.commit(&Txn { meta: Some(meta), put_base, ..Txn::default() }).await.map_err(|e| JsValue::from_str(&e.to_string()))?;
+    store.compact().await.map_err(|e| JsValue::from_str(&e.to_string()))?;
+    store.close();
+    Ok(())
+}
+
 /// One device's rows in memory, for the side-by-side benchmarks with other
 /// CRDT libraries (`bench/`): edits are ops stamped by the device's clock and
 /// merged by the one merge; they travel as the wire's push body (ops) or as
