@@ -128,6 +128,44 @@ for (const engine of engines) {
       assert.equal((await server.rows(user)).size, 1);
     });
 
+    test('queries and live queries answer the same in this engine', async () => {
+      const user = newUser(`${engine}-query`);
+      const s = await device(user, { name: 'xbq', indexes: { sets: [['exercise', 'weightKg']] } });
+      const out = await s.run(async () => {
+        const edits = [];
+        for (let i = 0; i < 40; i++) edits.push({ table: 'sets', rowId: `r${String(i).padStart(2, '0')}`, fields: { exercise: i % 2 ? 'bench' : 'squat', weightKg: i % 7, ...(i % 5 ? { reps: i } : {}) } });
+        edits.push({ table: 'sets', rowId: 'e1', fields: { exercise: 'squat', weightKg: 6, label: '\uFF61' } });
+        edits.push({ table: 'sets', rowId: 'e2', fields: { exercise: 'squat', weightKg: 6, label: '\u{1F600}' } });
+        await db.changeMany(edits);
+        const heard = [];
+        const other = [];
+        db.watch('sets', { where: { exercise: 'squat' }, orderBy: ['weightKg', 'desc'], limit: 3 }, (rows) => heard.push(rows.map((r) => r._id)));
+        db.watch('sets', { where: { exercise: 'deadlift' } }, (rows) => other.push(rows.length));
+        await new Promise((r) => setTimeout(r, 100));
+        await db.change('sets', 'r00', { weightKg: 100 });
+        await db.change('sets', 'r01', { reps: 2 });
+        await new Promise((r) => setTimeout(r, 100));
+        const q = { where: { exercise: 'squat', weightKg: { gte: 2, lt: 6 } }, orderBy: ['weightKg', 'desc'], limit: 4 };
+        const p1 = db.query('sets', q);
+        return {
+          heard,
+          other,
+          pages: [p1.map((r) => r._id), db.query('sets', { ...q, after: p1.at(-1) }).map((r) => r._id)],
+          noReps: db.count('sets', { where: { reps: null } }),
+          ties: db.query('sets', { where: { weightKg: 6, exercise: 'squat' } }).map((r) => r._id),
+          labels: db.query('sets', { where: { label: { gte: '' } }, orderBy: 'label' }).map((r) => r._id),
+          plan: db.explain('sets', q).index,
+        };
+      });
+      assert.deepEqual(out.heard, [['e1', 'e2', 'r06'], ['r00', 'e1', 'e2']], 'the bench edit is not heard');
+      assert.deepEqual(out.other, [0], 'a live query no change touched is heard once');
+      assert.deepEqual(out.pages, [['r12', 'r26', 'r04', 'r18'], ['r32', 'r10', 'r24', 'r38']]);
+      assert.equal(out.noReps, 10);
+      assert.deepEqual(out.ties, ['e1', 'e2', 'r06', 'r20', 'r34'], 'ties by rowId');
+      assert.deepEqual(out.labels, ['e2', 'e1'], 'strings by UTF-16 code units, as JavaScript sorts them');
+      assert.deepEqual(out.plan, ['exercise', 'weightKg']);
+    });
+
     test('naming rows never runs out: 100,000 synchronous newRowId() calls, a 100,000-row import named by changeMany, a reload', async () => {
       const user = newUser(`${engine}-ids`);
       const s = await device(user, { name: 'xb-ids' });
