@@ -1,0 +1,28 @@
+// The size budget of what a page loads for `import { Marksync } from 'marksync'`:
+// the wasm, its glue and snippets, and index.js, each gzip -9, summed (KB =
+// 1,024 bytes, as BENCHMARKS.md counts). Size is deterministic, so a test may
+// hold it: the build fails when the total passes the budget. The budget only
+// ever goes down, as work lands (goal: 80 KB); it keeps a few percent of room
+// for another compiler release.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, readdirSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
+import { root } from './helpers.mjs';
+
+const BUDGET_KB = 400;
+
+test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
+  const pkg = join(root, 'www', 'pkg');
+  const files = ['marksync_bg.wasm', 'marksync.js'].map((f) => join(pkg, f));
+  const snippets = join(pkg, 'snippets');
+  if (existsSync(snippets)) {
+    for (const d of readdirSync(snippets)) for (const f of readdirSync(join(snippets, d))) files.push(join(snippets, d, f));
+  }
+  files.push(join(root, 'www', 'index.js'));
+  const sizes = files.map((f) => [f.slice(root.length + 1), gzipSync(readFileSync(f), { level: 9 }).length]);
+  const total = sizes.reduce((s, [, n]) => s + n, 0);
+  console.log(`# ${(total / 1024).toFixed(1)} KB gzip: ${sizes.map(([f, n]) => `${f} ${(n / 1024).toFixed(1)}`).join(', ')}`);
+  assert.ok(total <= BUDGET_KB * 1024, `${(total / 1024).toFixed(1)} KB gzip is over the budget of ${BUDGET_KB} KB`);
+});
