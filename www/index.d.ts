@@ -313,10 +313,25 @@ export interface Database {
   spaces(): readonly Space[];
   /** Creates a shared space owned by this user (online). Rejects with code `refused` (`refusal`: the server's code, e.g. `conflict`). */
   createSpace(space: string): Promise<{ space: string; role: Role }>;
-  /** An owner gives `user` a role in `space`, or removes them (`null`). Rejects with code `refused` (`forbidden`, `conflict`). */
-  setMember(space: string, user: string, role: Role | null): Promise<{ user: string; role: Role | null }>;
+  /**
+   * An owner gives a member of `space` another role, or removes them (`null`). A user who is not a member is invited
+   * (`invited: true`): they join only by `accept()`ing. Rejects with code `refused` (`forbidden`, `conflict` — also a
+   * cap reached, in the server's words).
+   */
+  setMember(space: string, user: string, role: Role | null): Promise<{ user: string; role: Role | null; invited?: true }>;
   /** Who is a member of `space` (any member may ask). */
   members(space: string): Promise<{ space: string; members: { user: string; role: Role }[] }>;
+  /**
+   * The user's pending invitations (online): `from` the owner who invited, `expiresAt` when it lapses (ms since the
+   * epoch). Nothing of an invited space is on the device until it is accepted.
+   */
+  invitations(): Promise<{ space: string; role: Role; from: string; expiresAt: number }[]>;
+  /** Accepts the invitation to `space`; its rows arrive with the sync started now. None pending: `refused` (`not_found`). */
+  accept(space: string): Promise<{ space: string; role: Role }>;
+  /** Declines the invitation to `space` (none pending: resolves all the same). */
+  decline(space: string): Promise<void>;
+  /** Leaves `space`; the sync started now takes its rows off the device. The last owner cannot: `refused` (`conflict`). */
+  leave(space: string): Promise<void>;
   /**
    * Calls `listener` once after every committed change of rows, queued ops, refusals, spaces or statuses (a sync that
    * changed nothing calls no one); returns the unsubscribe function (calling it again does nothing).

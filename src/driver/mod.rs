@@ -27,8 +27,8 @@ pub use transport::{CallError, MemoryTransport, Transport};
 use crate::attempt::Recovery;
 use crate::engine::{Config, Draft, Engine, EngineError};
 use crate::ids::device_id_from;
-use crate::protocol::space::Invitation;
-use crate::protocol::{CreateSpace, Fields, Member, MembersList, OpId, SetMember};
+use crate::protocol::space::{Invitation, MemberChange};
+use crate::protocol::{CreateSpace, Fields, MembersList, OpId, SetMember};
 use crate::space::{Membership, Role};
 use crate::store::{LocalStore, Meta, Txn};
 
@@ -390,8 +390,9 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     }
 
     /// Gives `user` a role in `space` (`None`: removes them); the caller must
-    /// be one of its owners. A sync follows, so a change of one's own role shows.
-    pub async fn set_member(self: &Rc<Self>, space: &str, user: &str, role: Option<Role>) -> Result<Member, ClientError> {
+    /// be one of its owners. A user not in the space yet is invited
+    /// (`invited`: they join by accepting). A sync follows, so a change of one's own role shows.
+    pub async fn set_member(self: &Rc<Self>, space: &str, user: &str, role: Option<Role>) -> Result<MemberChange, ClientError> {
         self.check_open()?;
         let req = SetMember { space: space.to_owned(), user: user.to_owned(), role };
         let m = self.net().set_member(&req).await.map_err(ClientError::Refused)?;

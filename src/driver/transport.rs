@@ -14,7 +14,7 @@ use crate::protocol::{
     CreateSpace, ErrorBody, Member, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse,
     VerdictsRequest, VerdictsResponse,
 };
-use crate::protocol::space::InvitationsList;
+use crate::protocol::space::{InvitationsList, MemberChange};
 use crate::space::Membership;
 
 /// Why a membership call failed: the server's error code and message
@@ -64,8 +64,8 @@ pub trait Transport {
     fn set_user(&self, user: Option<&str>);
     /// `POST /v1/spaces`: creates a shared space owned by the user.
     async fn create_space(&self, req: &CreateSpace) -> Result<Membership, CallError>;
-    /// `POST /v1/spaces/members`: adds, changes or removes a member.
-    async fn set_member(&self, req: &SetMember) -> Result<Member, CallError>;
+    /// `POST /v1/spaces/members`: changes or removes a member, or invites a user who is not one.
+    async fn set_member(&self, req: &SetMember) -> Result<MemberChange, CallError>;
     /// `GET /v1/spaces/members?space=`: who is a member of a space.
     async fn members(&self, space: &str) -> Result<MembersList, CallError>;
     /// `GET /v1/invitations`: the user's pending invitations.
@@ -140,9 +140,10 @@ impl Transport for MemoryTransport {
         Ok(Membership { space: req.space.clone(), role })
     }
 
-    async fn set_member(&self, req: &SetMember) -> Result<Member, CallError> {
-        self.server.borrow_mut().set_member(Some(&self.user), &req.space, &req.user, req.role).map_err(CallError::of)?;
-        Ok(Member { user: req.user.clone(), role: req.role })
+    async fn set_member(&self, req: &SetMember) -> Result<MemberChange, CallError> {
+        let invited =
+            self.server.borrow_mut().set_member(Some(&self.user), &req.space, &req.user, req.role).map_err(CallError::of)?;
+        Ok(MemberChange { user: req.user.clone(), role: req.role, invited })
     }
 
     async fn invitations(&self) -> Result<InvitationsList, CallError> {

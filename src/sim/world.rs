@@ -16,7 +16,7 @@ use crate::attempt::Failure;
 use crate::driver::{CallError, Host, Task, Transport};
 use crate::ids::SplitMix;
 use crate::protocol::{
-    CreateSpace, Member, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse, VerdictsResponse,
+    CreateSpace, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse, VerdictsResponse,
 };
 use crate::space::Membership;
 use crate::store::Txn;
@@ -346,7 +346,7 @@ impl Transport for SimTransport {
     async fn create_space(&self, _req: &CreateSpace) -> Result<Membership, CallError> {
         Err(no_calls())
     }
-    async fn set_member(&self, _req: &SetMember) -> Result<Member, CallError> {
+    async fn set_member(&self, _req: &SetMember) -> Result<crate::protocol::space::MemberChange, CallError> {
         Err(no_calls())
     }
     async fn members(&self, _space: &str) -> Result<MembersList, CallError> {

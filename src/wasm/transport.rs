@@ -12,10 +12,10 @@ use wasm_bindgen_futures::JsFuture;
 
 use crate::attempt::Failure;
 use crate::protocol::{
-    CreateSpace, ErrorBody, Member, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse,
+    CreateSpace, ErrorBody, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse,
     VerdictsRequest, VerdictsResponse,
 };
-use crate::protocol::space::{InvitationsList, SpaceName};
+use crate::protocol::space::{InvitationsList, MemberChange, SpaceName};
 use crate::space::Membership;
 
 pub use crate::driver::transport::{CallError, MemoryTransport, Transport};
@@ -249,7 +249,7 @@ impl Transport for FetchTransport {
         self.call("POST", "/v1/spaces", serde_json::to_string(req).ok()).await
     }
 
-    async fn set_member(&self, req: &SetMember) -> Result<Member, CallError> {
+    async fn set_member(&self, req: &SetMember) -> Result<MemberChange, CallError> {
         self.call("POST", "/v1/spaces/members", serde_json::to_string(req).ok()).await
     }
 

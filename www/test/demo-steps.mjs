@@ -64,11 +64,18 @@ export async function waitAllSynced(page, n) {
   }, n, { timeout: 30000 });
 }
 
-/** Shares the person's diary with `user` as `role` (`viewer` or `editor`) and waits for them in the list. */
+/** Shares the person's diary with `user` as `role` (`viewer` or `editor`): an invitation, waited for in the list. */
 export async function shareWith(page, user, role) {
   const card = page.getByTestId('sharing');
   await card.locator('input[name=user]').fill(user);
   await card.locator('select[name=role]').selectOption(role);
   await card.getByRole('button', { name: 'Share' }).click();
-  await card.locator(`[data-testid=member][data-user="${user}"]`).waitFor();
+  await card.locator(`[data-user="${user}"]`).first().waitFor();
+}
+
+/** Accepts the invitation to `owner`'s diary, once it shows. */
+export async function acceptInvitation(page, owner) {
+  const invitation = page.locator(`[data-testid=invitation][data-space="~${owner}"]`);
+  await invitation.waitFor({ timeout: 30000 });
+  await invitation.getByRole('button', { name: 'Accept' }).click();
 }

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { backends, startServer, launch, newUser, root } from './helpers.mjs';
-import { addSet, openDemo, rowOf, shareWith, typeEdit, waitAllSynced } from './demo-steps.mjs';
+import { acceptInvitation, addSet, openDemo, rowOf, shareWith, typeEdit, waitAllSynced } from './demo-steps.mjs';
 
 const dist = join(root, 'www', 'dist');
 const built = existsSync(join(dist, 'index.html'));
@@ -65,6 +65,8 @@ for (const backend of built ? backends() : []) {
       await addSet(a.page, 'Squat', '80', '5');
       await waitAllSynced(a.page, 1);
       await shareWith(a.page, coach, 'viewer');
+      assert.equal(await b.page.evaluate(() => window.db.spaces().length), 1, 'invited only: nothing of hers yet');
+      await acceptInvitation(b.page, owner);
 
       const diary = b.page.getByTestId('shared-diary');
       await diary.getByText(`${owner}’s diary`).waitFor();

@@ -1,9 +1,11 @@
 // Shared spaces end to end (PROTOCOL §3c, §4b): two people, each in their own
 // browser context (their own IndexedDB), on the real server. The owner shares
-// her diary (her personal space) with a coach: as a viewer he sees her sets
+// her diary (her personal space) with a coach — an invitation he accepts;
+// until then nothing of hers reaches him. As a viewer he sees her sets
 // live and his edit is refused on his device in the server's words; promoted
 // to editor, his edit reaches her; revoked, his copy disappears and an edit he
-// queued offline comes back as a rejection with its content.
+// queued offline comes back as a rejection with its content. A member who
+// leaves has the space's rows taken off their device.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { backends, startServer, launch, device, newUser, until } from './helpers.mjs';
@@ -55,8 +57,10 @@ for (const backend of backends()) {
         assert.deepEqual(await coach.run(() => db.rows('sets')), [], 'not shared yet: nothing of hers');
         assert.equal(await ann.run(() => db.spaces()[0].space), diary, 'her personal space, named after a sync');
 
-        // Shared as viewer: the membership poke makes his device pull; the whole diary arrives.
-        await ann.run(({ diary, coach }) => db.setMember(diary, coach, 'viewer'), { diary, coach: coach.user });
+        // Shared as viewer: an invitation; accepted, his device pulls and the whole diary arrives.
+        const invited = await ann.run(({ diary, coach }) => db.setMember(diary, coach, 'viewer'), { diary, coach: coach.user });
+        assert.equal(invited.invited, true);
+        await coach.run(async (diary) => db.accept(diary), diary);
         const seen = await until(() => coach.run(() => db.rows('sets')).then((r) => r.length === 1 && r), 'the diary on the coach');
         assert.equal(seen[0]._id, first);
         assert.equal(seen[0]._space, diary);
@@ -119,6 +123,60 @@ for (const backend of backends()) {
       } finally {
         await ann.context.close();
         await coach.context.close();
+      }
+    });
+
+    test('an invitation brings nothing until accepted; leaving takes the rows off the device', async () => {
+      const alice = await person(newUser('alice'));
+      const bob = await person(newUser('bob'));
+      const club = `club-${alice.user}`;
+      try {
+        await alice.run(async (club) => {
+          await db.createSpace(club);
+          await db.change('sets', db.newRowId(), { exercise: 'row', weightKg: 50, reps: 10 }, { space: club });
+          await db.sync();
+        }, club);
+        const answer = await alice.run(({ club, bob }) => db.setMember(club, bob, 'editor'), { club, bob: bob.user });
+        assert.deepEqual(answer, { user: bob.user, role: 'editor', invited: true });
+
+        // Invited only: his device holds nothing of the club, and knows no such space.
+        await bob.run(() => db.sync());
+        assert.deepEqual(await bob.run(() => db.rows('sets')), []);
+        assert.equal(await bob.run(() => db.spaces().length), 1, 'his own space only');
+        const pending = await bob.run(() => db.invitations());
+        assert.equal(pending.length, 1);
+        assert.deepEqual({ ...pending[0], expiresAt: typeof pending[0].expiresAt }, { space: club, role: 'editor', from: alice.user, expiresAt: 'number' });
+        assert.ok(pending[0].expiresAt > Date.now(), 'it lapses later');
+
+        // Accepted: the rows flow.
+        assert.deepEqual(await bob.run((club) => db.accept(club), club), { space: club, role: 'editor' });
+        await until(() => bob.run(() => db.rows('sets')).then((r) => r.length === 1), 'the club on his device');
+        assert.deepEqual(await bob.run(() => db.invitations()), []);
+
+        // Errors are Errors with stable codes.
+        const errors = await bob.run(async (club) => {
+          const code = (p) => p.then(() => null, (e) => [e instanceof Error, e.code, e.refusal ?? null]);
+          return [await code(db.accept('nowhere')), await code(db.accept(42)), await code(db.leave(`~${club}`))];
+        }, club);
+        assert.deepEqual(errors[0], [true, 'refused', 'not_found']);
+        assert.deepEqual(errors[1], [true, 'bad_input', null]);
+        const lastOwner = await alice.run((club) => db.leave(club).then(() => null, (e) => [e.code, e.refusal]), club);
+        assert.deepEqual(lastOwner, ['refused', 'conflict'], 'the last owner stays');
+
+        // He leaves: the club's rows go from his device.
+        await bob.run((club) => db.leave(club), club);
+        await until(() => bob.run(() => db.rows('sets')).then((r) => r.length === 0), 'the club gone from his device');
+        assert.equal(await bob.run(() => db.spaces().length), 1);
+        const members = await alice.run((club) => db.members(club), club);
+        assert.deepEqual(members.members.map((m) => m.user), [alice.user]);
+
+        // A declined invitation is gone.
+        await alice.run(({ club, bob }) => db.setMember(club, bob, 'viewer'), { club, bob: bob.user });
+        await bob.run((club) => db.decline(club), club);
+        assert.deepEqual(await bob.run(() => db.invitations()), []);
+      } finally {
+        await alice.context.close();
+        await bob.context.close();
       }
     });
   });

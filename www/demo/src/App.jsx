@@ -5,7 +5,7 @@ import { formatKg, formatReps, shortDevice } from './format.js';
 import { AddSetForm } from './AddSetForm.jsx';
 import { SetList } from './SetList.jsx';
 import { Rejections } from './Rejections.jsx';
-import { Sharing, ownerOf } from './Sharing.jsx';
+import { Sharing, SharedWithMe, ownerOf } from './Sharing.jsx';
 import { Toast } from './Toast.jsx';
 import { SyncIcon } from './icons.jsx';
 import { syncNow } from './sync.js';
@@ -112,6 +112,7 @@ export function App({ db, user }) {
           onError={fail}
         />
       ))}
+      <SharedWithMe db={db} shared={shared} onError={fail} say={say} />
       <Sharing db={db} personal={personal} onError={fail} say={say} />
       <Toast toast={toast} onClose={() => setToast(null)} />
     </div>

@@ -12,12 +12,15 @@ export function ownerOf(space) {
 
 /**
  * Sharing the diary: the diary is the person's own space (`~<user>`); they
- * give another user a role in it, change it, or take it back. Membership is
- * the server's, so this needs the network; the server's refusal (not an
- * owner, no such user name shape…) shows word for word.
+ * invite another user with a role (the diary reaches them once they accept),
+ * change a member's role, or take it back. Membership is the server's, so
+ * this needs the network; the server's refusal (not an owner, a limit
+ * reached…) shows word for word.
  */
 export function Sharing({ db, personal, onError, say }) {
   const [members, setMembers] = useState(null);
+  // Invitations sent from this screen, until the person shows among the members.
+  const [invited, setInvited] = useState([]);
   const [who, setWho] = useState('');
   const [role, setRole] = useState('viewer');
   const [busy, setBusy] = useState(false);
@@ -26,18 +29,32 @@ export function Sharing({ db, personal, onError, say }) {
     if (!personal) return;
     try {
       const list = await db.members(personal);
-      setMembers(list.members.filter((m) => m.role !== 'owner' || m.user !== ownerOf(personal)));
+      const others = list.members.filter((m) => m.role !== 'owner' || m.user !== ownerOf(personal));
+      setMembers(others);
+      setInvited((all) => all.filter((i) => !others.some((m) => m.user === i.user)));
     } catch {
       setMembers(null); // offline: the list shows once the server answers
     }
   }, [db, personal]);
   useEffect(() => { load(); }, [load]);
+  // While someone is invited, look again now and then: accepting tells the invitee's phones, not the owner's.
+  const waiting = invited.length > 0;
+  useEffect(() => {
+    if (!waiting) return undefined;
+    const timer = setInterval(load, INVITATIONS_EVERY_MS / 2);
+    return () => clearInterval(timer);
+  }, [waiting, load]);
 
   const change = async (user, r) => {
     setBusy(true);
     try {
-      await db.setMember(personal, user, r);
-      say(r ? `${user} ${r === 'viewer' ? 'can view' : 'can edit'} your diary` : `${user} no longer sees your diary`);
+      const answer = await db.setMember(personal, user, r);
+      if (answer.invited) {
+        setInvited((all) => [...all.filter((i) => i.user !== user), { user, role: r }]);
+        say(`${user} is invited: they see your diary once they accept`);
+      } else {
+        say(r ? `${user} ${r === 'viewer' ? 'can view' : 'can edit'} your diary` : `${user} no longer sees your diary`);
+      }
       await load();
     } catch (e) {
       onError(e);
@@ -80,7 +97,80 @@ export function Sharing({ db, personal, onError, say }) {
           ))}
         </ul>
       )}
-      {members && members.length === 0 && <p className="hint">Only you see your diary.</p>}
+      {invited.length > 0 && (
+        <ul className="members">
+          {invited.map((i) => (
+            <li key={i.user} data-testid="invited" data-user={i.user}>
+              <span className="name">{i.user}</span>
+              <span className="hint">invited, {i.role === 'viewer' ? 'to view' : 'to edit'}</span>
+              <button type="button" className="ghost small" disabled={busy} onClick={() => change(i.user, null).then(() => setInvited((all) => all.filter((x) => x.user !== i.user)))}>Withdraw</button>
+            </li>
+          ))}
+        </ul>
+      )}
+      {members && members.length === 0 && invited.length === 0 && <p className="hint">Only you see your diary.</p>}
+    </section>
+  );
+}
+
+/** How often the invitations are asked for: an invitation pokes no one (it costs the invitee nothing). */
+const INVITATIONS_EVERY_MS = 5000;
+
+/**
+ * Diaries shared with this person: invitations to accept or decline (nothing
+ * of a diary is on the phone before), and the diaries they are in, to leave
+ * (its sets then leave the phone).
+ */
+export function SharedWithMe({ db, shared, onError, say }) {
+  const [invitations, setInvitations] = useState([]);
+  const [busy, setBusy] = useState(false);
+
+  const load = useCallback(async () => {
+    try {
+      setInvitations(await db.invitations());
+    } catch {
+      // offline: asked again later
+    }
+  }, [db]);
+  useEffect(() => {
+    load();
+    const timer = setInterval(load, INVITATIONS_EVERY_MS);
+    return () => clearInterval(timer);
+  }, [load]);
+
+  const act = async (what, space, words) => {
+    setBusy(true);
+    try {
+      await db[what](space);
+      say(words);
+      await load();
+    } catch (e) {
+      onError(e);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  if (invitations.length === 0 && shared.length === 0) return null;
+  return (
+    <section className="card sharing" data-testid="shared-with-me" aria-labelledby="shared-title">
+      <h2 id="shared-title">Shared with you</h2>
+      <ul className="members">
+        {invitations.map((i) => (
+          <li key={i.space} data-testid="invitation" data-space={i.space}>
+            <span className="name">{ownerOf(i.space)}’s diary</span>
+            <span className="hint">{i.from} invites you {i.role === 'viewer' ? 'to view' : 'to edit'}</span>
+            <button type="button" className="primary small" disabled={busy} onClick={() => act('accept', i.space, `You joined ${ownerOf(i.space)}’s diary`)}>Accept</button>
+            <button type="button" className="ghost small" disabled={busy} onClick={() => act('decline', i.space, 'Invitation declined')}>Decline</button>
+          </li>
+        ))}
+        {shared.map((s) => (
+          <li key={s.space} data-testid="membership" data-space={s.space}>
+            <span className="name">{ownerOf(s.space)}’s diary</span>
+            <button type="button" className="ghost small" disabled={busy} onClick={() => act('leave', s.space, `You left ${ownerOf(s.space)}’s diary`)}>Leave</button>
+          </li>
+        ))}
+      </ul>
     </section>
   );
 }
