@@ -171,6 +171,34 @@ async fn a_key_twice_in_fields_is_a_400(b: Backend) {
 }
 both!(a_key_twice_in_fields_is_a_400);
 
+/// A key twice anywhere in any body is a 400 naming its path, and nothing
+/// happens: a pull naming one space twice (it was read, the last one
+/// winning), a membership change, a verdicts request. Failed before every
+/// body went through the one checked decoding.
+async fn a_key_twice_anywhere_in_a_body_is_a_400_naming_its_path(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    let bodies = [
+        ("/v1/pull", r#"{"spaces": {"~u": {"cursor": 5}, "~u": {"cursor": 0}}}"#, r#"spaces["~u"]"#),
+        ("/v1/pull", r#"{"spaces": {}, "limit": 5, "limit": 6}"#, "limit"),
+        ("/v1/spaces", r#"{"space": "a", "space": "b"}"#, "space"),
+        ("/v1/spaces/members", r#"{"space": "a", "user": "v", "user": "w", "role": "viewer"}"#, "user"),
+        ("/v1/verdicts", r#"{"opIds": ["d:1"], "opIds": ["d:2"]}"#, "opIds"),
+        ("/v1/push", r#"{"attemptKey": "d:a1", "batch": [{"opId": "d:1", "opId": "d:2", "table": "sets", "rowId": "d-1", "at": 1, "fields": {"reps": 1}}]}"#, "batch[0].opId"),
+    ];
+    for (path, body, named) in bodies {
+        let (status, resp) = t.post_raw(path, "u", body).await;
+        assert_eq!((status, resp["error"]["code"].as_str()), (400, Some("bad_request")), "{path}: {resp}");
+        let message = resp["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("{named}: the key appears twice")), "{path}: {message}");
+    }
+    let spaces: serde_json::Value =
+        t.http.get(t.url("/v1/spaces")).bearer_auth("dev:u").send().await.unwrap().json().await.unwrap();
+    assert_eq!(spaces["spaces"].as_array().unwrap().len(), 1, "no space was made");
+    assert_eq!(t.counts("u").await.verdicts, 0);
+    t.stop().await;
+}
+both!(a_key_twice_anywhere_in_a_body_is_a_400_naming_its_path);
+
 /// A 500 KB input is never echoed: error messages are capped at 200 characters.
 async fn a_huge_input_is_not_echoed_in_the_error(b: Backend) {
     let Some(t) = TestServer::new(b).await else { return };

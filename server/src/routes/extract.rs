@@ -1,5 +1,7 @@
 //! What handlers read from a request besides the user: a body within its
-//! limit, decoded as JSON, and the query string.
+//! limit, decoded as JSON — checked first for a key that appears twice in
+//! any object, which is a 400 naming its path, never "the last one wins" —
+//! and the query string.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -64,7 +66,8 @@ pub(crate) async fn read_body(headers: &HeaderMap, mut body: Body, limit: usize)
     Ok(Bytes::from(buf))
 }
 
-/// Reads a body within the limit and decodes it as `what` (a 400 names it).
+/// Reads a body within the limit and decodes it as `what` (a 400 names
+/// it): every route's JSON body comes through here.
 pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
     headers: &HeaderMap,
     body: Body,
@@ -72,7 +75,133 @@ pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
     what: &str,
 ) -> Result<T, ApiError> {
     let bytes = read_body(headers, body, limit).await?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("the body is not {what}: {e}")))
+    checked_json(&bytes, what)
+}
+
+/// Decodes `bytes` as `what`, refusing a key twice in any object (the path named).
+pub(crate) fn checked_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, ApiError> {
+    let refused = |e: serde_json::Error| ApiError::bad_request(format!("the body is not {what}: {e}"));
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    match serde::de::DeserializeSeed::deserialize(unique::Keys { path: String::new() }, &mut de) {
+        Ok(()) => {}
+        // Malformed JSON: the typed decoding below says where, in its words.
+        Err(e) if !e.is_data() => {}
+        Err(e) => return Err(refused(e)),
+    }
+    serde_json::from_slice(bytes).map_err(refused)
+}
+
+/// A walk over any JSON value that fails at the first object key seen twice.
+mod unique {
+    use std::collections::HashSet;
+    use std::fmt::{self, Write};
+
+    use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+    /// The value at `path` (`""`: the body).
+    pub(super) struct Keys {
+        pub path: String,
+    }
+
+    /// `path` and then `key`: `.key` for a plain name, `["…"]` otherwise.
+    fn join(path: &str, key: &str) -> String {
+        let plain = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let mut out = path.to_owned();
+        if plain {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(key);
+        } else {
+            let _ = write!(out, "[{}]", serde_json::Value::from(key));
+        }
+        out
+    }
+
+    impl<'de> DeserializeSeed<'de> for Keys {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Keys {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("JSON")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = HashSet::new();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                let path = join(&self.path, &key);
+                if !seen.insert(key.into_owned()) {
+                    return Err(de::Error::custom(format_args!("{path}: the key appears twice")));
+                }
+                map.next_value_seed(Keys { path })?;
+            }
+            Ok(())
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0usize;
+            while seq.next_element_seed(Keys { path: format!("{}[{i}]", self.path) })?.is_some() {
+                i += 1;
+            }
+            Ok(())
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_none<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(IgnoredAny).map(|_| ())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(body: &str) -> Option<String> {
+        checked_json::<serde_json::Value>(body.as_bytes(), "x").err().map(|e| e.message)
+    }
+
+    #[test]
+    fn a_key_twice_anywhere_is_refused_with_its_path() {
+        assert_eq!(problem(r#"{"a": 1, "b": [{"c": {}}]}"#), None);
+        let p = problem(r#"{"spaces": {"gym": {"cursor": 1}, "gym": {"cursor": 0}}}"#).unwrap();
+        assert!(p.contains("spaces.gym: the key appears twice"), "{p}");
+        let p = problem(r#"{"batch": [{}, {"fields": {"reps": 1, "reps": 2}}]}"#).unwrap();
+        assert!(p.contains("batch[1].fields.reps: the key appears twice"), "{p}");
+        let p = problem(r#"{"spaces": {"~a b": {}, "~a b": {}}}"#).unwrap();
+        assert!(p.contains(r#"spaces["~a b"]: the key appears twice"#), "{p}");
+        let p = problem(r#"{"a": 1, "a": 1}"#).unwrap();
+        assert!(p.contains("a: the key appears twice"), "{p}");
+        // Escapes decode first: "\u0061" is "a".
+        assert!(problem(r#"{"a": 1, "a": 2}"#).is_some());
+    }
 }
 
 /// The query string's parameters, or a 400.

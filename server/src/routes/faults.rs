@@ -6,7 +6,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use super::extract::read_body;
+use super::extract::read_json;
 use crate::app::App;
 use crate::error::{not_found, ApiError};
 use crate::faults::FaultRequest;
@@ -15,9 +15,7 @@ pub(crate) async fn set(State(app): State<App>, headers: HeaderMap, body: Body) 
     let Some(faults) = &app.faults else {
         return Ok(not_found().await);
     };
-    let bytes = read_body(&headers, body, 4096).await?;
-    let req: FaultRequest =
-        serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("bad fault request: {e}")))?;
+    let req: FaultRequest = read_json(&headers, body, 4096, "a fault request").await?;
     let now = faults.set(&req);
     tracing::warn!(?now, "faults set");
     Ok(Json(now).into_response())
