@@ -91,9 +91,8 @@ impl Engine {
             let tables: BTreeSet<String> = indexes.defs().into_iter().map(|d| d.table).collect();
             if !self.hides_rows() {
                 for table in &tables {
-                    for (k, r) in self.replica.table(table) {
-                        indexes.put(k, Some(&self.app_row(table, r)));
-                    }
+                    let rows: Vec<_> = self.replica.table(table).into_iter().map(|(k, r)| (k, self.app_row(table, r))).collect();
+                    indexes.fill(table, &rows);
                 }
             }
             self.view.indexes = indexes;

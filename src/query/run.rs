@@ -148,17 +148,17 @@ impl Fit<'_> {
                 (hi_end, hi_tie) = (Key::Bottom, Tie::Bottom);
             }
         }
-        let mut lo = Entry { values: fill(lo_v, lo_end), tie: lo_tie };
-        let mut hi = Entry { values: fill(hi_v, hi_end), tie: hi_tie };
+        let mut lo = Entry { values: fill(lo_v, lo_end).into(), tie: lo_tie };
+        let mut hi = Entry { values: fill(hi_v, hi_end).into(), tie: hi_tie };
         // A page's start, when the index gives the order: seek to it.
         if let (Some(a), Some(dir)) = (after, self.ordered) {
             let mut at: Vec<Key> = self.points.clone();
             at.extend(a.iter().cloned().map(Key::Val));
             if at.len() == n {
                 if dir == Dir::Asc {
-                    lo = lo.max(Entry { values: at, tie: Tie::Bottom });
+                    lo = lo.max(Entry { values: at.into(), tie: Tie::Bottom });
                 } else {
-                    hi = hi.min(Entry { values: at, tie: Tie::Top });
+                    hi = hi.min(Entry { values: at.into(), tie: Tie::Top });
                 }
             }
         }
