@@ -7,12 +7,12 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::judge::{judge_batch, recall, JudgeError, Known, Limits, Placed, Remembered};
+use crate::protocol::space::Invitation;
 use crate::protocol::{
     page_fits, Change, ErrorBody, ErrorCode, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, SpacePage, SpacesPullRequest,
     SpacesPullResponse, VerdictsRequest, VerdictsResponse, MAX_PULL_LIMIT, MAX_PULL_PAGE_BYTES,
 };
 use crate::schema::Schema;
-use crate::protocol::space::Invitation;
 use crate::space::{self, MemberRefusal, Role, SpaceId};
 
 /// A membership refusal as the server answers it.
@@ -336,8 +336,7 @@ impl MemoryServer {
         }
         let key = (name.to_owned(), user.to_owned());
         let offered = self.invitations.get(&key).filter(|i| self.pending(i)).map(|i| i.role);
-        let role = offered
-            .ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, format!("you have no pending invitation to space {name}")))?;
+        let role = offered.ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, format!("you have no pending invitation to space {name}")))?;
         self.invitations.remove(&key);
         self.members.insert(key, role);
         Ok(role)
@@ -353,7 +352,12 @@ impl MemoryServer {
         self.invitations
             .iter()
             .filter(|((_, u), i)| u == user && self.pending(i))
-            .map(|((s, _), i)| Invitation { space: s.clone(), role: i.role, from: i.from.clone(), expires_at: i.expires_at.unwrap_or(u64::MAX) })
+            .map(|((s, _), i)| Invitation {
+                space: s.clone(),
+                role: i.role,
+                from: i.from.clone(),
+                expires_at: i.expires_at.unwrap_or(u64::MAX),
+            })
             .collect()
     }
 

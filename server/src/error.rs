@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use marksync::protocol::{ErrorBody, ErrorCode};
 
-use crate::store::{SpaceError, DbError};
+use crate::store::{DbError, SpaceError};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -183,7 +183,11 @@ async fn a_key_twice_anywhere_in_a_body_is_a_400_naming_its_path(b: Backend) {
         ("/v1/spaces", r#"{"space": "a", "space": "b"}"#, "space"),
         ("/v1/spaces/members", r#"{"space": "a", "user": "v", "user": "w", "role": "viewer"}"#, "user"),
         ("/v1/verdicts", r#"{"opIds": ["d:1"], "opIds": ["d:2"]}"#, "opIds"),
-        ("/v1/push", r#"{"attemptKey": "d:a1", "batch": [{"opId": "d:1", "opId": "d:2", "table": "sets", "rowId": "d-1", "at": 1, "fields": {"reps": 1}}]}"#, "batch[0].opId"),
+        (
+            "/v1/push",
+            r#"{"attemptKey": "d:a1", "batch": [{"opId": "d:1", "opId": "d:2", "table": "sets", "rowId": "d-1", "at": 1, "fields": {"reps": 1}}]}"#,
+            "batch[0].opId",
+        ),
     ];
     for (path, body, named) in bodies {
         let (status, resp) = t.post_raw(path, "u", body).await;

@@ -86,7 +86,10 @@ async fn an_invitation_costs_the_invitee_nothing_until_accepted(b: Backend) {
     assert_eq!(status, 200);
     let invitations = list["invitations"].as_array().unwrap();
     assert_eq!(invitations.len(), 1);
-    assert_eq!((&invitations[0]["space"], &invitations[0]["role"], &invitations[0]["from"]), (&json!("diary"), &json!("viewer"), &json!("alice")));
+    assert_eq!(
+        (&invitations[0]["space"], &invitations[0]["role"], &invitations[0]["from"]),
+        (&json!("diary"), &json!("viewer"), &json!("alice"))
+    );
     assert!(invitations[0]["expiresAt"].as_u64().unwrap() > 1_700_000_000_000);
 
     assert_eq!(accept(&t, "bob", "diary").await, (200, json!({"space": "diary", "role": "viewer"})));
@@ -300,7 +303,8 @@ async fn a_user_at_the_spaces_cap_converges_in_bounded_pulls(b: Backend) {
     for i in 0..=SPACES {
         let (s, own) = (format!("s{i:02}"), format!("own{}", i % 2));
         assert_eq!(post(&t, "/v1/spaces", &own, json!({"space": s})).await.0, 200);
-        let batch: Vec<Value> = (0..5).map(|r| in_space(&s, full(&format!("o:{i}:{r}"), &format!("r{r}"), 1, 1))).collect();
+        let batch: Vec<Value> =
+            (0..5).map(|r| in_space(&s, full(&format!("o:{i}:{r}"), &format!("r{r}"), 1, 1))).collect();
         t.push_ok(&own, &batch).await;
         assert_eq!(invite(&t, &own, &s, "vic", json!("viewer")).await.0, 200);
     }

@@ -10,11 +10,11 @@ use std::rc::Rc;
 
 use crate::attempt::Failure;
 use crate::memory_server::MemoryServer;
+use crate::protocol::space::{InvitationsList, MemberChange};
 use crate::protocol::{
     CreateSpace, ErrorBody, Member, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse,
     VerdictsRequest, VerdictsResponse,
 };
-use crate::protocol::space::{InvitationsList, MemberChange};
 use crate::space::Membership;
 
 /// Why a membership call failed: the server's error code and message
@@ -141,8 +141,7 @@ impl Transport for MemoryTransport {
     }
 
     async fn set_member(&self, req: &SetMember) -> Result<MemberChange, CallError> {
-        let invited =
-            self.server.borrow_mut().set_member(Some(&self.user), &req.space, &req.user, req.role).map_err(CallError::of)?;
+        let invited = self.server.borrow_mut().set_member(Some(&self.user), &req.space, &req.user, req.role).map_err(CallError::of)?;
         Ok(MemberChange { user: req.user.clone(), role: req.role, invited })
     }
 

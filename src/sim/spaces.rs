@@ -415,7 +415,8 @@ impl Run {
                             "{user}'s device pushes {:?}",
                             req.batch.iter().map(|o| (o.op_id.as_str(), o.space.as_deref())).collect::<Vec<_>>()
                         ));
-                        let answer = self.server.push(user, &req).map_err(|e| Failure::from_http(e.error.code.http_status(), Some(&e), None));
+                        let answer =
+                            self.server.push(user, &req).map_err(|e| Failure::from_http(e.error.code.http_status(), Some(&e), None));
                         if lose && !lost {
                             lost = true;
                             self.stats.resent += 1;

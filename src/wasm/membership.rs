@@ -36,7 +36,9 @@ impl Marksync {
                 Ok(Some(name)) => Some(crate::space::Role::parse(&name).ok_or(())),
                 Err(_) => Some(Err(())),
             };
-            let role = role.transpose().map_err(|()| js_error(Code::BadInput.as_str(), "role must be \"owner\", \"editor\", \"viewer\" or null"))?;
+            let role = role
+                .transpose()
+                .map_err(|()| js_error(Code::BadInput.as_str(), "role must be \"owner\", \"editor\", \"viewer\" or null"))?;
             Ok::<_, JsValue>((space, user, role))
         })();
         future_to_promise(async move {

@@ -11,11 +11,11 @@ use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
 use crate::attempt::Failure;
+use crate::protocol::space::{InvitationsList, MemberChange, SpaceName};
 use crate::protocol::{
     CreateSpace, ErrorBody, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse,
     VerdictsRequest, VerdictsResponse,
 };
-use crate::protocol::space::{InvitationsList, MemberChange, SpaceName};
 use crate::space::Membership;
 
 pub use crate::driver::transport::{CallError, MemoryTransport, Transport};
@@ -125,7 +125,10 @@ impl FetchTransport {
         }
         match serde_json::from_str::<ErrorBody>(&a.text) {
             Ok(e) => Err(CallError::of(e)),
-            Err(_) => Err(CallError { code: crate::protocol::Code::Network.as_str().into(), message: format!("the server answered {}", a.status) }),
+            Err(_) => Err(CallError {
+                code: crate::protocol::Code::Network.as_str().into(),
+                message: format!("the server answered {}", a.status),
+            }),
         }
     }
 

@@ -91,6 +91,11 @@ pub(crate) fn checked_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &
     serde_json::from_slice(bytes).map_err(refused)
 }
 
+/// The query string's parameters, or a 400.
+pub(crate) fn query(q: QueryParams) -> Result<HashMap<String, String>, ApiError> {
+    q.map(|Query(q)| q).map_err(|_| ApiError::bad_request("the query string does not parse"))
+}
+
 /// A walk over any JSON value that fails at the first object key seen twice.
 mod unique {
     use std::collections::HashSet;
@@ -202,9 +207,4 @@ mod tests {
         // Escapes decode first: "\u0061" is "a".
         assert!(problem(r#"{"a": 1, "a": 2}"#).is_some());
     }
-}
-
-/// The query string's parameters, or a 400.
-pub(crate) fn query(q: QueryParams) -> Result<HashMap<String, String>, ApiError> {
-    q.map(|Query(q)| q).map_err(|_| ApiError::bad_request("the query string does not parse"))
 }

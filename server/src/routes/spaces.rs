@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use marksync::protocol::space::{Invitation, SpaceName, InvitationsList, MemberChange, MAX_LIST_LIMIT};
+use marksync::protocol::space::{Invitation, InvitationsList, MemberChange, SpaceName, MAX_LIST_LIMIT};
 use marksync::protocol::{CreateSpace, Member, MembersList, SetMember, SpacesList};
 use marksync::space::Membership;
 
@@ -61,7 +61,12 @@ pub(crate) async fn invitations(
     let list = app.store.invitations(&user, &after, limit).await.map_err(|e| ApiError::internal(&e))?;
     let invitations = list
         .into_iter()
-        .map(|i| Invitation { space: i.space, role: i.role, from: i.from, expires_at: u64::try_from(i.expires_at).unwrap_or(0) })
+        .map(|i| Invitation {
+            space: i.space,
+            role: i.role,
+            from: i.from,
+            expires_at: u64::try_from(i.expires_at).unwrap_or(0),
+        })
         .collect();
     Ok(Json(InvitationsList { invitations }).into_response())
 }

@@ -45,7 +45,8 @@ mod sql {
     pub const OWNED: &str = "SELECT count(*) FROM members WHERE user_id = $1 AND role = 'owner'";
     pub const MEMBER_OF: &str = "SELECT count(*) FROM members WHERE user_id = $1";
     pub const MEMBERS_IN: &str = "SELECT count(*) FROM members WHERE space_id = $1";
-    pub const INVITATION: &str = "SELECT role FROM invitations WHERE space_id = $1 AND user_id = $2 AND expires_at > $3";
+    pub const INVITATION: &str =
+        "SELECT role FROM invitations WHERE space_id = $1 AND user_id = $2 AND expires_at > $3";
     pub const INVITE: &str = "INSERT INTO invitations (space_id, user_id, role, invited_by, expires_at) \
          VALUES ($1, $2, $3, $4, $5) ON CONFLICT (space_id, user_id) DO UPDATE SET role = excluded.role, \
          invited_by = excluded.invited_by, expires_at = excluded.expires_at";
@@ -173,7 +174,13 @@ pub(crate) trait Conn: Send {
     /// Pending invitations of `user` (`by`: false) or sent by `user` (`by`: true) at `now`.
     async fn pending(&mut self, user: &str, by: bool, now: i64) -> Result<usize, DbError>;
     /// Up to `limit` of `user`'s pending invitations to spaces named after `after`, in byte order.
-    async fn invitations_of(&mut self, user: &str, after: &str, now: i64, limit: usize) -> Result<Vec<Invited>, DbError>;
+    async fn invitations_of(
+        &mut self,
+        user: &str,
+        after: &str,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<Invited>, DbError>;
     /// Every stored membership of `user`, with the heads.
     async fn memberships(&mut self, user: &str) -> Result<Vec<MemberSpace>, DbError>;
     /// A space's head alone: one primary-key read, never a count (0: none).
@@ -233,8 +240,7 @@ fn stored_role(role: &str) -> Result<Role, DbError> {
 
 /// A verdict as stored in its columns.
 fn stored_verdict(status: &str, reason: Option<String>, code: Option<String>) -> Result<Remembered, DbError> {
-    Remembered::from_columns(status, reason, code)
-        .ok_or_else(|| DbError::Corrupt(format!("verdict status {status:?}")))
+    Remembered::from_columns(status, reason, code).ok_or_else(|| DbError::Corrupt(format!("verdict status {status:?}")))
 }
 
 impl<C> Conn for C
@@ -377,7 +383,14 @@ where
     }
 
     async fn invite(&mut self, space: &str, user: &str, role: Role, by: &str, expires_at: i64) -> Result<(), DbError> {
-        sqlx::query(sql::INVITE).bind(space).bind(user).bind(role.as_str()).bind(by).bind(expires_at).execute(self).await?;
+        sqlx::query(sql::INVITE)
+            .bind(space)
+            .bind(user)
+            .bind(role.as_str())
+            .bind(by)
+            .bind(expires_at)
+            .execute(self)
+            .await?;
         Ok(())
     }
 
@@ -398,7 +411,13 @@ where
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
-    async fn invitations_of(&mut self, user: &str, after: &str, now: i64, limit: usize) -> Result<Vec<Invited>, DbError> {
+    async fn invitations_of(
+        &mut self,
+        user: &str,
+        after: &str,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<Invited>, DbError> {
         let rows: Vec<(String, String, String, i64)> = sqlx::query_as(sql::INVITATIONS_OF)
             .bind(user)
             .bind(after)

@@ -52,7 +52,7 @@ use conn::Conn;
 use dialect::Pools;
 
 pub use conn::{Counts, Invited, MemberSpace};
-pub use error::{redact, PushError, DbError, MAX_JUDGE_ATTEMPTS};
+pub use error::{redact, DbError, PushError, MAX_JUDGE_ATTEMPTS};
 pub use push::PushControl;
 #[cfg(feature = "sabotage")]
 pub use push::Sabotage;

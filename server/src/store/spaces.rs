@@ -58,7 +58,11 @@ fn reached(n: usize, cap: usize) -> bool {
 
 /// Refuses when `n` has reached `cap`, in `words`.
 fn check_cap(n: usize, cap: usize, words: impl FnOnce() -> String) -> Result<(), SpaceError> {
-    if reached(n, cap) { Err(SpaceError::Cap(words())) } else { Ok(()) }
+    if reached(n, cap) {
+        Err(SpaceError::Cap(words()))
+    } else {
+        Ok(())
+    }
 }
 
 /// Refuses a new membership of `user` in `space` that would pass a bound.
