@@ -23,11 +23,11 @@ pub struct View {
     changes: Changes,
 }
 
-/// Which visible rows changed since the last [`Engine::take_changes`].
+/// Which tables' visible rows changed since the last [`Engine::take_changes`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
-    /// The keys whose visible row may have changed.
-    pub keys: BTreeSet<RowKey>,
+    /// The tables a row of which may have changed.
+    pub tables: BTreeSet<String>,
     /// Anything may have changed (a schema, rows hidden or shown, a reopen).
     pub all: bool,
 }
@@ -35,16 +35,17 @@ pub struct Changes {
 impl Changes {
     /// Whether a query of `table` may see a change.
     pub fn touches(&self, table: &str) -> bool {
-        self.all || self.keys.iter().any(|k| k.table == table)
+        self.all || self.tables.contains(table)
     }
 
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
-        !self.all && self.keys.is_empty()
+        !self.all && self.tables.is_empty()
     }
 }
 
-type Built = (Vec<IndexDef>, Option<(u32, Option<String>, usize)>, bool);
+/// What the indexes were built for: the schema (its version, `ETag`, length) and whether rows were hidden.
+type Built = (Option<(u32, Option<String>, usize)>, bool);
 
 struct Visible<'e>(&'e Engine);
 
@@ -81,12 +82,20 @@ impl Engine {
 
     /// Brings the indexes up to the replica, and notes what changed.
     fn settle(&mut self) {
-        let defs = self.index_defs();
-        let schema = self.schema.as_ref().map(|(k, s)| (s.version, k.etag.clone(), k.text.len()));
-        let for_what: Built = (defs, schema, self.hides_rows());
         let touched = self.replica.take_touched();
-        if self.view.built.as_ref() != Some(&for_what) {
-            let defs = for_what.0.clone();
+        let hidden = self.hides_rows();
+        // Compared without a copy: this runs after every step and before every query.
+        let same = self.view.built.as_ref().is_some_and(|(schema, h)| {
+            *h == hidden
+                && match (schema, &self.schema) {
+                    (None, None) => true,
+                    (Some((v, etag, len)), Some((k, s))) => *v == s.version && *etag == k.etag && *len == k.text.len(),
+                    _ => false,
+                }
+        });
+        if !same {
+            let for_what: Built = (self.schema.as_ref().map(|(k, s)| (s.version, k.etag.clone(), k.text.len())), hidden);
+            let defs = self.index_defs();
             let mut indexes = Indexes::new(defs);
             let tables: BTreeSet<String> = indexes.defs().into_iter().map(|d| d.table).collect();
             if !self.hides_rows() {
@@ -105,7 +114,9 @@ impl Engine {
                 let row = self.replica.visible(&key).map(|r| self.app_row(&key.table, r).into_owned());
                 self.view.indexes.put(&key, row.as_ref());
             }
-            self.view.changes.keys.insert(key);
+            if !self.view.changes.tables.contains(&key.table) {
+                self.view.changes.tables.insert(key.table);
+            }
         }
     }
 
