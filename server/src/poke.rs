@@ -13,20 +13,24 @@ pub enum Poke {
         /// The new head seq.
         head: u64,
     },
-    /// `user`'s memberships changed (joined, left, another role): their streams poke.
+    /// `user`'s membership of `space` changed (joined, left, another role):
+    /// their streams poke, and read that one membership again.
     Members {
         /// The user.
         user: Arc<str>,
+        /// The space.
+        space: Arc<str>,
     },
 }
 
 impl Poke {
-    /// The `NOTIFY` payload: `s <head> <space>` or `m <user>`, the name last
-    /// so that any name (spaces included) follows whole.
+    /// The `NOTIFY` payload: `s <head> <space>` or `m <bytes of space>
+    /// <space><user>`, the names last and measured, so that any name
+    /// (spaces included) follows whole.
     pub fn payload(&self) -> String {
         match self {
             Poke::Space { space, head } => format!("s {head} {space}"),
-            Poke::Members { user } => format!("m {user}"),
+            Poke::Members { user, space } => format!("m {} {space}{user}", space.len()),
         }
     }
 
@@ -37,7 +41,12 @@ impl Poke {
                 let (head, space) = rest.split_once(' ')?;
                 Some(Poke::Space { space: space.into(), head: head.parse().ok()? })
             }
-            ("m", user) if !user.is_empty() => Some(Poke::Members { user: user.into() }),
+            ("m", rest) => {
+                let (len, names) = rest.split_once(' ')?;
+                let len: usize = len.parse().ok()?;
+                let (space, user) = (names.get(..len)?, names.get(len..)?);
+                (!space.is_empty() && !user.is_empty()).then(|| Poke::Members { user: user.into(), space: space.into() })
+            }
             _ => None,
         }
     }
@@ -52,11 +61,12 @@ mod tests {
         for poke in [
             Poke::Space { space: "~a user id with spaces".into(), head: 42 },
             Poke::Space { space: "team-1".into(), head: 0 },
-            Poke::Members { user: "a user id".into() },
+            Poke::Members { user: "a user id".into(), space: "~a user id".into() },
+            Poke::Members { user: "u".into(), space: "team-1".into() },
         ] {
             assert_eq!(Poke::parse(&poke.payload()), Some(poke));
         }
-        for bad in ["", "x y", "s 1", "s x team", "m ", "42 alice"] {
+        for bad in ["", "x y", "s 1", "s x team", "m ", "m 3 ab", "m 2 ab", "m x abc", "42 alice"] {
             assert_eq!(Poke::parse(bad), None, "{bad:?}");
         }
     }

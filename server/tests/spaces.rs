@@ -343,6 +343,17 @@ async fn pokes_follow_membership(b: Backend) {
     seen.clear();
     share(&t, "alice", "shared", "bob", Value::Null).await;
     read_until(&mut events, &mut seen, "data: members\n").await;
+    // Removed: her next push pokes him no more; his own push still does.
+    seen.clear();
+    t.push_ok("alice", &[in_space("shared", full("a:3", "p", 1, 1))]).await;
+    t.push_ok("bob", &[full("b:1", "mine", 1, 1)]).await;
+    read_until(&mut events, &mut seen, "data: 1\n").await;
+    assert!(!seen.contains("shared"), "no poke of a space he left: {seen:?}");
+    // A personal space shared with him: her own pushes poke him too.
+    share(&t, "alice", "~alice", "bob", json!("viewer")).await;
+    read_until(&mut events, &mut seen, "data: members\n").await;
+    t.push_ok("alice", &[full("a:4", "own", 1, 1)]).await;
+    read_until(&mut events, &mut seen, "data: 1 ~alice\n").await;
     t.stop().await;
 }
 both!(pokes_follow_membership);

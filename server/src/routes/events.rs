@@ -99,17 +99,18 @@ fn poke_stream(state: PokeStream) -> impl Stream<Item = Result<Event, Infallible
                         return Some((Ok(poke(poke_data(named, head))), s));
                     }
                 }
-                Ok(Poke::Members { user }) if *user == *s.user => {
-                    // The spaces now, each known one at the head last poked
-                    // (a push's poke that comes after this read still pokes).
-                    if let Ok(now) = followed_heads(&s.app, &s.user).await {
-                        s.spaces = now
-                            .into_iter()
-                            .map(|(space, head)| {
-                                let last = s.spaces.get(&space).copied().unwrap_or(head);
-                                (space, last)
-                            })
-                            .collect();
+                Ok(Poke::Members { user, space }) if *user == *s.user => {
+                    // That one membership now — work of this change, not of
+                    // the user's other spaces — a known space at the head
+                    // last poked (a push's poke after this read still pokes).
+                    match s.app.store.member_head(&s.user, &space).await {
+                        Ok(Some(head)) => {
+                            s.spaces.entry(space).or_insert(head);
+                        }
+                        Ok(None) => {
+                            s.spaces.remove(&space);
+                        }
+                        Err(_) => {}
                     }
                     return Some((Ok(poke("members".to_owned())), s));
                 }

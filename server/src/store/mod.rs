@@ -172,6 +172,11 @@ impl Store {
         on_backend!(self, db => spaces::of(db, user).await)
     }
 
+    /// `space`'s head if `user` is a member of it now.
+    pub async fn member_head(&self, user: &str, space: &str) -> Result<Option<u64>, DbError> {
+        on_backend!(self, db => spaces::member_head(db, user, space).await)
+    }
+
     /// A page of `user`'s spaces and roles (the personal space first), after the space `after`.
     pub async fn spaces_page(&self, user: &str, after: &str, limit: usize) -> Result<Vec<(String, Role)>, DbError> {
         on_backend!(self, db => spaces::page_of(db, user, after, limit).await)

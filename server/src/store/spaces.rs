@@ -179,7 +179,7 @@ pub(crate) async fn create<D: Backend>(
             return Err(SpaceError::Conflict(format!("a space named {space} exists already")));
         }
     }
-    tx.announce(&crate::poke::Poke::Members { user: owner.into() }).await?;
+    tx.announce(&crate::poke::Poke::Members { user: owner.into(), space: space.into() }).await?;
     tx.commit().await?;
     Ok(Role::Owner)
 }
@@ -240,7 +240,7 @@ pub(crate) async fn set_member<D: Backend>(
         tx.uninvite(space, user).await?;
     }
     tx.set_member(space, user, role).await?;
-    tx.announce(&crate::poke::Poke::Members { user: user.into() }).await?;
+    tx.announce(&crate::poke::Poke::Members { user: user.into(), space: space.into() }).await?;
     tx.commit().await?;
     Ok(Changed::Member)
 }
@@ -297,7 +297,7 @@ pub(crate) async fn accept<D: Backend>(
     check_join(&mut *tx, limits, space, user).await?;
     tx.uninvite(space, user).await?;
     tx.set_member(space, user, Some(role)).await?;
-    tx.announce(&crate::poke::Poke::Members { user: user.into() }).await?;
+    tx.announce(&crate::poke::Poke::Members { user: user.into(), space: space.into() }).await?;
     tx.commit().await?;
     Ok(role)
 }
@@ -357,6 +357,17 @@ pub(crate) async fn members<D: Backend>(
         }
     }
     Ok(list)
+}
+
+/// `space`'s head if `user` is a member of it now (a read: two primary-key lookups).
+pub(crate) async fn member_head<D: Backend>(pools: &Pools<D>, user: &str, space: &str) -> Result<Option<u64>, DbError> {
+    let mut conn = pools.read().await?;
+    // A personal space is shared through stored memberships too; only its own user needs none.
+    let stored = if space::personal_owner(space) == Some(user) { None } else { conn.member(space, user).await? };
+    match space::role_of(user, space, stored) {
+        Some(_) => Ok(Some(conn.head(space).await?)),
+        None => Ok(None),
+    }
 }
 
 /// Every space `user` is a member of, with the role and the head: the
