@@ -69,6 +69,13 @@ fn gym() -> MemoryServer {
     s
 }
 
+/// Alice gives bob `role` in gym: an invitation he accepts when he is no member yet (PROTOCOL §3c).
+fn grant(s: &mut MemoryServer, role: Role) {
+    if s.set_member(Some("alice"), "gym", "bob", Some(role)).unwrap() {
+        assert_eq!(s.accept("bob", "gym").unwrap(), role);
+    }
+}
+
 fn gym_rows(e: &Engine) -> Vec<String> {
     e.rows("sets").into_iter().filter(|(k, _)| k.space == "gym").map(|(k, _)| k.row_id.clone()).collect()
 }
@@ -81,7 +88,7 @@ fn a_grant_backfills_a_viewer_is_refused_on_the_device_and_a_promotion_lets_edit
     assert_eq!(bob.following().personal.as_deref(), Some("~bob"));
     assert!(gym_rows(&bob).is_empty(), "not a member: nothing of gym");
 
-    s.set_member(Some("alice"), "gym", "bob", Some(Role::Viewer)).unwrap();
+    grant(&mut s, Role::Viewer);
     let report = sync(&mut bob, &mut s, "bob", &mut store);
     assert_eq!(report.pulled, 2);
     assert_eq!(gym_rows(&bob), vec!["a-1".to_owned(), "a-2".to_owned()], "the whole space, from its start");
@@ -96,7 +103,7 @@ fn a_grant_backfills_a_viewer_is_refused_on_the_device_and_a_promotion_lets_edit
     // Its own space stays the default for new rows.
     assert!(bob.draft("sets", "b-1", set(9)).unwrap().space.is_none());
 
-    s.set_member(Some("alice"), "gym", "bob", Some(Role::Editor)).unwrap();
+    grant(&mut s, Role::Editor);
     sync(&mut bob, &mut s, "bob", &mut store);
     let d = bob.draft("sets", "a-1", set(12)).unwrap();
     assert_eq!(d.place(), RowKey::in_space("gym", "sets", "a-1"), "the row's space, found where it lives");
@@ -116,7 +123,7 @@ fn a_grant_backfills_a_viewer_is_refused_on_the_device_and_a_promotion_lets_edit
 #[test]
 fn a_revoke_removes_the_rows_and_queued_edits_come_back_forbidden_with_their_content() {
     let mut s = gym();
-    s.set_member(Some("alice"), "gym", "bob", Some(Role::Editor)).unwrap();
+    grant(&mut s, Role::Editor);
     let (mut bob, mut store) = (engine("b"), Tables::default());
     {
         let d = bob.draft("sets", "b-1", set(3)).unwrap();
@@ -157,7 +164,7 @@ fn a_revoke_removes_the_rows_and_queued_edits_come_back_forbidden_with_their_con
     assert_eq!(again.all_visible(), bob.all_visible(), "reopened: the rows stay gone");
 
     // Granted again: the space comes back from its start.
-    s.set_member(Some("alice"), "gym", "bob", Some(Role::Viewer)).unwrap();
+    grant(&mut s, Role::Viewer);
     sync(&mut bob, &mut s, "bob", &mut store);
     assert_eq!(gym_rows(&bob).len(), 2);
     assert!(!bob.following().has_left("gym"));
@@ -166,7 +173,7 @@ fn a_revoke_removes_the_rows_and_queued_edits_come_back_forbidden_with_their_con
 #[test]
 fn an_op_applied_just_before_a_revoke_leaves_no_row_behind() {
     let mut s = gym();
-    s.set_member(Some("alice"), "gym", "bob", Some(Role::Editor)).unwrap();
+    grant(&mut s, Role::Editor);
     let (mut bob, mut store) = (engine("b"), Tables::default());
     sync(&mut bob, &mut s, "bob", &mut store);
     let op = {
@@ -192,7 +199,7 @@ fn an_op_applied_just_before_a_revoke_leaves_no_row_behind() {
 #[test]
 fn the_same_row_id_in_two_spaces_is_two_rows() {
     let mut s = gym();
-    s.set_member(Some("alice"), "gym", "bob", Some(Role::Editor)).unwrap();
+    grant(&mut s, Role::Editor);
     let (mut bob, mut store) = (engine("b"), Tables::default());
     sync(&mut bob, &mut s, "bob", &mut store);
     // Bob names a personal row exactly like one of gym's.
@@ -255,7 +262,7 @@ fn a_late_pull_answer_is_ignored_and_a_page_of_an_unfollowed_space_is_never_take
 #[test]
 fn rows_of_a_space_the_device_never_pulled_go_when_the_user_is_no_member() {
     let mut s = gym();
-    s.set_member(Some("alice"), "gym", "bob", Some(Role::Editor)).unwrap();
+    grant(&mut s, Role::Editor);
     let (mut bob, mut store) = (engine("b"), Tables::default());
     // Bob writes in gym before his device ever pulled it: applied, folded in.
     let d = bob.draft_in(Some("gym"), "sets", "b-1", set(4)).unwrap();
