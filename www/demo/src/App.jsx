@@ -1,5 +1,5 @@
 import { useCallback, useEffect, useMemo, useState } from 'react';
-import { useRows, useSpaces } from 'marksync/react';
+import { useQuery, useSpaces } from 'marksync/react';
 import { useMetrics, useOnline } from './hooks.js';
 import { formatKg, formatReps, shortDevice } from './format.js';
 import { AddSetForm } from './AddSetForm.jsx';
@@ -11,6 +11,7 @@ import { SyncIcon } from './icons.jsx';
 import { syncNow } from './sync.js';
 
 const UNDO_MS = 5000;
+const NONE = Object.freeze([]);
 
 /** What blocks sync (metrics().recovery), for people. */
 const RECOVERY = {
@@ -27,11 +28,12 @@ const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
 export function App({ db, user }) {
   const online = useOnline();
   const metrics = useMetrics(db);
-  const all = useRows(db, 'sets');
   const spaces = useSpaces(db);
-  // Rows of the person's own diary carry no `_space`; a diary shared with them does.
-  const rows = useMemo(() => all.filter((r) => !r._space), [all]);
   const personal = spaces.find((s) => s.personal)?.space ?? null;
+  // The person's own diary: a live query of their personal space (every
+  // space until the first sync names it; its rows carry no `_space`).
+  const mine = useQuery(db, 'sets', personal ? { space: personal } : undefined);
+  const rows = useMemo(() => (mine ?? NONE).filter((r) => !r._space), [mine]);
   const shared = spaces.filter((s) => !s.personal);
   const [toast, setToast] = useState(null);
   const [syncing, setSyncing] = useState(false);
@@ -102,20 +104,20 @@ export function App({ db, user }) {
       <Rejections db={db} />
       <SetList db={db} rows={rows} highlight={lastAdded} onDelete={remove} onError={fail} />
       {shared.map((s) => (
-        <SetList
-          key={s.space}
-          db={db}
-          rows={all.filter((r) => r._space === s.space)}
-          title={`${ownerOf(s.space)}’s diary`}
-          role={s.role}
-          onDelete={remove}
-          onError={fail}
-        />
+        <SharedDiary key={s.space} db={db} space={s} onDelete={remove} onError={fail} />
       ))}
       <SharedWithMe db={db} shared={shared} onError={fail} say={say} />
       <Sharing db={db} personal={personal} onError={fail} say={say} />
       <Toast toast={toast} onClose={() => setToast(null)} />
     </div>
+  );
+}
+
+/** A diary shared with the person (the coach's view): a live query of that space alone. */
+function SharedDiary({ db, space, onDelete, onError }) {
+  const rows = useQuery(db, 'sets', { space: space.space }) ?? NONE;
+  return (
+    <SetList db={db} rows={rows} title={`${ownerOf(space.space)}’s diary`} role={space.role} onDelete={onDelete} onError={onError} />
   );
 }
 
