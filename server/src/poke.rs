@@ -45,7 +45,8 @@ impl Poke {
                 let (len, names) = rest.split_once(' ')?;
                 let len: usize = len.parse().ok()?;
                 let (space, user) = (names.get(..len)?, names.get(len..)?);
-                (!space.is_empty() && !user.is_empty()).then(|| Poke::Members { user: user.into(), space: space.into() })
+                (!space.is_empty() && !user.is_empty())
+                    .then(|| Poke::Members { user: user.into(), space: space.into() })
             }
             _ => None,
         }
