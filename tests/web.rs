@@ -752,6 +752,8 @@ async fn a_shared_space_is_backfilled_refused_to_a_viewer_and_gone_after_a_revok
     assert_eq!(alice.engine.borrow().locate("sets", &row).unwrap().space, "diary");
 
     alice.set_member("diary", "bob", Some(Role::Viewer)).await.unwrap();
+    // An owner's add is an invitation: nothing flows until bob accepts (PROTOCOL §3c).
+    bob.accept("diary").await.unwrap();
     bob.sync().await.unwrap();
     let key = RowKey::in_space("diary", "sets", row.as_str());
     assert!(bob.engine.borrow().row(&key).is_some(), "backfilled on grant");

@@ -204,5 +204,6 @@ pub fn cmp_keys(a: &RowKey, b: &RowKey) -> Ordering {
     cmp_text(&a.row_id, &b.row_id).then_with(|| cmp_text(&a.space, &b.space))
 }
 
-#[cfg(test)]
+// Property tests need proptest, a native dev-dependency.
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests;
