@@ -4,13 +4,13 @@
 //! Indexes are kept over the rows as the app sees them (its schema
 //! version's names, tombstones out): declared by the server's schema
 //! (`"indexes"` of a table, its newest names) and by the app at open
-//! ([`Config::indexes`]). They follow the replica through the keys it marks
+//! ([`super::Config::indexes`]). They follow the replica through the keys it marks
 //! touched; a new schema, or rows hidden or shown again, rebuilds them.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use super::{Config, Engine};
+use super::Engine;
 use crate::protocol::{Row, RowKey};
 use crate::query::{self, Explain, IndexDef, Indexes, Query, Source};
 
@@ -148,13 +148,5 @@ impl Engine {
     pub fn explain(&mut self, table: &str, q: &Query) -> Explain {
         self.settle();
         query::explain(&self.view.indexes, table, q)
-    }
-}
-
-impl Config {
-    /// The app's indexes, from `{ table: [[field, …], …] }`.
-    pub fn with_indexes(mut self, defs: impl IntoIterator<Item = IndexDef>) -> Self {
-        self.indexes.extend(defs);
-        self
     }
 }
