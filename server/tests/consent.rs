@@ -14,37 +14,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{json, Value};
 
-async fn post(t: &TestServer, path: &str, user: &str, body: Value) -> (u16, Value) {
-    t.post_raw(path, user, body.to_string()).await
-}
-
-async fn get(t: &TestServer, path: &str, user: &str) -> (u16, Value) {
-    let r = t.http.get(t.url(path)).bearer_auth(format!("dev:{user}")).send().await.unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
-/// `user` sets `member`'s role in `space` (an invitation when `member` is not in it).
-async fn invite(t: &TestServer, user: &str, space: &str, member: &str, role: Value) -> (u16, Value) {
-    post(t, "/v1/spaces/members", user, json!({"space": space, "user": member, "role": role})).await
-}
-
-async fn accept(t: &TestServer, user: &str, space: &str) -> (u16, Value) {
-    post(t, "/v1/invitations/accept", user, json!({ "space": space })).await
-}
-
-/// One `POST /v1/pull` as `user`, following `spaces`.
-async fn pull(t: &TestServer, user: &str, spaces: Value) -> Value {
-    let (status, body) = post(t, "/v1/pull", user, json!({ "spaces": spaces })).await;
-    assert_eq!(status, 200, "{body}");
-    body
-}
-
-fn in_space(space: &str, mut op: Value) -> Value {
-    op["space"] = json!(space);
-    op
-}
-
 /// A server on a fresh database with `tune` applied to its configuration.
 async fn server_with(b: Backend, tune: impl FnOnce(&mut marksync_server::Config)) -> Option<TestServer> {
     let database = fresh_database(b).await?;

@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{config, fresh_database, full, jwt, op, unique, Backend, TestServer};
+use common::{config, fresh_database, full, jwt, op, post, unique, Backend, TestServer};
 use serde_json::{json, Value};
 use sqlx::Connection;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -222,11 +222,6 @@ impl Sql {
         };
         done.err().map(|e| e.to_string())
     }
-}
-
-/// POSTs `body` to `path` as `user` (dev token).
-async fn post(t: &TestServer, path: &str, user: &str, body: Value) -> (u16, Value) {
-    t.post_raw(path, user, body.to_string()).await
 }
 
 /// Every kind of operation the server has — pushes (applied, rejected,

@@ -12,43 +12,14 @@ use serde_json::{json, Value};
 
 const ADMIN: &str = "an-admin-token-of-at-least-32-characters";
 
-/// `op` in `space`.
-fn in_space(space: &str, mut op: Value) -> Value {
-    op["space"] = json!(space);
-    op
-}
-
-async fn post(t: &TestServer, path: &str, user: &str, body: Value) -> (u16, Value) {
-    t.post_raw(path, user, body.to_string()).await
-}
-
-async fn get(t: &TestServer, path: &str, user: &str) -> (u16, Value) {
-    let r = t.http.get(t.url(path)).bearer_auth(format!("dev:{user}")).send().await.unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
-/// `user` sets `member`'s role in `space` (`null` removes): for a user who
-/// is not a member yet, an invitation.
-async fn invite(t: &TestServer, user: &str, space: &str, member: &str, role: Value) -> (u16, Value) {
-    post(t, "/v1/spaces/members", user, json!({"space": space, "user": member, "role": role})).await
-}
-
 /// As [`invite`], and an invited `member` accepts at once: the membership is set.
 async fn share(t: &TestServer, user: &str, space: &str, member: &str, role: Value) -> (u16, Value) {
     let (status, body) = invite(t, user, space, member, role).await;
     if status == 200 && body["invited"] == true {
-        let (accepted, answer) = post(t, "/v1/invitations/accept", member, json!({ "space": space })).await;
+        let (accepted, answer) = accept(t, member, space).await;
         assert_eq!(accepted, 200, "{answer}");
     }
     (status, body)
-}
-
-/// One `POST /v1/pull` as `user`, following `spaces`.
-async fn pull(t: &TestServer, user: &str, spaces: Value) -> Value {
-    let (status, body) = post(t, "/v1/pull", user, json!({ "spaces": spaces })).await;
-    assert_eq!(status, 200, "{body}");
-    body
 }
 
 /// The rowIds a pull answer carries for `space`.

@@ -301,3 +301,39 @@ pub async fn read_until(resp: &mut reqwest::Response, seen: &mut String, needle:
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
 }
+
+/// POSTs `body` to `path` as `user` (dev token).
+pub async fn post(t: &TestServer, path: &str, user: &str, body: Value) -> (u16, Value) {
+    t.post_raw(path, user, body.to_string()).await
+}
+
+/// GETs `path` as `user` (dev token): the status and the JSON body (`null` if none).
+pub async fn get(t: &TestServer, path: &str, user: &str) -> (u16, Value) {
+    let r = t.http.get(t.url(path)).bearer_auth(format!("dev:{user}")).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// `user` sets `member`'s role in `space` (`null` removes): for a user who
+/// is not a member yet, an invitation.
+pub async fn invite(t: &TestServer, user: &str, space: &str, member: &str, role: Value) -> (u16, Value) {
+    post(t, "/v1/spaces/members", user, json!({"space": space, "user": member, "role": role})).await
+}
+
+/// `user` accepts their invitation to `space`.
+pub async fn accept(t: &TestServer, user: &str, space: &str) -> (u16, Value) {
+    post(t, "/v1/invitations/accept", user, json!({ "space": space })).await
+}
+
+/// One `POST /v1/pull` as `user`, following `spaces`.
+pub async fn pull(t: &TestServer, user: &str, spaces: Value) -> Value {
+    let (status, body) = post(t, "/v1/pull", user, json!({ "spaces": spaces })).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// `op` in `space`.
+pub fn in_space(space: &str, mut op: Value) -> Value {
+    op["space"] = json!(space);
+    op
+}
