@@ -8,6 +8,7 @@ use marksync::schema::Schema;
 use tokio::sync::{broadcast, watch};
 
 use crate::auth::{AdminCredential, Auth};
+use crate::budget::Budgets;
 use crate::caps::Caps;
 use crate::config::Config;
 use crate::error::ServerError;
@@ -40,6 +41,8 @@ pub struct AppState {
     pub faults: Option<Arc<Faults>>,
     /// The per-user rate limit, when on.
     pub limiter: Option<RateLimiter>,
+    /// Each user's budgets of judged ops and of read work per second.
+    pub budgets: Budgets,
     /// Head pokes for `/v1/events`.
     pub pokes: broadcast::Sender<Poke>,
     /// Body limit in bytes.
@@ -164,6 +167,10 @@ impl App {
             metrics: Arc::new(Metrics::default()),
             faults: config.enable_faults.then(|| Arc::new(Faults::default())),
             limiter,
+            budgets: {
+                let (ops, reads) = config.budgets();
+                Budgets::new(ops, reads)
+            },
             pokes,
             max_body: config.max_body_bytes,
             max_future_ms: (config.max_future_ms > 0).then_some(config.max_future_ms),
@@ -171,6 +178,7 @@ impl App {
                 Duration::from_millis(config.body_timeout_ms),
                 config.max_requests_per_user,
                 config.max_streams_per_user,
+                config.max_connections.saturating_sub(config.connection_reserve.min(config.max_connections / 2)),
             ),
             shutdown,
             #[cfg(feature = "sabotage")]

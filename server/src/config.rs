@@ -11,6 +11,14 @@ use marksync::schema::Schema;
 use crate::store::Sabotage;
 use crate::store::SpaceLimits;
 
+/// `--ops-rate`: a device catching up after a long offline spell sends a few
+/// thousand ops; ten seconds of this rate is the burst.
+pub const DEFAULT_OPS_RATE: f64 = 2_000.0;
+/// `--read-rate`: a full pull (1,000 rows) naming 1,000 spaces ten times a second.
+pub const DEFAULT_READ_RATE: f64 = 20_000.0;
+/// `--connection-reserve`.
+pub const DEFAULT_CONNECTION_RESERVE: usize = 100;
+
 /// `marksync-server` flags. Every flag can also be given as the environment
 /// variable named after it (`--max-body-bytes` = `MARKSYNC_MAX_BODY_BYTES`).
 #[derive(Debug, Clone, Parser)]
@@ -61,6 +69,24 @@ pub struct Config {
     #[arg(long, env = "MARKSYNC_RATE_BURST")]
     pub rate_burst: Option<f64>,
 
+    /// Judged ops per second allowed per user (token bucket; a push costs its ops, counted before
+    /// its transaction opens); 0 turns the budget off.
+    #[arg(long, env = "MARKSYNC_OPS_RATE", default_value_t = DEFAULT_OPS_RATE)]
+    pub ops_rate: f64,
+
+    /// Ops a user may push at once before the ops rate applies. Default: ten times the rate.
+    #[arg(long, env = "MARKSYNC_OPS_BURST")]
+    pub ops_burst: Option<f64>,
+
+    /// Read work per second allowed per user (token bucket): a pull costs 1, each space it names
+    /// and each row it reads; a list or an event connect 1 and each entry it reads. 0 turns it off.
+    #[arg(long, env = "MARKSYNC_READ_RATE", default_value_t = DEFAULT_READ_RATE)]
+    pub read_rate: f64,
+
+    /// Read work a user may spend at once before the read rate applies. Default: ten times the rate.
+    #[arg(long, env = "MARKSYNC_READ_BURST")]
+    pub read_burst: Option<f64>,
+
     /// Origins allowed by CORS (repeat the flag or give a comma list; `*` = any). Default: none.
     #[arg(long, env = "MARKSYNC_CORS_ORIGIN", value_delimiter = ',')]
     pub cors_origin: Vec<String>,
@@ -74,6 +100,11 @@ pub struct Config {
     /// is closed. Lowered at start to fit the open-files limit.
     #[arg(long, env = "MARKSYNC_MAX_CONNECTIONS", default_value_t = 900)]
     pub max_connections: usize,
+
+    /// Connections event streams never take, all users' streams together: kept for short requests
+    /// (`/healthz`, pulls, pushes) of everyone. At most half of `--max-connections`.
+    #[arg(long, env = "MARKSYNC_CONNECTION_RESERVE", default_value_t = DEFAULT_CONNECTION_RESERVE)]
+    pub connection_reserve: usize,
 
     /// Milliseconds a client may take to send a request's headers (or to start one on an idle
     /// keep-alive connection) before the connection is closed.
@@ -169,6 +200,11 @@ impl Config {
             max_future_ms: marksync::judge::DEFAULT_MAX_FUTURE_MS,
             rate_limit: 100.0,
             rate_burst: None,
+            ops_rate: DEFAULT_OPS_RATE,
+            ops_burst: None,
+            read_rate: DEFAULT_READ_RATE,
+            read_burst: None,
+            connection_reserve: DEFAULT_CONNECTION_RESERVE,
             cors_origin: Vec::new(),
             db_max_connections: 16,
             max_connections: 900,
@@ -196,6 +232,14 @@ impl Config {
 }
 
 impl Config {
+    /// The `(rate, burst)` of the ops and read budgets these flags give.
+    pub fn budgets(&self) -> ((f64, f64), (f64, f64)) {
+        (
+            (self.ops_rate, self.ops_burst.unwrap_or(self.ops_rate * 10.0)),
+            (self.read_rate, self.read_burst.unwrap_or(self.read_rate * 10.0)),
+        )
+    }
+
     /// The bounds of spaces and invitations these flags give.
     pub fn space_limits(&self) -> SpaceLimits {
         SpaceLimits {
@@ -228,9 +272,10 @@ mod tests {
             "the documented defaults, both ways"
         );
         assert_eq!(
-            (c.max_requests_per_user, c.max_streams_per_user),
-            (d.max_requests_per_user, d.max_streams_per_user)
+            (c.max_requests_per_user, c.max_streams_per_user, c.connection_reserve),
+            (d.max_requests_per_user, d.max_streams_per_user, d.connection_reserve)
         );
+        assert_eq!(c.budgets(), d.budgets(), "the documented budgets, both ways");
         assert!(c.jwt_audience.is_empty() && c.jwt_issuer.is_none());
         assert_eq!(c.space_limits(), d.space_limits(), "the documented bounds of spaces, both ways");
         let c = Config::try_parse_from([

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Query, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -32,7 +32,8 @@ use tokio::time::Sleep;
 use marksync::protocol::ErrorCode;
 
 use crate::app::App;
-use crate::caps::StreamPlace;
+use crate::budget::Work;
+use crate::caps::StreamRefusal;
 use crate::error::ApiError;
 
 /// The longest time a refused request's body is read and thrown away before the answer.
@@ -67,6 +68,10 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
             return refuse(&app, req, ApiError::rate_limited(secs)).await;
         }
     }
+    // A user in debt on the budget this route spends is refused before its body is read.
+    if let Err(e) = app.budgets.ready(work_of(req.method(), req.uri().path()), &user, &app.metrics) {
+        return refuse(&app, req, e).await;
+    }
     // The device names the user its database belongs to: a token of anyone
     // else is refused before anything is read or written (PROTOCOL §5). After
     // the rate limit: refusals cost the token's user like any request.
@@ -76,16 +81,30 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
         );
         return refuse(&app, req, ApiError::new(ErrorCode::WrongUser, message)).await;
     }
-    let (owner, what) =
-        if events { (&app.caps.streams, "event streams open") } else { (&app.caps.requests, "requests in progress") };
-    let Some(place) = owner.take(&user) else {
-        app.metrics.refused_by_cap(events);
-        let e = ApiError {
-            message: format!("too many {what} for this user; retry later"),
-            ..ApiError::rate_limited(CAP_RETRY_AFTER)
-        };
-        return refuse(&app, req, e).await;
+    let (mut request, mut stream) = (None, None);
+    let refused = if events {
+        match app.caps.streams.take(&user) {
+            Ok((place, cut)) => {
+                if cut {
+                    app.metrics.stream_cut();
+                }
+                stream = Some(place);
+                None
+            }
+            Err(StreamRefusal::User) => Some("too many event streams open for this user"),
+            Err(StreamRefusal::Server) => {
+                Some("the server's event streams are all taken, none by a user holding two more than you")
+            }
+        }
+    } else {
+        request = app.caps.requests.take(&user);
+        request.is_none().then_some("too many requests in progress for this user")
     };
+    if let Some(why) = refused {
+        app.metrics.refused_by_cap(events);
+        let e = ApiError { message: format!("{why}; retry later"), ..ApiError::rate_limited(CAP_RETRY_AFTER) };
+        return refuse(&app, req, e).await;
+    }
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(User(user));
     let timed_out = Arc::new(AtomicBool::new(false));
@@ -98,12 +117,11 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
             timed_out: Arc::clone(&timed_out),
         })
     };
-    let place = Arc::new(place);
-    if events {
-        parts.extensions.insert(StreamPlace(Arc::clone(&place)));
+    if let Some(place) = stream {
+        parts.extensions.insert(place);
     }
     let resp = next.run(Request::from_parts(parts, body)).await;
-    drop(place);
+    drop(request);
     if timed_out.load(Ordering::Acquire) {
         app.metrics.body_timed_out();
         let message = format!("the body did not arrive within {} ms", app.caps.body_timeout.as_millis());
@@ -111,6 +129,24 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
         return closing((StatusCode::REQUEST_TIMEOUT, Json(body)).into_response());
     }
     resp
+}
+
+/// The budget a route spends: a push and a membership write spend ops, the rest read work.
+fn work_of(method: &Method, path: &str) -> Work {
+    let writes = matches!(
+        path,
+        "/v1/push"
+            | "/v1/spaces"
+            | "/v1/spaces/members"
+            | "/v1/spaces/leave"
+            | "/v1/invitations/accept"
+            | "/v1/invitations/decline"
+    );
+    if writes && method == Method::POST {
+        Work::Ops
+    } else {
+        Work::Reads
+    }
 }
 
 /// A refusal made before the body was read. A request without a body keeps

@@ -21,6 +21,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod budget;
 pub mod caps;
 pub mod clock;
 pub mod config;
@@ -60,10 +61,12 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let limits = limits(&config).fit_to(conn::raise_open_files_limit());
+    // The streams' share of connections is counted from the cap in force.
+    let config = Config { max_connections: limits.max_connections, ..config };
     let (stop_tx, stop_rx) = watch::channel(false);
     let app = App::build(&config, listener.local_addr()?, stop_rx).await?;
     let router = routes::router(app.clone(), &config)?;
-    let limits = limits(&config).fit_to(conn::raise_open_files_limit());
     run(app, router, listener, limits, stop_tx, shutdown).await
 }
 

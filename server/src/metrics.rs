@@ -39,6 +39,9 @@ pub struct Metrics {
     connections_refused: AtomicU64,
     refused_requests_cap: AtomicU64,
     refused_streams_cap: AtomicU64,
+    refused_ops_budget: AtomicU64,
+    streams_cut: AtomicU64,
+    refused_reads_budget: AtomicU64,
     body_timeouts: AtomicU64,
     /// The probe of pushes of one user inside the lock at once.
     pub same_user: Arc<SameUserProbe>,
@@ -64,6 +67,18 @@ impl Metrics {
     /// Counts a request refused by a per-user cap (`stream`: of event streams, else of requests).
     pub fn refused_by_cap(&self, stream: bool) {
         let c = if stream { &self.refused_streams_cap } else { &self.refused_requests_cap };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts an event stream ended to give its place to a user holding fewer.
+    pub fn stream_cut(&self) {
+        self.streams_cut.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts a request refused by a per-user budget of work ([`crate::budget`]).
+    pub fn refused_by_budget(&self, work: crate::budget::Work) {
+        let c = match work {
+            crate::budget::Work::Ops => &self.refused_ops_budget,
+            crate::budget::Work::Reads => &self.refused_reads_budget,
+        };
         c.fetch_add(1, Ordering::Relaxed);
     }
     /// Counts a body that did not arrive within the body timeout (`408`).
@@ -153,6 +168,16 @@ impl Metrics {
         let _ = writeln!(s, "# TYPE marksync_user_cap_refusals_total counter");
         let _ = writeln!(s, "marksync_user_cap_refusals_total{{cap=\"requests\"}} {}", g(&self.refused_requests_cap));
         let _ = writeln!(s, "marksync_user_cap_refusals_total{{cap=\"streams\"}} {}", g(&self.refused_streams_cap));
+        let _ = writeln!(s, "# HELP marksync_streams_cut_total Event streams ended to give their place to a user holding fewer (the server's cap of streams).");
+        let _ = writeln!(s, "# TYPE marksync_streams_cut_total counter");
+        let _ = writeln!(s, "marksync_streams_cut_total {}", g(&self.streams_cut));
+        let _ = writeln!(
+            s,
+            "# HELP marksync_budget_refusals_total Requests refused (429) by a per-user budget of work per second."
+        );
+        let _ = writeln!(s, "# TYPE marksync_budget_refusals_total counter");
+        let _ = writeln!(s, "marksync_budget_refusals_total{{budget=\"ops\"}} {}", g(&self.refused_ops_budget));
+        let _ = writeln!(s, "marksync_budget_refusals_total{{budget=\"reads\"}} {}", g(&self.refused_reads_budget));
         let _ = writeln!(
             s,
             "# HELP marksync_body_timeouts_total Bodies that did not arrive within the body timeout (408)."

@@ -15,6 +15,7 @@ use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::app::App;
+use crate::budget::Work;
 use crate::caps::StreamPlace;
 use crate::error::ApiError;
 use crate::guard::User;
@@ -32,8 +33,10 @@ pub(crate) async fn events(
     Extension(User(user)): Extension<User>,
     Extension(place): Extension<StreamPlace>,
 ) -> Result<Response, ApiError> {
+    app.budgets.take(Work::Reads, &user, 1, &app.metrics)?;
     let rx = app.pokes.subscribe();
     let spaces = followed_heads(&app, &user).await.map_err(|e| ApiError::internal(&e))?;
+    app.budgets.charge(Work::Reads, &user, spaces.len());
     let personal: Arc<str> = marksync::space::personal(&user).into();
     let head = spaces.get(&personal).copied().unwrap_or(0);
     let state = PokeStream {
@@ -44,7 +47,7 @@ pub(crate) async fn events(
         first: Some(poke_data(None, head)),
         spaces,
         shutdown: app.shutdown.clone(),
-        _place: place,
+        place,
     };
     let sse = Sse::new(poke_stream(state)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)));
     Ok(sse.into_response())
@@ -64,8 +67,8 @@ struct PokeStream {
     /// The user's spaces and the last head poked for each.
     spaces: HashMap<Arc<str>, u64>,
     shutdown: tokio::sync::watch::Receiver<bool>,
-    /// Given back when the stream ends.
-    _place: StreamPlace,
+    /// Given back when the stream ends; cut, it ends the stream.
+    place: StreamPlace,
 }
 
 /// `<head>` for the personal space (`space` = `None`), `<head> <space>` for another.
@@ -89,6 +92,7 @@ fn poke_stream(state: PokeStream) -> impl Stream<Item = Result<Event, Infallible
             let received = tokio::select! {
                 r = s.rx.recv() => r,
                 _ = s.shutdown.wait_for(|stop| *stop) => return None,
+                () = s.place.cut() => return None,
             };
             match received {
                 Ok(Poke::Space { space, head }) => {

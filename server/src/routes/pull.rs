@@ -14,6 +14,7 @@ use marksync::protocol::{Change, SpacesPullRequest, DEFAULT_PULL_LIMIT, MAX_PULL
 
 use super::extract::{query, read_json, QueryParams};
 use crate::app::App;
+use crate::budget::Work;
 use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::guard::User;
@@ -25,8 +26,10 @@ pub(crate) async fn personal(
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let (cursor, limit) = pull_params(&query(q)?)?;
+    app.budgets.take(Work::Reads, &user, 1, &app.metrics)?;
     let now = now_ms();
     let mut page = app.store.pull(&user, cursor, limit).await.map_err(|e| ApiError::internal(&e))?;
+    app.budgets.charge(Work::Reads, &user, page.changes.len());
     page.now = Some(now);
     page.schema_version = Some(app.schema.version);
     upgrade_changes(&app, &mut page.changes);
@@ -43,6 +46,9 @@ pub(crate) async fn spaces(
 ) -> Result<Response, ApiError> {
     let req: SpacesPullRequest = read_json(&headers, body, app.max_body, "a pull request").await?;
     req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
+    // Every space named is planned and answered (if only as left): the pull costs them
+    // before its snapshot opens, and the rows it reads after.
+    app.budgets.take(Work::Reads, &user, 1 + req.spaces.len(), &app.metrics)?;
     let now = now_ms();
     let mut answer = app.store.pull_spaces(&user, &req.spaces, req.limit).await.map_err(|e| ApiError::internal(&e))?;
     answer.now = Some(now);
@@ -52,6 +58,7 @@ pub(crate) async fn spaces(
         pulled += page.changes.len();
         upgrade_changes(&app, &mut page.changes);
     }
+    app.budgets.charge(Work::Reads, &user, pulled);
     app.metrics.pulled(pulled);
     Ok(Json(answer).into_response())
 }

@@ -12,6 +12,7 @@ use marksync::protocol::{ErrorCode, PushRequest, PushResponse};
 
 use super::extract::read_json;
 use crate::app::App;
+use crate::budget::Work;
 use crate::error::ApiError;
 use crate::guard::User;
 use crate::poke::Poke;
@@ -25,6 +26,8 @@ pub(crate) async fn push(
 ) -> Result<Response, ApiError> {
     let req: PushRequest = read_json(&headers, body, app.max_body, "a push request").await?;
     req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
+    // Before the transaction: a refused flood costs its parse, never the database.
+    app.budgets.take(Work::Ops, &user, req.batch.len(), &app.metrics)?;
     // Held until the answer leaves: how many pushes of this device overlap.
     let device = req.attempt_key.split(':').next().unwrap_or_default();
     let _in_flight = app.metrics.same_device.enter(&format!("{user}/{device}"));

@@ -16,10 +16,22 @@ use marksync::space::Membership;
 
 use super::extract::{query, read_json, QueryParams};
 use crate::app::App;
+use crate::budget::Work;
 use crate::error::ApiError;
 use crate::guard::User;
 use crate::poke::Poke;
 use crate::store::{Actor, Changed};
+
+/// What a membership write costs of its user's ops budget: a transaction of
+/// its own with the space's bounds counted under its lock, about what a
+/// small batch of judged ops costs.
+pub(super) const MEMBERSHIP_WRITE_OPS: usize = 20;
+
+/// A list's read work: 1 before it is read, then its entries.
+fn listed<T>(app: &App, user: &str, list: Vec<T>) -> Vec<T> {
+    app.budgets.charge(Work::Reads, user, list.len());
+    list
+}
 
 /// The largest body of a membership request.
 pub(super) const MAX_BODY: usize = 4096;
@@ -46,7 +58,9 @@ pub(crate) async fn list(
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let (after, limit) = page(&query(q)?)?;
+    app.budgets.take(Work::Reads, &user, 1, &app.metrics)?;
     let spaces = app.store.spaces_page(&user, &after, limit).await.map_err(|e| ApiError::internal(&e))?;
+    let spaces = listed(&app, &user, spaces);
     let spaces = spaces.into_iter().map(|(space, role)| Membership { space, role }).collect();
     Ok(Json(SpacesList { spaces }).into_response())
 }
@@ -58,7 +72,9 @@ pub(crate) async fn invitations(
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let (after, limit) = page(&query(q)?)?;
+    app.budgets.take(Work::Reads, &user, 1, &app.metrics)?;
     let list = app.store.invitations(&user, &after, limit).await.map_err(|e| ApiError::internal(&e))?;
+    let list = listed(&app, &user, list);
     let invitations = list
         .into_iter()
         .map(|i| Invitation {
@@ -79,6 +95,7 @@ pub(crate) async fn accept(
     body: Body,
 ) -> Result<Response, ApiError> {
     let req: SpaceName = read_json(&headers, body, MAX_BODY, "a space").await?;
+    app.budgets.take(Work::Ops, &user, MEMBERSHIP_WRITE_OPS, &app.metrics)?;
     let role = app.store.accept(&user, &req.space).await?;
     let _ = app.pokes.send(Poke::Members { user: user.as_str().into(), space: req.space.as_str().into() });
     Ok(Json(Membership { space: req.space, role }).into_response())
@@ -92,6 +109,7 @@ pub(crate) async fn decline(
     body: Body,
 ) -> Result<Response, ApiError> {
     let req: SpaceName = read_json(&headers, body, MAX_BODY, "a space").await?;
+    app.budgets.take(Work::Ops, &user, MEMBERSHIP_WRITE_OPS, &app.metrics)?;
     app.store.decline(&user, &req.space).await?;
     Ok(Json(serde_json::json!({ "space": req.space })).into_response())
 }
@@ -107,6 +125,7 @@ pub(crate) async fn create(
     if req.owner.as_ref().is_some_and(|o| *o != user) {
         return Err(ApiError::bad_request("owner: a user creates spaces for themself"));
     }
+    app.budgets.take(Work::Ops, &user, MEMBERSHIP_WRITE_OPS, &app.metrics)?;
     create_for(&app, &req.space, &user).await
 }
 
@@ -135,6 +154,7 @@ pub(crate) async fn leave(
     body: Body,
 ) -> Result<Response, ApiError> {
     let req: SpaceName = read_json(&headers, body, MAX_BODY, "a space").await?;
+    app.budgets.take(Work::Ops, &user, MEMBERSHIP_WRITE_OPS, &app.metrics)?;
     if app.store.set_member(Actor::User(&user), &req.space, &user, None).await? == Changed::Member {
         let _ = app.pokes.send(Poke::Members { user: user.as_str().into(), space: req.space.as_str().into() });
     }
@@ -145,6 +165,9 @@ pub(crate) async fn leave(
 /// told (of an invitation, nobody: it costs the invitee nothing).
 pub(super) async fn set_as(app: &App, actor: Actor<'_>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     let req: SetMember = read_json(headers, body, MAX_BODY, "a membership change").await?;
+    if let Actor::User(user) = actor {
+        app.budgets.take(Work::Ops, user, MEMBERSHIP_WRITE_OPS, &app.metrics)?;
+    }
     let changed = app.store.set_member(actor, &req.space, &req.user, req.role).await?;
     if changed == Changed::Member {
         let _ = app.pokes.send(Poke::Members { user: req.user.as_str().into(), space: req.space.as_str().into() });
@@ -167,7 +190,13 @@ pub(super) async fn members_as(app: &App, actor: Actor<'_>, q: QueryParams) -> R
     let q = query(q)?;
     let space = q.get("space").ok_or_else(|| ApiError::bad_request("space is required"))?;
     let (after, limit) = page(&q)?;
+    if let Actor::User(user) = actor {
+        app.budgets.take(Work::Reads, user, 1, &app.metrics)?;
+    }
     let list = app.store.members(actor, space, &after, limit).await?;
+    if let Actor::User(user) = actor {
+        app.budgets.charge(Work::Reads, user, list.len());
+    }
     let members = list.into_iter().map(|(user, role)| Member { user, role: Some(role) }).collect();
     Ok(Json(MembersList { space: space.clone(), members }).into_response())
 }

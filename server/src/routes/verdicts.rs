@@ -10,6 +10,7 @@ use marksync::protocol::{VerdictsRequest, VerdictsResponse};
 
 use super::extract::read_json;
 use crate::app::App;
+use crate::budget::Work;
 use crate::error::ApiError;
 use crate::guard::User;
 
@@ -22,6 +23,7 @@ pub(crate) async fn verdicts(
     let req: VerdictsRequest = read_json(&headers, body, app.max_body, "a verdicts request").await?;
     req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
     let limits = app.limits();
+    app.budgets.take(Work::Reads, &user, 1 + req.op_ids.len(), &app.metrics)?;
     let verdicts =
         app.store.verdicts(&app.schema, &user, &req.op_ids, &limits).await.map_err(|e| ApiError::internal(&e))?;
     Ok(Json(VerdictsResponse { verdicts, now: Some(limits.now) }).into_response())

@@ -16,7 +16,7 @@ use marksync::space;
 
 use super::conn::{Backend, Conn};
 use super::dialect::{Key, Pools, VerdictColumns};
-use super::error::{PushError, DbError, MAX_JUDGE_ATTEMPTS};
+use super::error::{DbError, PushError, MAX_JUDGE_ATTEMPTS};
 use crate::metrics::SameUserProbe;
 use crate::poke::Poke;
 
