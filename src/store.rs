@@ -202,6 +202,15 @@ pub enum StoreError {
     /// Stored data does not decode.
     #[error("local data is corrupt: {0}")]
     Corrupt(String),
+    /// The connection was closed under the library (the site's data
+    /// cleared, storage evicted, another context's version change): nothing
+    /// of the transaction was written; [`LocalStore::reconnect`] opens it again.
+    #[error("local storage was closed under the library: {0}")]
+    Closed(String),
+    /// The browser's storage quota is used up: nothing of the transaction
+    /// was written, and no edit can be until space is freed.
+    #[error("local storage is full: {0}")]
+    Full(String),
 }
 
 /// A durable local store: one atomic transaction per step.
@@ -225,6 +234,11 @@ pub trait LocalStore {
     async fn update(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError>;
     /// Lets the database go (another context may then upgrade or delete it).
     fn close(&self) {}
+    /// Opens the database again after its connection was closed under the
+    /// library ([`StoreError::Closed`]); a cleared database comes back empty.
+    async fn reconnect(&self) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable("this store cannot be opened again".into()))
+    }
 }
 
 /// Contexts of one device share one store.
@@ -243,6 +257,9 @@ impl<S: LocalStore> LocalStore for std::rc::Rc<S> {
     }
     fn close(&self) {
         S::close(self)
+    }
+    async fn reconnect(&self) -> Result<(), StoreError> {
+        S::reconnect(self).await
     }
 }
 
@@ -322,6 +339,9 @@ impl Tables {
 pub struct MemoryStore {
     tables: RefCell<Tables>,
     fail_next: RefCell<u32>,
+    /// Cleared under its user ([`MemoryStore::clear_under`]): every call fails
+    /// with [`StoreError::Closed`] until [`LocalStore::reconnect`].
+    closed: std::cell::Cell<bool>,
 }
 
 impl MemoryStore {
@@ -336,6 +356,18 @@ impl MemoryStore {
     /// A copy of what the store holds.
     pub fn tables(&self) -> Tables {
         self.tables.borrow().clone()
+    }
+    /// What clearing a site's data does to its database: everything goes,
+    /// and the connection is closed under the library.
+    pub fn clear_under(&self) {
+        *self.tables.borrow_mut() = Tables::default();
+        self.closed.set(true);
+    }
+    fn usable(&self) -> Result<(), StoreError> {
+        if self.closed.get() {
+            return Err(StoreError::Closed("the database connection is closed".into()));
+        }
+        Ok(())
     }
 }
 
@@ -353,6 +385,7 @@ impl MemoryStore {
 
 impl LocalStore for MemoryStore {
     async fn open(&self, fresh: Meta) -> Result<Snapshot, StoreError> {
+        self.usable()?;
         let mut t = self.tables.borrow_mut();
         if t.meta.is_none() {
             t.meta = Some(fresh);
@@ -361,6 +394,7 @@ impl LocalStore for MemoryStore {
     }
 
     async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {
+        self.usable()?;
         if self.fails() {
             return Err(StoreError::TxnFailed("injected failure".into()));
         }
@@ -369,10 +403,12 @@ impl LocalStore for MemoryStore {
     }
 
     async fn read_sync(&self) -> Result<Option<SyncState>, StoreError> {
+        self.usable()?;
         Ok(self.tables.borrow().sync.clone())
     }
 
     async fn update(&self, _durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
+        self.usable()?;
         let stored = self.tables.borrow().meta.clone().ok_or_else(|| StoreError::Corrupt("no meta record".into()))?;
         let Some(txn) = plan(&stored) else { return Ok(false) };
         if txn.touches_more_than_meta_and_pending() {
@@ -383,6 +419,11 @@ impl LocalStore for MemoryStore {
         }
         self.tables.borrow_mut().apply(&txn);
         Ok(true)
+    }
+
+    async fn reconnect(&self) -> Result<(), StoreError> {
+        self.closed.set(false);
+        Ok(())
     }
 }
 

@@ -95,6 +95,10 @@ pub struct Metrics {
     pub recovery_required: u64,
     /// Pull pages merged.
     pub pulls: u64,
+    /// Times the database was found cleared under the library and filled
+    /// again from what a context held (PROTOCOL §7).
+    #[serde(default)]
+    pub storage_resets: u64,
 }
 
 /// The durable, shared sync state of one local database.

@@ -82,7 +82,8 @@ export type Phase = 'synced' | 'pending' | 'awaiting-ack' | 'unknown-outcome' | 
  * usable answer came (it will be resent, same opIds); `recovery-required`:
  * see `code` — `retries_exhausted` (retry() or reconcile()), `schema_too_new`
  * (the server is older than the app: probed every 5 minutes, heals alone),
- * `unauthorized` (setToken()), `refused`, `storage`.
+ * `unauthorized` (setToken()), `refused`, `storage` (the device's copy was cleared under the app and is being synced
+ * again — heals alone, the queue kept; or its storage cannot be opened again — reload).
  */
 export interface RowStatus {
   phase: Phase;
@@ -148,6 +149,8 @@ export interface Metrics {
   reconciled: number;
   recoveryRequired: number;
   pulls: number;
+  /** Times this database was found cleared under the library and filled again from what a context held. */
+  storageResets: number;
   pendingOps: number;
   cursor: number;
   /** What sync waits on (`retries_exhausted`, `unauthorized`, `schema_too_new`, `storage`, …), or null. */
@@ -218,7 +221,7 @@ export interface OpenOptions {
 /** Errors thrown by marksync carry a stable `code`. */
 export interface MarksyncError extends Error {
   code:
-    | 'bad_input' | 'storage_unavailable' | 'storage_failed' | 'recovery_required' | 'closed' | 'ids_exhausted'
+    | 'bad_input' | 'storage_unavailable' | 'storage_failed' | 'storage_full' | 'recovery_required' | 'closed' | 'ids_exhausted'
     | 'clock_exhausted' | 'invalid' | 'read_only' | 'forbidden' | 'refused' | 'wrong_user';
   /** For `recovery_required`: `retries_exhausted`, `unauthorized`, `wrong_user`, `refused`, `storage`, `payload_too_large`. */
   recovery?: string;
@@ -264,6 +267,7 @@ export interface Database {
    *
    * The space is `options.space`, else the one the row lives in, else the personal space. Rejects at once with code
    * `read_only` (the user is a viewer there) or `forbidden` (the user left it), the server's own words, recording nothing.
+   * Rejects with `storage_full` when the browser's quota refuses the write: nothing of the edit is written.
    */
   change(table: string, rowId: string, fields: Fields, options?: ChangeOptions): Promise<string>;
   /**

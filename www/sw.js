@@ -77,7 +77,17 @@ export function installSyncWorker(scope, { endpoint, name = 'marksync', token } 
 
   async function cycle() {
     const d = await db();
-    const report = await d.sync();
+    // A database closed under the library heals inside the instance (it
+    // opens it again and puts back the queue it holds); an instance that
+    // cannot is dropped, never kept on a dead connection: the next cycle
+    // opens a new one.
+    const report = await d.sync().catch((e) => {
+      if (e && (e.code === 'closed' || e.code === 'storage_unavailable')) {
+        dbPromise = null;
+        try { d.close(); } catch (_) { /* already closed */ }
+      }
+      throw e;
+    });
     if (!report.ok) throw new Error(`marksync: sync incomplete (${report.error}); retrying later`);
     return report;
   }

@@ -52,7 +52,14 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         self.cycles.set((want, self.cycles.get().1));
         // A cycle now: a retry timer set before it has nothing left to do.
         self.timer.set(self.timer.get() + 1);
-        let r = self.under_lock(Job::Cycle, false).await;
+        let resets = self.resets.get();
+        let mut r = self.under_lock(Job::Cycle, false).await;
+        if r.is_err() && self.resets.get() != resets {
+            // The database was closed under the cycle and came back: the
+            // cycle runs again on it (what it had sent is in doubt, resent
+            // under the same opIds).
+            r = self.under_lock(Job::Cycle, false).await;
+        }
         self.busy.set(false);
         *self.last_cycle.borrow_mut() = Some(r.clone());
         self.cycles.set((self.cycles.get().0, want));
@@ -105,7 +112,11 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// Runs a job holding the lock: first take the sync state as stored, so
     /// counters and attempts another context moved are built on, not overwritten.
     async fn run_job(self: &Rc<Self>, job: Job) -> Result<SyncOutcome, ClientError> {
-        let stored = self.store.read_sync().await?;
+        let stored = match self.store.read_sync().await {
+            Ok(s) => s,
+            Err(e) if self.healed(&e).await => self.store.read_sync().await?,
+            Err(e) => return Err(e.into()),
+        };
         if self.engine.borrow().missed(stored.as_ref()) {
             self.reload().await?;
         } else {
@@ -284,7 +295,6 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         };
         Ok(SyncOutcome { report, ok: error.is_none(), retry_at: None, error })
     }
-
 }
 
 /// Adds `txn` to the steps waiting to be committed (they commit as one).

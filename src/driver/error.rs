@@ -17,6 +17,9 @@ pub enum ClientError {
     /// An IndexedDB transaction failed; nothing of it was written.
     #[error("{0}")]
     StorageFailed(String),
+    /// The storage quota is used up; nothing of it was written.
+    #[error("{0}")]
+    StorageFull(String),
     /// Sync cannot go on without the user.
     #[error("{message}")]
     RecoveryRequired {
@@ -31,7 +34,9 @@ pub enum ClientError {
     /// No reserved id left: over a million `newRowId()` calls without a
     /// single await (the next block is reserved meanwhile), or the end of
     /// the id space.
-    #[error("no reserved row id left (over a million newRowId() calls without an await, or the end of the id space); await something and retry")]
+    #[error(
+        "no reserved row id left (over a million newRowId() calls without an await, or the end of the id space); await something and retry"
+    )]
     IdsExhausted,
     /// The device's clock has no later `at` left; the edit was not recorded.
     #[error("{0}")]
@@ -61,6 +66,7 @@ impl ClientError {
             ClientError::BadInput(_) => Code::BadInput.as_str(),
             ClientError::StorageUnavailable(_) => Code::StorageUnavailable.as_str(),
             ClientError::StorageFailed(_) => Code::StorageFailed.as_str(),
+            ClientError::StorageFull(_) => Code::StorageFull.as_str(),
             ClientError::RecoveryRequired { .. } => Code::RecoveryRequired.as_str(),
             ClientError::Closed => Code::Closed.as_str(),
             ClientError::IdsExhausted => Code::IdsExhausted.as_str(),
@@ -77,6 +83,9 @@ impl From<StoreError> for ClientError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(m) => ClientError::StorageUnavailable(m),
+            e @ StoreError::Full(_) => {
+                ClientError::StorageFull(format!("{e}; free space on this device (nothing of the edit was written)"))
+            }
             other => ClientError::StorageFailed(other.to_string()),
         }
     }

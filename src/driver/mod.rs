@@ -14,6 +14,7 @@
 mod cycle;
 pub mod error;
 pub mod host;
+mod storage;
 pub mod transport;
 pub mod watch;
 
@@ -30,7 +31,7 @@ use crate::ids::device_id_from;
 use crate::protocol::space::{Invitation, MemberChange};
 use crate::protocol::{CreateSpace, Fields, MembersList, OpId, SetMember};
 use crate::space::{Membership, Role};
-use crate::store::{LocalStore, Meta, Txn};
+use crate::store::{LocalStore, Meta, StoreError, Txn};
 
 /// A listener for "what the app can see changed".
 pub type Listener = Rc<dyn Fn()>;
@@ -84,6 +85,14 @@ pub struct Driver<S: LocalStore, T: Transport, H: Host> {
     /// The server has no `/v1/schema` (older) or sent one this library cannot read.
     schema_unsupported: Cell<bool>,
     config: Config,
+    /// The store is being opened again after it was closed under this context.
+    recovering: Cell<bool>,
+    /// Rung when a recovery of the store ends.
+    recovered: Signal,
+    /// Times this context filled its database again.
+    resets: Cell<u64>,
+    /// This driver, for the timers a recovery sets.
+    me: Weak<Self>,
 }
 
 impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<S, T, H> {
@@ -105,7 +114,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 return Err(e.into());
             }
         };
-        let driver = Rc::new(Driver {
+        let driver = Rc::new_cyclic(|me| Driver {
             engine: RefCell::new(engine),
             store,
             transport,
@@ -125,6 +134,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             reserving: Cell::new(false),
             schema_unsupported: Cell::new(false),
             config,
+            recovering: Cell::new(false),
+            recovered: Signal::default(),
+            resets: Cell::new(0),
+            me: me.clone(),
         });
         *driver.seen_sync.borrow_mut() = driver.status_part();
         driver.reserve().await?;
@@ -342,24 +355,35 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// of the ops only once that transaction committed. An edit the engine
     /// refuses (no `at` left) writes nothing.
     async fn record(self: &Rc<Self>, drafts: Vec<Draft>) -> Result<Vec<(OpId, String)>, ClientError> {
+        self.storage_settled().await;
         let now = self.host.now();
-        let mut drafts = Some(drafts);
         let (mut planned, mut refused) = (None, None);
-        self.store
-            .update(true, &mut |stored| {
-                let drafts = drafts.take()?;
-                match self.engine.borrow_mut().plan_records(drafts, stored, now) {
-                    Ok((txn, rec)) => {
-                        planned = Some(rec);
-                        Some(txn)
+        // Twice at most: a database closed under the library is opened again
+        // and the edit goes into it (nothing was written the first time).
+        for retry in [false, true] {
+            let mut drafts = Some(drafts.clone());
+            let written = self
+                .store
+                .update(true, &mut |stored| {
+                    let drafts = drafts.take()?;
+                    match self.engine.borrow_mut().plan_records(drafts, stored, now) {
+                        Ok((txn, rec)) => {
+                            planned = Some(rec);
+                            Some(txn)
+                        }
+                        Err(e) => {
+                            refused = Some(e);
+                            None
+                        }
                     }
-                    Err(e) => {
-                        refused = Some(e);
-                        None
-                    }
-                }
-            })
-            .await?;
+                })
+                .await;
+            match written {
+                Ok(_) => break,
+                Err(e) if !retry && self.healed(&e).await => (planned, refused) = (None, None),
+                Err(e) => return Err(e.into()),
+            }
+        }
         if let Some(e) = refused {
             return Err(e.into());
         }
@@ -482,6 +506,11 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 self.changed(true, Some(&txn));
                 Ok(())
             }
+            // The step is not written; what it answered is asked again from the database that comes back.
+            Err(e @ StoreError::Closed(_)) => {
+                self.recover_storage().await?;
+                Err(e.into())
+            }
             Err(e) => match self.reload().await {
                 Ok(()) => Err(e.into()),
                 Err(e2) => {
@@ -522,6 +551,13 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 me.schedule_sync(0);
             }
         }));
+    }
+
+    /// A sync now, from a context that holds no `Rc` of the driver.
+    fn schedule_sync_now(&self) {
+        if let Some(me) = self.me.upgrade() {
+            me.schedule_sync(0);
+        }
     }
 
     /// Stops timers, stops hearing other contexts and closes the database.

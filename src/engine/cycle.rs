@@ -78,7 +78,8 @@ impl Engine {
     /// A token refused as another user's is probed with a pull (which
     /// writes nothing), never pushed with.
     fn blocked(&self) -> Option<&Recovery> {
-        self.sync.recovery.as_ref().filter(|r| r.code != SCHEMA_TOO_NEW && r.code != WRONG_USER)
+        // A cleared copy being synced again is a notice: the sync is its cure.
+        self.sync.recovery.as_ref().filter(|r| r.code != SCHEMA_TOO_NEW && r.code != WRONG_USER && !super::salvage::is_resync(r))
     }
 
     /// The step after the current one: push while ops wait, else pull. Ops
@@ -643,6 +644,9 @@ impl Engine {
             // Edits made during the pull, or queued in a space just left: push them in this cycle too.
             Step::Push(self.new_attempt(now))
         } else {
+            if self.outbox.is_empty() {
+                self.resynced();
+            }
             Step::Done(self.report.clone())
         };
         Some((self.with_sync(txn), step))

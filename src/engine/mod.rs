@@ -35,6 +35,7 @@ mod check;
 mod cycle;
 mod query;
 mod record;
+mod salvage;
 
 use std::collections::BTreeMap;
 
@@ -567,8 +568,8 @@ impl Engine {
 }
 
 #[cfg(test)]
+mod query_tests;
+#[cfg(test)]
 mod spaces_tests;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod query_tests;

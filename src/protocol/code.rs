@@ -98,6 +98,8 @@ codes! {
     StorageUnavailable = "storage_unavailable",
     /// A local transaction failed; nothing of it was written.
     StorageFailed = "storage_failed",
+    /// The browser's storage quota is used up; nothing of the edit was written.
+    StorageFull = "storage_full",
     /// Sync cannot go on without a person (the error's `recovery` says why).
     RecoveryRequired = "recovery_required",
     /// The database was closed.

@@ -201,6 +201,14 @@ impl<T: Transport + 'static> Driver<IdbStore, T, BrowserHost> {
         let options = Options { config, auto_sync, resume_exhausted, user: user.map(str::to_owned) };
         let client = Driver::start(store, transport, BrowserHost::new(name), options).await?;
         client.host.listen(&client);
+        // The connection closed under the library heals at once, not at the context's next call.
+        let weak = Rc::downgrade(&client);
+        client.store.on_lost(Rc::new(move || {
+            let Some(me) = weak.upgrade() else { return };
+            wasm_bindgen_futures::spawn_local(async move {
+                let _ = me.recover_storage().await;
+            });
+        }));
         Ok(client)
     }
 

@@ -24,12 +24,13 @@
 //! to `base_delta`), they read as the oldest deltas, and the first compaction
 //! folds them.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use idb::{Database, DatabaseEvent, Event, Factory, ObjectStoreParams, Query, Request, TransactionMode, TransactionResult};
 use js_sys::{Array, Uint8Array};
+use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 
 use crate::protocol::{Op, Row, RowKey};
@@ -59,19 +60,47 @@ const VERSION: u32 = 3;
 /// Compaction starts once more base deltas than this are counted.
 pub const COMPACT_AFTER: usize = 2_000;
 
+/// The handler of the connection's `close` and `versionchange` events.
+type Handler = Closure<dyn FnMut(web_sys::Event)>;
+
+/// One open connection to the database.
+struct Conn {
+    db: Rc<Database>,
+    /// The same connection, for what the wrapper does not expose (durability, events).
+    raw: web_sys::IdbDatabase,
+    /// Kept alive as long as the connection: it hears the connection closed under the library.
+    _handler: Handler,
+}
+
 /// A local store in IndexedDB.
 pub struct IdbStore {
-    db: Rc<Database>,
-    /// The same connection, for what the wrapper does not expose (durability).
-    raw: web_sys::IdbDatabase,
+    conn: RefCell<Conn>,
+    /// The connection was closed under the library (the site's data cleared,
+    /// storage evicted, another context's version change): every call fails
+    /// with [`StoreError::Closed`] until [`LocalStore::reconnect`].
+    lost: Rc<Cell<bool>>,
+    /// Told once when the connection is lost, so the context heals at once
+    /// rather than at its next call.
+    on_lost: Rc<RefCell<Option<Rc<dyn Fn()>>>>,
     name: String,
     /// Base deltas written since the last compaction, as far as this context knows.
     deltas: Rc<Cell<usize>>,
     compacting: Rc<Cell<bool>>,
 }
 
+/// A failed call in the words of the store's contract: the quota used up
+/// is [`StoreError::Full`], a connection that is closing is [`StoreError::Closed`]
+/// (the DOMException's name leads its text in every engine).
 fn failed(e: impl std::fmt::Display) -> StoreError {
-    StoreError::TxnFailed(e.to_string())
+    let text = e.to_string();
+    if text.contains("QuotaExceededError") {
+        StoreError::Full(text)
+    } else if (text.contains("InvalidStateError") || text.contains("AbortError")) && (text.contains("clos") || text.contains("connection"))
+    {
+        StoreError::Closed(text)
+    } else {
+        StoreError::TxnFailed(text)
+    }
 }
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
@@ -209,6 +238,51 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
 impl IdbStore {
     /// Opens (creating if needed) the database `name`.
     pub async fn connect(name: &str) -> Result<IdbStore, StoreError> {
+        let (lost, on_lost) = (Rc::new(Cell::new(false)), Rc::new(RefCell::new(None)));
+        let conn = Self::open_conn(name, &lost, &on_lost).await?;
+        let store = IdbStore {
+            conn: RefCell::new(conn),
+            lost,
+            on_lost,
+            name: name.to_owned(),
+            deltas: Rc::new(Cell::new(0)),
+            compacting: Rc::new(Cell::new(false)),
+        };
+        Ok(store)
+    }
+
+    /// Calls `f` once the connection is found closed under the library.
+    pub fn on_lost(&self, f: Rc<dyn Fn()>) {
+        *self.on_lost.borrow_mut() = Some(f);
+    }
+
+    /// The open connection, unless it was lost.
+    fn db(&self) -> Result<Rc<Database>, StoreError> {
+        if self.lost.get() {
+            return Err(StoreError::Closed(format!("the connection to {} was closed under the library", self.name)));
+        }
+        Ok(self.conn.borrow().db.clone())
+    }
+
+    /// A failure of a call, as the contract names it: any failure once the
+    /// connection is lost is that loss (the transaction died with it).
+    fn fail(&self, e: StoreError) -> StoreError {
+        match e {
+            StoreError::TxnFailed(m) | StoreError::Corrupt(m) if self.lost.get() => StoreError::Closed(m),
+            StoreError::Closed(m) => {
+                self.lose();
+                StoreError::Closed(m)
+            }
+            other => other,
+        }
+    }
+
+    /// Marks the connection lost and tells the context (once per loss).
+    fn lose(&self) {
+        lose(&self.lost, &self.on_lost);
+    }
+
+    async fn open_conn(name: &str, lost: &Rc<Cell<bool>>, on_lost: &Rc<RefCell<Option<Rc<dyn Fn()>>>>) -> Result<Conn, StoreError> {
         let factory = Factory::new().map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let mut req = factory.open(name, Some(VERSION)).map_err(|e| StoreError::Unavailable(e.to_string()))?;
         req.on_upgrade_needed(|event| {
@@ -232,7 +306,16 @@ impl IdbStore {
                 }
             }
         });
-        let db = req.await.map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let db = req.await.map_err(|e| {
+            let text = e.to_string();
+            if text.contains("VersionError") {
+                StoreError::Unavailable(format!(
+                    "a newer version of this app changed the database {name} on this device; reload the page ({text})"
+                ))
+            } else {
+                StoreError::Unavailable(text)
+            }
+        })?;
         let raw: web_sys::IdbDatabase = JsValue::from(db).unchecked_into();
         let db = Database::from(raw.clone());
         let names = db.store_names();
@@ -240,9 +323,19 @@ impl IdbStore {
             db.close();
             return Err(StoreError::Unavailable(format!("database {name} did not upgrade to layout {VERSION}")));
         }
-        let store =
-            IdbStore { db: Rc::new(db), raw, name: name.to_owned(), deltas: Rc::new(Cell::new(0)), compacting: Rc::new(Cell::new(false)) };
-        Ok(store)
+        // `close`: the browser closed the connection (the site's data
+        // cleared, storage evicted). `versionchange`: another context wants
+        // to delete or upgrade the database — let it, and open again after.
+        let (lost2, on_lost2, conn) = (lost.clone(), on_lost.clone(), raw.clone());
+        let handler = Closure::<dyn FnMut(web_sys::Event)>::new(move |ev: web_sys::Event| {
+            if ev.type_() == "versionchange" {
+                conn.close();
+            }
+            lose(&lost2, &on_lost2);
+        });
+        raw.set_onclose(Some(handler.as_ref().unchecked_ref()));
+        raw.set_onversionchange(Some(handler.as_ref().unchecked_ref()));
+        Ok(Conn { db: Rc::new(db), raw, _handler: handler })
     }
 
     /// The database name.
@@ -260,7 +353,8 @@ impl IdbStore {
     /// (other tabs' commits wait for it or go first). Returns how many deltas
     /// were folded.
     pub async fn compact(&self) -> Result<usize, StoreError> {
-        let n = compact_db(&self.db).await?;
+        let db = self.db()?;
+        let n = compact_db(&db).await.map_err(|e| self.fail(e))?;
         self.deltas.set(self.deltas.get().saturating_sub(n));
         Ok(n)
     }
@@ -268,7 +362,7 @@ impl IdbStore {
     /// How many base chunks and base delta records (per-row deltas of
     /// layout 2 and batches) are stored (tests, diagnostics).
     pub async fn layout(&self) -> Result<(u32, u32), StoreError> {
-        let tx = self.db.transaction(&[CHUNKS, DELTA, BATCHES], TransactionMode::ReadOnly).map_err(failed)?;
+        let tx = self.db()?.transaction(&[CHUNKS, DELTA, BATCHES], TransactionMode::ReadOnly).map_err(failed)?;
         let chunks = tx.object_store(CHUNKS).map_err(failed)?.count(None).map_err(failed)?;
         let deltas = tx.object_store(DELTA).map_err(failed)?.count(None).map_err(failed)?;
         let batches = tx.object_store(BATCHES).map_err(failed)?.count(None).map_err(failed)?;
@@ -289,7 +383,8 @@ impl IdbStore {
             return;
         }
         self.compacting.set(true);
-        let (db, deltas, compacting) = (self.db.clone(), self.deltas.clone(), self.compacting.clone());
+        let Ok(db) = self.db() else { return };
+        let (deltas, compacting) = (self.deltas.clone(), self.compacting.clone());
         wasm_bindgen_futures::spawn_local(async move {
             if let Ok(n) = compact_db(&db).await {
                 deltas.set(deltas.get().saturating_sub(n));
@@ -311,10 +406,11 @@ impl IdbStore {
         let names: Array = stores.iter().map(|s| JsValue::from_str(s)).collect();
         let options = js_sys::Object::new();
         js_sys::Reflect::set(&options, &"durability".into(), &"strict".into()).map_err(|e| failed(super::transport::js_text(&e)))?;
-        let open: js_sys::Function = js_sys::Reflect::get(&self.raw, &"transaction".into())
+        let raw = self.conn.borrow().raw.clone();
+        let open: js_sys::Function = js_sys::Reflect::get(&raw, &"transaction".into())
             .and_then(|f| f.dyn_into().map_err(|_| JsValue::from_str("IDBDatabase.transaction is not a function")))
             .map_err(|e| failed(super::transport::js_text(&e)))?;
-        let tx = open.call3(&self.raw, &names, &"readwrite".into(), &options).map_err(|e| failed(super::transport::js_text(&e)))?;
+        let tx = open.call3(&raw, &names, &"readwrite".into(), &options).map_err(|e| failed(super::transport::js_text(&e)))?;
         Ok(idb::Transaction::from(tx.unchecked_into::<web_sys::IdbTransaction>()))
     }
 
@@ -392,16 +488,67 @@ impl IdbStore {
     /// Commits a step and then aborts it on purpose: for tests of atomicity.
     pub async fn commit_then_abort(&self, txn: &Txn) -> Result<(), StoreError> {
         let stores = Self::stores_of(txn);
-        let tx = self.db.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
+        let tx = self.db()?.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
         Self::write(&tx, txn, None).await?;
         tx.abort().map_err(failed)?;
         Ok(())
     }
 }
 
+/// Marks a connection lost and tells its context, once per loss.
+fn lose(lost: &Cell<bool>, on_lost: &RefCell<Option<Rc<dyn Fn()>>>) {
+    if lost.replace(true) {
+        return;
+    }
+    let told = on_lost.borrow().clone();
+    if let Some(f) = told {
+        f();
+    }
+}
+
 impl LocalStore for IdbStore {
     async fn open(&self, fresh: Meta) -> Result<Snapshot, StoreError> {
-        let tx = self.db.transaction(&ALL, TransactionMode::ReadWrite).map_err(failed)?;
+        self.open_in(fresh).await.map_err(|e| self.fail(e))
+    }
+
+    async fn read_sync(&self) -> Result<Option<crate::sync_state::SyncState>, StoreError> {
+        self.read_sync_in().await.map_err(|e| self.fail(e))
+    }
+
+    async fn update(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
+        self.update_in(durable, plan).await.map_err(|e| self.fail(e))
+    }
+
+    fn close(&self) {
+        // Closed by its owner: no loss to tell of.
+        self.on_lost.borrow_mut().take();
+        self.conn.borrow().db.close();
+    }
+
+    async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {
+        self.commit_in(txn).await.map_err(|e| self.fail(e))
+    }
+
+    /// A new connection to the database (a cleared one is created again,
+    /// empty, at this layout).
+    async fn reconnect(&self) -> Result<(), StoreError> {
+        if !self.lost.get() {
+            return Ok(());
+        }
+        let conn = Self::open_conn(&self.name, &self.lost, &self.on_lost).await?;
+        let old = std::mem::replace(&mut *self.conn.borrow_mut(), conn);
+        old.raw.set_onclose(None);
+        old.raw.set_onversionchange(None);
+        old.db.close();
+        self.deltas.set(0);
+        self.lost.set(false);
+        Ok(())
+    }
+}
+
+impl IdbStore {
+    async fn open_in(&self, fresh: Meta) -> Result<Snapshot, StoreError> {
+        let tx = self.db()?.transaction(&ALL, TransactionMode::ReadWrite).map_err(failed)?;
         let meta_store = tx.object_store(META).map_err(failed)?;
         let meta = match Self::read_meta(&meta_store).await? {
             Some(m) => m,
@@ -451,8 +598,8 @@ impl LocalStore for IdbStore {
         Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections, sync, schema, following })
     }
 
-        async fn read_sync(&self) -> Result<Option<crate::sync_state::SyncState>, StoreError> {
-        let tx = self.db.transaction(&[META], TransactionMode::ReadOnly).map_err(failed)?;
+    async fn read_sync_in(&self) -> Result<Option<crate::sync_state::SyncState>, StoreError> {
+        let tx = self.db()?.transaction(&[META], TransactionMode::ReadOnly).map_err(failed)?;
         let v = tx.object_store(META).map_err(failed)?.get(Query::Key(JsValue::from_str(SYNC))).map_err(failed)?.await.map_err(failed)?;
         let _ = tx.await;
         Ok(v.and_then(|v| parse(&v).ok()))
@@ -462,11 +609,12 @@ impl LocalStore for IdbStore {
     /// durability: it completes only once the browser has flushed it to disk
     /// (Chromium's default, "relaxed", completes before that), so a
     /// recorded edit survives a power cut. A plan of nothing aborts it.
-    async fn update(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
+    async fn update_in(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
         let tx = if durable {
+            self.db()?;
             self.durable_transaction(&[META, PENDING])?
         } else {
-            self.db.transaction(&[META, PENDING], TransactionMode::ReadWrite).map_err(failed)?
+            self.db()?.transaction(&[META, PENDING], TransactionMode::ReadWrite).map_err(failed)?
         };
         let meta_store = tx.object_store(META).map_err(failed)?;
         let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
@@ -481,16 +629,12 @@ impl LocalStore for IdbStore {
         }
     }
 
-    fn close(&self) {
-        self.db.close();
-    }
-
-    async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {
+    async fn commit_in(&self, txn: &Txn) -> Result<(), StoreError> {
         let stores = Self::stores_of(txn);
         if stores.is_empty() {
             return Ok(());
         }
-        let tx = self.db.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
+        let tx = self.db()?.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
         Self::write(&tx, txn, None).await?;
         match tx.await.map_err(failed)? {
             TransactionResult::Committed => {

@@ -141,3 +141,40 @@ export async function until(fn, what, ms = 15000) {
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+/**
+ * A device whose Service Worker holds the queue: a context with the test
+ * worker installed (`test/test-sw.js`, database `name`) and a page with `db`
+ * open as `user`; `dispatchSync()` fires a Background Sync over CDP.
+ */
+export async function workerDevice(browser, server, name, user, { autoSync = true } = {}) {
+  const context = await browser.newContext();
+  const cdp = await context.newCDPSession(await context.newPage());
+  await cdp.send('ServiceWorker.enable');
+  let registrationId = null;
+  cdp.on('ServiceWorker.workerRegistrationUpdated', ({ registrations }) => {
+    for (const r of registrations) if (r.scopeURL.endsWith('/test/') && !r.isDeleted) registrationId = r.registrationId;
+  });
+  const pages = [];
+  const addPage = async () => {
+    const page = await context.newPage();
+    page.on('pageerror', (e) => console.log('# pageerror', e.message));
+    await page.goto(`${server.url}/test/sw-harness.html`);
+    await page.evaluate(() => window.ready);
+    await page.evaluate(async ({ user, autoSync, name }) => {
+      window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name, autoSync });
+    }, { user, autoSync, name });
+    pages.push(page);
+    return page;
+  };
+  await addPage();
+  await until(() => registrationId, 'the worker registration');
+  const tag = `marksync:${name}`;
+  return {
+    context,
+    pages,
+    addPage,
+    cdp,
+    dispatchSync: () => cdp.send('ServiceWorker.dispatchSyncEvent', { origin: server.url, registrationId, tag, lastChance: false }),
+  };
+}

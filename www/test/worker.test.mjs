@@ -2,10 +2,9 @@
 // the real server, under real faults.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { backends, startServer, launch, newUser, until } from './helpers.mjs';
+import { backends, startServer, launch, newUser, until, workerDevice } from './helpers.mjs';
 
 const NAME = 'e2e-sw';
-const TAG = `marksync:${NAME}`;
 
 for (const backend of backends()) {
   describe(`service worker on ${backend}`, () => {
@@ -21,36 +20,7 @@ for (const backend of backends()) {
     });
 
     /** A device: a context with the worker installed and a page with `db` open. */
-    async function deviceWithWorker(user, { autoSync = true } = {}) {
-      const context = await browser.newContext();
-      const cdp = await context.newCDPSession(await context.newPage());
-      await cdp.send('ServiceWorker.enable');
-      let registrationId = null;
-      cdp.on('ServiceWorker.workerRegistrationUpdated', ({ registrations }) => {
-        for (const r of registrations) if (r.scopeURL.endsWith('/test/') && !r.isDeleted) registrationId = r.registrationId;
-      });
-      const pages = [];
-      const addPage = async () => {
-        const page = await context.newPage();
-        page.on('pageerror', (e) => console.log('# pageerror', e.message));
-        await page.goto(`${server.url}/test/sw-harness.html`);
-        await page.evaluate(() => window.ready);
-        await page.evaluate(async ({ user, autoSync, name }) => {
-          window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name, autoSync });
-        }, { user, autoSync, name: NAME });
-        pages.push(page);
-        return page;
-      };
-      await addPage();
-      await until(() => registrationId, 'the worker registration');
-      return {
-        context,
-        pages,
-        addPage,
-        cdp,
-        dispatchSync: () => cdp.send('ServiceWorker.dispatchSyncEvent', { origin: server.url, registrationId, tag: TAG, lastChance: false }),
-      };
-    }
+    const deviceWithWorker = (user, options) => workerDevice(browser, server, NAME, user, options);
 
     test('a Background Sync dispatched by CDP pushes the queue with no page doing it', async () => {
       const user = newUser('bgsync');

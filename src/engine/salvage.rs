@@ -1,0 +1,119 @@
+//! When the database is taken from under the library (the site's data
+//! cleared, storage evicted, a connection closed by the browser), the
+//! context still holds in memory what the disk lost: the outbox, the
+//! refusals, the numbers taken. PROTOCOL §7 "A database closed under the
+//! library": the context says so at once, opens the database again and puts
+//! back what it holds — every queued op under its own opId (the server
+//! judges each once, so what it already applied comes back `duplicate`),
+//! every refusal with its words — while the rows come back by pull from the
+//! start. Nothing held in memory is lost; what no running context held
+//! cannot be known (the clear takes every trace of it).
+
+use super::Engine;
+use crate::attempt::Recovery;
+use crate::following::Following;
+use crate::protocol::Code;
+use crate::store::{Meta, Snapshot, Txn};
+
+/// The words a person reads while the device syncs its copy again.
+pub fn cleared_message(kept: usize) -> String {
+    match kept {
+        0 => CLEARED.to_owned(),
+        1 => format!("{CLEARED} 1 edit not yet confirmed by the server was kept and is sent again."),
+        n => format!("{CLEARED} {n} edits not yet confirmed by the server were kept and are sent again."),
+    }
+}
+
+/// How the notice of a cleared copy begins (and how it is told from a storage failure).
+const CLEARED: &str = "This device's copy was cleared — syncing it again.";
+
+/// Whether a recovery is the notice of a cleared copy being synced again:
+/// it never stops sync (the sync is the cure) and the first complete cycle lifts it.
+pub(super) fn is_resync(r: &Recovery) -> bool {
+    r.code == Code::Storage && r.message.starts_with(CLEARED)
+}
+
+impl Engine {
+    /// The database was found closed under this context: no request of it
+    /// can be answered into the database any more, so nothing reads
+    /// `awaiting-ack` — the status says what happened until the copy is back.
+    pub fn storage_lost(&mut self) {
+        let held = self.outbox.len();
+        if let Some(f) = self.sync.flight.take() {
+            for id in &f.op_ids {
+                if let Some(a) = self.sync.ops.get_mut(id) {
+                    a.unknown = true;
+                }
+            }
+        }
+        self.in_flight = None;
+        self.pull_in_flight = None;
+        self.reconcile_in_flight = None;
+        if self.sync.recovery.as_ref().is_none_or(|r| !is_resync(r)) {
+            self.sync.metrics.recovery_required += 1;
+        }
+        self.sync.recovery = Some(Recovery { code: Code::Storage, message: cleared_message(held) });
+        self.touch();
+    }
+
+    /// The meta record to open the database again with: this device, the
+    /// numbers it took, and no rows yet (cursor 0).
+    pub fn salvage_meta(&self) -> Meta {
+        Meta { cursor: 0, ..self.meta.clone() }
+    }
+
+    /// What to write into the database opened again, `disk` being what it
+    /// holds now. Cleared (no sync state, no rows, no queue): everything this
+    /// context holds but the rows — meta with cursor 0, the outbox, the
+    /// refusals, the sync state (the ops sent are in doubt; the notice; one
+    /// more reset counted), the known schema, and the followed spaces reduced
+    /// to the user and the spaces left, so every space is pulled from its
+    /// start. Already put back by another context (more resets counted than
+    /// this one knows): only the queued ops and refusals the disk lacks.
+    /// Intact (a connection closed, the data kept): nothing.
+    pub fn salvage(&self, disk: &Snapshot) -> Option<Txn> {
+        let cleared = disk.sync.is_none() && disk.base.is_empty() && disk.pending.is_empty() && disk.rejections.is_empty();
+        let resets = self.sync.metrics.storage_resets;
+        let refilled = disk.sync.as_ref().is_some_and(|s| s.metrics.storage_resets > resets);
+        if !cleared && !refilled {
+            return None;
+        }
+        let on_disk: std::collections::HashSet<_> = disk.pending.iter().map(|o| &o.op_id).collect();
+        let refused: std::collections::HashSet<_> = disk.rejections.iter().map(|r| &r.op.op_id).collect();
+        let mut txn = Txn {
+            put_pending: self.outbox.iter().filter(|o| !on_disk.contains(&o.op_id)).cloned().collect(),
+            put_rejections: self.rejections.values().filter(|r| !refused.contains(&r.op.op_id)).cloned().collect(),
+            ..Txn::default()
+        };
+        if refilled {
+            return (!txn.put_pending.is_empty() || !txn.put_rejections.is_empty()).then_some(txn);
+        }
+        let mut sync = self.sync.clone();
+        sync.flight = None;
+        sync.next_retry_at = None;
+        for a in sync.ops.values_mut() {
+            if a.attempts > 0 {
+                a.unknown = true;
+            }
+        }
+        sync.ops.retain(|id, _| self.outbox.get(id).is_some());
+        sync.metrics.storage_resets = resets + 1;
+        sync.base_version += 1;
+        sync.recovery = Some(Recovery { code: Code::Storage, message: cleared_message(self.outbox.len()) });
+        txn.meta = Some(self.salvage_meta());
+        txn.sync = Some(sync);
+        txn.schema = self.known_schema().map(|(k, _)| k.clone());
+        txn.following =
+            Some(Following { personal: self.following.personal.clone(), left: self.following.left.clone(), ..Following::default() });
+        Some(txn)
+    }
+
+    /// A cycle reached its end (everything pushed, pulled to the head): a
+    /// cleared copy is whole again, and its notice goes.
+    pub(super) fn resynced(&mut self) {
+        if self.sync.recovery.as_ref().is_some_and(is_resync) {
+            self.sync.recovery = None;
+            self.touch();
+        }
+    }
+}

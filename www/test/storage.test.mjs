@@ -1,0 +1,99 @@
+// A database closed under the library (PROTOCOL §7), in real Chromium against
+// the real server: the site's data cleared mid-push (CDP
+// `Storage.clearDataForOrigin`) in a page and in the Service Worker.
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { backends, startServer, launch, device, newUser, until, workerDevice } from './helpers.mjs';
+
+
+for (const backend of backends()) {
+  describe(`storage closed under the library on ${backend}`, () => {
+    let server;
+    let browser;
+    before(async () => {
+      server = await startServer(backend);
+      browser = await launch();
+    });
+    after(async () => {
+      await browser?.close();
+      await server?.stop();
+    });
+
+    test('the site data cleared mid-push: the page says so, fills its database again, and nothing is lost or doubled', async () => {
+      // Failed before: the four rows read awaiting-ack forever, and every later change() was `storage_failed`.
+      const user = newUser('cleared');
+      const { context, page } = await device(browser, server);
+      const cdp = await context.newCDPSession(page);
+      await page.evaluate(async (user) => {
+        window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'cleared' });
+        window.heard = [];
+        db.subscribe(() => window.heard.push(db.metrics().recovery));
+      }, user);
+      await server.faults({ delayMs: 1500 });
+      const ids = await page.evaluate(async () => {
+        const ids = ['a', 'b', 'c', 'd'];
+        for (const [i, id] of ids.entries()) await db.change('sets', id, { exercise: 'squat', weightKg: 60, reps: i + 1 });
+        return ids;
+      });
+      await page.waitForFunction(() => db.status('sets', 'a').phase === 'awaiting-ack', null, { timeout: 10_000 });
+      // Recorded while the push is out: queued, never sent when the data is cleared.
+      await page.evaluate(() => db.change('sets', 'unsent', { exercise: 'bench', weightKg: 50, reps: 9 }));
+      ids.push('unsent');
+      await cdp.send('Storage.clearDataForOrigin', { origin: server.url, storageTypes: 'indexeddb' });
+      await page.waitForFunction(() => window.heard.includes('storage'), null, { timeout: 10_000 });
+      const told = await page.evaluate(() => ({ m: db.metrics(), st: db.status('sets', 'a') }));
+      assert.match(told.m.recoveryReason ?? told.st.reason ?? '', /cleared|closed/, 'in words a person understands');
+      await server.faults({ delayMs: 0 });
+      // The server applied the four (they come back by pull, each once); the unsent edit was kept and sent.
+      await page.waitForFunction(
+        (ids) => ids.every((id) => db.status('sets', id)?.phase === 'synced') && db.pending().length === 0 && db.metrics().recovery === null,
+        ids,
+        { timeout: 20_000 },
+      );
+      assert.equal((await server.rows(user)).size, 5);
+      const m = await page.evaluate(() => db.metrics());
+      assert.equal(m.storageResets, 1, 'the reset is counted');
+      // Later edits reach the server, from the database that came back.
+      await page.evaluate(async () => {
+        await db.change('sets', 'e', { exercise: 'row', weightKg: 40, reps: 12 });
+        await db.sync();
+      });
+      await until(async () => (await server.rows(user)).size === 6, 'the later edit on the server');
+      await page.reload();
+      await page.evaluate(() => window.ready);
+      const after = await page.evaluate(async (user) => {
+        const db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'cleared', autoSync: false });
+        return { rows: db.rows('sets').map((r) => r._id).sort(), pending: db.pending().length };
+      }, user);
+      assert.deepEqual(after, { rows: ['a', 'b', 'c', 'd', 'e', 'unsent'], pending: 0 }, 'on disk after a reload');
+      await context.close();
+    });
+
+    test('the site data cleared under the worker: the worker opens a fresh database and pushes the edits made after', async () => {
+      // Failed before: the worker kept its first connection, closed, and every later Background Sync did nothing.
+      const user = newUser('sw-cleared');
+      const d = await workerDevice(browser, server, 'e2e-sw', user, { autoSync: false });
+      const [page] = d.pages;
+      await page.evaluate(async () => {
+        await db.change('sets', 'first', { exercise: 'squat', weightKg: 60, reps: 1 });
+      });
+      await d.dispatchSync();
+      await until(async () => (await server.rows(user)).size === 1, 'the worker to push the first edit');
+      await page.waitForFunction(() => db.pending().length === 0, null, { timeout: 10_000 });
+      await d.cdp.send('Storage.clearDataForOrigin', { origin: server.url, storageTypes: 'indexeddb' });
+      await page.waitForFunction(() => db.metrics().storageResets >= 1, null, { timeout: 10_000 });
+      await page.evaluate(async () => {
+        for (let i = 0; i < 3; i++) await db.change('sets', `after-${i}`, { exercise: 'lunge', weightKg: 20, reps: 10 + i });
+        await db.requestSync();
+      });
+      await d.dispatchSync();
+      await until(async () => (await server.rows(user)).size === 4, 'the worker to push the edits made after the clear', 20_000);
+      await page.waitForFunction(
+        () => ['first', 'after-0', 'after-1', 'after-2'].every((id) => db.status('sets', id)?.phase === 'synced'),
+        null,
+        { timeout: 20_000 },
+      );
+      await d.context.close();
+    });
+  });
+}
