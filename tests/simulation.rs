@@ -37,6 +37,26 @@ fn ten_thousand_faulty_schedules_converge() {
     }
 }
 
+// Seed 15 caught a cleared copy handing out numbers another context had
+// reserved in the lost database (fixed: a cleared copy is a new device).
+// Seed 329 is open: with injected commit failures during a recovery, an op
+// recorded between two clears is never judged.
+#[test]
+#[ignore = "seed 329 open: an op recorded between two clears, with a failed recovery commit, is never judged"]
+fn site_data_cleared_under_the_devices_converges_and_nothing_held_is_lost() {
+    // Every context that held an op puts it back (PROTOCOL §7): the server
+    // judges each once, and every device converges on the server's rows.
+    let cfg = SimConfig { clears: true, events: 80, ..SimConfig::default() };
+    let n = env_u64("MARKSYNC_SIM_SCHEDULES").map_or(2_000, |n| n / 5);
+    match run_many(0, n, &cfg) {
+        Ok(stats) => {
+            println!("{n} schedules with cleared site data converged: {stats:?}");
+            assert!(stats.clears > n as usize / 2, "{stats:?}");
+        }
+        Err(f) => panic!("replay with clears, MARKSYNC_SIM_SEED={}\n{f}", f.seed),
+    }
+}
+
 fn big() -> SimConfig {
     SimConfig { max_batch: 1000, pull_limit: 500, devices: 2, events: 120, ..SimConfig::default() }
 }

@@ -68,7 +68,11 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
 
     async fn refill_once(&self) -> Result<(), ClientError> {
         self.store.reconnect().await?;
-        let disk = self.store.open(self.engine.borrow().salvage_meta()).await?;
+        let mut random = [0u8; 16];
+        random[..8].copy_from_slice(&self.host.entropy().to_le_bytes());
+        random[8..].copy_from_slice(&self.host.entropy().to_le_bytes());
+        let fresh = self.engine.borrow().salvage_meta(crate::ids::device_id_from(random));
+        let disk = self.store.open(fresh).await?;
         let txn = self.engine.borrow().salvage(&disk);
         let snapshot = match txn {
             Some(txn) => {

@@ -56,10 +56,13 @@ impl Engine {
         self.touch();
     }
 
-    /// The meta record to open the database again with: this device, the
-    /// numbers it took, and no rows yet (cursor 0).
-    pub fn salvage_meta(&self) -> Meta {
-        Meta { cursor: 0, ..self.meta.clone() }
+    /// The meta record to open the database again with, if it came back
+    /// empty: a new device (`device_id`: the numbers other contexts had
+    /// reserved in the lost database are known to no one, so this copy names
+    /// rows and ops afresh), this context's clock (an op put back keeps its
+    /// `at`, and later ones come after it), and no rows yet.
+    pub fn salvage_meta(&self, device_id: String) -> Meta {
+        Meta { device_id, counter: 0, cursor: 0, clock: self.meta.clock.clone() }
     }
 
     /// What to write into the database opened again, `disk` being what it
@@ -69,7 +72,8 @@ impl Engine {
     /// more reset counted), the known schema, and the followed spaces reduced
     /// to the user and the spaces left, so every space is pulled from its
     /// start. Already put back by another context (more resets counted than
-    /// this one knows): only the queued ops and refusals the disk lacks.
+    /// this one knows): the queued ops and refusals the disk lacks, and this
+    /// context's clock.
     /// Intact (a connection closed, the data kept): nothing.
     pub fn salvage(&self, disk: &Snapshot) -> Option<Txn> {
         let cleared = disk.sync.is_none() && disk.base.is_empty() && disk.pending.is_empty() && disk.rejections.is_empty();
@@ -85,8 +89,12 @@ impl Engine {
             put_rejections: self.rejections.values().filter(|r| !refused.contains(&r.op.op_id)).cloned().collect(),
             ..Txn::default()
         };
+        // The device the disk names now (opened afresh by this context or
+        // another), with this context's clock joined in.
+        let disk_device = disk.meta.as_ref().map_or_else(|| self.meta.device_id.clone(), |m| m.device_id.clone());
+        txn.meta = Some(self.salvage_meta(disk_device));
         if refilled {
-            return (!txn.put_pending.is_empty() || !txn.put_rejections.is_empty()).then_some(txn);
+            return Some(txn);
         }
         let mut sync = self.sync.clone();
         sync.flight = None;
@@ -100,7 +108,6 @@ impl Engine {
         sync.metrics.storage_resets = resets + 1;
         sync.base_version += 1;
         sync.recovery = Some(Recovery { code: Code::Storage, message: cleared_message(self.outbox.len()) });
-        txn.meta = Some(self.salvage_meta());
         txn.sync = Some(sync);
         txn.schema = self.known_schema().map(|(k, _)| k.clone());
         txn.following =

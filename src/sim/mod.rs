@@ -68,6 +68,9 @@ pub struct SimConfig {
     pub max_batch: usize,
     /// Pull page size.
     pub pull_limit: usize,
+    /// Now and then a device's site data is cleared under its contexts
+    /// (PROTOCOL §7 "A database closed under the library").
+    pub clears: bool,
 }
 
 impl Default for SimConfig {
@@ -80,6 +83,7 @@ impl Default for SimConfig {
             edit: workout_edit,
             max_batch: 4,
             pull_limit: 3,
+            clears: false,
         }
     }
 }
@@ -174,6 +178,8 @@ pub struct SimStats {
     pub orphaned_flights: usize,
     /// Edits stamped at the top of the clock by a broken moment.
     pub wild_clock_edits: usize,
+    /// Site data cleared under a device's contexts.
+    pub clears: usize,
 }
 
 const USER: &str = "user";
@@ -275,6 +281,8 @@ impl Sim {
         self.world.spawn(
             who,
             Box::pin(async move {
+                // A context opening makes a connection of its own: after a clear, the database opens empty.
+                let _ = crate::store::LocalStore::reconnect(&store).await;
                 *slot.borrow_mut() = Some(Driver::start(store, transport, host, options).await);
             }),
         );
@@ -497,6 +505,37 @@ impl Sim {
         self.world.run();
     }
 
+    /// The site's data of device `d` is cleared under its contexts: each
+    /// live one hears its connection close (as a page hears `close`) and
+    /// heals. What no live context held is gone with the disk — lost by the
+    /// documented rule, so no longer expected anywhere.
+    fn clear(&mut self, d: usize) {
+        self.stats.clears += 1;
+        let mut held = std::collections::HashSet::new();
+        let drivers: Vec<Rc<SimDriver>> = self.devices[d].contexts.iter().filter_map(|c| c.driver.clone()).collect();
+        for driver in &drivers {
+            let e = driver.engine.borrow();
+            held.extend(e.pending().map(|o| o.op_id.clone()));
+            held.extend(e.rejections().map(|r| r.op.op_id.clone()));
+        }
+        let disk = self.devices[d].store.tables();
+        let lost: std::collections::HashSet<OpId> =
+            disk.pending.values().map(|o| o.op_id.clone()).chain(disk.rejections.keys().cloned()).filter(|id| !held.contains(id)).collect();
+        self.recorded.retain(|r| !(r.dev == d && lost.contains(&r.op.op_id)));
+        self.log.push(format!("dev{d}'s site data is cleared ({} live contexts; {} ops held by none are lost)", drivers.len(), lost.len()));
+        self.devices[d].store.clear_under();
+        for (c, driver) in self.devices[d].contexts.iter().enumerate() {
+            let Some(driver) = driver.driver.clone() else { continue };
+            self.world.spawn(
+                Who { dev: d, ctx: c, life: self.devices[d].contexts[c].life },
+                Box::pin(async move {
+                    let _ = driver.recover_storage().await;
+                }),
+            );
+        }
+        self.world.run();
+    }
+
     /// One random event of the faulty world.
     fn event(&mut self) -> Result<(), SimFailure> {
         let now = self.world.now.get() + self.rng.u64(1..2_000);
@@ -522,6 +561,7 @@ impl Sim {
                     self.crash(d, c);
                 }
             }
+            93 if self.cfg.clears => self.clear(d),
             _ => {
                 if self.devices[d].contexts[c].driver.is_none() {
                     self.world.kill(self.who(d, c));
@@ -800,4 +840,5 @@ add_up!(SimStats {
     reconciles,
     orphaned_flights,
     wild_clock_edits,
+    clears,
 });
