@@ -169,6 +169,8 @@ async fn run(database: &str, per_op: bool, users: usize, clients: usize, pushes:
     let mut config = Config::with_database(database);
     config.dev_auth = true;
     config.rate_limit = 0.0;
+    // Throughput, not fair shares, is measured: no budgets of work either.
+    (config.ops_rate, config.read_rate) = (0.0, 0.0);
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.db_max_connections = (clients as u32 + 4).min(32);
     config.per_op_judge = per_op;
@@ -371,6 +373,8 @@ async fn spaces_run(backend: &'static str, database: &str, spaces: usize, backfi
     config.max_spaces_per_user = marksync::space::MAX_FOLLOWED - 1;
     config.dev_auth = true;
     config.rate_limit = 0.0;
+    // Throughput, not fair shares, is measured: no budgets of work either.
+    (config.ops_rate, config.read_rate) = (0.0, 0.0);
     config.listen = "127.0.0.1:0".parse().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = marksync_server::start(config, listener).await.unwrap();

@@ -7,13 +7,15 @@
 //!
 //! - **ops**: a push costs its ops, taken before its transaction opens (the
 //!   body is parsed; nothing of the database is touched by a refusal);
-//! - **reads**: a pull costs 1 and the spaces it names, taken before its
-//!   snapshot opens, then the rows it read, paid after (they are known only
-//!   then); a list (members, spaces, invitations) or an event connect costs 1,
-//!   then the entries it read.
+//! - **reads**: a pull costs 1 and the spaces it names, paid before its
+//!   snapshot opens, and the rows it read, paid after (they are known only
+//!   then); a list (members, spaces, invitations), an event connect or a
+//!   verdicts request costs 1 and the entries (spaces, opIds) it read. Read
+//!   work is paid, never refused in the handler: it may leave a debt, and a
+//!   user in debt is refused in the guard before the body is read, so a
+//!   refused pull of 10,000 spaces costs its auth, not its parse.
 //!
-//! A user whose budget is in debt is refused in the guard, before the body is
-//! read. Every refusal is `429 rate_limited` with a `Retry-After` of when the
+//! Every refusal is `429 rate_limited` with a `Retry-After` of when the
 //! tokens will be back: the same answer as the request rate's.
 
 use crate::error::ApiError;
@@ -68,7 +70,8 @@ impl Budgets {
         }
     }
 
-    /// Takes `cost` of `user`'s `work` budget, or refuses with when to come back.
+    /// Takes `cost` of `user`'s `work` budget, or refuses with when to come back: a batch
+    /// of ops is judged whole or not at all.
     pub fn take(&self, work: Work, user: &str, cost: usize, metrics: &Metrics) -> Result<(), ApiError> {
         match self.of(work).map(|b| b.take(user, cost as f64)) {
             Some(Err(secs)) => Err(refusal(work, secs, metrics)),

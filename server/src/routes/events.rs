@@ -33,10 +33,9 @@ pub(crate) async fn events(
     Extension(User(user)): Extension<User>,
     Extension(place): Extension<StreamPlace>,
 ) -> Result<Response, ApiError> {
-    app.budgets.take(Work::Reads, &user, 1, &app.metrics)?;
     let rx = app.pokes.subscribe();
     let spaces = followed_heads(&app, &user).await.map_err(|e| ApiError::internal(&e))?;
-    app.budgets.charge(Work::Reads, &user, spaces.len());
+    app.budgets.charge(Work::Reads, &user, 1 + spaces.len());
     let personal: Arc<str> = marksync::space::personal(&user).into();
     let head = spaces.get(&personal).copied().unwrap_or(0);
     let state = PokeStream {

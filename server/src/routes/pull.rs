@@ -26,10 +26,9 @@ pub(crate) async fn personal(
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let (cursor, limit) = pull_params(&query(q)?)?;
-    app.budgets.take(Work::Reads, &user, 1, &app.metrics)?;
     let now = now_ms();
     let mut page = app.store.pull(&user, cursor, limit).await.map_err(|e| ApiError::internal(&e))?;
-    app.budgets.charge(Work::Reads, &user, page.changes.len());
+    app.budgets.charge(Work::Reads, &user, 1 + page.changes.len());
     page.now = Some(now);
     page.schema_version = Some(app.schema.version);
     upgrade_changes(&app, &mut page.changes);
@@ -46,9 +45,9 @@ pub(crate) async fn spaces(
 ) -> Result<Response, ApiError> {
     let req: SpacesPullRequest = read_json(&headers, body, app.max_body, "a pull request").await?;
     req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
-    // Every space named is planned and answered (if only as left): the pull costs them
-    // before its snapshot opens, and the rows it reads after.
-    app.budgets.take(Work::Reads, &user, 1 + req.spaces.len(), &app.metrics)?;
+    // Every space named is planned and answered (if only as left): the pull pays for
+    // them before its snapshot opens, and for the rows it reads after.
+    app.budgets.charge(Work::Reads, &user, 1 + req.spaces.len());
     let now = now_ms();
     let mut answer = app.store.pull_spaces(&user, &req.spaces, req.limit).await.map_err(|e| ApiError::internal(&e))?;
     answer.now = Some(now);

@@ -27,9 +27,9 @@ use crate::store::{Actor, Changed};
 /// small batch of judged ops costs.
 pub(super) const MEMBERSHIP_WRITE_OPS: usize = 20;
 
-/// A list's read work: 1 before it is read, then its entries.
+/// A list's read work, paid once read: 1 and its entries.
 fn listed<T>(app: &App, user: &str, list: Vec<T>) -> Vec<T> {
-    app.budgets.charge(Work::Reads, user, list.len());
+    app.budgets.charge(Work::Reads, user, 1 + list.len());
     list
 }
 
@@ -58,7 +58,6 @@ pub(crate) async fn list(
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let (after, limit) = page(&query(q)?)?;
-    app.budgets.take(Work::Reads, &user, 1, &app.metrics)?;
     let spaces = app.store.spaces_page(&user, &after, limit).await.map_err(|e| ApiError::internal(&e))?;
     let spaces = listed(&app, &user, spaces);
     let spaces = spaces.into_iter().map(|(space, role)| Membership { space, role }).collect();
@@ -72,7 +71,6 @@ pub(crate) async fn invitations(
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let (after, limit) = page(&query(q)?)?;
-    app.budgets.take(Work::Reads, &user, 1, &app.metrics)?;
     let list = app.store.invitations(&user, &after, limit).await.map_err(|e| ApiError::internal(&e))?;
     let list = listed(&app, &user, list);
     let invitations = list
@@ -190,12 +188,9 @@ pub(super) async fn members_as(app: &App, actor: Actor<'_>, q: QueryParams) -> R
     let q = query(q)?;
     let space = q.get("space").ok_or_else(|| ApiError::bad_request("space is required"))?;
     let (after, limit) = page(&q)?;
-    if let Actor::User(user) = actor {
-        app.budgets.take(Work::Reads, user, 1, &app.metrics)?;
-    }
     let list = app.store.members(actor, space, &after, limit).await?;
     if let Actor::User(user) = actor {
-        app.budgets.charge(Work::Reads, user, list.len());
+        app.budgets.charge(Work::Reads, user, 1 + list.len());
     }
     let members = list.into_iter().map(|(user, role)| Member { user, role: Some(role) }).collect();
     Ok(Json(MembersList { space: space.clone(), members }).into_response())

@@ -23,7 +23,7 @@ pub(crate) async fn verdicts(
     let req: VerdictsRequest = read_json(&headers, body, app.max_body, "a verdicts request").await?;
     req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
     let limits = app.limits();
-    app.budgets.take(Work::Reads, &user, 1 + req.op_ids.len(), &app.metrics)?;
+    app.budgets.charge(Work::Reads, &user, 1 + req.op_ids.len());
     let verdicts =
         app.store.verdicts(&app.schema, &user, &req.op_ids, &limits).await.map_err(|e| ApiError::internal(&e))?;
     Ok(Json(VerdictsResponse { verdicts, now: Some(limits.now) }).into_response())
