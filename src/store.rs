@@ -339,9 +339,10 @@ impl Tables {
 pub struct MemoryStore {
     tables: RefCell<Tables>,
     fail_next: RefCell<u32>,
-    /// Cleared under its user ([`MemoryStore::clear_under`]): every call fails
-    /// with [`StoreError::Closed`] until [`LocalStore::reconnect`].
-    closed: std::cell::Cell<bool>,
+    /// How many times it was cleared under its users ([`MemoryStore::clear_under`]).
+    generation: std::cell::Cell<u64>,
+    /// The generation its own connection (the store used directly) opened.
+    seen: std::cell::Cell<u64>,
 }
 
 impl MemoryStore {
@@ -358,15 +359,64 @@ impl MemoryStore {
         self.tables.borrow().clone()
     }
     /// What clearing a site's data does to its database: everything goes,
-    /// and the connection is closed under the library.
+    /// and every connection open on it is closed under its user (a
+    /// connection made after opens the empty database).
     pub fn clear_under(&self) {
         *self.tables.borrow_mut() = Tables::default();
-        self.closed.set(true);
+        self.generation.set(self.generation.get() + 1);
     }
     fn usable(&self) -> Result<(), StoreError> {
-        if self.closed.get() {
-            return Err(StoreError::Closed("the database connection is closed".into()));
-        }
+        closed_unless(self.seen.get() == self.generation.get())
+    }
+}
+
+fn closed_unless(open: bool) -> Result<(), StoreError> {
+    if open {
+        Ok(())
+    } else {
+        Err(StoreError::Closed("the database connection is closed".into()))
+    }
+}
+
+/// One context's connection to a [`MemoryStore`] that several contexts share
+/// (a tab's and its worker's to one IndexedDB database): a clear closes each
+/// connection under its own context, and each opens again on its own.
+#[derive(Debug)]
+pub struct MemoryConnection {
+    store: std::rc::Rc<MemoryStore>,
+    seen: std::cell::Cell<u64>,
+}
+
+impl MemoryConnection {
+    /// A new connection (it opens the database as it is now).
+    pub fn new(store: std::rc::Rc<MemoryStore>) -> Self {
+        let seen = std::cell::Cell::new(store.generation.get());
+        MemoryConnection { store, seen }
+    }
+    fn usable(&self) -> Result<(), StoreError> {
+        closed_unless(self.seen.get() == self.store.generation.get())
+    }
+}
+
+impl LocalStore for MemoryConnection {
+    async fn open(&self, fresh: Meta) -> Result<Snapshot, StoreError> {
+        self.usable()?;
+        self.store.open_tables(fresh)
+    }
+    async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {
+        self.usable()?;
+        self.store.commit_tables(txn)
+    }
+    async fn read_sync(&self) -> Result<Option<SyncState>, StoreError> {
+        self.usable()?;
+        Ok(self.store.tables.borrow().sync.clone())
+    }
+    async fn update(&self, _durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
+        self.usable()?;
+        self.store.update_tables(plan)
+    }
+    async fn reconnect(&self) -> Result<(), StoreError> {
+        self.seen.set(self.store.generation.get());
         Ok(())
     }
 }
@@ -383,9 +433,8 @@ impl MemoryStore {
     }
 }
 
-impl LocalStore for MemoryStore {
-    async fn open(&self, fresh: Meta) -> Result<Snapshot, StoreError> {
-        self.usable()?;
+impl MemoryStore {
+    fn open_tables(&self, fresh: Meta) -> Result<Snapshot, StoreError> {
         let mut t = self.tables.borrow_mut();
         if t.meta.is_none() {
             t.meta = Some(fresh);
@@ -393,8 +442,7 @@ impl LocalStore for MemoryStore {
         Ok(t.snapshot())
     }
 
-    async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {
-        self.usable()?;
+    fn commit_tables(&self, txn: &Txn) -> Result<(), StoreError> {
         if self.fails() {
             return Err(StoreError::TxnFailed("injected failure".into()));
         }
@@ -402,13 +450,7 @@ impl LocalStore for MemoryStore {
         Ok(())
     }
 
-    async fn read_sync(&self) -> Result<Option<SyncState>, StoreError> {
-        self.usable()?;
-        Ok(self.tables.borrow().sync.clone())
-    }
-
-    async fn update(&self, _durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
-        self.usable()?;
+    fn update_tables(&self, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
         let stored = self.tables.borrow().meta.clone().ok_or_else(|| StoreError::Corrupt("no meta record".into()))?;
         let Some(txn) = plan(&stored) else { return Ok(false) };
         if txn.touches_more_than_meta_and_pending() {
@@ -420,9 +462,31 @@ impl LocalStore for MemoryStore {
         self.tables.borrow_mut().apply(&txn);
         Ok(true)
     }
+}
+
+impl LocalStore for MemoryStore {
+    async fn open(&self, fresh: Meta) -> Result<Snapshot, StoreError> {
+        self.usable()?;
+        self.open_tables(fresh)
+    }
+
+    async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {
+        self.usable()?;
+        self.commit_tables(txn)
+    }
+
+    async fn read_sync(&self) -> Result<Option<SyncState>, StoreError> {
+        self.usable()?;
+        Ok(self.tables.borrow().sync.clone())
+    }
+
+    async fn update(&self, _durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
+        self.usable()?;
+        self.update_tables(plan)
+    }
 
     async fn reconnect(&self) -> Result<(), StoreError> {
-        self.closed.set(false);
+        self.seen.set(self.generation.get());
         Ok(())
     }
 }

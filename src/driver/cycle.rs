@@ -156,6 +156,9 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// the page is asked for again, which idempotent pulls make harmless.
     /// Still one request in flight at a time.
     async fn cycle(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
+        // The copy of the database this cycle plans for: once it is filled
+        // again, what the cycle planned belongs to a copy that is gone.
+        let copy = self.resets.get();
         let mut unsaved: Option<Txn> = None;
         let first = self.engine.borrow_mut().start_sync(self.host.now());
         let mut step = self.or_restart(Some(first), &mut unsaved);
@@ -170,7 +173,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                         step = self.or_restart(out, &mut unsaved);
                         continue;
                     }
-                    self.commit_some(unsaved.take()).await?;
+                    self.commit_planned(unsaved.take(), copy).await?;
                     let out = match self.net().push(&req).await {
                         Ok(resp) => self.engine.borrow_mut().on_push_response(resp, self.host.now()),
                         Err(f) => match self.after_refusal(f, &mut refreshed).await {
@@ -182,7 +185,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     self.or_restart(out, &mut unsaved)
                 }
                 Step::Reconcile(ids) => {
-                    self.commit_some(unsaved.take()).await?;
+                    self.commit_planned(unsaved.take(), copy).await?;
                     let out = match self.net().verdicts(&ids).await {
                         Ok(resp) => self.engine.borrow_mut().on_verdicts(resp, self.host.now()),
                         Err(f) => self.engine.borrow_mut().on_verdicts_failed(f, self.host.now()),
@@ -190,7 +193,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     self.or_restart(out, &mut unsaved)
                 }
                 Step::Pull(req) => {
-                    let (saved, page) = futures_util::future::join(self.commit_some(unsaved.take()), self.net().pull(&req)).await;
+                    let (saved, page) = futures_util::future::join(self.commit_planned(unsaved.take(), copy), self.net().pull(&req)).await;
                     saved?;
                     let out = match page {
                         Ok(page) => self.engine.borrow_mut().on_pull_response(&req, page, self.host.now()),
@@ -202,12 +205,12 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     self.or_restart(out, &mut unsaved)
                 }
                 Step::Done(report) => {
-                    self.commit_some(unsaved.take()).await?;
+                    self.commit_planned(unsaved.take(), copy).await?;
                     self.refresh_schema().await;
                     return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
                 }
                 Step::Wait { until, report } => {
-                    self.commit_some(unsaved.take()).await?;
+                    self.commit_planned(unsaved.take(), copy).await?;
                     if self.auto_sync {
                         self.schedule_sync(until.saturating_sub(self.host.now()));
                     }
@@ -221,11 +224,24 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     return Ok(SyncOutcome { report, ok: false, retry_at: Some(until), error: Some(error) });
                 }
                 Step::Blocked(r) => {
-                    self.commit_some(unsaved.take()).await?;
+                    self.commit_planned(unsaved.take(), copy).await?;
                     return Err(ClientError::RecoveryRequired { code: r.code.as_str().to_owned(), message: r.message });
                 }
             };
         }
+    }
+
+    /// Commits what the cycle planned, unless the database was filled
+    /// again since the cycle began (or is being): steps planned on the lost
+    /// copy are never written into the new one (their cursors and rows
+    /// would claim what the new copy has not pulled); the cycle ends and
+    /// [`Driver::sync`] runs it again.
+    async fn commit_planned(&self, txn: Option<Txn>, copy: u64) -> Result<(), ClientError> {
+        if self.recovering.get() || self.resets.get() != copy {
+            self.storage_settled().await;
+            return Err(ClientError::StorageFailed("the database was filled again under this sync cycle".into()));
+        }
+        self.commit_some(txn).await
     }
 
     /// After a failed request: a first 401 of the cycle gets a fresh token

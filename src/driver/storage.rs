@@ -101,6 +101,12 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         matches!(e, StoreError::Closed(_)) && self.recover_storage().await.is_ok()
     }
 
+    /// Whether the store is being opened again now (what the context holds
+    /// is not yet back on disk).
+    pub fn recovering(&self) -> bool {
+        self.recovering.get()
+    }
+
     /// How many times this context filled its database again.
     pub fn storage_resets(&self) -> u64 {
         self.resets.get()

@@ -71,14 +71,16 @@ impl Engine {
     /// refusals, the sync state (the ops sent are in doubt; the notice; one
     /// more reset counted), the known schema, and the followed spaces reduced
     /// to the user and the spaces left, so every space is pulled from its
-    /// start. Already put back by another context (more resets counted than
-    /// this one knows): the queued ops and refusals the disk lacks, and this
-    /// context's clock.
+    /// start. Already put back by another context (the disk names another
+    /// device: each copy filled again is a new one): the queued ops and
+    /// refusals the disk lacks, and this context's clock.
     /// Intact (a connection closed, the data kept): nothing.
     pub fn salvage(&self, disk: &Snapshot) -> Option<Txn> {
         let cleared = disk.sync.is_none() && disk.base.is_empty() && disk.pending.is_empty() && disk.rejections.is_empty();
         let resets = self.sync.metrics.storage_resets;
-        let refilled = disk.sync.as_ref().is_some_and(|s| s.metrics.storage_resets > resets);
+        // Each copy filled again is a new device: another device id on disk
+        // is another copy, put there by another context after the clear.
+        let refilled = !cleared && disk.meta.as_ref().is_some_and(|m| m.device_id != self.meta.device_id);
         if !cleared && !refilled {
             return None;
         }

@@ -45,7 +45,7 @@ use crate::memory_server::MemoryServer;
 use crate::order::newer;
 use crate::protocol::{Fields, Mark, Op, OpId, Row, RowKey, Value, VerdictsRequest, MAX_SAFE_INTEGER};
 use crate::schema::Schema;
-use crate::store::MemoryStore;
+use crate::store::{MemoryConnection, MemoryStore};
 use world::{Msg, Req, Resp, SimHost, SimTransport, Who, World};
 
 /// Makes the fields of one edit: `(rng, table, the row as the device sees it)`.
@@ -188,7 +188,7 @@ const USER: &str = "user";
 /// exhausted retries at open) and its Service Worker (syncs when woken).
 const CONTEXTS: usize = 2;
 
-type SimDriver = Driver<Rc<MemoryStore>, SimTransport, SimHost>;
+type SimDriver = Driver<MemoryConnection, SimTransport, SimHost>;
 
 /// One context of a device: its life (a crash ends one) and its driver.
 #[derive(Default)]
@@ -282,8 +282,7 @@ impl Sim {
             who,
             Box::pin(async move {
                 // A context opening makes a connection of its own: after a clear, the database opens empty.
-                let _ = crate::store::LocalStore::reconnect(&store).await;
-                *slot.borrow_mut() = Some(Driver::start(store, transport, host, options).await);
+                *slot.borrow_mut() = Some(Driver::start(MemoryConnection::new(store), transport, host, options).await);
             }),
         );
         self.world.run();
@@ -325,7 +324,33 @@ impl Sim {
         Ok(())
     }
 
+    /// Context `c` of `d` dies: if it was putting back what a clear took
+    /// and had not yet, what it alone held is lost (the documented rule).
+    fn forget_held(&mut self, d: usize, c: usize) {
+        let Some(driver) = self.driver(d, c).filter(|x| x.recovering()) else { return };
+        let mut others = std::collections::HashSet::new();
+        for (i, ctx) in self.devices[d].contexts.iter().enumerate() {
+            if let Some(x) = ctx.driver.as_ref().filter(|_| i != c) {
+                let e = x.engine.borrow();
+                others.extend(e.pending().map(|o| o.op_id.clone()));
+                others.extend(e.rejections().map(|r| r.op.op_id.clone()));
+            }
+        }
+        let disk = self.devices[d].store.tables();
+        others.extend(disk.pending.values().map(|o| o.op_id.clone()));
+        others.extend(disk.rejections.keys().cloned());
+        let e = driver.engine.borrow();
+        let lost: std::collections::HashSet<OpId> =
+            e.pending().map(|o| o.op_id.clone()).chain(e.rejections().map(|r| r.op.op_id.clone())).filter(|id| !others.contains(id)).collect();
+        drop(e);
+        if !lost.is_empty() {
+            self.log.push(format!("dev{d}.{c} dies putting back a cleared copy: {} ops held by it alone are lost", lost.len()));
+            self.recorded.retain(|r| !(r.dev == d && lost.contains(&r.op.op_id)));
+        }
+    }
+
     fn crash(&mut self, d: usize, c: usize) {
+        self.forget_held(d, c);
         self.stats.crashes += 1;
         self.log.push(format!("crash dev{d}.{c}"));
         self.world.kill(self.who(d, c));
@@ -617,6 +642,7 @@ impl Sim {
         self.world.run();
         for d in 0..self.devices.len() {
             for c in 0..CONTEXTS {
+                self.forget_held(d, c);
                 self.world.kill(self.who(d, c));
                 self.devices[d].contexts[c].driver = None;
             }

@@ -46,7 +46,7 @@ use crate::memory_server::MemoryServer;
 use crate::protocol::{Fields, Op, OpId, Outcome, PushRequest, Row, RowKey, SpacesPullRequest, Value, VerdictsRequest};
 use crate::schema::Schema;
 use crate::space::{self, Follow, Role, FORBIDDEN, READ_ONLY};
-use crate::store::MemoryStore;
+use crate::store::{MemoryConnection, MemoryStore};
 
 /// What to simulate.
 #[derive(Debug, Clone)]
@@ -322,7 +322,7 @@ impl Run {
             self.world.spawn(
                 who,
                 Box::pin(async move {
-                    *slot.borrow_mut() = Some(Driver::start(store, transport, host, options).await);
+                    *slot.borrow_mut() = Some(Driver::start(MemoryConnection::new(store), transport, host, options).await);
                 }),
             );
             self.world.run();
