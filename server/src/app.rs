@@ -179,6 +179,7 @@ impl App {
                 config.max_requests_per_user,
                 config.max_streams_per_user,
                 config.max_connections.saturating_sub(config.connection_reserve.min(config.max_connections / 2)),
+                Duration::from_millis(config.refusal_delay_ms),
             ),
             shutdown,
             #[cfg(feature = "sabotage")]

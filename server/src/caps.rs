@@ -19,6 +19,9 @@ use tokio::sync::{Notify, Semaphore};
 
 /// Most refused bodies drained at once; beyond, the answer goes without draining.
 const REFUSAL_DRAINS: usize = 64;
+/// Most `429` answers held back at once; beyond, they go at once. Well under
+/// the connection reserve: a held-back answer keeps its connection busy.
+const REFUSALS_HELD: usize = 64;
 
 /// An event stream's place among its user's streams and the server's: the
 /// stream holds it to its end, and ends when [`StreamPlace::cut`] fires.
@@ -43,17 +46,29 @@ pub struct Caps {
     pub(crate) streams: Arc<Streams>,
     /// Refused bodies being drained.
     pub(crate) drains: Semaphore,
+    /// How long a `429` is held back before it is sent.
+    pub refusal_delay: Duration,
+    /// `429` answers being held back.
+    pub(crate) held: Semaphore,
 }
 
 impl Caps {
     /// Caps of `max_requests` requests in progress and `max_streams` event
     /// streams per user (0: none), and of `all_streams` event streams in all (0: none).
-    pub fn new(body_timeout: Duration, max_requests: usize, max_streams: usize, all_streams: usize) -> Caps {
+    pub fn new(
+        body_timeout: Duration,
+        max_requests: usize,
+        max_streams: usize,
+        all_streams: usize,
+        refusal_delay: Duration,
+    ) -> Caps {
         Caps {
             body_timeout,
             requests: Arc::new(PerUser::new(max_requests)),
             streams: Arc::new(Streams { per_user: max_streams, all: all_streams, inner: Mutex::default() }),
             drains: Semaphore::new(REFUSAL_DRAINS),
+            refusal_delay,
+            held: Semaphore::new(REFUSALS_HELD),
         }
     }
 }

@@ -87,6 +87,12 @@ pub struct Config {
     #[arg(long, env = "MARKSYNC_READ_BURST")]
     pub read_burst: Option<f64>,
 
+    /// Milliseconds a `429` (a rate, budget or cap refusal) is held back before it is sent: a
+    /// client that retries at once, ignoring `Retry-After`, retries once a delay, not as fast as
+    /// the server can refuse. At most 64 are held at once; 0 sends them at once.
+    #[arg(long, env = "MARKSYNC_REFUSAL_DELAY_MS", default_value_t = 1_000)]
+    pub refusal_delay_ms: u64,
+
     /// Origins allowed by CORS (repeat the flag or give a comma list; `*` = any). Default: none.
     #[arg(long, env = "MARKSYNC_CORS_ORIGIN", value_delimiter = ',')]
     pub cors_origin: Vec<String>,
@@ -205,6 +211,7 @@ impl Config {
             read_rate: DEFAULT_READ_RATE,
             read_burst: None,
             connection_reserve: DEFAULT_CONNECTION_RESERVE,
+            refusal_delay_ms: 1_000,
             cors_origin: Vec::new(),
             db_max_connections: 16,
             max_connections: 900,
@@ -272,8 +279,8 @@ mod tests {
             "the documented defaults, both ways"
         );
         assert_eq!(
-            (c.max_requests_per_user, c.max_streams_per_user, c.connection_reserve),
-            (d.max_requests_per_user, d.max_streams_per_user, d.connection_reserve)
+            (c.max_requests_per_user, c.max_streams_per_user, c.connection_reserve, c.refusal_delay_ms),
+            (d.max_requests_per_user, d.max_streams_per_user, d.connection_reserve, d.refusal_delay_ms)
         );
         assert_eq!(c.budgets(), d.budgets(), "the documented budgets, both ways");
         assert!(c.jwt_audience.is_empty() && c.jwt_issuer.is_none());

@@ -3,8 +3,9 @@
 //!
 //! The contract: a connection that has not sent a whole request head within the
 //! header timeout is closed; at most `max_connections` are open, and at the cap a
-//! new connection closes the oldest one with no request in progress (unfinished
-//! headers or idle keep-alive — what a slow-headers attack holds); only when
+//! new connection closes the one with no request in progress that was idle the
+//! longest (unfinished headers or idle keep-alive — what a slow-headers attack
+//! holds); only when
 //! every open connection is busy is the new one closed instead. Busy
 //! connections are bounded per user (`rate` and the per-user caps in
 //! `guard`), so one client cannot make them all busy. On shutdown, requests in
@@ -16,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,25 +112,53 @@ struct Inner {
 
 #[derive(Debug)]
 struct Entry {
-    busy: Arc<AtomicUsize>,
+    busy: Arc<Use>,
     evict: Arc<Notify>,
+}
+
+/// A connection's requests in progress, and when it was last used: at the cap
+/// the connection idle the longest is closed, not the oldest one, so a
+/// bystander's keep-alive connection, used a moment ago, outlives a crowd's
+/// connections opened after it and left idle.
+#[derive(Debug)]
+struct Use {
+    requests: AtomicUsize,
+    /// [`TICKS`] when it was opened or its last request ended.
+    last: AtomicU64,
+}
+
+/// A clock of uses: every open and every request's end takes the next tick.
+static TICKS: AtomicU64 = AtomicU64::new(0);
+
+impl Use {
+    fn new() -> Use {
+        Use { requests: AtomicUsize::new(0), last: AtomicU64::new(TICKS.fetch_add(1, Ordering::Relaxed)) }
+    }
+    fn idle(&self) -> bool {
+        self.requests.load(Ordering::Acquire) == 0
+    }
 }
 
 /// One open connection's place in the table; dropping it frees the place.
 struct Slot {
     id: u64,
-    busy: Arc<AtomicUsize>,
+    busy: Arc<Use>,
     evict: Arc<Notify>,
     table: Arc<Table>,
 }
 
 impl Table {
-    /// A place for a new connection: at the cap, the oldest idle connection is
-    /// told to close and gives up its place; `None` when every one is busy.
+    /// A place for a new connection: at the cap, the connection idle the longest
+    /// is told to close and gives up its place; `None` when every one is busy.
     fn admit(self: &Arc<Self>) -> Option<Slot> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if inner.open.len() >= self.max {
-            let idle = inner.open.iter().find(|(_, e)| e.busy.load(Ordering::Acquire) == 0).map(|(id, _)| *id);
+            let idle = inner
+                .open
+                .iter()
+                .filter(|(_, e)| e.busy.idle())
+                .min_by_key(|(_, e)| e.busy.last.load(Ordering::Relaxed))
+                .map(|(id, _)| *id);
             let entry = inner.open.remove(&idle?)?;
             // notify_one keeps the wake-up should the connection not be waiting yet.
             entry.evict.notify_one();
@@ -137,7 +166,7 @@ impl Table {
         }
         let id = inner.next;
         inner.next += 1;
-        let (busy, evict) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
+        let (busy, evict) = (Arc::new(Use::new()), Arc::new(Notify::new()));
         inner.open.insert(id, Entry { busy: Arc::clone(&busy), evict: Arc::clone(&evict) });
         self.metrics.connections_open(inner.open.len());
         Some(Slot { id, busy, evict, table: Arc::clone(self) })
@@ -153,18 +182,19 @@ impl Drop for Slot {
 }
 
 /// Marks its connection busy while alive: from a request's head to the end of its answer's body.
-struct Busy(Arc<AtomicUsize>);
+struct Busy(Arc<Use>);
 
 impl Busy {
-    fn new(count: &Arc<AtomicUsize>) -> Busy {
-        count.fetch_add(1, Ordering::AcqRel);
+    fn new(count: &Arc<Use>) -> Busy {
+        count.requests.fetch_add(1, Ordering::AcqRel);
         Busy(Arc::clone(count))
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.last.store(TICKS.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        self.0.requests.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

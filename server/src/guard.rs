@@ -121,6 +121,10 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
         parts.extensions.insert(place);
     }
     let resp = next.run(Request::from_parts(parts, body)).await;
+    if resp.status() == StatusCode::TOO_MANY_REQUESTS {
+        // A budget's refusal in the handler: held back like the guard's, its place kept meanwhile.
+        hold_back(&app).await;
+    }
     drop(request);
     if timed_out.load(Ordering::Acquire) {
         app.metrics.body_timed_out();
@@ -155,6 +159,9 @@ fn work_of(method: &Method, path: &str) -> Work {
 /// read and not lost to a reset, and the connection is reused only when the
 /// whole body was read.
 async fn refuse(app: &App, req: Request, e: ApiError) -> Response {
+    if e.code == ErrorCode::RateLimited {
+        hold_back(app).await;
+    }
     let mut body = req.into_body();
     if body.is_end_stream() {
         return e.into_response();
@@ -179,6 +186,18 @@ async fn refuse(app: &App, req: Request, e: ApiError) -> Response {
         e.into_response()
     } else {
         closing(e.into_response())
+    }
+}
+
+/// Waits `--refusal-delay-ms` before a `429` leaves, if fewer than 64 are
+/// waiting: a flood that ignores `Retry-After` then costs the server a timer
+/// per refusal, not a refusal as fast as it can answer.
+async fn hold_back(app: &App) {
+    if app.caps.refusal_delay.is_zero() {
+        return;
+    }
+    if let Ok(_held) = app.caps.held.try_acquire() {
+        tokio::time::sleep(app.caps.refusal_delay).await;
     }
 }
 

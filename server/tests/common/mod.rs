@@ -98,6 +98,8 @@ pub fn config(database: &str) -> Config {
     c.jwt_secret = Some("test-secret".into());
     c.listen = "127.0.0.1:0".parse().unwrap();
     c.db_max_connections = 4;
+    // Refusals are answered at once: the suite counts them, it does not wait on them.
+    c.refusal_delay_ms = 0;
     c
 }
 
