@@ -229,10 +229,7 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
         delta.clear().map_err(failed)?;
         batches.clear().map_err(failed)?;
     }
-    match tx.await.map_err(failed)? {
-        TransactionResult::Committed => Ok(folded),
-        TransactionResult::Aborted => Err(failed("compaction was aborted")),
-    }
+    finish(tx, "compaction").await.map(|()| folded)
 }
 
 impl IdbStore {
@@ -495,6 +492,20 @@ impl IdbStore {
     }
 }
 
+/// Waits for a transaction to end; an aborted one fails in the words of its
+/// error (a `QuotaExceededError` is [`StoreError::Full`]), which the
+/// wrapper's future does not keep.
+async fn finish(tx: idb::Transaction, what: &str) -> Result<(), StoreError> {
+    let raw: web_sys::IdbTransaction = tx.into();
+    match idb::Transaction::from(raw.clone()).await.map_err(failed)? {
+        TransactionResult::Committed => Ok(()),
+        TransactionResult::Aborted => Err(failed(match raw.error() {
+            Some(e) => format!("{what} was aborted: {}: {}", e.name(), e.message()),
+            None => format!("{what} was aborted"),
+        })),
+    }
+}
+
 /// Marks a connection lost and tells its context, once per loss.
 fn lose(lost: &Cell<bool>, on_lost: &RefCell<Option<Rc<dyn Fn()>>>) {
     if lost.replace(true) {
@@ -574,10 +585,7 @@ impl IdbStore {
         let sync_v = sync_req.await.map_err(failed)?;
         let schema_v = schema_req.await.map_err(failed)?;
         let following_v = following_req.await.map_err(failed)?;
-        let committed = tx.await.map_err(failed)?;
-        if committed != TransactionResult::Committed {
-            return Err(failed("open was aborted"));
-        }
+        finish(tx, "open").await?;
         let mut rows = Vec::new();
         for v in &chunks_v {
             rows.extend(chunk_rows(v)?);
@@ -623,10 +631,7 @@ impl IdbStore {
             return Ok(false);
         };
         Self::write(&tx, &txn, Some(&stored)).await?;
-        match tx.await.map_err(failed)? {
-            TransactionResult::Committed => Ok(true),
-            TransactionResult::Aborted => Err(failed("the transaction was aborted")),
-        }
+        finish(tx, "the transaction").await.map(|()| true)
     }
 
     async fn commit_in(&self, txn: &Txn) -> Result<(), StoreError> {
@@ -636,15 +641,11 @@ impl IdbStore {
         }
         let tx = self.db()?.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
         Self::write(&tx, txn, None).await?;
-        match tx.await.map_err(failed)? {
-            TransactionResult::Committed => {
-                if !txn.put_base.is_empty() {
-                    self.deltas.set(self.deltas.get() + txn.put_base.len());
-                    self.compact_soon();
-                }
-                Ok(())
-            }
-            TransactionResult::Aborted => Err(failed("the transaction was aborted")),
+        finish(tx, "the transaction").await?;
+        if !txn.put_base.is_empty() {
+            self.deltas.set(self.deltas.get() + txn.put_base.len());
+            self.compact_soon();
         }
+        Ok(())
     }
 }

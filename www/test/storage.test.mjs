@@ -1,6 +1,9 @@
 // A database closed under the library (PROTOCOL §7), in real Chromium against
 // the real server: the site's data cleared mid-push (CDP
-// `Storage.clearDataForOrigin`) in a page and in the Service Worker.
+// `Storage.clearDataForOrigin`) in a page and in the Service Worker; and the
+// quota used up (CDP `Storage.overrideQuotaForOrigin`, sent before the page
+// first touches the origin's storage: sent later, Chromium keeps the quota
+// it already gave).
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { backends, startServer, launch, device, newUser, until, workerDevice } from './helpers.mjs';
@@ -94,6 +97,50 @@ for (const backend of backends()) {
         { timeout: 20_000 },
       );
       await d.context.close();
+    });
+
+    test('storage full: the edit fails with storage_full, nothing of it is written, and it succeeds once there is room', async () => {
+      const user = newUser('full');
+      const context = await browser.newContext();
+      const page = await context.newPage();
+      const cdp = await context.newCDPSession(page);
+      await cdp.send('Storage.overrideQuotaForOrigin', { origin: server.url, quotaSize: 256 * 1024 });
+      await page.goto(`${server.url}/test/harness.html`);
+      await page.evaluate(() => window.ready);
+      const open = (user) => page.evaluate(async (user) => {
+        window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'full', autoSync: false });
+      }, user);
+      await open(user);
+      await page.evaluate(() => db.change('sets', 'kept', { exercise: 'squat', weightKg: 60, reps: 5 }));
+      const big = await page.evaluate(async () => {
+        const edits = Array.from({ length: 2000 }, (_, i) => ({ table: 'sets', rowId: `big-${i}`, fields: { exercise: 'x'.repeat(500), weightKg: i, reps: 1 } }));
+        try {
+          await db.changeMany(edits);
+          return { ok: true };
+        } catch (e) {
+          return { ok: false, code: e.code, message: e.message, pending: db.pending().length, rows: db.rows('sets').length };
+        }
+      });
+      assert.equal(big.ok, false, 'a 256 KB quota must refuse 1 MB');
+      assert.equal(big.code, 'storage_full', big.message);
+      assert.deepEqual({ pending: big.pending, rows: big.rows }, { pending: 1, rows: 1 }, 'nothing half-written');
+      await page.reload();
+      await page.evaluate(() => window.ready);
+      await open(user);
+      assert.deepEqual(await page.evaluate(() => ({ pending: db.pending().length, rows: db.rows('sets').length })), { pending: 1, rows: 1 },
+        'nothing half-written on disk');
+      // Room again: the same edits are recorded.
+      await cdp.send('Storage.overrideQuotaForOrigin', { origin: server.url });
+      await page.reload();
+      await page.evaluate(() => window.ready);
+      await open(user);
+      const n = await page.evaluate(async () => {
+        const edits = Array.from({ length: 2000 }, (_, i) => ({ table: 'sets', rowId: `big-${i}`, fields: { exercise: 'x'.repeat(500), weightKg: i, reps: 1 } }));
+        await db.changeMany(edits);
+        return db.pending().length;
+      });
+      assert.equal(n, 2001);
+      await context.close();
     });
   });
 }
