@@ -128,6 +128,38 @@ for (const engine of engines) {
       assert.equal((await server.rows(user)).size, 1);
     });
 
+    test('the database deleted under the open page: it is noticed, filled again, and nothing is lost or doubled', async () => {
+      // Another context deleting the database (`versionchange`) closes the page's connection; the same path as
+      // the site's data cleared (Chromium's Storage.clearDataForOrigin, test/storage.test.mjs).
+      const user = newUser(`${engine}-deleted`);
+      const s = await device(user);
+      const out = await s.run(async () => {
+        await db.change('sets', 'synced', { exercise: 'squat', weightKg: 80, reps: 5 });
+        await db.sync();
+        await db.change('sets', 'queued', { exercise: 'row', weightKg: 40, reps: 12 });
+        await new Promise((resolve, reject) => {
+          const r = indexedDB.deleteDatabase('xb');
+          r.onsuccess = resolve;
+          r.onerror = () => reject(r.error);
+        });
+        const t0 = Date.now();
+        while (db.metrics().storageResets < 1 && Date.now() - t0 < 10000) await new Promise((r) => setTimeout(r, 20));
+        const told = { resets: db.metrics().storageResets, code: db.status('sets', 'queued').code, reason: db.status('sets', 'queued').reason };
+        const r = await db.sync();
+        return { told, ok: r.ok, rows: db.rows('sets').map((x) => x._id).sort(), pending: db.pending().length };
+      });
+      assert.equal(out.told.resets, 1, JSON.stringify(out));
+      assert.equal(out.told.code, 'storage', JSON.stringify(out));
+      assert.match(out.told.reason, /cleared/);
+      assert.deepEqual({ ok: out.ok, rows: out.rows, pending: out.pending }, { ok: true, rows: ['queued', 'synced'], pending: 0 });
+      assert.equal((await server.rows(user)).size, 2, 'each edit once');
+      await s.goto(`${server.url}/test/harness.html`);
+      await s.run(() => window.ready);
+      const reopened = await s.run((user) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'xb', autoSync: false, live: false })
+        .then((db) => db.rows('sets').map((x) => x._id).sort()), user);
+      assert.deepEqual(reopened, ['queued', 'synced'], 'on disk after a reload');
+    });
+
     test('queries and live queries answer the same in this engine', async () => {
       const user = newUser(`${engine}-query`);
       const s = await device(user, { name: 'xbq', indexes: { sets: [['exercise', 'weightKg']] } });
