@@ -89,6 +89,47 @@ for (const backend of backends()) {
       await d.context.close();
     });
 
+    test('the network flipped for 20 s under two tabs, the worker holding the queue: every edit once, all synced, none exhausted', async () => {
+      // A guard (it held before the database could be closed under the library): a flapping network never
+      // doubles an edit, never loses one, and never runs retries out.
+      const user = newUser('flip');
+      const d = await deviceWithWorker(user);
+      const [a] = d.pages;
+      const b = await d.addPage();
+      let online = true;
+      const flipping = (async () => {
+        const t0 = Date.now();
+        while (Date.now() - t0 < 20_000) {
+          online = !online;
+          await d.context.setOffline(!online);
+          await new Promise((r) => setTimeout(r, 700 + Math.floor(Math.random() * 900)));
+        }
+        await d.context.setOffline(false);
+      })();
+      const edits = await Promise.all([a, b].map((p, n) => p.evaluate(async (n) => {
+        const ids = [];
+        const t0 = Date.now();
+        while (Date.now() - t0 < 18_000) {
+          const id = db.newRowId();
+          await db.change('sets', id, { exercise: 'flip', weightKg: n, reps: ids.length + 1 });
+          ids.push(id);
+          db.requestSync().catch(() => {});
+          await new Promise((r) => setTimeout(r, 400));
+        }
+        return ids;
+      }, n)));
+      await flipping;
+      const all = edits.flat();
+      await a.evaluate(() => db.requestSync());
+      await until(async () => (await server.rows(user)).size === all.length, `all ${all.length} edits on the server`, 60_000);
+      await until(() => a.evaluate((ids) => ids.every((id) => db.status('sets', id)?.phase === 'synced'), all), 'every edit synced', 30_000);
+      const [ma, mb] = await Promise.all([a, b].map((p) => p.evaluate(() => db.metrics())));
+      assert.equal(ma.recovery, null, `no stop: ${ma.recoveryReason}`);
+      assert.equal(mb.recovery, null);
+      assert.equal((await server.rows(user)).size, all.length, 'each edit exactly once');
+      await d.context.close();
+    });
+
     test('two tabs: an edit in one appears in the other without reload, one push at a time', async () => {
       const user = newUser('tabs');
       const d = await deviceWithWorker(user);
