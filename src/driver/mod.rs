@@ -159,6 +159,11 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         if self.closed.get() {
             return;
         }
+        // A step of another copy of the database (one cleared since: each
+        // copy filled again is a new device) says nothing true of this one.
+        if txn.meta.as_ref().is_some_and(|m| m.device_id != self.engine.borrow().device_id()) {
+            return;
+        }
         self.engine.borrow_mut().absorb(txn);
         self.changed(false, Some(txn));
     }
