@@ -363,10 +363,11 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         self.storage_settled().await;
         let now = self.host.now();
         let (mut planned, mut refused) = (None, None);
-        // Twice at most: a database closed under the library is opened again
-        // and the edit goes into it (nothing was written the first time).
+        let mut drafts = Some(drafts);
+        // Twice at most: a database closed under the library before the
+        // edit was planned (the usual case: the transaction cannot even
+        // start) is opened again and the edit goes into it.
         for retry in [false, true] {
-            let mut drafts = Some(drafts.clone());
             let written = self
                 .store
                 .update(true, &mut |stored| {
@@ -385,7 +386,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 .await;
             match written {
                 Ok(_) => break,
-                Err(e) if !retry && self.healed(&e).await => (planned, refused) = (None, None),
+                Err(e) if !retry && drafts.is_some() && self.healed(&e).await => {}
                 Err(e) => return Err(e.into()),
             }
         }
