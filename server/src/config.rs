@@ -13,9 +13,11 @@ use crate::store::SpaceLimits;
 
 /// `--ops-rate`: a device catching up after a long offline spell sends a few
 /// thousand ops; ten seconds of this rate is the burst.
-pub const DEFAULT_OPS_RATE: f64 = 2_000.0;
-/// `--read-rate`: a full pull (1,000 rows) naming 1,000 spaces ten times a second.
-pub const DEFAULT_READ_RATE: f64 = 20_000.0;
+pub const DEFAULT_OPS_RATE: f64 = 1_000.0;
+/// `--read-rate`: a full pull (1,000 rows) naming 1,000 spaces two and a half
+/// times a second, and ten times that at once; a pull naming 10,000 spaces
+/// every two seconds.
+pub const DEFAULT_READ_RATE: f64 = 5_000.0;
 /// `--connection-reserve`.
 pub const DEFAULT_CONNECTION_RESERVE: usize = 100;
 

@@ -69,7 +69,7 @@ async fn an_op_flood_is_refused_before_its_transaction(b: Backend) {
     // What is left (50) still takes a batch that fits it.
     t.push_ok("flood", &batch("flood", 300, 40)).await;
     t.push_ok("bystander", &batch("bystander", 0, 200)).await;
-    // A membership write is work of the same budget (10 ops left, a write costs 20).
+    // A membership write is work of the same budget (10 ops left, a write costs 50).
     let (status, body) = post(&t, "/v1/spaces", "flood", json!({"space": "club"})).await;
     assert_budget_refusal(status, &body, "a space created with the budget spent");
     assert!(t.metric("marksync_budget_refusals_total{budget=\"ops\"}").await >= 2.0);
