@@ -1,25 +1,30 @@
-//! A victim under attack: one user's pull latency with and without an attacker
-//! running, in the same run, against the real `marksync-server` binary (its
-//! default limits, SQLite, dev auth) on 127.0.0.1.
+//! A victim under attack: one user's pull and push latency alone and while an
+//! attacker runs, in the same run, against the real `marksync-server` binary
+//! (its default limits, SQLite, dev auth) on 127.0.0.1, the attacker on the
+//! same cores.
 //!
 //! ```text
 //! cargo bench -p marksync-server --bench abuse
 //! ```
 //!
-//! The victim has `ABUSE_ROWS` (200) rows and pulls them all (one page), one
-//! pull every 20 ms, `ABUSE_PULLS` (300) times per phase. Phase 1: alone.
-//! Phase 2: the same while the attacker runs
-//! - an events flood: 64 tasks of one user opening `/v1/events` streams over and
-//!   over, holding each one it gets;
-//! - slowloris: `ABUSE_SLOW` (400) connections sending unfinished headers a byte
-//!   a second, reconnecting when closed, and 32 with a valid token trickling a
-//!   body under its Content-Length;
-//! - a push flood: 16 clients of a third user pushing 100-op batches back to
-//!   back, ignoring every 429.
+//! The victim has `ABUSE_ROWS` (200) rows. Every 20 ms it pulls them all (one
+//! page) or pushes one op onto one of them, in turn, `ABUSE_PULLS` (300)
+//! times each per phase. For each attack the victim runs alone first, then
+//! with the attacker running; the attacks (`ABUSE_ATTACKS`, default
+//! `members,pull10k,streams,push`):
+//! - `members`: a membership flood, 6 owners each toggling a member of their
+//!   space between viewer and editor from 4 tasks, back to back;
+//! - `pull10k`: 8 connections of one user pulling with 10,000 spaces named, back to back;
+//! - `streams`: one space's crowd, 1,000 member ids each holding one
+//!   `/v1/events` stream, reconnecting 200 ms after a refusal or an end;
+//! - `push`: an op flood, 16 clients of one user pushing 100-op batches back
+//!   to back, ignoring every 429;
+//! - `events` (64 tasks of one user opening streams over and over) and `slow`
+//!   (`ABUSE_SLOW` (400) slowloris connections), the attacks of issue 10.
 //!
-//! `ABUSE_ATTACKS` (`events,slow,push`) picks the attacks. Printed: the victim's pull p50/p99 in both phases and their ratio (goal:
-//! within 2×), how the attacker's requests were answered, and the server's peak
-//! resident memory (VmHWM, Linux) after each phase.
+//! Printed: a table of attack × the victim's pull and push p50/p99 alone and
+//! under attack and the p99 ratios (goal: ≤ 2×), how the attacker's requests
+//! were answered, the limit counters of `/metrics`, the server's peak memory.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,6 +46,9 @@ fn memory(pid: u32) -> String {
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
@@ -58,24 +66,42 @@ fn ops(user: &str, from: usize, n: usize) -> String {
     json!({"attemptKey": format!("{user}:a{from}"), "batch": batch}).to_string()
 }
 
-/// The victim's pulls: `n` of them, one every 20 ms; their sorted latencies and the failures.
-async fn victim(http: &reqwest::Client, base: &str, n: usize) -> (Vec<Duration>, usize) {
-    let mut took = Vec::with_capacity(n);
-    let mut failed = 0;
+/// The victim's latencies in one phase: sorted pulls, sorted pushes, failures.
+struct Phase {
+    pulls: Vec<Duration>,
+    pushes: Vec<Duration>,
+    failed: usize,
+}
+
+/// The victim's work: `n` pulls and `n` pushes, one request every 20 ms, in turn.
+/// Each push sets one of the victim's `rows` rows, so the pull stays one page.
+async fn victim(http: &reqwest::Client, base: &str, n: usize, rows: usize, seq: &AtomicU64) -> Phase {
+    let mut p = Phase { pulls: Vec::with_capacity(n), pushes: Vec::with_capacity(n), failed: 0 };
     let mut tick = tokio::time::interval(Duration::from_millis(20));
-    for _ in 0..n {
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for i in 0..2 * n {
         tick.tick().await;
         let t = Instant::now();
-        match http.get(format!("{base}/v1/pull?cursor=0&limit=1000")).bearer_auth("dev:victim").send().await {
+        let r = if i % 2 == 0 {
+            http.get(format!("{base}/v1/pull?cursor=0&limit=1000")).bearer_auth("dev:victim").send().await
+        } else {
+            let k = seq.fetch_add(1, Ordering::Relaxed) as usize;
+            let op = json!({"opId": format!("victim:p{k}"), "table": "sets", "rowId": format!("victim-{}", k % rows),
+                            "at": 1_000_000 + k, "fields": {"exercise": "squat", "weightKg": 82.5, "reps": (k % 100) + 1}});
+            let body = json!({"attemptKey": format!("victim:p{k}"), "batch": [op]}).to_string();
+            http.post(format!("{base}/v1/push")).bearer_auth("dev:victim").body(body).send().await
+        };
+        match r {
             Ok(r) if r.status().is_success() => {
                 let _ = r.bytes().await;
-                took.push(t.elapsed());
+                if i % 2 == 0 { &mut p.pulls } else { &mut p.pushes }.push(t.elapsed());
             }
-            _ => failed += 1,
+            _ => p.failed += 1,
         }
     }
-    took.sort();
-    (took, failed)
+    p.pulls.sort();
+    p.pushes.sort();
+    p
 }
 
 #[derive(Default)]
@@ -87,7 +113,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn count(&self, r: &Result<reqwest::Response, reqwest::Error>) {
+    fn count<T>(&self, r: &Result<reqwest::Response, T>) {
         let c = match r {
             Ok(r) if r.status().is_success() => &self.ok,
             Ok(r) if r.status().as_u16() == 429 => &self.refused,
@@ -96,10 +122,10 @@ impl Tally {
         };
         c.fetch_add(1, Ordering::Relaxed);
     }
-    fn line(&self, what: &str) -> String {
+    fn line(&self) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
-            "{what}: {} ok, {} 429, {} other, {} network errors",
+            "{} ok, {} 429, {} other, {} network errors",
             g(&self.ok),
             g(&self.refused),
             g(&self.other),
@@ -108,77 +134,172 @@ impl Tally {
     }
 }
 
-/// Starts the attacks named in `which`; they run until `stop`.
+/// `n` spaces nobody is in, as a pull's body.
+fn many_spaces(n: usize) -> String {
+    let m: serde_json::Map<String, serde_json::Value> =
+        (0..n).map(|i| (format!("nowhere-{i}"), json!({"cursor": 0, "role": "viewer"}))).collect();
+    json!({ "spaces": m }).to_string()
+}
+
+/// Sets up what attack `which` needs (spaces and their members), before any phase is timed.
+async fn prepare(http: &reqwest::Client, base: &str, which: &str) {
+    if which != "members" {
+        return;
+    }
+    for o in 0..6 {
+        let space = format!("club{o}");
+        let steps = [
+            (format!("owner{o}"), "/v1/spaces", json!({ "space": space })),
+            (
+                format!("owner{o}"),
+                "/v1/spaces/members",
+                json!({"space": space, "user": format!("mate{o}"), "role": "viewer"}),
+            ),
+            (format!("mate{o}"), "/v1/invitations/accept", json!({ "space": space })),
+        ];
+        for (user, path, body) in steps {
+            let r = http
+                .post(format!("{base}{path}"))
+                .bearer_auth(format!("dev:{user}"))
+                .body(body.to_string())
+                .send()
+                .await;
+            let status = r.map(|r| r.status().as_u16()).unwrap_or(0);
+            assert_eq!(status, 200, "{user} {path}");
+        }
+    }
+}
+
+/// Starts attack `which` (see the module doc); it runs until `stop`, its requests counted in the tally.
 fn attack(
     addr: std::net::SocketAddr,
-    stop: Arc<AtomicBool>,
+    stop: &Arc<AtomicBool>,
     slow: usize,
     which: &str,
-) -> (Vec<tokio::task::JoinHandle<()>>, Arc<Tally>, Arc<Tally>) {
+) -> (Vec<tokio::task::JoinHandle<()>>, Arc<Tally>) {
     let base = format!("http://{addr}");
-    let (events, pushes) = (Arc::new(Tally::default()), Arc::new(Tally::default()));
+    let tally = Arc::new(Tally::default());
     let mut tasks = Vec::new();
-    let on = |a: &str| which.split(',').any(|w| w.trim() == a);
-    for _ in 0..if on("events") { 64 } else { 0 } {
-        let (stop, base, tally) = (Arc::clone(&stop), base.clone(), Arc::clone(&events));
-        tasks.push(tokio::spawn(async move {
-            let http = reqwest::Client::new();
-            while !stop.load(Ordering::Relaxed) {
-                let r = http.get(format!("{base}/v1/events?token=dev:attacker")).send().await;
-                tally.count(&r);
-                match r {
-                    Ok(mut r) if r.status().is_success() => {
-                        while !stop.load(Ordering::Relaxed) {
-                            match tokio::time::timeout(Duration::from_millis(200), r.chunk()).await {
-                                Ok(Ok(Some(_))) | Err(_) => {}
-                                _ => break,
-                            }
+    let ctx = || (Arc::clone(stop), base.clone(), Arc::clone(&tally));
+    match which {
+        "members" => {
+            for task in 0..24 {
+                let (stop, base, tally) = ctx();
+                let o = task % 6;
+                tasks.push(tokio::spawn(async move {
+                    let http = reqwest::Client::new();
+                    let mut n = task;
+                    while !stop.load(Ordering::Relaxed) {
+                        let role = if n % 2 == 0 { "editor" } else { "viewer" };
+                        let body =
+                            json!({"space": format!("club{o}"), "user": format!("mate{o}"), "role": role}).to_string();
+                        let r = http
+                            .post(format!("{base}/v1/spaces/members"))
+                            .bearer_auth(format!("dev:owner{o}"))
+                            .body(body)
+                            .send()
+                            .await;
+                        tally.count(&r);
+                        n += 1;
+                    }
+                }));
+            }
+        }
+        "pull10k" => {
+            let body = Arc::new(many_spaces(10_000));
+            for _ in 0..8 {
+                let (stop, base, tally) = ctx();
+                let body = Arc::clone(&body);
+                tasks.push(tokio::spawn(async move {
+                    let http = reqwest::Client::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let r = http
+                            .post(format!("{base}/v1/pull"))
+                            .bearer_auth("dev:puller")
+                            .body(body.to_string())
+                            .send()
+                            .await;
+                        tally.count(&r);
+                        if let Ok(r) = r {
+                            let _ = r.bytes().await;
                         }
                     }
-                    _ => tokio::time::sleep(Duration::from_millis(5)).await,
-                }
+                }));
             }
-        }));
-    }
-    for i in 0..if on("slow") { slow } else { 0 } {
-        let stop = Arc::clone(&stop);
-        tasks.push(tokio::spawn(async move {
-            let head = "GET /healthz HTTP/1.1\r\nhost: x\r\nx-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
-            while !stop.load(Ordering::Relaxed) {
-                let Ok(mut s) = TcpStream::connect(addr).await else {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                };
-                let mut sent = 0;
-                if i % 13 == 0 {
-                    // A valid token and a body trickled under its Content-Length.
-                    let h = "POST /v1/push HTTP/1.1\r\nhost: x\r\nauthorization: Bearer dev:slow\r\ncontent-length: 100000\r\n\r\n{";
-                    if s.write_all(h.as_bytes()).await.is_err() {
-                        continue;
+        }
+        "streams" | "events" => {
+            // streams: 1,000 ids, one stream each; events: 64 tasks of one id.
+            let crowd = which == "streams";
+            for i in 0..if crowd { 1000 } else { 64 } {
+                let (stop, base, tally) = ctx();
+                let user = if crowd { format!("crowd{i}") } else { "attacker".to_owned() };
+                tasks.push(tokio::spawn(async move {
+                    let http = reqwest::Client::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let r = http.get(format!("{base}/v1/events?token=dev:{user}")).send().await;
+                        tally.count(&r);
+                        if let Ok(mut r) = r.and_then(|r| r.error_for_status()) {
+                            while !stop.load(Ordering::Relaxed) {
+                                match tokio::time::timeout(Duration::from_millis(200), r.chunk()).await {
+                                    Ok(Ok(Some(_))) | Err(_) => {}
+                                    _ => break,
+                                }
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(if crowd { 200 } else { 5 })).await;
                     }
-                }
-                while !stop.load(Ordering::Relaxed) && s.write_all(&head.as_bytes()[sent % head.len()..][..1]).await.is_ok() {
-                    sent += 1;
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
+                }));
             }
-        }));
-    }
-    for c in 0..if on("push") { 16 } else { 0 } {
-        let (stop, base, tally) = (Arc::clone(&stop), base.clone(), Arc::clone(&pushes));
-        tasks.push(tokio::spawn(async move {
-            let http = reqwest::Client::new();
-            let mut n = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let body = ops("flood", (c * 1_000_000) + n * 100, 100);
-                let r = http.post(format!("{base}/v1/push")).bearer_auth("dev:flood").body(body).send().await;
-                tally.count(&r);
-                n += 1;
-                tokio::task::yield_now().await;
+        }
+        "slow" => {
+            for i in 0..slow {
+                let stop = Arc::clone(stop);
+                tasks.push(tokio::spawn(async move {
+                    let head = "GET /healthz HTTP/1.1\r\nhost: x\r\nx-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+                    while !stop.load(Ordering::Relaxed) {
+                        let Ok(mut s) = TcpStream::connect(addr).await else {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        };
+                        let mut sent = 0;
+                        if i % 13 == 0 {
+                            // A valid token and a body trickled under its Content-Length.
+                            let h = "POST /v1/push HTTP/1.1\r\nhost: x\r\nauthorization: Bearer dev:slow\r\ncontent-length: 100000\r\n\r\n{";
+                            if s.write_all(h.as_bytes()).await.is_err() {
+                                continue;
+                            }
+                        }
+                        while !stop.load(Ordering::Relaxed) && s.write_all(&head.as_bytes()[sent % head.len()..][..1]).await.is_ok() {
+                            sent += 1;
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }));
             }
-        }));
+        }
+        "push" => {
+            for c in 0..16 {
+                let (stop, base, tally) = ctx();
+                tasks.push(tokio::spawn(async move {
+                    let http = reqwest::Client::new();
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let body = ops("flood", (c * 1_000_000) + n * 100, 100);
+                        let r = http.post(format!("{base}/v1/push")).bearer_auth("dev:flood").body(body).send().await;
+                        tally.count(&r);
+                        n += 1;
+                        tokio::task::yield_now().await;
+                    }
+                }));
+            }
+        }
+        other => panic!("no attack {other:?}: members, pull10k, streams, push, events, slow"),
     }
-    (tasks, events, pushes)
+    (tasks, tally)
+}
+
+fn ratio(under: Duration, alone: Duration) -> f64 {
+    under.as_secs_f64() / alone.as_secs_f64()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -212,43 +333,72 @@ async fn main() {
         .await
         .unwrap();
     assert!(seeded.status().is_success());
+    let seq = AtomicU64::new(0);
+    // Warm up: the first requests open the database's pages and the client's connection.
+    let _ = victim(&http, &base, 25, rows, &seq).await;
 
-    let (alone, failed_alone) = victim(&http, &base, pulls).await;
-    let mem_alone = memory(pid);
-    let stop = Arc::new(AtomicBool::new(false));
-    let which = std::env::var("ABUSE_ATTACKS").unwrap_or_else(|_| "events,slow,push".into());
-    let (tasks, events, pushes) = attack(addr, Arc::clone(&stop), slow, &which);
-    tokio::time::sleep(Duration::from_secs(2)).await; // let the attack build up
-    let (attacked, failed_attacked) = victim(&http, &base, pulls).await;
-    let mem_attacked = memory(pid);
-    let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap_or_default();
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.abort();
-    }
-
-    println!("victim pulls {rows} rows every 20 ms, {pulls} pulls per phase (server: default limits, SQLite); attacks: {which}");
-    println!("| phase | p50 | p99 | failed |");
-    println!("|---|---:|---:|---:|");
-    println!("| alone | {} | {} | {failed_alone} |", ms(pct(&alone, 0.5)), ms(pct(&alone, 0.99)));
-    println!("| under attack | {} | {} | {failed_attacked} |", ms(pct(&attacked, 0.5)), ms(pct(&attacked, 0.99)));
-    let ratio = pct(&attacked, 0.99).as_secs_f64() / pct(&alone, 0.99).as_secs_f64();
-    println!("p99 under attack ÷ alone: {ratio:.2}× (goal ≤ 2×: {})", if ratio <= 2.0 { "met" } else { "not met" });
-    println!("{}", events.line("attacker /v1/events connects"));
-    println!("{}", pushes.line("attacker pushes"));
-    for name in [
-        "marksync_connections_open",
-        "marksync_connections_evicted_total",
-        "marksync_connections_refused_total",
-        "marksync_user_cap_refusals_total",
-        "marksync_body_timeouts_total",
-    ] {
-        for l in metrics.lines().filter(|l| l.starts_with(name)) {
-            println!("  {l}");
+    let which = std::env::var("ABUSE_ATTACKS").unwrap_or_else(|_| "members,pull10k,streams,push".into());
+    let mut table = Vec::new();
+    let mut notes = Vec::new();
+    for name in which.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        prepare(&http, &base, name).await;
+        let alone = victim(&http, &base, pulls, rows, &seq).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tasks, tally) = attack(addr, &stop, slow, name);
+        tokio::time::sleep(Duration::from_secs(2)).await; // let the attack build up
+        let under = victim(&http, &base, pulls, rows, &seq).await;
+        let metrics = http.get(format!("{base}/metrics")).send().await.map(|r| r.text());
+        let metrics = match metrics {
+            Ok(t) => t.await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.abort();
         }
+        notes.push(format!("{name}: attacker {}; server memory {}", tally.line(), memory(pid)));
+        for family in [
+            "marksync_connections_evicted_total",
+            "marksync_connections_refused_total",
+            "marksync_user_cap_refusals_total",
+            "marksync_streams_cut_total",
+            "marksync_budget_refusals_total",
+        ] {
+            for l in metrics.lines().filter(|l| l.starts_with(family)) {
+                notes.push(format!("  {l}"));
+            }
+        }
+        table.push((name.to_owned(), alone, under));
+        // Let the attacker's connections and streams wind down before the next baseline.
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    println!("server memory alone: {mem_alone}");
-    println!("server memory under attack: {mem_attacked}");
+
+    println!("victim: {rows} rows; a pull (all of them) or a one-op push every 20 ms, {pulls} of each per phase; server: release, default limits, SQLite");
+    println!("| attack | pull p50 alone → under | pull p99 alone → under | push p50 alone → under | push p99 alone → under | p99 ratio pull / push | victim failures alone / under |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let mut met = true;
+    for (name, a, u) in &table {
+        let (rp, rq) =
+            (ratio(pct(&u.pulls, 0.99), pct(&a.pulls, 0.99)), ratio(pct(&u.pushes, 0.99), pct(&a.pushes, 0.99)));
+        met &= rp <= 2.0 && rq <= 2.0;
+        println!(
+            "| {name} | {} → {} | {} → {} | {} → {} | {} → {} | {rp:.2}× / {rq:.2}× | {} / {} |",
+            ms(pct(&a.pulls, 0.5)),
+            ms(pct(&u.pulls, 0.5)),
+            ms(pct(&a.pulls, 0.99)),
+            ms(pct(&u.pulls, 0.99)),
+            ms(pct(&a.pushes, 0.5)),
+            ms(pct(&u.pushes, 0.5)),
+            ms(pct(&a.pushes, 0.99)),
+            ms(pct(&u.pushes, 0.99)),
+            a.failed,
+            u.failed
+        );
+    }
+    println!("goal (victim p99 ≤ 2× alone, pull and push, every attack): {}", if met { "met" } else { "not met" });
+    for n in notes {
+        println!("{n}");
+    }
     let _ = server.start_kill();
     let _ = server.wait().await;
     let _ = std::fs::remove_dir_all(dir);
