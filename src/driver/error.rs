@@ -131,3 +131,61 @@ pub struct SyncOutcome {
     /// The failure, if any.
     pub error: Option<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::space::{Denied, FORBIDDEN, READ_ONLY};
+
+    /// The codes `MarksyncError['code']` lists in the package's types.
+    fn typed_codes() -> Vec<String> {
+        let dts = include_str!("../../www/index.d.ts");
+        let at = dts.find("export interface MarksyncError").expect("index.d.ts declares MarksyncError");
+        let decl = &dts[at..];
+        let from = decl.find("code:").expect("MarksyncError has a code") + "code:".len();
+        let to = decl[from..].find(';').expect("the code's type ends") + from;
+        decl[from..to].split('|').filter_map(|p| Some(p.trim().strip_prefix('\'')?.strip_suffix('\'')?.to_owned())).collect()
+    }
+
+    #[test]
+    fn the_types_list_exactly_the_codes_the_boundary_throws() {
+        let thrown = [
+            ClientError::BadInput(String::new()),
+            ClientError::StorageUnavailable(String::new()),
+            ClientError::StorageFailed(String::new()),
+            ClientError::StorageFull(String::new()),
+            ClientError::RecoveryRequired { code: String::new(), message: String::new() },
+            ClientError::Closed,
+            ClientError::IdsExhausted,
+            ClientError::ClockExhausted(String::new()),
+            ClientError::Invalid(crate::schema::Refusal { code: Code::OutOfRange, reason: String::new(), field: None }),
+            ClientError::Denied(Denied { code: READ_ONLY, reason: String::new() }),
+            ClientError::Denied(Denied { code: FORBIDDEN, reason: String::new() }),
+            ClientError::Refused(crate::driver::CallError::network(crate::attempt::Failure::Timeout)),
+            ClientError::WrongUser(String::new()),
+        ];
+        // Every variant is above: a new one fails to compile here until it is listed.
+        for e in &thrown {
+            match e {
+                ClientError::BadInput(_)
+                | ClientError::StorageUnavailable(_)
+                | ClientError::StorageFailed(_)
+                | ClientError::StorageFull(_)
+                | ClientError::RecoveryRequired { .. }
+                | ClientError::Closed
+                | ClientError::IdsExhausted
+                | ClientError::ClockExhausted(_)
+                | ClientError::Invalid(_)
+                | ClientError::Denied(_)
+                | ClientError::Refused(_)
+                | ClientError::WrongUser(_) => {}
+            }
+        }
+        let mut codes: Vec<String> = thrown.iter().map(|e| e.code().to_owned()).collect();
+        codes.sort();
+        codes.dedup();
+        let mut typed = typed_codes();
+        typed.sort();
+        assert_eq!(typed, codes, "www/index.d.ts MarksyncError['code'] against what the boundary throws");
+    }
+}
