@@ -23,7 +23,7 @@ pub struct InFlight {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Failure {
     /// The network failed (offline, connection dropped): the outcome is unknown.
-    #[error("network error: {0}")]
+    #[error("the server could not be reached ({0}): no network, a wrong address or port, or the server's CORS does not allow this origin")]
     Network(String),
     /// No answer in time: the outcome is unknown.
     #[error("the request timed out")]

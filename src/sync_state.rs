@@ -120,6 +120,10 @@ pub struct SyncState {
     /// heard another context's step: it reloads before building on its rows
     /// (a base row written from a stale copy would undo the other's merge).
     pub base_version: u64,
+    /// Why the last request got no usable answer, in words (cleared by the
+    /// next answer): the same reason in every context and after a reload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 impl SyncState {

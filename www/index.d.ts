@@ -87,7 +87,10 @@ export type Phase = 'synced' | 'pending' | 'awaiting-ack' | 'unknown-outcome' | 
  */
 export interface RowStatus {
   phase: Phase;
-  /** The server's reason (rejected) or what blocks sync (recovery-required). */
+  /**
+   * The server's reason (rejected), what blocks sync (recovery-required), or why no usable answer came (unknown-outcome,
+   * or pending after a failed send: the server could not be reached — with the URL —, a 5xx in the server's words…).
+   */
   reason: string | null;
   code: string | null;
   pendingOps: number;

@@ -168,7 +168,7 @@ impl Engine {
             self.empty_answers = 0;
         }
         let flight = self.in_flight.take()?;
-        self.last_failure = None;
+        self.answered();
         let sent_at = self.sync.flight.take().map_or(now, |f| f.sent_at);
         // Ops of the batch that got no verdict were not judged: no doubt about them.
         for id in flight.op_ids.iter().skip(resp.verdicts.len()) {
@@ -350,8 +350,18 @@ impl Engine {
         Some((self.with_sync(Txn::default()), step))
     }
 
+    /// A usable answer came: the last failure's words go, here and in the shared state.
+    fn answered(&mut self) {
+        self.last_failure = None;
+        if self.sync.last_error.take().is_some() {
+            self.touch();
+        }
+    }
+
     fn after_failure(&mut self, failure: Failure, now: u64, sent: &[OpId]) -> Step {
         self.last_failure = Some(failure.to_string());
+        self.sync.last_error = self.last_failure.clone();
+        self.touch();
         if let Failure::SchemaTooNew(m) = &failure {
             // The server is the old side: wait for it, probing now and then.
             let r = Recovery {
@@ -593,7 +603,7 @@ impl Engine {
         if let Some(step) = self.answered_for_another_user(&answer) {
             return Some((self.with_sync(Txn::default()), step));
         }
-        self.last_failure = None;
+        self.answered();
         self.backoff.reset();
         if let Some(server_now) = answer.now {
             self.meta.clock.learn_offset(server_now, sent_at, now);

@@ -311,7 +311,7 @@ impl Engine {
 
     /// Why the last request got no usable answer, in words (`None` after an answer).
     pub fn last_failure(&self) -> Option<&str> {
-        self.last_failure.as_deref()
+        self.last_failure.as_deref().or(self.sync.last_error.as_deref())
     }
 
     // ----- reading ---------------------------------------------------------
@@ -450,8 +450,13 @@ impl Engine {
                 st.phase = Phase::AwaitingAck;
             } else if ops.iter().any(|o| self.sync.ops.get(&o.op_id).is_some_and(|s| s.unknown)) {
                 st.phase = Phase::UnknownOutcome;
+                // Why no answer came, the same words in every context.
+                st.reason = self.sync.last_error.clone();
             } else {
                 st.phase = Phase::Pending;
+                if sent() {
+                    st.reason = self.sync.last_error.clone();
+                }
             }
             return st;
         }

@@ -114,7 +114,14 @@ impl FetchTransport {
             return Ok(a);
         }
         let body: Option<ErrorBody> = serde_json::from_str(&a.text).ok();
-        Err(Failure::from_http(a.status, body.as_ref(), retry_after.map(|s| s * 1000)))
+        match (Failure::from_http(a.status, body.as_ref(), retry_after.map(|s| s * 1000)), &body) {
+            // Not the marksync server's answer: say where the request went.
+            (Failure::Refused(m), None) => Err(Failure::Refused(format!(
+                "{m}{method} {}{path} answered {} with no marksync error: is the endpoint the marksync server's base URL?",
+                self.endpoint, a.status
+            ))),
+            (f, _) => Err(f),
+        }
     }
 
     /// A membership call: the 200's body parsed, or the server's error.
@@ -174,7 +181,14 @@ impl FetchTransport {
                 .map_err(|_| Failure::Network("fetch returned no promise".into()))?;
             let resp: web_sys::Response = JsFuture::from(p)
                 .await
-                .map_err(|e| if controller.signal().aborted() { Failure::Timeout } else { Failure::Network(js_text(&e)) })?
+                .map_err(|e| {
+                    if controller.signal().aborted() {
+                        Failure::Timeout
+                    } else {
+                        // The browser tells no more (a refused port and CORS look alike to a page): say where.
+                        Failure::Network(format!("{method} {}{path}: {}", self.endpoint, js_text(&e)))
+                    }
+                })?
                 .dyn_into()
                 .map_err(|_| Failure::Network("not a Response".into()))?;
             let status = resp.status();

@@ -96,6 +96,36 @@ for (const backend of backends()) {
       });
     }
 
+    test('a failure names its cause: an unreachable server, a wrong path — in the report, the row and the metrics', async () => {
+      // Failed before: the report said "retrying", the row's reason was null; a wrong path gave "refused: 405: ".
+      const user = newUser('why');
+      const d = await open({ token: `dev:${user}`, endpoint: 'http://127.0.0.1:9' });
+      const away = await d.run(async () => {
+        await db.change('sets', 'w1', { exercise: 'squat', weightKg: 80, reps: 5 });
+        const r = await db.sync();
+        return { error: r.error, status: db.status('sets', 'w1'), lastError: db.metrics().lastError };
+      });
+      assert.match(away.error, /could not be reached \(POST http:\/\/127\.0\.0\.1:9\/v1\/push: .*CORS/, away.error);
+      assert.equal(away.status.phase, 'unknown-outcome');
+      assert.match(away.status.reason ?? '', /could not be reached/, 'the row says why, in every context');
+      assert.match(away.lastError ?? '', /could not be reached/);
+      await d.close();
+      const wrong = await open({ token: `dev:${user}`, name: 'day1-path', endpoint: `${server.url}/api` });
+      const refused = await wrong.run(async () => {
+        await db.change('sets', 'w2', { exercise: 'squat', weightKg: 80, reps: 5 });
+        try {
+          await db.sync();
+          return { ok: true };
+        } catch (e) {
+          return { code: e.code, recovery: e.recovery, message: e.message, reason: db.metrics().recoveryReason };
+        }
+      });
+      assert.equal(refused.code, 'recovery_required', JSON.stringify(refused));
+      assert.equal(refused.recovery, 'refused');
+      assert.match(refused.reason, /^refused: 405: POST http:\S+\/api\/v1\/push answered 405 with no marksync error: is the endpoint the marksync server's base URL\?$/);
+      await wrong.close();
+    });
+
     test('undefined values are skipped, never written as null; a spread row is a valid edit', async () => {
       const d = await open({ token: `dev:${newUser('undef')}` });
       const row = await d.run(async () => {
