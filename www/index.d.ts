@@ -1,7 +1,7 @@
 /** A field value: string, finite number, boolean or null. */
 export type Value = string | number | boolean | null;
 
-/** The fields of an edit: 1 to 64 entries; names `[A-Za-z][A-Za-z0-9_]{0,63}`. */
+/** The fields of an edit: 1 to 64 entries; names `[A-Za-z][A-Za-z0-9_]{0,63}` (names starting with `_` are the protocol's: only `_deleted`). */
 export type Fields = Record<string, Value>;
 
 /**

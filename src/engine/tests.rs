@@ -51,7 +51,7 @@ fn bad_input_is_refused_and_changes_nothing() {
     let e = engine("d");
     assert!(matches!(e.draft("Sets", "r", set(1)), Err(EngineError::BadInput(_))));
     let err = e.draft("sets", "r", fields(&[("_x", 1.0.into())])).unwrap_err();
-    assert_eq!(err.to_string(), "invalid edit: fields._x: field names starting with _ are reserved");
+    assert_eq!(err.to_string(), "invalid edit: fields._x: a field name must match [A-Za-z][A-Za-z0-9_]{0,63} (names starting with _ are the protocol's: only _deleted)");
     assert_eq!(e.pending_len(), 0);
     assert_eq!(e.meta().counter, 0);
 }

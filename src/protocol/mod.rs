@@ -343,18 +343,20 @@ pub fn check_table(s: &str) -> Result<(), &'static str> {
     }
 }
 
-/// A field key: `[A-Za-z_][A-Za-z0-9_]{0,63}`; keys starting with `_` are reserved.
+/// The one rule of a field name, as every message states it: an app's field
+/// is `[A-Za-z][A-Za-z0-9_]{0,63}`; a name starting with `_` is the
+/// protocol's (`_deleted` alone).
+pub const FIELD_NAME_RULE: &str = "a field name must match [A-Za-z][A-Za-z0-9_]{0,63} (names starting with _ are the protocol's: only _deleted)";
+
+/// A field key: an app's field ([`FIELD_NAME_RULE`]) or `_deleted`.
 pub fn check_field_key(s: &str) -> Result<(), &'static str> {
     let b = s.as_bytes();
     let ok = !b.is_empty()
         && b.len() <= 64
         && (b[0].is_ascii_alphabetic() || b[0] == b'_')
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
-    if !ok {
-        return Err("a field name must match [A-Za-z_][A-Za-z0-9_]{0,63}");
-    }
-    if s.starts_with('_') && s != DELETED {
-        return Err("field names starting with _ are reserved");
+    if !ok || (s.starts_with('_') && s != DELETED) {
+        return Err(FIELD_NAME_RULE);
     }
     Ok(())
 }

@@ -275,7 +275,7 @@ fn steps_that_do_not_compose_are_refused_with_the_step_named() {
         (r#"{"addTable": {"table": "Runs", "fields": {"a": {"type": "string"}}}}"#,
          "version 2, step 1 (addTable): table name must match [a-z][a-z0-9_]{0,63}"),
         (r#"{"addField": {"table": "sets", "field": "_rpe", "rule": {"type": "integer"}}}"#,
-         "version 2, step 1 (addField): field names starting with _ are reserved"),
+         "version 2, step 1 (addField): a field name must match [A-Za-z][A-Za-z0-9_]{0,63} (names starting with _ are the protocol's: only _deleted)"),
     ];
     for (steps, want) in cases {
         let e = with_steps(steps).unwrap_err();
