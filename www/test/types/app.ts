@@ -2,6 +2,10 @@
 // against the package's own types (imported by the package's name).
 import { Marksync, type Database, type MarksyncError, type Row } from 'marksync';
 import { useQuery, useRows, useRowStatus, useSpaces } from 'marksync/react';
+import marksync from 'marksync/vite';
+
+// vite.config.ts: plugins: [marksync({ worker: 'src/service-worker.ts' })]
+export const plugin = marksync({ worker: 'src/service-worker.ts' });
 
 declare const auth: { token(): Promise<string> };
 declare const imported: { exercise: string; weightKg: number; reps: number }[];
