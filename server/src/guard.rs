@@ -1,9 +1,14 @@
 //! Who may use the API and how much of it, decided before a handler runs.
 //!
 //! The contract: every `/v1/push`, `/v1/pull` and `/v1/events` request is
-//! authenticated, takes one token of its user's rate limit, and takes a place
-//! among its user's requests in progress (or, for `/v1/events`, among the
-//! user's open streams); the handler sees the user as [`User`]. A refusal made
+//! authenticated, takes one token of its user's rate limit, is refused while
+//! its user is in debt on the budget the route spends ([`crate::budget`]), and
+//! takes a place among its user's requests in progress (or, for `/v1/events`,
+//! among the user's and the server's open streams, [`crate::caps`]); the
+//! handler sees the user as [`User`]. Every `429`, here or from a handler, is
+//! held back `--refusal-delay-ms` (at most 64 at once), so a client that
+//! ignores `Retry-After` cannot make the server refuse as fast as it can
+//! answer. A refusal made
 //! here (401, 429) comes before the body is read, so the body is drained first,
 //! within bounds; if it could not be read whole, the answer says
 //! `Connection: close`: the client gets the answer, never a reset, and never
