@@ -96,7 +96,12 @@ async fn victim(http: &reqwest::Client, base: &str, n: usize, rows: usize, seq: 
                 let _ = r.bytes().await;
                 if i % 2 == 0 { &mut p.pulls } else { &mut p.pushes }.push(t.elapsed());
             }
-            _ => p.failed += 1,
+            other => {
+                if p.failed == 0 {
+                    eprintln!("victim's first failure: {:?}", other.map(|r| r.status()));
+                }
+                p.failed += 1;
+            }
         }
     }
     p.pulls.sort();
