@@ -88,7 +88,11 @@ impl Budgets {
 }
 
 fn refusal(work: Work, secs: u64, metrics: &Metrics) -> ApiError {
-    metrics.refused_by_budget(work);
+    // Two counters, not a `Work` argument: metrics imports nothing of the budgets.
+    match work {
+        Work::Ops => metrics.refused_by_ops_budget(),
+        Work::Reads => metrics.refused_by_reads_budget(),
+    }
     ApiError {
         message: format!("this user's budget of {} per second is spent; retry later", work.name()),
         ..ApiError::rate_limited(secs)

@@ -73,13 +73,13 @@ impl Metrics {
     pub fn stream_cut(&self) {
         self.streams_cut.fetch_add(1, Ordering::Relaxed);
     }
-    /// Counts a request refused by a per-user budget of work ([`crate::budget`]).
-    pub fn refused_by_budget(&self, work: crate::budget::Work) {
-        let c = match work {
-            crate::budget::Work::Ops => &self.refused_ops_budget,
-            crate::budget::Work::Reads => &self.refused_reads_budget,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
+    /// Counts a request refused by the per-user budget of judged ops.
+    pub fn refused_by_ops_budget(&self) {
+        self.refused_ops_budget.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Counts a request refused by the per-user budget of read work.
+    pub fn refused_by_reads_budget(&self) {
+        self.refused_reads_budget.fetch_add(1, Ordering::Relaxed);
     }
     /// Counts a body that did not arrive within the body timeout (`408`).
     pub fn body_timed_out(&self) {
