@@ -106,11 +106,6 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     pub fn recovering(&self) -> bool {
         self.recovering.get()
     }
-
-    /// How many times this context filled its database again.
-    pub fn storage_resets(&self) -> u64 {
-        self.resets.get()
-    }
 }
 
 // Native only: the executor is not built for wasm32.
