@@ -4,6 +4,8 @@
 #   scripts/pg.sh start   # initdb + pg_ctl start on 127.0.0.1 and a free port, creates database "marksync"
 #   scripts/pg.sh url     # prints postgres://postgres@127.0.0.1:PORT/marksync
 #   scripts/pg.sh stop    # stops the cluster and removes its directory
+#   scripts/pg.sh pause   # stops the cluster, keeping its data (an outage, for tests)
+#   scripts/pg.sh resume  # starts a paused cluster again, on the same port
 #
 # Typical use:
 #   scripts/pg.sh start && export MARKSYNC_TEST_POSTGRES_URL="$(scripts/pg.sh url)"
@@ -145,6 +147,17 @@ cmd_stop() {
   rm -f "$state"
 }
 
+cmd_pause() {
+  read_state
+  as_pg "$BIN/pg_ctl" -D "$DIR/data" -m fast -w stop >/dev/null
+}
+
+cmd_resume() {
+  read_state
+  as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 start >/dev/null || {
+    cat "$DIR/server.log" >&2; exit 1; }
+}
+
 cmd_url() {
   read_state
   echo "postgres://postgres@127.0.0.1:$PORT/marksync"
@@ -154,5 +167,7 @@ case "${1:-}" in
   start) cmd_start ;;
   stop) cmd_stop ;;
   url) cmd_url ;;
-  *) echo "usage: scripts/pg.sh start|stop|url" >&2; exit 2 ;;
+  pause) cmd_pause ;;
+  resume) cmd_resume ;;
+  *) echo "usage: scripts/pg.sh start|stop|url|pause|resume" >&2; exit 2 ;;
 esac

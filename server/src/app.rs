@@ -16,6 +16,7 @@ use crate::faults::Faults;
 use crate::metrics::Metrics;
 use crate::poke::Poke;
 use crate::rate::RateLimiter;
+use crate::ready::Readiness;
 #[cfg(feature = "sabotage")]
 use crate::store::Sabotage;
 use crate::store::{self, Store};
@@ -53,6 +54,8 @@ pub struct AppState {
     pub caps: Caps,
     /// Turns true when the server shuts down (ends event streams).
     pub shutdown: watch::Receiver<bool>,
+    /// The last readiness answer (`/readyz`).
+    pub readiness: Readiness,
     /// Deliberate breakage for one test run; [`Sabotage::None`] otherwise.
     #[cfg(feature = "sabotage")]
     pub sabotage: Sabotage,
@@ -131,8 +134,18 @@ impl App {
         if config.enable_faults {
             tracing::warn!("fault injection is ON: POST /__faults can drop answers and fail pushes");
         }
-        if config.jwt_secret.as_deref().is_none_or(str::is_empty) && !config.dev_auth {
-            tracing::warn!("no --jwt-secret (MARKSYNC_JWT_SECRET) and no --dev-auth: every request will be 401");
+        match config.jwt_secret.as_deref().filter(|s| !s.is_empty()) {
+            None if !config.dev_auth => {
+                tracing::warn!("no --jwt-secret (MARKSYNC_JWT_SECRET) and no --dev-auth: every request will be 401");
+            }
+            Some(s) if s.len() < crate::config::MIN_JWT_SECRET_BYTES => {
+                return Err(ServerError::Config(format!(
+                    "--jwt-secret is {} bytes; an HS256 secret must be at least {} (a shorter one can be guessed offline from any token): make one with `openssl rand -base64 32`",
+                    s.len(),
+                    crate::config::MIN_JWT_SECRET_BYTES
+                )));
+            }
+            _ => {}
         }
         #[cfg(feature = "sabotage")]
         if config.sabotage != Sabotage::None {
@@ -151,8 +164,7 @@ impl App {
             return Err(ServerError::Config(format!("--max-spaces-per-user must be 1 to {most}")));
         }
         let schema = load_schema(config)?;
-        let store =
-            Store::connect(&config.database, config.db_max_connections).await?.with_space_limits(config.space_limits());
+        let store = Store::connect(&config.database, &config.db_options()).await?.with_space_limits(config.space_limits());
         tracing::info!(backend = store.backend(), database = %store::redact(&config.database), schema_version = schema.version, "storage ready");
         let limiter = (config.rate_limit > 0.0)
             .then(|| RateLimiter::new(config.rate_limit, config.rate_burst.unwrap_or(config.rate_limit * 2.0)));
@@ -182,6 +194,7 @@ impl App {
                 Duration::from_millis(config.refusal_delay_ms),
             ),
             shutdown,
+            readiness: Readiness::default(),
             #[cfg(feature = "sabotage")]
             sabotage: config.sabotage,
             admin: AdminCredential::new(config.admin_token.as_deref()),

@@ -30,6 +30,31 @@ impl std::fmt::Debug for Auth {
     }
 }
 
+/// Where a request comes from, as far as dev tokens care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// A loopback peer, and no header that a proxy adds: a request made on this machine.
+    Local,
+    /// Anything else — another host, or a proxy (which may itself sit on
+    /// loopback, as a sidecar or a reverse proxy does) relaying someone's request.
+    Remote,
+}
+
+/// Headers a proxy adds to the requests it relays.
+const PROXY_HEADERS: [&str; 5] = ["forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip", "via"];
+
+impl Caller {
+    /// Where a request from `peer` with `headers` comes from (`None`: the peer is unknown).
+    pub fn of(peer: Option<std::net::SocketAddr>, headers: &axum::http::HeaderMap) -> Caller {
+        let local = peer.is_some_and(|p| p.ip().is_loopback() || p.ip().to_canonical().is_loopback());
+        if local && !PROXY_HEADERS.iter().any(|h| headers.contains_key(*h)) {
+            Caller::Local
+        } else {
+            Caller::Remote
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct Claims {
     sub: String,
@@ -67,12 +92,17 @@ impl Auth {
         self
     }
 
-    /// The user id of a bearer token (the text after `Bearer `).
-    pub fn user_of_token(&self, token: &str) -> Result<String, ApiError> {
+    /// The user id of a bearer token (the text after `Bearer `), sent from `from`.
+    pub fn user_of_token(&self, token: &str, from: Caller) -> Result<String, ApiError> {
         let token = token.trim();
         if let Some(user) = token.strip_prefix("dev:") {
             if !self.dev {
                 return Err(ApiError::unauthorized("dev tokens are not accepted by this server"));
+            }
+            if from != Caller::Local {
+                return Err(ApiError::unauthorized(
+                    "dev tokens are accepted only from this machine: a loopback peer, with no proxy header (Forwarded, X-Forwarded-For, X-Real-IP, Via)",
+                ));
             }
             return check_user(user);
         }
@@ -85,7 +115,7 @@ impl Auth {
     }
 
     /// The user id from an `Authorization` header value, or from a `token` query parameter.
-    pub fn user(&self, header: Option<&str>, query_token: Option<&str>) -> Result<String, ApiError> {
+    pub fn user(&self, header: Option<&str>, query_token: Option<&str>, from: Caller) -> Result<String, ApiError> {
         if let Some(h) = header {
             let token = h
                 .trim()
@@ -93,10 +123,10 @@ impl Auth {
                 .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
                 .ok_or_else(|| ApiError::unauthorized("the Authorization header must be: Bearer <token>"))?
                 .1;
-            return self.user_of_token(token);
+            return self.user_of_token(token, from);
         }
         match query_token {
-            Some(t) => self.user_of_token(t),
+            Some(t) => self.user_of_token(t, from),
             None => Err(ApiError::unauthorized("missing Authorization: Bearer <token>")),
         }
     }
@@ -176,18 +206,19 @@ mod tests {
     fn jwt_dev_and_refusals() {
         let now = jsonwebtoken::get_current_timestamp();
         let a = Auth::new(Some("s3cret"), false);
-        assert_eq!(a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now + 60))), None).unwrap(), "alice");
-        assert!(a.user(Some(&format!("Bearer {}", token("other", "alice", now + 60))), None).is_err());
-        assert!(a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now - 600))), None).is_err());
-        assert!(a.user(Some("Bearer dev:alice"), None).is_err());
-        assert!(a.user(None, None).is_err());
+        assert_eq!(a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now + 60))), None, Caller::Local).unwrap(), "alice");
+        assert!(a.user(Some(&format!("Bearer {}", token("other", "alice", now + 60))), None, Caller::Local).is_err());
+        assert!(a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now - 600))), None, Caller::Local).is_err());
+        assert!(a.user(Some("Bearer dev:alice"), None, Caller::Local).is_err());
+        assert!(a.user(None, None, Caller::Local).is_err());
         let d = Auth::new(None, true);
-        assert_eq!(d.user(Some("Bearer dev:bob"), None).unwrap(), "bob");
-        assert_eq!(d.user(None, Some("dev:bob")).unwrap(), "bob");
-        assert!(d.user(Some("Bearer dev:"), None).is_err());
-        assert!(d.user(Some("Basic x"), None).is_err());
-        assert_eq!(d.user(Some("BEARER dev: bob "), None).unwrap(), "bob");
-        assert!(d.user(Some("Bearer dev:  "), None).is_err());
+        assert_eq!(d.user(Some("Bearer dev:bob"), None, Caller::Local).unwrap(), "bob");
+        assert_eq!(d.user(None, Some("dev:bob"), Caller::Local).unwrap(), "bob");
+        assert!(d.user(Some("Bearer dev:"), None, Caller::Local).is_err());
+        assert!(d.user(Some("Basic x"), None, Caller::Local).is_err());
+        assert_eq!(d.user(Some("BEARER dev: bob "), None, Caller::Local).unwrap(), "bob");
+        assert!(d.user(Some("Bearer dev:  "), None, Caller::Local).is_err());
+        assert!(d.user(Some("Bearer dev:bob"), None, Caller::Remote).is_err(), "dev tokens only from this machine");
     }
 
     #[test]
@@ -206,7 +237,7 @@ mod tests {
     fn nbf_aud_and_iss() {
         let now = jsonwebtoken::get_current_timestamp();
         let plain = Auth::new(Some("k"), false);
-        let user = |a: &Auth, claims| a.user(Some(&format!("Bearer {}", signed(claims))), None);
+        let user = |a: &Auth, claims| a.user(Some(&format!("Bearer {}", signed(claims))), None, Caller::Local);
         assert!(user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "nbf": now + 60})).is_err());
         assert_eq!(user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "nbf": now - 1})).unwrap(), "a");
         assert_eq!(
@@ -221,5 +252,22 @@ mod tests {
         assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": "z", "iss": "y"})).is_err());
         assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "iss": "y"})).is_err());
         assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": "x"})).is_err());
+    }
+
+    #[test]
+    fn a_dev_caller_is_a_loopback_peer_through_no_proxy() {
+        use axum::http::{HeaderMap, HeaderValue};
+        let none = HeaderMap::new();
+        let peer = |s: &str| Some(s.parse::<std::net::SocketAddr>().unwrap());
+        assert_eq!(Caller::of(peer("127.0.0.1:5000"), &none), Caller::Local);
+        assert_eq!(Caller::of(peer("[::1]:5000"), &none), Caller::Local);
+        assert_eq!(Caller::of(peer("[::ffff:127.0.0.1]:5000"), &none), Caller::Local);
+        assert_eq!(Caller::of(peer("10.1.2.3:5000"), &none), Caller::Remote);
+        assert_eq!(Caller::of(None, &none), Caller::Remote);
+        for h in PROXY_HEADERS {
+            let mut proxied = HeaderMap::new();
+            proxied.insert(h, HeaderValue::from_static("203.0.113.9"));
+            assert_eq!(Caller::of(peer("127.0.0.1:5000"), &proxied), Caller::Remote, "{h}");
+        }
     }
 }

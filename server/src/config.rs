@@ -4,12 +4,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::builder::BoolishValueParser;
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, Parser, Subcommand};
 use marksync::schema::Schema;
 
 #[cfg(feature = "sabotage")]
 use crate::store::Sabotage;
-use crate::store::SpaceLimits;
+use crate::store::{DbOptions, Migrations, SpaceLimits};
 
 /// `--ops-rate`: a device catching up after a long offline spell sends a few
 /// thousand ops; ten seconds of this rate is the burst.
@@ -26,13 +26,36 @@ pub const DEFAULT_CONNECTION_RESERVE: usize = 100;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "marksync-server", version, about = "The marksync reference server: push, pull, events.")]
 pub struct Config {
-    /// Address to listen on. `--dev-auth` requires a loopback address.
-    #[arg(long, env = "MARKSYNC_LISTEN", default_value = "127.0.0.1:8787")]
+    /// What to do: serve (no subcommand) or `migrate`.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Address to listen on: `IP:PORT` or `HOST:PORT` (the first address the name resolves
+    /// to). `--dev-auth` requires a loopback address.
+    #[arg(long, env = "MARKSYNC_LISTEN", default_value = "127.0.0.1:8787", value_parser = parse_listen)]
     pub listen: SocketAddr,
 
-    /// `sqlite://FILE` (created if missing) or `postgres://user@host:port/db`.
-    #[arg(long, env = "MARKSYNC_DATABASE", default_value = "sqlite://marksync.db")]
+    /// `sqlite://FILE` (created if missing), `postgres://user@host:port/db`, or `sqlite::memory:`
+    /// (tests only: everything is lost at stop).
+    #[arg(long, env = "MARKSYNC_DATABASE", default_value = "sqlite://marksync.db", global = true)]
     pub database: String,
+
+    /// Milliseconds a request waits for a database connection (PostgreSQL; SQLite's readers)
+    /// before it is answered `503 unavailable`; also the most the first connection at start may take.
+    #[arg(long, env = "MARKSYNC_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5_000, global = true,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub db_acquire_timeout_ms: u64,
+
+    /// Do not apply migrations: check them, and refuse to start when the database lacks one
+    /// (run `marksync-server migrate` first). For a role that may not change the schema.
+    #[arg(long, env = "MARKSYNC_NO_MIGRATE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub no_migrate: bool,
+
+    /// Start on a database that carries migrations this server does not know (written by a
+    /// newer server, then rolled back). Without it such a start is refused.
+    #[arg(long, env = "MARKSYNC_ALLOW_NEWER_SCHEMA", action = ArgAction::SetTrue,
+          value_parser = BoolishValueParser::new(), global = true)]
+    pub allow_newer_schema: bool,
 
     /// The app schema file (JSON, see docs/server.md). Default: the built-in workout schema.
     #[arg(long, env = "MARKSYNC_SCHEMA", value_name = "FILE")]
@@ -50,7 +73,7 @@ pub struct Config {
     #[arg(long, env = "MARKSYNC_ENABLE_FAULTS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub enable_faults: bool,
 
-    /// The HS256 secret that signs JWTs (`sub` = user id, `exp` required).
+    /// The HS256 secret that signs JWTs (`sub` = user id, `exp` required); at least 32 bytes.
     #[arg(long, env = "MARKSYNC_JWT_SECRET", hide_env_values = true)]
     pub jwt_secret: Option<String>,
 
@@ -64,29 +87,29 @@ pub struct Config {
     pub max_future_ms: u64,
 
     /// Requests per second allowed per user on push, pull and verdicts (token bucket); 0 turns the limit off.
-    #[arg(long, env = "MARKSYNC_RATE_LIMIT", default_value_t = 100.0)]
+    #[arg(long, env = "MARKSYNC_RATE_LIMIT", default_value_t = 100.0, value_parser = non_negative)]
     pub rate_limit: f64,
 
     /// Requests a user may make at once before the rate applies. Default: twice the rate.
-    #[arg(long, env = "MARKSYNC_RATE_BURST")]
+    #[arg(long, env = "MARKSYNC_RATE_BURST", value_parser = non_negative)]
     pub rate_burst: Option<f64>,
 
     /// Judged ops per second allowed per user (token bucket; a push costs its ops, counted before
     /// its transaction opens); 0 turns the budget off.
-    #[arg(long, env = "MARKSYNC_OPS_RATE", default_value_t = DEFAULT_OPS_RATE)]
+    #[arg(long, env = "MARKSYNC_OPS_RATE", default_value_t = DEFAULT_OPS_RATE, value_parser = non_negative)]
     pub ops_rate: f64,
 
     /// Ops a user may push at once before the ops rate applies. Default: ten times the rate.
-    #[arg(long, env = "MARKSYNC_OPS_BURST")]
+    #[arg(long, env = "MARKSYNC_OPS_BURST", value_parser = non_negative)]
     pub ops_burst: Option<f64>,
 
     /// Read work per second allowed per user (token bucket): a pull costs 1, each space it names
     /// and each row it reads; a list or an event connect 1 and each entry it reads. 0 turns it off.
-    #[arg(long, env = "MARKSYNC_READ_RATE", default_value_t = DEFAULT_READ_RATE)]
+    #[arg(long, env = "MARKSYNC_READ_RATE", default_value_t = DEFAULT_READ_RATE, value_parser = non_negative)]
     pub read_rate: f64,
 
     /// Read work a user may spend at once before the read rate applies. Default: ten times the rate.
-    #[arg(long, env = "MARKSYNC_READ_BURST")]
+    #[arg(long, env = "MARKSYNC_READ_BURST", value_parser = non_negative)]
     pub read_burst: Option<f64>,
 
     /// Milliseconds a `429` (a rate, budget or cap refusal) is held back before it is sent: a
@@ -95,8 +118,9 @@ pub struct Config {
     #[arg(long, env = "MARKSYNC_REFUSAL_DELAY_MS", default_value_t = 1_000)]
     pub refusal_delay_ms: u64,
 
-    /// Origins allowed by CORS (repeat the flag or give a comma list; `*` = any). Default: none.
-    #[arg(long, env = "MARKSYNC_CORS_ORIGIN", value_delimiter = ',')]
+    /// Origins allowed by CORS (repeat the flag or give a comma list; `*` = any), each
+    /// `scheme://host[:port]` as a browser sends it. Default: none.
+    #[arg(long, env = "MARKSYNC_CORS_ORIGIN", value_delimiter = ',', value_parser = parse_origin)]
     pub cors_origin: Vec<String>,
 
     /// Most database connections (Postgres pool; SQLite readers).
@@ -106,7 +130,7 @@ pub struct Config {
     /// Most connections open at once. At the cap a new connection closes the oldest one that has no
     /// request in progress (unfinished headers, idle keep-alive); when every one is busy, the new one
     /// is closed. Lowered at start to fit the open-files limit.
-    #[arg(long, env = "MARKSYNC_MAX_CONNECTIONS", default_value_t = 900)]
+    #[arg(long, env = "MARKSYNC_MAX_CONNECTIONS", default_value_t = 900, value_parser = at_least_one)]
     pub max_connections: usize,
 
     /// Connections event streams never take, all users' streams together: kept for short requests
@@ -193,10 +217,76 @@ pub struct Config {
     pub per_op_judge: bool,
 }
 
+/// What `marksync-server` is asked to do besides serving.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Apply the database's migrations, log each, and exit (then start servers with `--no-migrate`).
+    Migrate,
+}
+
+/// The shortest HS256 secret accepted: RFC 7518 §3.2 asks for a key as long
+/// as the hash (256 bits); a shorter one can be guessed offline from any token.
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
+
+/// `IP:PORT`, or `HOST:PORT` resolved now (`localhost:8787`).
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    use std::net::ToSocketAddrs;
+    let mut addrs = s.to_socket_addrs().map_err(|e| format!("{s:?} is not IP:PORT or HOST:PORT ({e})"))?;
+    addrs.next().ok_or_else(|| format!("{s:?} resolves to no address"))
+}
+
+/// A finite number ≥ 0 (a rate or a burst; 0 turns it off).
+fn non_negative(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number ≥ 0 (0 turns it off)")),
+    }
+}
+
+/// A count ≥ 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(format!("{s:?} is not a whole number ≥ 1")),
+    }
+}
+
+/// `*`, or an origin as a browser sends it: `http(s)://host[:port]`, no path.
+fn parse_origin(s: &str) -> Result<String, String> {
+    let o = s.trim();
+    if o == "*" {
+        return Ok(o.to_owned());
+    }
+    let bad = || format!("{s:?} is not an origin: scheme://host[:port], as a browser sends it (e.g. https://app.example.com), or *");
+    let rest = o.strip_prefix("https://").or_else(|| o.strip_prefix("http://")).ok_or_else(bad)?;
+    let (host, port) = match rest.strip_prefix('[').and_then(|r| r.split_once(']')) {
+        // An IPv6 literal: `[::1]` or `[::1]:8080`.
+        Some((ip, after)) => (ip, if after.is_empty() { None } else { Some(after.strip_prefix(':').unwrap_or("x")) }),
+        None => match rest.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (rest, None),
+        },
+    };
+    let host_ok = !host.is_empty() && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'));
+    let port_ok = port.is_none_or(|p| !p.is_empty() && p.parse::<u16>().is_ok());
+    if host_ok && port_ok {
+        Ok(o.to_owned())
+    } else {
+        Err(bad())
+    }
+}
+
 impl Config {
     /// The defaults, as `marksync-server` with no flags and no environment would run.
     pub fn with_database(database: impl Into<String>) -> Config {
         Config {
+            command: None,
+            db_acquire_timeout_ms: 5_000,
+            no_migrate: false,
+            allow_newer_schema: false,
             listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
             database: database.into(),
             schema: None,
@@ -241,6 +331,16 @@ impl Config {
 }
 
 impl Config {
+    /// How the store opens the database these flags name.
+    pub fn db_options(&self) -> DbOptions {
+        DbOptions {
+            max_connections: self.db_max_connections,
+            acquire_timeout: std::time::Duration::from_millis(self.db_acquire_timeout_ms),
+            migrations: if self.no_migrate { Migrations::Check } else { Migrations::Apply },
+            allow_newer: self.allow_newer_schema,
+        }
+    }
+
     /// The `(rate, burst)` of the ops and read budgets these flags give.
     pub fn budgets(&self) -> ((f64, f64), (f64, f64)) {
         (
@@ -301,5 +401,41 @@ mod tests {
         assert!(c.dev_auth);
         assert_eq!(c.cors_origin, ["http://a", "http://b", "http://c"]);
         assert_eq!(c.static_dir, Some(PathBuf::from("www/dist")));
+        let d = Config::with_database("sqlite://marksync.db").db_options();
+        let c = Config::try_parse_from(["marksync-server"]).unwrap().db_options();
+        assert_eq!((c.acquire_timeout, c.migrations, c.allow_newer), (d.acquire_timeout, d.migrations, d.allow_newer));
+    }
+
+    #[test]
+    fn nonsense_is_refused_at_parse_time() {
+        for bad in [
+            &["--rate-limit=-5"][..],
+            &["--rate-limit", "NaN"],
+            &["--ops-rate", "inf"],
+            &["--read-burst", "-1"],
+            &["--max-connections", "0"],
+            &["--cors-origin", "not a url"],
+            &["--cors-origin", "https://a.example/path"],
+            &["--cors-origin", "ftp://a.example"],
+            &["--listen", "nowhere"],
+            &["--db-acquire-timeout-ms", "0"],
+        ] {
+            let args = std::iter::once("marksync-server").chain(bad.iter().copied());
+            assert!(Config::try_parse_from(args).is_err(), "{bad:?} is refused");
+        }
+        for good in [
+            &["--rate-limit", "0"][..],
+            &["--cors-origin", "https://app.example.com"],
+            &["--cors-origin", "http://127.0.0.1:5173,*"],
+            &["--cors-origin", "http://[::1]:8080"],
+            &["--cors-origin", "http://[::1]"],
+            &["--listen", "localhost:8787"],
+            &["--listen", "[::1]:0"],
+        ] {
+            let args = std::iter::once("marksync-server").chain(good.iter().copied());
+            assert!(Config::try_parse_from(args).is_ok(), "{good:?} is taken");
+        }
+        let c = Config::try_parse_from(["marksync-server", "migrate", "--database", "sqlite://x.db"]).unwrap();
+        assert_eq!((c.command, c.database.as_str()), (Some(Command::Migrate), "sqlite://x.db"));
     }
 }

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -198,6 +199,10 @@ impl Drop for Busy {
     }
 }
 
+/// The address a request's connection came from (a request extension).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
+
 /// Serves `router` on `listener` until `shutdown` completes; then stops
 /// accepting, lets requests in flight finish for at most the shutdown timeout,
 /// and cuts the connections left.
@@ -220,7 +225,7 @@ pub async fn serve(
             () = &mut shutdown => break,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of descriptors (EMFILE) or the like: the connection stays queued;
                     // wait for one to close instead of spinning.
@@ -230,6 +235,7 @@ pub async fn serve(
                 }
             },
         };
+        let (stream, peer) = stream;
         let Some(slot) = table.admit() else {
             metrics.connection_refused();
             drop(stream);
@@ -238,8 +244,9 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let router = router.clone();
         let busy = Arc::clone(&slot.busy);
-        let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             let guard = Busy::new(&busy);
+            req.extensions_mut().insert(Peer(peer));
             let call = router.clone().oneshot(req.map(Body::new));
             async move {
                 let resp = call.await.unwrap_or_else(|never: Infallible| match never {});

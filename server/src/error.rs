@@ -64,12 +64,36 @@ impl ApiError {
         tracing::error!(error = %cause, "internal error");
         Self::new(ErrorCode::Internal, "internal error")
     }
+    /// A storage failure: `503 unavailable` with `Retry-After` when the
+    /// database is out of reach or cannot take writes just now (it heals by
+    /// itself, and the client retries); `500 internal` otherwise. Either way
+    /// the cause is logged and never sent.
+    pub fn db(cause: &DbError) -> Self {
+        if !cause.is_unavailable() {
+            return Self::internal(cause);
+        }
+        tracing::warn!(error = %cause, "database unavailable");
+        ApiError {
+            retry_after: Some(UNAVAILABLE_RETRY_AFTER),
+            ..Self::new(ErrorCode::Unavailable, "the server's database cannot be reached or written just now; retry later")
+        }
+    }
     /// 429 `rate_limited` with `Retry-After: secs`.
     pub fn rate_limited(secs: u64) -> Self {
         ApiError {
             retry_after: Some(secs.max(1)),
             ..Self::new(ErrorCode::RateLimited, "too many requests; retry later")
         }
+    }
+}
+
+/// `Retry-After` seconds of a `503 unavailable`: long enough for a database
+/// to come back from a blip, short against a client's own backoff.
+pub const UNAVAILABLE_RETRY_AFTER: u64 = 5;
+
+impl From<DbError> for ApiError {
+    fn from(e: DbError) -> Self {
+        ApiError::db(&e)
     }
 }
 
@@ -107,7 +131,7 @@ impl From<SpaceError> for ApiError {
             SpaceError::Conflict(m) | SpaceError::Cap(m) => ApiError::new(ErrorCode::Conflict, m),
             SpaceError::NoInvitation(_) => ApiError::new(ErrorCode::NotFound, e.to_string()),
             SpaceError::BadRequest(m) => ApiError::bad_request(m),
-            SpaceError::Store(e) => ApiError::internal(&e),
+            SpaceError::Store(e) => ApiError::db(&e),
         }
     }
 }

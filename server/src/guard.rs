@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Query, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -37,6 +37,8 @@ use tokio::time::Sleep;
 use marksync::protocol::ErrorCode;
 
 use crate::app::App;
+use crate::auth::Caller;
+use crate::conn::Peer;
 use crate::budget::Work;
 use crate::caps::StreamRefusal;
 use crate::error::ApiError;
@@ -50,12 +52,14 @@ const CAP_RETRY_AFTER: u64 = 1;
 #[derive(Debug, Clone)]
 pub struct User(pub String);
 
-fn user_of(app: &App, headers: &HeaderMap, query_token: Option<&str>) -> Result<String, ApiError> {
+fn user_of(app: &App, req: &Request, query_token: Option<&str>) -> Result<String, ApiError> {
+    let headers = req.headers();
     let header = match headers.get(header::AUTHORIZATION) {
         Some(v) => Some(v.to_str().map_err(|_| ApiError::unauthorized("the Authorization header is not text"))?),
         None => None,
     };
-    app.auth.user(header, query_token)
+    let peer = req.extensions().get::<Peer>().map(|p| p.0);
+    app.auth.user(header, query_token, Caller::of(peer, headers))
 }
 
 /// The middleware of the API routes (see the module doc).
@@ -64,7 +68,7 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     let mut query = Query::<HashMap<String, String>>::try_from_uri(req.uri()).map(|Query(q)| q).unwrap_or_default();
     // EventSource cannot set headers: `/v1/events` also takes `?token=`.
     let token = if events { query.remove("token") } else { None };
-    let user = match user_of(&app, req.headers(), token.as_deref()) {
+    let user = match user_of(&app, &req, token.as_deref()) {
         Ok(u) => u,
         Err(e) => return refuse(&app, req, e).await,
     };

@@ -32,6 +32,7 @@ pub mod guard;
 pub mod metrics;
 pub mod poke;
 pub mod rate;
+pub mod ready;
 mod routes;
 pub mod store;
 
@@ -51,6 +52,40 @@ pub use routes::router;
 #[cfg(feature = "sabotage")]
 pub use store::Sabotage;
 pub use store::Store;
+
+/// A server whose database is open, migrated and proven writable, not yet
+/// listening: a binary prepares first and binds after, so that its port never
+/// accepts connections it cannot answer (a database still unreachable at start
+/// fails the start instead).
+#[derive(Debug)]
+pub struct Prepared {
+    app: App,
+    router: axum::Router,
+    limits: conn::Limits,
+    stop_tx: watch::Sender<bool>,
+}
+
+/// Opens the database and builds the server for `config` (its dev-auth check
+/// reads `config.listen`), raising the soft open-files limit to the hard one.
+pub async fn prepare(config: Config) -> Result<Prepared, ServerError> {
+    let limits = limits(&config).fit_to(conn::raise_open_files_limit());
+    let config = Config { max_connections: limits.max_connections, ..config };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let app = App::build(&config, config.listen, stop_rx).await?;
+    let router = routes::router(app.clone(), &config)?;
+    Ok(Prepared { app, router, limits, stop_tx })
+}
+
+impl Prepared {
+    /// Serves on `listener` until `shutdown` completes (see [`serve`]).
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        run(self.app, self.router, listener, self.limits, self.stop_tx, shutdown).await
+    }
+}
 
 /// Serves on `listener` until `shutdown` completes, then lets in-flight
 /// requests finish (for at most `--shutdown-timeout-ms`, then cuts the

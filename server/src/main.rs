@@ -3,23 +3,56 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use marksync_server::config::Command;
+use marksync_server::store::Store;
 use marksync_server::Config;
 use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Before any thread starts: an empty variable is an unset one, everywhere
+    // (`MARKSYNC_JWT_AUDIENCE=` must not demand an empty audience of every token).
+    unset_empty_variables();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
         .init();
     let config = Config::parse();
-    let listener = match tokio::net::TcpListener::bind(config.listen).await {
-        Ok(l) => l,
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
         Err(e) => {
-            tracing::error!(listen = %config.listen, error = %e, "cannot listen");
+            tracing::error!(error = %e, "cannot start the async runtime");
             return ExitCode::FAILURE;
         }
     };
-    match marksync_server::serve(config, listener, shutdown_signal()).await {
+    runtime.block_on(run(config))
+}
+
+async fn run(config: Config) -> ExitCode {
+    if config.command == Some(Command::Migrate) {
+        return match Store::migrate(&config.database, &config.db_options()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "migrate failed");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let listen = config.listen;
+    // The database first: the port is bound only once requests can be answered.
+    let prepared = match marksync_server::prepare(config).await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "marksync-server cannot start");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(listen = %listen, error = %e, "cannot listen");
+            return ExitCode::FAILURE;
+        }
+    };
+    match prepared.serve(listener, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "marksync-server failed");
@@ -28,26 +61,57 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
+/// Removes every `MARKSYNC_*` variable set to the empty string.
+fn unset_empty_variables() {
+    let empty: Vec<_> = std::env::vars_os()
+        .filter(|(k, v)| v.is_empty() && k.to_str().is_some_and(|k| k.starts_with("MARKSYNC_")))
+        .map(|(k, _)| k)
+        .collect();
+    for k in empty {
+        std::env::remove_var(k);
+    }
+}
+
+/// Resolves on the first SIGINT, SIGTERM or SIGHUP: the server drains
+/// (requests in flight finish, within `--shutdown-timeout-ms`). A second
+/// signal exits at once — an operator who asks twice means it.
 async fn shutdown_signal() {
+    let name = stop_signal().await;
+    tracing::info!(signal = name, "stopping: finishing requests in flight (a second signal exits at once)");
+    tokio::spawn(async {
+        let again = stop_signal().await;
+        tracing::warn!(signal = again, "second signal: exiting at once");
+        std::process::exit(130);
+    });
+}
+
+/// The next stop signal's name.
+async fn stop_signal() -> &'static str {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
     };
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let wait = |kind: SignalKind| async move {
+            match signal(kind) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            _ = ctrl_c => "SIGINT",
+            _ = wait(SignalKind::terminate()) => "SIGTERM",
+            _ = wait(SignalKind::hangup()) => "SIGHUP",
         }
-    };
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    {
+        ctrl_c.await;
+        "Ctrl-C"
     }
 }

@@ -341,7 +341,7 @@ fn signed(claims: Value) -> String {
     jsonwebtoken::encode(
         &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
         &claims,
-        &jsonwebtoken::EncodingKey::from_secret(b"test-secret").unwrap(),
+        &jsonwebtoken::EncodingKey::from_secret(b"test-secret-of-at-least-32-bytes!").unwrap(),
     )
     .unwrap()
 }

@@ -67,7 +67,7 @@ async fn every_bad_input_is_refused_whole_and_writes_nothing(b: Backend) {
     let no_token = t.http.post(t.url("/v1/push")).body(raw.clone()).send().await.unwrap();
     assert_eq!(no_token.status().as_u16(), 401);
     assert_eq!(no_token.json::<Value>().await.unwrap()["error"]["code"], "unauthorized");
-    for token in [jwt("not-the-secret", "u", 600), jwt("test-secret", "u", -600), "garbage".into()] {
+    for token in [jwt("not-the-secret", "u", 600), jwt("test-secret-of-at-least-32-bytes!", "u", -600), "garbage".into()] {
         let r = t.http.post(t.url("/v1/push")).bearer_auth(token).body(raw.clone()).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 401);
         assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "unauthorized");
@@ -139,7 +139,7 @@ async fn chunked_push(t: &TestServer, user: &str, size: usize) -> (u16, String) 
 /// A real HS256 JWT works; `sub` is the user; users are kept apart.
 async fn a_signed_jwt_names_the_user(b: Backend) {
     let Some(t) = TestServer::new(b).await else { return };
-    let token = jwt("test-secret", "alice@example.org", 600);
+    let token = jwt("test-secret-of-at-least-32-bytes!", "alice@example.org", 600);
     let r = t
         .http
         .post(t.url("/v1/push"))
@@ -161,7 +161,7 @@ both!(a_signed_jwt_names_the_user);
 /// before anything is read or written.
 async fn a_token_of_another_user_than_the_devices_is_refused_and_nothing_is_written(b: Backend) {
     let Some(t) = TestServer::new(b).await else { return };
-    let bob = jwt("test-secret", "bob", 600);
+    let bob = jwt("test-secret-of-at-least-32-bytes!", "bob", 600);
     let send = |path: &'static str, token: String, body: String| {
         let r = t.http.post(t.url(path)).bearer_auth(token).header("content-type", "application/json").body(body);
         async move {

@@ -62,6 +62,11 @@ codes! {
     WrongUser = "wrong_user",
     /// 500.
     Internal = "internal",
+    /// 503: the server's database cannot be reached or written just now (an
+    /// outage, a full disk). Like any 5xx it leaves a push's outcome unknown
+    /// (a connection lost in its `COMMIT`), so its ops are sent again under
+    /// the same opIds; `Retry-After` says when to try.
+    Unavailable = "unavailable",
 
     // The judge's refusals of one op (a verdict's `code`).
     /// A required field is missing (or null).
@@ -127,6 +132,7 @@ impl Code {
             Code::NotFound => 404,
             Code::RateLimited => 429,
             Code::RequestTimeout => 408,
+            Code::Unavailable => 503,
             _ => 500,
         }
     }

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { backends, startServer, launch, device, newUser, until } from './helpers.mjs';
 
-const SECRET = 'first-day-secret';
+const SECRET = 'first-day-secret-of-at-least-32-bytes';
 
 /** An HS256 JWT for `sub`, valid `ttl` seconds. */
 function jwt(sub, ttl = 600) {

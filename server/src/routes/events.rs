@@ -34,7 +34,7 @@ pub(crate) async fn events(
     Extension(place): Extension<StreamPlace>,
 ) -> Result<Response, ApiError> {
     let rx = app.pokes.subscribe();
-    let spaces = followed_heads(&app, &user).await.map_err(|e| ApiError::internal(&e))?;
+    let spaces = followed_heads(&app, &user).await?;
     app.budgets.charge(Work::Reads, &user, 1 + spaces.len());
     let personal: Arc<str> = marksync::space::personal(&user).into();
     let head = spaces.get(&personal).copied().unwrap_or(0);
@@ -49,7 +49,10 @@ pub(crate) async fn events(
         place,
     };
     let sse = Sse::new(poke_stream(state)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)));
-    Ok(sse.into_response())
+    let mut resp = sse.into_response();
+    // nginx buffers answers by default: a poke would wait in its buffer until it filled.
+    resp.headers_mut().insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
+    Ok(resp)
 }
 
 /// The head of every space `user` is a member of.

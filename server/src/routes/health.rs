@@ -1,17 +1,36 @@
-//! `/healthz` (does the database answer) and `/metrics` (Prometheus text), for operators: no auth.
+//! Probes and metrics, for operators; no auth (`/metrics` may ask for a token).
+//!
+//! - `/livez`: the process serves requests. It never touches the database, so
+//!   a liveness probe does not restart every replica during a database blip.
+//! - `/readyz`: the database can be read **and written** and its migrations
+//!   match (see [`crate::ready`]); `503` with the reason otherwise, and while
+//!   the server shuts down.
+//! - `/healthz`: `/readyz`, under the name older deployments probe.
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::app::App;
+use crate::error::UNAVAILABLE_RETRY_AFTER;
 
-pub(crate) async fn healthz(State(app): State<App>) -> Response {
-    match app.store.ping().await {
-        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "health check: database unreachable");
-            (StatusCode::SERVICE_UNAVAILABLE, "database unreachable\n").into_response()
+pub(crate) async fn livez() -> Response {
+    (StatusCode::OK, "live\n").into_response()
+}
+
+pub(crate) async fn readyz(State(app): State<App>) -> Response {
+    let answer = if *app.shutdown.borrow() {
+        Err("shutting down".to_owned())
+    } else {
+        app.readiness.check(&app.store).await
+    };
+    match answer {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(why) => {
+            tracing::warn!(reason = %why, "not ready");
+            let mut resp = (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response();
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(UNAVAILABLE_RETRY_AFTER));
+            resp
         }
     }
 }

@@ -9,7 +9,7 @@
 //! | [`events`] | `GET /v1/events` |
 //! | [`spaces`] | `GET`/`POST /v1/spaces`, `GET`/`POST /v1/spaces/members`, `POST /v1/spaces/leave`, `GET /v1/invitations`, `POST /v1/invitations/accept`, `…/decline` |
 //! | [`admin`] | `POST /v1/admin/spaces`, `GET`/`POST /v1/admin/spaces/members` |
-//! | [`health`] | `/healthz`, `/metrics` |
+//! | [`health`] | `/livez`, `/readyz`, `/healthz`, `/metrics` |
 //! | [`faults`] | `POST /__faults` (only with `--enable-faults`) |
 //!
 //! The API routes sit behind [`crate::guard`] (auth, rate limit, per-user
@@ -68,7 +68,9 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         .merge(api)
         .merge(admin)
         .route("/v1/{*rest}", any(not_found))
-        .route("/healthz", get(health::healthz))
+        .route("/livez", get(health::livez))
+        .route("/readyz", get(health::readyz))
+        .route("/healthz", get(health::readyz))
         .route("/metrics", get(health::metrics));
     r = if app.faults.is_some() {
         r.route("/__faults", post(faults::set))

@@ -27,7 +27,7 @@ pub(crate) async fn personal(
 ) -> Result<Response, ApiError> {
     let (cursor, limit) = pull_params(&query(q)?)?;
     let now = now_ms();
-    let mut page = app.store.pull(&user, cursor, limit).await.map_err(|e| ApiError::internal(&e))?;
+    let mut page = app.store.pull(&user, cursor, limit).await?;
     app.budgets.charge(Work::Reads, &user, 1 + page.changes.len());
     page.now = Some(now);
     page.schema_version = Some(app.schema.version);
@@ -49,7 +49,7 @@ pub(crate) async fn spaces(
     // them before its snapshot opens, and for the rows it reads after.
     app.budgets.charge(Work::Reads, &user, 1 + req.spaces.len());
     let now = now_ms();
-    let mut answer = app.store.pull_spaces(&user, &req.spaces, req.limit).await.map_err(|e| ApiError::internal(&e))?;
+    let mut answer = app.store.pull_spaces(&user, &req.spaces, req.limit).await?;
     answer.now = Some(now);
     answer.schema_version = Some(app.schema.version);
     let mut pulled = 0;

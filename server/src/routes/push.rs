@@ -58,6 +58,7 @@ pub(crate) async fn push(
     let judgement = match result {
         Ok(j) => j,
         Err(PushError::Judge(e)) => return Err(ApiError::new(ErrorCode::SchemaTooNew, e.to_string())),
+        Err(PushError::Store(e)) => return Err(ApiError::db(&e)),
         Err(e) => return Err(ApiError::internal(&e)),
     };
     app.metrics.push_judged(judgement.verdicts.iter().map(|v| &v.outcome), started.elapsed());

@@ -58,7 +58,7 @@ pub(crate) async fn list(
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let (after, limit) = page(&query(q)?)?;
-    let spaces = app.store.spaces_page(&user, &after, limit).await.map_err(|e| ApiError::internal(&e))?;
+    let spaces = app.store.spaces_page(&user, &after, limit).await?;
     let spaces = listed(&app, &user, spaces);
     let spaces = spaces.into_iter().map(|(space, role)| Membership { space, role }).collect();
     Ok(Json(SpacesList { spaces }).into_response())
@@ -71,7 +71,7 @@ pub(crate) async fn invitations(
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let (after, limit) = page(&query(q)?)?;
-    let list = app.store.invitations(&user, &after, limit).await.map_err(|e| ApiError::internal(&e))?;
+    let list = app.store.invitations(&user, &after, limit).await?;
     let list = listed(&app, &user, list);
     let invitations = list
         .into_iter()

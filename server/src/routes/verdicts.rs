@@ -25,6 +25,6 @@ pub(crate) async fn verdicts(
     let limits = app.limits();
     app.budgets.charge(Work::Reads, &user, 1 + req.op_ids.len());
     let verdicts =
-        app.store.verdicts(&app.schema, &user, &req.op_ids, &limits).await.map_err(|e| ApiError::internal(&e))?;
+        app.store.verdicts(&app.schema, &user, &req.op_ids, &limits).await?;
     Ok(Json(VerdictsResponse { verdicts, now: Some(limits.now) }).into_response())
 }

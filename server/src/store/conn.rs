@@ -60,6 +60,8 @@ mod sql {
     pub const MIGRATIONS_DONE: &str = "SELECT version FROM marksync_migrations";
     pub const RECORD_MIGRATION: &str = "INSERT INTO marksync_migrations (version, applied_at) VALUES ($1, $2)";
     pub const PING: &str = "SELECT 1";
+    pub const PROBE: &str = "INSERT INTO marksync_probe (id, at) VALUES (1, $1) \
+         ON CONFLICT (id) DO UPDATE SET at = excluded.at";
 }
 
 /// The `NOTIFY` channel of pokes between server processes.
@@ -203,6 +205,8 @@ pub(crate) trait Conn: Send {
     async fn ping(&mut self) -> Result<(), DbError>;
     /// Runs a script of statements (a migration).
     async fn run_script(&mut self, script: &'static str) -> Result<(), DbError>;
+    /// Writes the readiness probe's row: proof that the database takes writes.
+    async fn write_probe(&mut self) -> Result<(), DbError>;
     /// The versions of the migrations applied.
     async fn migrations_done(&mut self) -> Result<Vec<i64>, DbError>;
     /// Records a migration as applied.
@@ -489,6 +493,11 @@ where
 
     async fn run_script(&mut self, script: &'static str) -> Result<(), DbError> {
         sqlx::raw_sql(script).execute(self).await?;
+        Ok(())
+    }
+
+    async fn write_probe(&mut self) -> Result<(), DbError> {
+        sqlx::query(sql::PROBE).bind(now_ms_db()).execute(self).await?;
         Ok(())
     }
 

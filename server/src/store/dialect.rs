@@ -8,21 +8,26 @@
 use std::future::Future;
 
 use marksync::judge::{Remember, Remembered};
-use sqlx::pool::PoolConnection;
-use sqlx::{Database, IntoArguments, Pool, Transaction};
+use sqlx::pool::{PoolConnection, PoolOptions};
+use sqlx::{Connection, Database, IntoArguments, Pool, Transaction};
 
 use super::error::DbError;
+use super::DbOptions;
+
+/// One migration: its version, its name (the file's stem) and its SQL.
+pub(crate) type Migration = (i64, &'static str, &'static str);
 
 /// The migrations of a dialect's folder (`server/migrations/<dialect>/`), in
-/// order: (version, SQL). Both folders hold the same versions, named alike.
+/// order: (version, name, SQL). Both folders hold the same versions, named alike.
 macro_rules! migrations {
     ($dialect:literal) => {
         &[
-            (1, include_str!(concat!("../../migrations/", $dialect, "/0001_init.sql"))),
-            (2, include_str!(concat!("../../migrations/", $dialect, "/0002_verdict_rows.sql"))),
-            (3, include_str!(concat!("../../migrations/", $dialect, "/0003_spaces.sql"))),
-            (4, include_str!(concat!("../../migrations/", $dialect, "/0004_verdicts_kept.sql"))),
-            (5, include_str!(concat!("../../migrations/", $dialect, "/0005_invitations.sql"))),
+            (1, "0001_init", include_str!(concat!("../../migrations/", $dialect, "/0001_init.sql"))),
+            (2, "0002_verdict_rows", include_str!(concat!("../../migrations/", $dialect, "/0002_verdict_rows.sql"))),
+            (3, "0003_spaces", include_str!(concat!("../../migrations/", $dialect, "/0003_spaces.sql"))),
+            (4, "0004_verdicts_kept", include_str!(concat!("../../migrations/", $dialect, "/0004_verdicts_kept.sql"))),
+            (5, "0005_invitations", include_str!(concat!("../../migrations/", $dialect, "/0005_invitations.sql"))),
+            (6, "0006_probe", include_str!(concat!("../../migrations/", $dialect, "/0006_probe.sql"))),
         ]
     };
 }
@@ -163,11 +168,11 @@ pub(crate) trait Dialect: Database<Arguments: IntoArguments<Self>> {
     const BACKEND: &'static str;
     /// Its statements.
     const SQL: Statements;
-    /// Its migrations, in order: (version, SQL).
-    const MIGRATIONS: &'static [(i64, &'static str)];
+    /// Its migrations, in order: (version, name, SQL).
+    const MIGRATIONS: &'static [Migration];
 
     /// Opens the pools of the database at `url` (creating a SQLite file if missing).
-    fn open(url: &str, max_connections: u32) -> impl Future<Output = Result<Pools<Self>, DbError>> + Send;
+    fn open(url: &str, options: &DbOptions) -> impl Future<Output = Result<Pools<Self>, DbError>> + Send;
     /// Binds a list of texts.
     fn bind_list<'q>(q: Query<'q, Self>, items: &[&str]) -> Result<Query<'q, Self>, DbError>;
     /// Binds a list of placed rows.
@@ -180,6 +185,31 @@ pub(crate) trait Dialect: Database<Arguments: IntoArguments<Self>> {
     fn bind_heads<'q>(q: Query<'q, Self>, heads: &[(&str, i64)]) -> Result<Query<'q, Self>, DbError>;
     /// How many rows a statement inserted, updated or deleted.
     fn rows_affected(result: &Self::QueryResult) -> u64;
+}
+
+/// `options` with a check before each connection leaves the pool: one that
+/// a failed transaction left inside it is closed, and the pool opens a fresh
+/// one. (When a write fails — a full disk, an I/O error — SQLite may roll the
+/// transaction back by itself; the rollback the driver then sends fails, the
+/// connection still counts itself inside a transaction, and every `BEGIN` on
+/// it after that is refused: the single writer would stay wedged until a
+/// restart.)
+pub(crate) fn healing<D: Database>(options: PoolOptions<D>) -> PoolOptions<D> {
+    options.before_acquire(|conn, _| {
+        Box::pin(async move {
+            if !conn.is_in_transaction() {
+                return Ok(true);
+            }
+            // A rollback queued when the transaction was dropped may not have run yet:
+            // a round trip lets it, and then the connection tells the truth.
+            conn.ping().await?;
+            let clean = !conn.is_in_transaction();
+            if !clean {
+                tracing::warn!("a failed transaction left a database connection inside it: opening a new one");
+            }
+            Ok(clean)
+        })
+    })
 }
 
 impl<D: Dialect> Pools<D> {

@@ -39,6 +39,7 @@ mod spaces;
 mod sqlite;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use marksync::judge::{Judgement, Limits};
 use marksync::protocol::{Op, OpId, PullResponse, RememberedVerdict, SpacesPullResponse};
@@ -53,14 +54,45 @@ use dialect::Pools;
 
 pub use conn::{Counts, Invited, MemberSpace};
 pub use error::{redact, DbError, PushError, MAX_JUDGE_ATTEMPTS};
+pub use migrate::{MigrationState, Migrations};
 pub use push::PushControl;
 #[cfg(feature = "sabotage")]
 pub use push::Sabotage;
 pub use spaces::{Actor, Changed, SpaceError, SpaceLimits};
 
-/// The server's storage, on one of the two backends, and the bounds of its spaces.
+/// The server's storage, on one of the two backends, the bounds of its
+/// spaces, and whether it runs on a database migrated by a newer server.
 #[derive(Debug, Clone)]
-pub struct Store(Backend, SpaceLimits);
+pub struct Store(Backend, SpaceLimits, AllowNewer);
+
+/// `--allow-newer-schema`: unknown migrations in the database are accepted.
+#[derive(Debug, Clone, Copy)]
+struct AllowNewer(bool);
+
+/// How the store opens its database.
+#[derive(Debug, Clone)]
+pub struct DbOptions {
+    /// Most connections (PostgreSQL's pool; SQLite's readers).
+    pub max_connections: u32,
+    /// How long a request waits for a connection before it is answered
+    /// `503 unavailable` (PostgreSQL; SQLite's readers), and how long the
+    /// first connection at start may take.
+    pub acquire_timeout: Duration,
+    /// Apply the migrations, or only check them.
+    pub migrations: Migrations,
+    /// Accept a database that carries migrations this server does not know.
+    pub allow_newer: bool,
+}
+
+impl DbOptions {
+    /// The defaults of `marksync-server` with no flags.
+    pub const DEFAULT: DbOptions = DbOptions {
+        max_connections: 16,
+        acquire_timeout: Duration::from_secs(5),
+        migrations: Migrations::Apply,
+        allow_newer: false,
+    };
+}
 
 #[derive(Debug, Clone)]
 enum Backend {
@@ -83,23 +115,95 @@ macro_rules! on_backend {
 
 impl Store {
     /// Connects to `url` (`sqlite://FILE` — created if missing — or
-    /// `postgres://…`) and runs the migrations.
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Store, DbError> {
+    /// `postgres://…`), applies or checks the migrations, and proves the
+    /// database takes writes: a server that could only fail every push does
+    /// not start. A SQLite file this start created is removed again when the
+    /// start fails (a full disk must not leave an empty database behind).
+    pub async fn connect(url: &str, options: &DbOptions) -> Result<Store, DbError> {
+        let created = match url.starts_with("sqlite:") {
+            true => match sqlite::sqlite_file(url)? {
+                sqlite::SqliteFile::Path(p) if !std::path::Path::new(&p).exists() => Some(p),
+                _ => None,
+            },
+            false => None,
+        };
+        let opened = Store::open(url, options).await;
+        if let (Err(_), Some(path)) = (&opened, created) {
+            for suffix in ["", "-wal", "-shm", "-journal"] {
+                let _ = std::fs::remove_file(format!("{path}{suffix}"));
+            }
+        }
+        opened
+    }
+
+    async fn open(url: &str, options: &DbOptions) -> Result<Store, DbError> {
         let backend = if url.starts_with("sqlite:") {
-            Backend::Sqlite(<Sqlite as dialect::Dialect>::open(url, max_connections).await?)
+            Backend::Sqlite(<Sqlite as dialect::Dialect>::open(url, options).await?)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Backend::Postgres(<Postgres as dialect::Dialect>::open(url, max_connections).await?)
+            Backend::Postgres(<Postgres as dialect::Dialect>::open(url, options).await?)
         } else {
             return Err(DbError::BadUrl(redact(url)));
         };
-        let store = Store(backend, SpaceLimits::DEFAULT);
-        on_backend!(store, db => migrate::run(db).await)?;
+        let store = Store(backend, SpaceLimits::DEFAULT, AllowNewer(options.allow_newer));
+        let migrated = on_backend!(store, db => migrate::run(db, options.migrations, options.allow_newer).await);
+        let probed = match migrated {
+            Ok(()) => store.probe_write().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = probed {
+            store.close().await;
+            return Err(match e {
+                e if matches!(e, DbError::Db(_)) && e.is_unavailable() => {
+                    DbError::NotWritable { what: store.describe(url), source: Box::new(e) }
+                }
+                e => e,
+            });
+        }
         Ok(store)
+    }
+
+    /// The database as messages name it: the SQLite file, or the URL without its password.
+    fn describe(&self, url: &str) -> String {
+        match sqlite::sqlite_file(url) {
+            Ok(sqlite::SqliteFile::Path(p)) if matches!(self.0, Backend::Sqlite(_)) => format!("the SQLite file {p:?}"),
+            _ => redact(url),
+        }
+    }
+
+    /// Writes the probe's row in a write transaction of its own.
+    async fn probe_write(&self) -> Result<(), DbError> {
+        on_backend!(self, db => {
+            let mut tx = db.write().await?;
+            tx.write_probe().await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Whether the server can serve: the database answers a read, takes a
+    /// write (the probe's row), and carries exactly the migrations this
+    /// server knows (or newer ones, with `--allow-newer-schema`). The error
+    /// says which failed, in words an operator can act on.
+    pub async fn ready(&self) -> Result<(), String> {
+        self.ping().await.map_err(|e| format!("the database cannot be read: {e}"))?;
+        let state = on_backend!(self, db => migrate::state(db).await)
+            .map_err(|e| format!("the database's migrations cannot be read: {e}"))?;
+        if let Some(refusal) = state.refusal(self.2 .0) {
+            return Err(refusal.to_string());
+        }
+        self.probe_write().await.map_err(|e| format!("the database cannot be written: {e}"))
+    }
+
+    /// Applies the migrations of `url` and closes it (`marksync-server migrate`).
+    pub async fn migrate(url: &str, options: &DbOptions) -> Result<(), DbError> {
+        let options = DbOptions { migrations: Migrations::Apply, ..options.clone() };
+        Store::connect(url, &options).await?.close().await;
+        Ok(())
     }
 
     /// The same store with `limits` for its spaces and invitations.
     pub fn with_space_limits(self, limits: SpaceLimits) -> Store {
-        Store(self.0, limits)
+        Store(self.0, limits, self.2)
     }
 
     /// The backend's name: `sqlite` or `postgres`.

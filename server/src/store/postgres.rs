@@ -3,20 +3,22 @@
 //! step; pokes reach the other server processes by `NOTIFY`.
 
 use std::str::FromStr;
-use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgQueryResult};
-use sqlx::Postgres;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgQueryResult};
+use sqlx::{Connection, Postgres};
 use tokio::sync::{broadcast, watch};
 
 use super::conn::POKES;
-use super::dialect::{migrations, Dialect, EncodedRow, Key, Pools, Query, Statements, VerdictColumns};
-use super::error::DbError;
+use super::dialect::{
+    healing, migrations, Dialect, EncodedRow, Key, Migration, Pools, Query, Statements, VerdictColumns,
+};
+use super::error::{redact, DbError};
+use super::DbOptions;
 use crate::poke::Poke;
 
 impl Dialect for Postgres {
     const BACKEND: &'static str = "postgres";
-    const MIGRATIONS: &'static [(i64, &'static str)] = migrations!("postgres");
+    const MIGRATIONS: &'static [Migration] = migrations!("postgres");
     const SQL: Statements = Statements {
         begin_write: "BEGIN",
         begin_snapshot: "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
@@ -62,12 +64,27 @@ impl Dialect for Postgres {
         notify: Some("SELECT pg_notify($1, $2)"),
     };
 
-    async fn open(url: &str, max_connections: u32) -> Result<Pools<Postgres>, DbError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections.max(2))
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(PgConnectOptions::from_str(url)?)
-            .await?;
+    async fn open(url: &str, options: &DbOptions) -> Result<Pools<Postgres>, DbError> {
+        let connect = PgConnectOptions::from_str(url)?;
+        let what = |source| DbError::Open { what: redact(url), source };
+        // One connection first, bounded by the acquire timeout: its error is the
+        // database's own ("connection refused", "password authentication failed"),
+        // where a pool would retry until its timeout and say only "pool timed out".
+        match tokio::time::timeout(options.acquire_timeout, PgConnection::connect_with(&connect)).await {
+            Ok(Ok(conn)) => {
+                let _ = conn.close().await;
+            }
+            Ok(Err(e)) => return Err(what(e)),
+            Err(_) => return Err(what(sqlx::Error::PoolTimedOut)),
+        }
+        // A request waits `acquire_timeout` for a connection, never the pool's 30 s
+        // default: in an outage it is answered 503 at once and retried by the client.
+        let pool = healing(PgPoolOptions::new())
+            .max_connections(options.max_connections.max(2))
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(what)?;
         Ok(Pools { writer: pool.clone(), reader: pool })
     }
 

@@ -11,14 +11,17 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult, SqliteSynchronous};
 use sqlx::Sqlite;
 
-use super::dialect::{migrations, Dialect, EncodedRow, Key, Pools, Query, Statements, VerdictColumns};
+use super::dialect::{
+    healing, migrations, Dialect, EncodedRow, Key, Migration, Pools, Query, Statements, VerdictColumns,
+};
 use super::error::DbError;
+use super::DbOptions;
 
 /// `[spaces]` as one JSON array: the single writer already holds every lock.
 const READ_HEADS: &str = "SELECT space_id, seq FROM heads WHERE space_id IN (SELECT value FROM json_each($1))";
 impl Dialect for Sqlite {
     const BACKEND: &'static str = "sqlite";
-    const MIGRATIONS: &'static [(i64, &'static str)] = migrations!("sqlite");
+    const MIGRATIONS: &'static [Migration] = migrations!("sqlite");
     const SQL: Statements = Statements {
         begin_write: "BEGIN IMMEDIATE",
         begin_snapshot: "BEGIN",
@@ -66,26 +69,31 @@ impl Dialect for Sqlite {
         notify: None,
     };
 
-    async fn open(url: &str, max_readers: u32) -> Result<Pools<Sqlite>, DbError> {
-        let options = SqliteConnectOptions::from_str(url)?
+    async fn open(url: &str, options: &DbOptions) -> Result<Pools<Sqlite>, DbError> {
+        let file = sqlite_file(url)?;
+        let connect = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(30));
-        let writer = SqlitePoolOptions::new()
+        let what = |source| DbError::Open { what: file.describe(), source };
+        // The single writer is a queue, not a pool to fail over: a push waits its turn
+        // (pushes are bounded per user), so its wait is long; an outage shows on the
+        // write itself, answered at once.
+        let writer = healing(SqlitePoolOptions::new())
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(60))
-            .connect_with(options.clone())
-            .await?;
-        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        let reader = if in_memory {
-            writer.clone()
-        } else {
-            SqlitePoolOptions::new()
-                .max_connections(max_readers.clamp(1, 16))
-                .acquire_timeout(Duration::from_secs(30))
-                .connect_with(options.create_if_missing(false))
-                .await?
+            .connect_with(connect.clone())
+            .await
+            .map_err(what)?;
+        let reader = match file {
+            SqliteFile::Memory => writer.clone(),
+            SqliteFile::Path(_) => healing(SqlitePoolOptions::new())
+                .max_connections(options.max_connections.clamp(1, 16))
+                .acquire_timeout(options.acquire_timeout)
+                .connect_with(connect.create_if_missing(false))
+                .await
+                .map_err(what)?,
         };
         Ok(Pools { writer, reader })
     }
@@ -121,6 +129,63 @@ impl Dialect for Sqlite {
     }
 }
 
+/// Where a SQLite URL puts the database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SqliteFile {
+    /// `sqlite::memory:`, asked for by name (tests): gone at every stop.
+    Memory,
+    /// A file.
+    Path(String),
+}
+
+impl SqliteFile {
+    fn describe(&self) -> String {
+        match self {
+            SqliteFile::Memory => "the in-memory SQLite database".into(),
+            SqliteFile::Path(p) => format!("the SQLite file {p:?}"),
+        }
+    }
+}
+
+/// The file a SQLite URL names. An empty one (`sqlite:`, `sqlite://` — an
+/// unset variable in a deployment's `sqlite://$DIR/…`) or memory asked for
+/// any other way than `sqlite::memory:` is refused: SQLite would run in
+/// memory, answer `applied`, and lose everything at the next stop.
+pub(crate) fn sqlite_file(url: &str) -> Result<SqliteFile, DbError> {
+    let rest = url.strip_prefix("sqlite:").unwrap_or(url);
+    if rest == ":memory:" {
+        return Ok(SqliteFile::Memory);
+    }
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if query.split('&').any(|p| p.eq_ignore_ascii_case("mode=memory")) || path.contains(":memory:") {
+        return Err(DbError::NoFile(format!(
+            "--database {url:?} asks for an in-memory SQLite database, lost at every stop: name a file (sqlite://FILE), or say exactly sqlite::memory: (for tests)"
+        )));
+    }
+    if path.trim().is_empty() {
+        return Err(DbError::NoFile(format!(
+            "--database {url:?} names no SQLite file (an unset variable?): SQLite would run in memory and lose everything at the next stop. Name a file: sqlite://FILE"
+        )));
+    }
+    Ok(SqliteFile::Path(path.to_owned()))
+}
+
 fn json<T: serde::Serialize>(value: &T) -> Result<String, DbError> {
     serde_json::to_string(value).map_err(|e| DbError::Corrupt(format!("encode parameter: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sqlite_url_must_name_a_file_or_ask_for_memory_by_name() {
+        assert_eq!(sqlite_file("sqlite::memory:").unwrap(), SqliteFile::Memory);
+        assert_eq!(sqlite_file("sqlite://data/m.db").unwrap(), SqliteFile::Path("data/m.db".into()));
+        assert_eq!(sqlite_file("sqlite:///var/m.db?mode=rwc").unwrap(), SqliteFile::Path("/var/m.db".into()));
+        for bad in ["sqlite:", "sqlite://", "sqlite://?mode=rwc", "sqlite://x.db?mode=memory", "sqlite://:memory:", "sqlite:  "] {
+            assert!(matches!(sqlite_file(bad), Err(DbError::NoFile(_))), "{bad}");
+        }
+    }
 }

@@ -4,6 +4,8 @@
 //! plain-HTTP client.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod process;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -95,7 +97,7 @@ pub fn config(database: &str) -> Config {
     let mut c = Config::with_database(database);
     c.dev_auth = true;
     c.enable_faults = true;
-    c.jwt_secret = Some("test-secret".into());
+    c.jwt_secret = Some("test-secret-of-at-least-32-bytes!".into());
     c.listen = "127.0.0.1:0".parse().unwrap();
     c.db_max_connections = 4;
     // Refusals are answered at once: the suite counts them, it does not wait on them.
