@@ -91,23 +91,30 @@ fn unavailable(e: &sqlx::Error) -> bool {
         | sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(d) => d.code().is_some_and(|code| unavailable_code(&code)),
+        sqlx::Error::Database(d) => d.code().is_some_and(|code| {
+            if d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                sqlite_unavailable(&code)
+            } else {
+                postgres_unavailable(&code)
+            }
+        }),
         _ => false,
     }
 }
 
-/// A database error code that means "not now" rather than "not this".
-/// SQLite speaks numbers (extended result codes; the low byte is the primary
-/// one), PostgreSQL five-character SQLSTATEs.
-fn unavailable_code(code: &str) -> bool {
-    match code.parse::<i32>() {
-        // SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN.
-        Ok(n) => matches!(n & 0xff, 5 | 6 | 8 | 10 | 13 | 14),
-        // Connection exceptions (08), insufficient resources — disk full, out of memory,
-        // too many connections (53) —, an administrator's shutdown or a server starting (57P),
-        // a read-only transaction on a hot standby (25006).
-        Err(_) => code.starts_with("08") || code.starts_with("53") || code.starts_with("57P") || code == "25006",
-    }
+/// A SQLite result code that means "not now" rather than "not this": the
+/// low byte of an extended code is the primary one — SQLITE_BUSY,
+/// SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN.
+fn sqlite_unavailable(code: &str) -> bool {
+    code.parse::<i32>().is_ok_and(|n| matches!(n & 0xff, 5 | 6 | 8 | 10 | 13 | 14))
+}
+
+/// A PostgreSQL SQLSTATE that means "not now": connection exceptions (08),
+/// insufficient resources — disk full, out of memory, too many connections
+/// (53) —, an administrator's shutdown or a server starting (57P), a
+/// read-only transaction on a hot standby (25006).
+fn postgres_unavailable(code: &str) -> bool {
+    code.starts_with("08") || code.starts_with("53") || code.starts_with("57P") || code == "25006"
 }
 
 /// Why a push was not judged.
@@ -116,7 +123,7 @@ pub enum PushError {
     /// The first op's schema is newer than the server's: 409 `schema_too_new`.
     #[error(transparent)]
     Judge(#[from] JudgeError),
-    /// Storage failed: 500 `internal`.
+    /// Storage failed: 503 `unavailable` or 500 `internal`.
     #[error(transparent)]
     Store(#[from] DbError),
     /// A `failBeforeCommit` fault rolled the push back: 500 `internal`.
@@ -198,11 +205,17 @@ mod tests {
         assert!(DbError::Db(sqlx::Error::PoolTimedOut).is_unavailable());
         assert!(!DbError::Corrupt("x".into()).is_unavailable());
         assert!(!DbError::Db(sqlx::Error::RowNotFound).is_unavailable());
-        for code in ["13", "10", "778", "8", "5", "08006", "57P01", "53100", "25006"] {
-            assert!(unavailable_code(code), "{code}");
+        for code in ["13", "10", "778", "8", "5"] {
+            assert!(sqlite_unavailable(code), "{code}");
         }
-        for code in ["1", "19", "2067", "23505", "42P01", "40001"] {
-            assert!(!unavailable_code(code), "{code}");
+        for code in ["1", "19", "2067", "787"] {
+            assert!(!sqlite_unavailable(code), "{code}");
+        }
+        for code in ["08006", "08001", "57P01", "53100", "25006"] {
+            assert!(postgres_unavailable(code), "{code}");
+        }
+        for code in ["23505", "42P01", "40001", "22P02"] {
+            assert!(!postgres_unavailable(code), "{code}");
         }
     }
 }
