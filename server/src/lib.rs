@@ -29,6 +29,7 @@ pub mod conn;
 pub mod error;
 pub mod faults;
 pub mod guard;
+pub mod logging;
 pub mod metrics;
 pub mod poke;
 pub mod rate;

@@ -3,15 +3,15 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use marksync_server::Config;
-use tracing_subscriber::EnvFilter;
+use marksync_server::{logging, Config};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .init();
     let config = Config::parse();
+    if let Err(e) = logging::init(config.log_format) {
+        eprintln!("marksync-server: cannot start logging: {e}");
+        return ExitCode::FAILURE;
+    }
     let listener = match tokio::net::TcpListener::bind(config.listen).await {
         Ok(l) => l,
         Err(e) => {
