@@ -7,7 +7,7 @@ use std::time::Duration;
 use marksync::schema::Schema;
 use tokio::sync::{broadcast, watch};
 
-use crate::auth::{AdminCredential, Auth};
+use crate::auth::{AdminCredential, Auth, BearerSecret};
 use crate::budget::Budgets;
 use crate::caps::Caps;
 use crate::config::Config;
@@ -61,6 +61,8 @@ pub struct AppState {
     pub sabotage: Sabotage,
     /// The admin credential (`--admin-token`), when configured.
     pub admin: AdminCredential,
+    /// The token `/metrics` asks for (`--metrics-token`), when configured.
+    pub metrics_token: BearerSecret,
     /// Use the per-op judge (benchmark only).
     #[cfg(feature = "bench-per-op")]
     pub per_op_judge: bool,
@@ -198,6 +200,7 @@ impl App {
             #[cfg(feature = "sabotage")]
             sabotage: config.sabotage,
             admin: AdminCredential::new(config.admin_token.as_deref()),
+            metrics_token: BearerSecret::new(config.metrics_token.as_deref()),
             #[cfg(feature = "bench-per-op")]
             per_op_judge: config.per_op_judge,
         })))

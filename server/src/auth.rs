@@ -140,30 +140,36 @@ fn check_user(user: &str) -> Result<String, ApiError> {
     Ok(user.to_owned())
 }
 
-/// The admin credential (`--admin-token`), when configured. Its `Debug`
-/// never shows it: the state it is part of may be logged.
+/// A shared secret a caller shows as `Authorization: Bearer <it>`: the admin
+/// credential (`--admin-token`) and the metrics token (`--metrics-token`).
+/// Its `Debug` never shows it: the state it is part of may be logged.
 #[derive(Clone, Default)]
-pub struct AdminCredential(Option<Arc<str>>);
+pub struct BearerSecret(Option<Arc<str>>);
 
-impl std::fmt::Debug for AdminCredential {
+/// The admin credential (`--admin-token`), when configured.
+pub type AdminCredential = BearerSecret;
+
+impl std::fmt::Debug for BearerSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("AdminCredential").field(&self.0.as_ref().map(|_| "…")).finish()
+        f.debug_tuple("BearerSecret").field(&self.0.as_ref().map(|_| "…")).finish()
     }
 }
 
-impl AdminCredential {
-    /// `token`, unless absent or empty (then the admin routes answer 404).
-    pub fn new(token: Option<&str>) -> AdminCredential {
-        AdminCredential(token.filter(|t| !t.is_empty()).map(Arc::from))
+impl BearerSecret {
+    /// `token`, unless absent or empty (then nothing is configured: the admin
+    /// routes answer 404, `/metrics` is open).
+    pub fn new(token: Option<&str>) -> BearerSecret {
+        BearerSecret(token.filter(|t| !t.is_empty()).map(Arc::from))
     }
 
-    /// Whether an admin credential is configured.
+    /// Whether a secret is configured.
     pub fn is_set(&self) -> bool {
         self.0.is_some()
     }
 
-    /// Whether an `Authorization` header value is `Bearer <the credential>`.
-    fn admits(&self, header: Option<&str>) -> bool {
+    /// Whether an `Authorization` header value is `Bearer <the secret>`,
+    /// compared in time that does not tell where a wrong guess first differs.
+    pub fn admits(&self, header: Option<&str>) -> bool {
         let Some(expected) = self.0.as_deref() else { return false };
         let given = header
             .and_then(|v| v.split_once(' '))

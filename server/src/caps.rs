@@ -71,6 +71,11 @@ impl Caps {
             held: Semaphore::new(REFUSALS_HELD),
         }
     }
+
+    /// Event streams open now, all users together (for `/metrics`).
+    pub fn streams_open(&self) -> usize {
+        self.streams.inner.lock().unwrap_or_else(|p| p.into_inner()).open
+    }
 }
 
 /// How many of something each user holds, under a cap. Hand-written: a map of counts.

@@ -7,6 +7,7 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Parser, Subcommand};
 use marksync::schema::Schema;
 
+use crate::logging::LogFormat;
 #[cfg(feature = "sabotage")]
 use crate::store::Sabotage;
 use crate::store::{DbOptions, Migrations, SpaceLimits};
@@ -200,6 +201,15 @@ pub struct Config {
     #[arg(long, env = "MARKSYNC_MAX_MEMBERS_PER_SPACE", default_value_t = SpaceLimits::DEFAULT.members_per_space)]
     pub max_members_per_space: usize,
 
+    /// `text` (for people) or `json` (one object per line, for log collectors). `RUST_LOG` filters both.
+    #[arg(long, env = "MARKSYNC_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// When set, `/metrics` answers only `Authorization: Bearer <it>` (else 401). Unset or empty:
+    /// `/metrics` is open, for a scraper on a private network.
+    #[arg(long, env = "MARKSYNC_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
+
     /// A schema given in code (tests, embedding); wins over `--schema`.
     #[arg(skip)]
     pub schema_value: Option<Schema>,
@@ -321,6 +331,8 @@ impl Config {
             max_spaces_per_user: SpaceLimits::DEFAULT.spaces_per_user,
             max_owned_spaces_per_user: SpaceLimits::DEFAULT.owned_per_user,
             max_members_per_space: SpaceLimits::DEFAULT.members_per_space,
+            log_format: LogFormat::Text,
+            metrics_token: None,
             schema_value: None,
             #[cfg(feature = "sabotage")]
             sabotage: Sabotage::None,
@@ -386,6 +398,7 @@ mod tests {
         );
         assert_eq!(c.budgets(), d.budgets(), "the documented budgets, both ways");
         assert!(c.jwt_audience.is_empty() && c.jwt_issuer.is_none());
+        assert_eq!((c.log_format, &c.metrics_token), (d.log_format, &d.metrics_token));
         assert_eq!(c.space_limits(), d.space_limits(), "the documented bounds of spaces, both ways");
         let c = Config::try_parse_from([
             "marksync-server",
@@ -396,8 +409,13 @@ mod tests {
             "http://c",
             "--static",
             "www/dist",
+            "--log-format",
+            "json",
+            "--metrics-token",
+            "scrape",
         ])
         .unwrap();
+        assert_eq!((c.log_format, c.metrics_token.as_deref()), (LogFormat::Json, Some("scrape")));
         assert!(c.dev_auth);
         assert_eq!(c.cors_origin, ["http://a", "http://b", "http://c"]);
         assert_eq!(c.static_dir, Some(PathBuf::from("www/dist")));

@@ -117,7 +117,7 @@ impl IntoResponse for ApiError {
         if let Some(secs) = self.retry_after {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        // Read by the metrics middleware.
+        // Read by the access middleware, which counts it (crate::access).
         resp.extensions_mut().insert(self.code);
         resp
     }
@@ -137,10 +137,10 @@ impl From<SpaceError> for ApiError {
 }
 
 /// The answer to a route that does not exist (or is switched off): `404
-/// not_found`, not counted among the errors of requests.
+/// not_found`, counted under `not_found` like a space that does not exist
+/// (`marksync_http_requests_total{route="other"}` tells the two apart).
 pub async fn not_found() -> Response {
-    (StatusCode::NOT_FOUND, Json(serde_json::json!({"error": {"code": "not_found", "message": "no such route"}})))
-        .into_response()
+    ApiError::new(ErrorCode::NotFound, "no such route").into_response()
 }
 
 #[cfg(test)]

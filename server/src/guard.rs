@@ -29,7 +29,6 @@ use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use http_body::Frame;
 use http_body_util::BodyExt;
 use tokio::time::Sleep;
@@ -48,7 +47,8 @@ const REFUSAL_DRAIN_TIME: Duration = Duration::from_secs(1);
 /// `Retry-After` seconds when a per-user cap is full.
 const CAP_RETRY_AFTER: u64 = 1;
 
-/// The user a request was authenticated as (a request extension set by [`api`]).
+/// The user a request was authenticated as: a request extension set by
+/// [`api`] for the handler, and a response extension for the access log.
 #[derive(Debug, Clone)]
 pub struct User(pub String);
 
@@ -72,13 +72,29 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
         Ok(u) => u,
         Err(e) => return refuse(&app, req, e).await,
     };
+    // From here on every line of this request, and its access line, names the user.
+    tracing::Span::current().record("user", tracing::field::display(&user));
+    let mut resp = admit(app, req, next, &user, events, &query).await;
+    resp.extensions_mut().insert(User(user));
+    resp
+}
+
+/// The rest of [`api`], for an authenticated `user`.
+async fn admit(
+    app: App,
+    req: Request,
+    next: Next,
+    user: &str,
+    events: bool,
+    query: &HashMap<String, String>,
+) -> Response {
     if let Some(l) = &app.limiter {
-        if let Err(secs) = l.check(&user) {
+        if let Err(secs) = l.check(user) {
             return refuse(&app, req, ApiError::rate_limited(secs)).await;
         }
     }
     // A user in debt on the budget this route spends is refused before its body is read.
-    if let Err(e) = app.budgets.ready(work_of(req.method(), req.uri().path()), &user, &app.metrics) {
+    if let Err(e) = app.budgets.ready(work_of(req.method(), req.uri().path()), user, &app.metrics) {
         return refuse(&app, req, e).await;
     }
     // The device names the user its database belongs to: a token of anyone
@@ -92,7 +108,7 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     }
     let (mut request, mut stream) = (None, None);
     let refused = if events {
-        match app.caps.streams.take(&user) {
+        match app.caps.streams.take(user) {
             Ok((place, cut)) => {
                 if cut {
                     app.metrics.stream_cut();
@@ -106,7 +122,7 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
             }
         }
     } else {
-        request = app.caps.requests.take(&user);
+        request = app.caps.requests.take(user);
         request.is_none().then_some("too many requests in progress for this user")
     };
     if let Some(why) = refused {
@@ -115,7 +131,7 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
         return refuse(&app, req, e).await;
     }
     let (mut parts, body) = req.into_parts();
-    parts.extensions.insert(User(user));
+    parts.extensions.insert(User(user.to_owned()));
     let timed_out = Arc::new(AtomicBool::new(false));
     let body = if body.is_end_stream() {
         body
@@ -138,8 +154,7 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     if timed_out.load(Ordering::Acquire) {
         app.metrics.body_timed_out();
         let message = format!("the body did not arrive within {} ms", app.caps.body_timeout.as_millis());
-        let body = marksync::protocol::ErrorBody::new(marksync::protocol::ErrorCode::RequestTimeout, message);
-        return closing((StatusCode::REQUEST_TIMEOUT, Json(body)).into_response());
+        return closing(ApiError::new(ErrorCode::RequestTimeout, message).into_response());
     }
     resp
 }

@@ -19,6 +19,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod access;
 pub mod app;
 pub mod auth;
 pub mod budget;
@@ -29,6 +30,7 @@ pub mod conn;
 pub mod error;
 pub mod faults;
 pub mod guard;
+pub mod logging;
 pub mod metrics;
 pub mod poke;
 pub mod rate;

@@ -5,17 +5,17 @@ use std::process::ExitCode;
 use clap::Parser;
 use marksync_server::config::Command;
 use marksync_server::store::Store;
-use marksync_server::Config;
-use tracing_subscriber::EnvFilter;
+use marksync_server::{logging, Config};
 
 fn main() -> ExitCode {
     // Before any thread starts: an empty variable is an unset one, everywhere
     // (`MARKSYNC_JWT_AUDIENCE=` must not demand an empty audience of every token).
     unset_empty_variables();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .init();
     let config = Config::parse();
+    if let Err(e) = logging::init(config.log_format) {
+        eprintln!("marksync-server: cannot start logging: {e}");
+        return ExitCode::FAILURE;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

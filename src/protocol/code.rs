@@ -16,6 +16,10 @@ macro_rules! codes {
         }
 
         impl Code {
+            /// Every code, in the order declared: whoever counts or lists codes
+            /// (the server's metrics) follows a new one without a change.
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
+
             /// The code as it is written on the wire, in statuses and on JS errors.
             pub const fn as_str(self) -> &'static str {
                 match self {
@@ -155,5 +159,15 @@ mod tests {
             assert_eq!(serde_json::to_string(&c).unwrap(), format!("\"{}\"", c.as_str()));
         }
         assert_eq!(Code::parse("nope"), None);
+    }
+
+    #[test]
+    fn all_lists_every_code_once() {
+        assert_eq!(Code::ALL.first(), Some(&Code::Unauthorized));
+        for (i, c) in Code::ALL.iter().enumerate() {
+            assert_eq!(Code::parse(c.as_str()), Some(*c));
+            assert!(!Code::ALL[..i].contains(c), "{c} twice");
+        }
+        assert!(Code::ALL.contains(&Code::Network) && Code::ALL.contains(&Code::Internal));
     }
 }

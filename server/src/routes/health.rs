@@ -1,4 +1,5 @@
-//! Probes and metrics, for operators; no auth (`/metrics` may ask for a token).
+//! Probes and metrics, for operators: no user auth; `/metrics` asks for
+//! `--metrics-token` when set.
 //!
 //! - `/livez`: the process serves requests. It never touches the database, so
 //!   a liveness probe does not restart every replica during a database blip.
@@ -8,11 +9,12 @@
 //! - `/healthz`: `/readyz`, under the name older deployments probe.
 
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::app::App;
-use crate::error::UNAVAILABLE_RETRY_AFTER;
+use crate::error::{ApiError, UNAVAILABLE_RETRY_AFTER};
+use crate::metrics::Live;
 
 pub(crate) async fn livez() -> Response {
     (StatusCode::OK, "live\n").into_response()
@@ -35,6 +37,16 @@ pub(crate) async fn readyz(State(app): State<App>) -> Response {
     }
 }
 
-pub(crate) async fn metrics(State(app): State<App>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.metrics.render()).into_response()
+pub(crate) async fn metrics(State(app): State<App>, headers: HeaderMap) -> Response {
+    if app.metrics_token.is_set() {
+        let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        if !app.metrics_token.admits(given) {
+            let mut resp =
+                ApiError::unauthorized("/metrics needs Authorization: Bearer <the metrics token>").into_response();
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return resp;
+        }
+    }
+    let live = Live { streams_open: app.caps.streams_open(), pools: app.store.pool_stats() };
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.metrics.render(&live)).into_response()
 }

@@ -13,7 +13,9 @@
 //! | [`faults`] | `POST /__faults` (only with `--enable-faults`) |
 //!
 //! The API routes sit behind [`crate::guard`] (auth, rate limit, per-user
-//! caps, body deadline), the admin routes behind [`crate::auth::admin`].
+//! caps, body deadline), the admin routes behind [`crate::auth::admin`];
+//! every route, the fallback included, behind [`crate::access`] (request id,
+//! span, access log, request metrics).
 
 mod admin;
 mod events;
@@ -28,21 +30,17 @@ mod verdicts;
 
 use std::time::Duration;
 
-use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method};
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::middleware;
 use axum::routing::{any, get, post};
 use axum::Router;
-use marksync::protocol::ErrorCode;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::services::{ServeDir, ServeFile};
-use tower_http::trace::TraceLayer;
 
 use crate::app::App;
 use crate::config::Config;
 use crate::error::{not_found, ServerError};
-use crate::{auth, guard};
+use crate::{access, auth, guard};
 
 /// The router of the whole server.
 pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
@@ -81,15 +79,12 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         Some(dir) => r.fallback_service(ServeDir::new(dir).fallback(ServeFile::new(dir.join("index.html")))),
         None => r.fallback(not_found),
     };
-    let mut r = r.layer(middleware::from_fn_with_state(app.clone(), count_errors)).with_state(app);
+    let mut r = r.with_state(app.clone());
     if !config.cors_origin.is_empty() {
         r = r.layer(cors(&config.cors_origin)?);
     }
-    // Spans name the path only: `/v1/events?token=…` must not put tokens in logs.
-    let trace = TraceLayer::new_for_http().make_span_with(
-        |req: &Request| tracing::debug_span!("request", method = %req.method(), path = %req.uri().path()),
-    );
-    Ok(r.layer(trace))
+    // Outermost: a CORS preflight, a 404 and a refusal get an id and a log line too.
+    Ok(r.layer(middleware::from_fn_with_state(app, access::observe)))
 }
 
 fn cors(origins: &[String]) -> Result<CorsLayer, ServerError> {
@@ -106,15 +101,6 @@ fn cors(origins: &[String]) -> Result<CorsLayer, ServerError> {
         .allow_origin(allow)
         .allow_methods([Method::GET, Method::POST])
         .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::IF_NONE_MATCH])
-        .expose_headers([header::RETRY_AFTER, header::ETAG])
+        .expose_headers([header::RETRY_AFTER, header::ETAG, access::REQUEST_ID])
         .max_age(Duration::from_secs(600)))
-}
-
-/// Counts every whole-request error by code.
-async fn count_errors(State(app): State<App>, req: Request, next: Next) -> Response {
-    let resp = next.run(req).await;
-    if let Some(code) = resp.extensions().get::<ErrorCode>() {
-        app.metrics.error(*code);
-    }
-    resp
 }

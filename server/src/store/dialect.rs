@@ -155,6 +155,24 @@ pub(crate) struct Pools<D: Database> {
     pub reader: Pool<D>,
 }
 
+/// How busy one pool is, read at scrape time for `/metrics`: a pool with no
+/// idle connection left at its max makes requests wait for the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    /// `writer` or `reader`.
+    pub pool: &'static str,
+    /// Connections open, in use or idle.
+    pub size: u32,
+    /// Connections open and idle.
+    pub idle: usize,
+    /// The most connections it opens.
+    pub max: u32,
+}
+
+fn stats_of<D: Database>(pool: &'static str, p: &Pool<D>) -> PoolStats {
+    PoolStats { pool, size: p.size(), idle: p.num_idle(), max: p.options().get_max_connections() }
+}
+
 // By hand: a derive would ask `D: Clone` of the database type.
 impl<D: Database> Clone for Pools<D> {
     fn clone(&self) -> Self {
@@ -226,6 +244,11 @@ impl<D: Dialect> Pools<D> {
     /// A reader connection, for reads that need no snapshot.
     pub(crate) async fn read(&self) -> Result<PoolConnection<D>, DbError> {
         Ok(self.reader.acquire().await?)
+    }
+
+    /// The writer's and the reader's [`PoolStats`] (the same pool's twice where there is one).
+    pub(crate) fn stats(&self) -> Vec<PoolStats> {
+        vec![stats_of("writer", &self.writer), stats_of("reader", &self.reader)]
     }
 
     /// Closes every connection.

@@ -53,6 +53,7 @@ use conn::Conn;
 use dialect::Pools;
 
 pub use conn::{Counts, Invited, MemberSpace};
+pub use dialect::PoolStats;
 pub use error::{redact, DbError, PushError, MAX_JUDGE_ATTEMPTS};
 pub use migrate::{MigrationState, Migrations};
 pub use push::PushControl;
@@ -337,6 +338,11 @@ impl Store {
     /// Whether the database answers.
     pub async fn ping(&self) -> Result<(), DbError> {
         on_backend!(self, db => db.read().await?.ping().await)
+    }
+
+    /// How busy the writer and reader pools are now (for `/metrics`).
+    pub fn pool_stats(&self) -> Vec<PoolStats> {
+        on_backend!(self, db => db.stats())
     }
 
     /// Closes every connection.
