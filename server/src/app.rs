@@ -166,7 +166,8 @@ impl App {
             return Err(ServerError::Config(format!("--max-spaces-per-user must be 1 to {most}")));
         }
         let schema = load_schema(config)?;
-        let store = Store::connect(&config.database, &config.db_options()).await?.with_space_limits(config.space_limits());
+        let store =
+            Store::connect(&config.database, &config.db_options()).await?.with_space_limits(config.space_limits());
         tracing::info!(backend = store.backend(), database = %store::redact(&config.database), schema_version = schema.version, "storage ready");
         let limiter = (config.rate_limit > 0.0)
             .then(|| RateLimiter::new(config.rate_limit, config.rate_burst.unwrap_or(config.rate_limit * 2.0)));

@@ -212,7 +212,10 @@ mod tests {
     fn jwt_dev_and_refusals() {
         let now = jsonwebtoken::get_current_timestamp();
         let a = Auth::new(Some("s3cret"), false);
-        assert_eq!(a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now + 60))), None, Caller::Local).unwrap(), "alice");
+        assert_eq!(
+            a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now + 60))), None, Caller::Local).unwrap(),
+            "alice"
+        );
         assert!(a.user(Some(&format!("Bearer {}", token("other", "alice", now + 60))), None, Caller::Local).is_err());
         assert!(a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now - 600))), None, Caller::Local).is_err());
         assert!(a.user(Some("Bearer dev:alice"), None, Caller::Local).is_err());

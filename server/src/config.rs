@@ -270,7 +270,11 @@ fn parse_origin(s: &str) -> Result<String, String> {
     if o == "*" {
         return Ok(o.to_owned());
     }
-    let bad = || format!("{s:?} is not an origin: scheme://host[:port], as a browser sends it (e.g. https://app.example.com), or *");
+    let bad = || {
+        format!(
+            "{s:?} is not an origin: scheme://host[:port], as a browser sends it (e.g. https://app.example.com), or *"
+        )
+    };
     let rest = o.strip_prefix("https://").or_else(|| o.strip_prefix("http://")).ok_or_else(bad)?;
     let (host, port) = match rest.strip_prefix('[').and_then(|r| r.split_once(']')) {
         // An IPv6 literal: `[::1]` or `[::1]:8080`.

@@ -75,7 +75,10 @@ impl ApiError {
         tracing::warn!(error = %cause, "database unavailable");
         ApiError {
             retry_after: Some(UNAVAILABLE_RETRY_AFTER),
-            ..Self::new(ErrorCode::Unavailable, "the server's database cannot be reached or written just now; retry later")
+            ..Self::new(
+                ErrorCode::Unavailable,
+                "the server's database cannot be reached or written just now; retry later",
+            )
         }
     }
     /// 429 `rate_limited` with `Retry-After: secs`.

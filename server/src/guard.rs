@@ -37,9 +37,9 @@ use marksync::protocol::ErrorCode;
 
 use crate::app::App;
 use crate::auth::Caller;
-use crate::conn::Peer;
 use crate::budget::Work;
 use crate::caps::StreamRefusal;
+use crate::conn::Peer;
 use crate::error::ApiError;
 
 /// The longest time a refused request's body is read and thrown away before the answer.

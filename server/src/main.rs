@@ -36,6 +36,13 @@ async fn run(config: Config) -> ExitCode {
             }
         };
     }
+    let signals = match StopSignals::register() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for stop signals");
+            return ExitCode::FAILURE;
+        }
+    };
     let listen = config.listen;
     // The database first: the port is bound only once requests can be answered.
     let prepared = match marksync_server::prepare(config).await {
@@ -52,7 +59,7 @@ async fn run(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match prepared.serve(listener, shutdown_signal()).await {
+    match prepared.serve(listener, shutdown_signal(signals)).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "marksync-server failed");
@@ -72,46 +79,61 @@ fn unset_empty_variables() {
     }
 }
 
+/// The stop signals, listened to from the moment they are registered: a
+/// signal that arrives while the database opens is not lost (nor does it kill
+/// the process by its default action).
+struct StopSignals {
+    #[cfg(unix)]
+    signals: Vec<(&'static str, tokio::signal::unix::Signal)>,
+}
+
+impl StopSignals {
+    /// Registers SIGINT, SIGTERM and SIGHUP (in the runtime).
+    fn register() -> std::io::Result<StopSignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(StopSignals {
+                signals: vec![
+                    ("SIGINT", signal(SignalKind::interrupt())?),
+                    ("SIGTERM", signal(SignalKind::terminate())?),
+                    ("SIGHUP", signal(SignalKind::hangup())?),
+                ],
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(StopSignals {})
+    }
+
+    /// The next stop signal's name.
+    async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            let waits = self.signals.iter_mut().map(|(name, s)| {
+                Box::pin(async move {
+                    s.recv().await;
+                    *name
+                })
+            });
+            futures_util::future::select_all(waits).await.0
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
+    }
+}
+
 /// Resolves on the first SIGINT, SIGTERM or SIGHUP: the server drains
 /// (requests in flight finish, within `--shutdown-timeout-ms`). A second
 /// signal exits at once — an operator who asks twice means it.
-async fn shutdown_signal() {
-    let name = stop_signal().await;
+async fn shutdown_signal(mut signals: StopSignals) {
+    let name = signals.next().await;
     tracing::info!(signal = name, "stopping: finishing requests in flight (a second signal exits at once)");
-    tokio::spawn(async {
-        let again = stop_signal().await;
+    tokio::spawn(async move {
+        let again = signals.next().await;
         tracing::warn!(signal = again, "second signal: exiting at once");
         std::process::exit(130);
     });
-}
-
-/// The next stop signal's name.
-async fn stop_signal() -> &'static str {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let wait = |kind: SignalKind| async move {
-            match signal(kind) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            _ = ctrl_c => "SIGINT",
-            _ = wait(SignalKind::terminate()) => "SIGTERM",
-            _ = wait(SignalKind::hangup()) => "SIGHUP",
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        ctrl_c.await;
-        "Ctrl-C"
-    }
 }

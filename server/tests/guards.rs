@@ -9,6 +9,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::process::plain;
 use common::{config, fresh_database, full, jwt, op, post, unique, Backend, TestServer};
 use serde_json::{json, Value};
 use sqlx::Connection;
@@ -75,20 +76,6 @@ impl Logged {
     fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
-}
-
-/// A log line without its terminal colours (`ESC [ … letter`).
-fn plain(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            chars.by_ref().find(|c| c.is_ascii_alphabetic());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// A realistic day of requests — pushes, pulls, verdicts, the schema, event

@@ -67,7 +67,9 @@ async fn every_bad_input_is_refused_whole_and_writes_nothing(b: Backend) {
     let no_token = t.http.post(t.url("/v1/push")).body(raw.clone()).send().await.unwrap();
     assert_eq!(no_token.status().as_u16(), 401);
     assert_eq!(no_token.json::<Value>().await.unwrap()["error"]["code"], "unauthorized");
-    for token in [jwt("not-the-secret", "u", 600), jwt("test-secret-of-at-least-32-bytes!", "u", -600), "garbage".into()] {
+    for token in
+        [jwt("not-the-secret", "u", 600), jwt("test-secret-of-at-least-32-bytes!", "u", -600), "garbage".into()]
+    {
         let r = t.http.post(t.url("/v1/push")).bearer_auth(token).body(raw.clone()).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 401);
         assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "unauthorized");

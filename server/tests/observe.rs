@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
+use common::process::plain;
 use common::{config, fresh_database, full, post, read_until, unique, Backend, TestServer};
 use marksync_server::Config;
 use serde_json::{json, Value};
@@ -386,18 +387,4 @@ async fn text_logs_off_a_terminal_have_no_colours() {
         assert!(!l.contains('\u{1b}'), "a colour off a terminal: {l:?}");
     }
     p.stop().await;
-}
-
-/// A log line without its terminal colours (`ESC [ … letter`).
-fn plain(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            chars.by_ref().find(|c| c.is_ascii_alphabetic());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }

@@ -29,13 +29,7 @@ async fn push_n(http: &reqwest::Client, base: &str, user: &str, n: usize) -> (u1
         })
         .collect();
     let body = serde_json::json!({"attemptKey": unique("a"), "batch": ops});
-    let r = http
-        .post(format!("{base}/v1/push"))
-        .bearer_auth(format!("dev:{user}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = http.post(format!("{base}/v1/push")).bearer_auth(format!("dev:{user}")).json(&body).send().await.unwrap();
     let status = r.status().as_u16();
     let retry = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
     (status, r.json().await.unwrap_or(Value::Null), retry)
@@ -244,7 +238,9 @@ async fn empty_variables_mean_unset() {
     let url = fresh_database(Backend::Sqlite).await.unwrap();
     let secret = "empty-variables-secret-of-32-bytes-or-more";
     let mut cmd = command(&["--listen", "127.0.0.1:0", "--database", &url]);
-    for k in ["MARKSYNC_JWT_AUDIENCE", "MARKSYNC_JWT_ISSUER", "MARKSYNC_DEV_AUTH", "MARKSYNC_STATIC", "MARKSYNC_ADMIN_TOKEN"] {
+    for k in
+        ["MARKSYNC_JWT_AUDIENCE", "MARKSYNC_JWT_ISSUER", "MARKSYNC_DEV_AUTH", "MARKSYNC_STATIC", "MARKSYNC_ADMIN_TOKEN"]
+    {
         cmd.env(k, "");
     }
     cmd.env("MARKSYNC_JWT_SECRET", secret);
@@ -270,10 +266,20 @@ async fn sighup_drains_and_a_second_signal_exits_at_once() {
     assert!(s.log().contains("SIGHUP"), "{}", s.log());
 
     // A push held 20 s by a fault: the first SIGTERM waits for it, the second does not.
-    let args = ["--listen", "127.0.0.1:0", "--database", &url, "--dev-auth", "--enable-faults", "--shutdown-timeout-ms", "60000"];
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--database",
+        &url,
+        "--dev-auth",
+        "--enable-faults",
+        "--shutdown-timeout-ms",
+        "60000",
+    ];
     let mut s = Spawned::start(command(&args)).await.unwrap_or_else(|log| panic!("starts: {log}"));
     let http = reqwest::Client::new();
-    let r = http.post(format!("{}/__faults", s.url)).json(&serde_json::json!({"delayMs": 20_000})).send().await.unwrap();
+    let r =
+        http.post(format!("{}/__faults", s.url)).json(&serde_json::json!({"delayMs": 20_000})).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let base = s.url.clone();
     let held = tokio::spawn(async move { push_n(&reqwest::Client::new(), &base, "sig", 1).await });

@@ -21,11 +21,8 @@ pub(crate) async fn livez() -> Response {
 }
 
 pub(crate) async fn readyz(State(app): State<App>) -> Response {
-    let answer = if *app.shutdown.borrow() {
-        Err("shutting down".to_owned())
-    } else {
-        app.readiness.check(&app.store).await
-    };
+    let answer =
+        if *app.shutdown.borrow() { Err("shutting down".to_owned()) } else { app.readiness.check(&app.store).await };
     match answer {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
         Err(why) => {

@@ -24,7 +24,6 @@ pub(crate) async fn verdicts(
     req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
     let limits = app.limits();
     app.budgets.charge(Work::Reads, &user, 1 + req.op_ids.len());
-    let verdicts =
-        app.store.verdicts(&app.schema, &user, &req.op_ids, &limits).await?;
+    let verdicts = app.store.verdicts(&app.schema, &user, &req.op_ids, &limits).await?;
     Ok(Json(VerdictsResponse { verdicts, now: Some(limits.now) }).into_response())
 }

@@ -184,7 +184,14 @@ mod tests {
         assert_eq!(sqlite_file("sqlite::memory:").unwrap(), SqliteFile::Memory);
         assert_eq!(sqlite_file("sqlite://data/m.db").unwrap(), SqliteFile::Path("data/m.db".into()));
         assert_eq!(sqlite_file("sqlite:///var/m.db?mode=rwc").unwrap(), SqliteFile::Path("/var/m.db".into()));
-        for bad in ["sqlite:", "sqlite://", "sqlite://?mode=rwc", "sqlite://x.db?mode=memory", "sqlite://:memory:", "sqlite:  "] {
+        for bad in [
+            "sqlite:",
+            "sqlite://",
+            "sqlite://?mode=rwc",
+            "sqlite://x.db?mode=memory",
+            "sqlite://:memory:",
+            "sqlite:  ",
+        ] {
             assert!(matches!(sqlite_file(bad), Err(DbError::NoFile(_))), "{bad}");
         }
     }
