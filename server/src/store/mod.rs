@@ -165,8 +165,8 @@ impl Store {
 
     /// The database as messages name it: the SQLite file, or the URL without its password.
     fn describe(&self, url: &str) -> String {
-        match sqlite::sqlite_file(url) {
-            Ok(sqlite::SqliteFile::Path(p)) if matches!(self.0, Backend::Sqlite(_)) => format!("the SQLite file {p:?}"),
+        match (&self.0, sqlite::sqlite_file(url)) {
+            (Backend::Sqlite(_), Ok(file)) => file.describe(),
             _ => redact(url),
         }
     }

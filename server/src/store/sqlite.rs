@@ -139,7 +139,8 @@ pub(crate) enum SqliteFile {
 }
 
 impl SqliteFile {
-    fn describe(&self) -> String {
+    /// The database as messages name it.
+    pub(crate) fn describe(&self) -> String {
         match self {
             SqliteFile::Memory => "the in-memory SQLite database".into(),
             SqliteFile::Path(p) => format!("the SQLite file {p:?}"),
