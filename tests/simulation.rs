@@ -165,4 +165,3 @@ fn frozen_space_seeds() {
         }
     }
 }
-

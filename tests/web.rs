@@ -117,7 +117,8 @@ async fn a_hundred_thousand_rows_are_named_without_an_await_and_none_is_reused_a
     }
     // A bulk import with no ids of its own: the recording names the rows (10k
     // here, in a debug build; the package's test imports 100k in every engine).
-    let unnamed: Vec<Edit> = (0..10_000).map(|i| Edit { space: None, table: "sets".into(), row_id: None, fields: set(1 + i % 100) }).collect();
+    let unnamed: Vec<Edit> =
+        (0..10_000).map(|i| Edit { space: None, table: "sets".into(), row_id: None, fields: set(1 + i % 100) }).collect();
     let recorded = c.change_many(unnamed).await.unwrap();
     assert_eq!(recorded.len(), 10_000);
     for (_, row) in &recorded {

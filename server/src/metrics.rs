@@ -12,8 +12,6 @@ use std::time::Duration;
 
 use marksync::protocol::{ErrorCode, Outcome};
 
-use crate::store::PoolStats;
-
 /// Upper bounds (seconds) of the latency histograms.
 const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
@@ -83,6 +81,20 @@ struct Requests {
 struct Route {
     answers: BTreeMap<(&'static str, u16), u64>,
     latency: Arc<Histogram>,
+}
+
+/// How busy one pool is, read at scrape time for `/metrics`: a pool with no
+/// idle connection left at its max makes requests wait for the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    /// `writer` or `reader`.
+    pub pool: &'static str,
+    /// Connections open, in use or idle.
+    pub size: u32,
+    /// Connections open and idle.
+    pub idle: usize,
+    /// The most connections it opens.
+    pub max: u32,
 }
 
 /// What is read at scrape time rather than counted: the state of things

@@ -35,7 +35,9 @@ pub struct Watches {
 fn same(a: &[(RowKey, Row)], b: &[(RowKey, Row)]) -> bool {
     a.len() == b.len()
         && a.iter().zip(b).all(|((ka, ra), (kb, rb))| {
-            ka == kb && ra.cells.len() == rb.cells.len() && ra.cells.iter().zip(rb.cells.iter()).all(|((fa, ca), (fb, cb))| fa == fb && ca.value == cb.value)
+            ka == kb
+                && ra.cells.len() == rb.cells.len()
+                && ra.cells.iter().zip(rb.cells.iter()).all(|((fa, ca), (fb, cb))| fa == fb && ca.value == cb.value)
         })
 }
 

@@ -346,7 +346,8 @@ pub fn check_table(s: &str) -> Result<(), &'static str> {
 /// The one rule of a field name, as every message states it: an app's field
 /// is `[A-Za-z][A-Za-z0-9_]{0,63}`; a name starting with `_` is the
 /// protocol's (`_deleted` alone).
-pub const FIELD_NAME_RULE: &str = "a field name must match [A-Za-z][A-Za-z0-9_]{0,63} (names starting with _ are the protocol's: only _deleted)";
+pub const FIELD_NAME_RULE: &str =
+    "a field name must match [A-Za-z][A-Za-z0-9_]{0,63} (names starting with _ are the protocol's: only _deleted)";
 
 /// A field key: an app's field ([`FIELD_NAME_RULE`]) or `_deleted`.
 pub fn check_field_key(s: &str) -> Result<(), &'static str> {

@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 
-use super::value::{cmp_text, Key};
 use super::field;
+use super::value::{cmp_text, Key};
 use crate::protocol::{Row, RowKey};
 
 /// An index to keep: a table and its fields, as the app names them.

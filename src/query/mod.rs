@@ -19,7 +19,7 @@ pub mod value;
 use std::cmp::Ordering;
 
 use crate::protocol::{Row, RowKey, Value};
-pub use index::{Indexes, IndexDef};
+pub use index::{IndexDef, Indexes};
 pub use run::{count, explain, run, Explain, Source};
 use value::{cmp, cmp_text, kind};
 

@@ -121,7 +121,11 @@ impl Fit<'_> {
         if let Some(r) = &range {
             plan += &format!("{} {r} held to a range", if equal > 0 { "," } else { ":" });
         }
-        plan += if self.ordered.is_some() { "; read in the query's order, stops at the limit" } else { "; the rows it matches are read, then sorted" };
+        plan += if self.ordered.is_some() {
+            "; read in the query's order, stops at the limit"
+        } else {
+            "; the rows it matches are read, then sorted"
+        };
         Explain { index: Some(self.index.fields.clone()), equal, range, ordered: self.ordered.is_some(), plan }
     }
 
@@ -205,7 +209,9 @@ fn best<'i>(indexes: &'i Indexes, table: &str, q: &Query) -> Option<Fit<'i>> {
 pub fn explain(indexes: &Indexes, table: &str, q: &Query) -> Explain {
     match best(indexes, table, q) {
         Some(f) => f.explain(table),
-        None => Explain { index: None, equal: 0, range: None, ordered: false, plan: format!("scan of {table}: every row is read, then sorted") },
+        None => {
+            Explain { index: None, equal: 0, range: None, ordered: false, plan: format!("scan of {table}: every row is read, then sorted") }
+        }
     }
 }
 
@@ -220,7 +226,8 @@ pub fn run(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> Vec<(
                 return Vec::new();
             }
             let range = f.index.entries.range((Bound::Included(lo), Bound::Included(hi)));
-            let entries: Box<dyn Iterator<Item = &Entry>> = if f.ordered == Some(Dir::Desc) { Box::new(range.rev()) } else { Box::new(range) };
+            let entries: Box<dyn Iterator<Item = &Entry>> =
+                if f.ordered == Some(Dir::Desc) { Box::new(range.rev()) } else { Box::new(range) };
             for e in entries {
                 let Some(key) = e.key(table) else { continue };
                 let Some(row) = src.get(&key) else { continue };

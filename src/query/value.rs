@@ -109,7 +109,17 @@ mod tests {
 
     #[test]
     fn kinds_come_in_one_order_and_strings_compare_as_javascript_does() {
-        let sorted = [Value::Null, Value::Bool(false), Value::Bool(true), Value::Number(-1e300), Value::Number(0.0), Value::Number(2.5), s(""), s("B"), s("a")];
+        let sorted = [
+            Value::Null,
+            Value::Bool(false),
+            Value::Bool(true),
+            Value::Number(-1e300),
+            Value::Number(0.0),
+            Value::Number(2.5),
+            s(""),
+            s("B"),
+            s("a"),
+        ];
         for (i, a) in sorted.iter().enumerate() {
             for (j, b) in sorted.iter().enumerate() {
                 assert_eq!(cmp(a, b), i.cmp(&j), "{a:?} vs {b:?}");

@@ -31,7 +31,12 @@ pub fn queries() -> Vec<Query> {
     let filter = |field: &str, preds| Filter { field: field.into(), preds };
     vec![
         Query { order: vec![order("weightKg", Dir::Desc)], limit: Some(3), ..Query::default() },
-        Query { filters: vec![filter("exercise", vec![Pred::Eq(Value::from("squat"))])], order: vec![order("reps", Dir::Asc)], limit: Some(4), ..Query::default() },
+        Query {
+            filters: vec![filter("exercise", vec![Pred::Eq(Value::from("squat"))])],
+            order: vec![order("reps", Dir::Asc)],
+            limit: Some(4),
+            ..Query::default()
+        },
         Query { filters: vec![filter("reps", vec![Pred::Gte(Value::from(5)), Pred::Lt(Value::from(100))])], ..Query::default() },
         Query { filters: vec![filter("reps", vec![Pred::Eq(Value::Null)])], limit: Some(2), ..Query::default() },
     ]

@@ -295,12 +295,17 @@ impl Sim {
                     .map(|query| {
                         let heard = Rc::new(RefCell::new(None));
                         let slot = heard.clone();
-                        driver.watch(&table, query.clone(), Rc::new(move |rows: &[(RowKey, Row)]| *slot.borrow_mut() = Some(rows.to_vec())));
+                        driver.watch(
+                            &table,
+                            query.clone(),
+                            Rc::new(move |rows: &[(RowKey, Row)]| *slot.borrow_mut() = Some(rows.to_vec())),
+                        );
                         live::Live { table: table.clone(), query, heard }
                     })
                     .collect();
                 self.world.run();
-                self.devices[d].contexts[c] = Ctx { life: self.devices[d].contexts[c].life, driver: Some(driver), live: lives, checked: Default::default() };
+                self.devices[d].contexts[c] =
+                    Ctx { life: self.devices[d].contexts[c].life, driver: Some(driver), live: lives, checked: Default::default() };
             }
             Some(Err(e)) => {
                 self.log.push(format!("dev{d}.{c} failed to open: {e}"));
@@ -340,8 +345,12 @@ impl Sim {
         others.extend(disk.pending.values().map(|o| o.op_id.clone()));
         others.extend(disk.rejections.keys().cloned());
         let e = driver.engine.borrow();
-        let lost: std::collections::HashSet<OpId> =
-            e.pending().map(|o| o.op_id.clone()).chain(e.rejections().map(|r| r.op.op_id.clone())).filter(|id| !others.contains(id)).collect();
+        let lost: std::collections::HashSet<OpId> = e
+            .pending()
+            .map(|o| o.op_id.clone())
+            .chain(e.rejections().map(|r| r.op.op_id.clone()))
+            .filter(|id| !others.contains(id))
+            .collect();
         drop(e);
         if !lost.is_empty() {
             self.log.push(format!("dev{d}.{c} dies putting back a cleared copy: {} ops held by it alone are lost", lost.len()));
@@ -611,11 +620,21 @@ impl Sim {
                     let want = live::reference(&driver.engine.borrow(), &l.table, &l.query);
                     let fresh = driver.engine.borrow_mut().query(&l.table, &l.query);
                     if live::shown(&fresh) != live::shown(&want) {
-                        return Err(self.fail(format!("dev{d}.{c}: query {:?} answers {:?}, the rows say {:?}", l.query, live::shown(&fresh), live::shown(&want))));
+                        return Err(self.fail(format!(
+                            "dev{d}.{c}: query {:?} answers {:?}, the rows say {:?}",
+                            l.query,
+                            live::shown(&fresh),
+                            live::shown(&want)
+                        )));
                     }
                     let heard = l.heard.borrow();
                     if heard.as_deref().map(live::shown) != Some(live::shown(&want)) {
-                        return Err(self.fail(format!("dev{d}.{c}: live query {:?} last heard {:?}, the rows say {:?}", l.query, heard.as_deref().map(live::shown), live::shown(&want))));
+                        return Err(self.fail(format!(
+                            "dev{d}.{c}: live query {:?} last heard {:?}, the rows say {:?}",
+                            l.query,
+                            heard.as_deref().map(live::shown),
+                            live::shown(&want)
+                        )));
                     }
                 }
             }

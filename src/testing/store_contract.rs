@@ -3,9 +3,9 @@
 //! unchanged against [`crate::store::MemoryStore`] natively and IndexedDB in a
 //! browser.
 
+use crate::protocol::{Cell, Fields, Mark, Value};
 use crate::protocol::{Op, OpId, Row, RowKey};
 use crate::store::{LocalStore, Meta, Rejection, Txn};
-use crate::protocol::{Cell, Fields, Mark, Value};
 
 fn op(device: &str, n: u64, at: u64) -> Op {
     let mut fields = Fields::new();

@@ -62,7 +62,9 @@ pub async fn seed_query_rows(name: String, rows: usize) -> Result<(), JsValue> {
     for i in 0..rows {
         let mut r = Row::default();
         let mark = Mark { at: i as u64 + 1, op_id: OpId::new(format!("srv:{i}")) };
-        for (k, v) in [("exercise", Value::from(format!("ex{}", i % 50))), ("weightKg", Value::from((i % 300) as f64)), ("at", Value::from(i as f64))] {
+        for (k, v) in
+            [("exercise", Value::from(format!("ex{}", i % 50))), ("weightKg", Value::from((i % 300) as f64)), ("at", Value::from(i as f64))]
+        {
             r.cells.insert(k.into(), Cell { value: v, mark: mark.clone() });
         }
         put_base.push((RowKey::new("sets", format!("q{i}")), r));

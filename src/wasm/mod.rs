@@ -140,14 +140,17 @@ fn edit_of(
 }
 
 fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit>, JsValue> {
-    let list: &Array = v
-        .dyn_ref()
-        .ok_or_else(|| js_error(Code::BadInput.as_str(), &format!("edits must be an array of {{ table, rowId, fields }} (got {})", js_type(v))))?;
+    let list: &Array = v.dyn_ref().ok_or_else(|| {
+        js_error(Code::BadInput.as_str(), &format!("edits must be an array of {{ table, rowId, fields }} (got {})", js_type(v)))
+    })?;
     let mut out = Vec::with_capacity(list.length() as usize);
     for (i, e) in list.iter().enumerate() {
         let what = format!("edits[{i}]");
         if !e.is_object() {
-            return Err(js_error(Code::BadInput.as_str(), &format!("{what} must be an object {{ table, rowId, fields }} (got {})", js_type(&e))));
+            return Err(js_error(
+                Code::BadInput.as_str(),
+                &format!("{what} must be an object {{ table, rowId, fields }} (got {})", js_type(&e)),
+            ));
         }
         let space = space_of(&e, &what)?;
         let row_id = args::get(&e, "rowId");
@@ -281,7 +284,10 @@ impl Marksync {
         })();
         future_to_promise(async move {
             let (e, check) = edit?;
-            let id = inner.change_with(e.space.as_deref(), &e.table, e.row_id.as_deref().unwrap_or_default(), e.fields, check).await.map_err(client_error)?;
+            let id = inner
+                .change_with(e.space.as_deref(), &e.table, e.row_id.as_deref().unwrap_or_default(), e.fields, check)
+                .await
+                .map_err(client_error)?;
             Ok(JsValue::from_str(id.as_str()))
         })
     }
@@ -411,8 +417,9 @@ impl Marksync {
     /// queued ops, refusals, spaces or statuses (counters alone are none).
     /// Returns a function that unsubscribes; calling it again does nothing.
     pub fn subscribe(&self, listener: JsValue) -> Result<Function, JsValue> {
-        let listener: Function =
-            listener.dyn_into().map_err(|v| js_error(Code::BadInput.as_str(), &format!("subscribe() takes a function (got {})", js_type(&v))))?;
+        let listener: Function = listener
+            .dyn_into()
+            .map_err(|v| js_error(Code::BadInput.as_str(), &format!("subscribe() takes a function (got {})", js_type(&v))))?;
         self.inner.check_open().map_err(client_error)?;
         let id = self.inner.subscribe(Client::<FetchTransport>::js_listener(listener));
         let weak = Rc::downgrade(&self.inner);

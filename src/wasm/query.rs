@@ -89,7 +89,8 @@ fn read_where(v: &JsValue) -> Result<Vec<Filter>, JsValue> {
                     "lte" => Pred::Lte(args::scalar(&x, &at)?),
                     "prefix" => Pred::Prefix(args::text(&x, &at)?),
                     "in" => {
-                        let list: &Array = x.dyn_ref().ok_or_else(|| bad(format!("{at} must be an array of values (got {})", js_type(&x))))?;
+                        let list: &Array =
+                            x.dyn_ref().ok_or_else(|| bad(format!("{at} must be an array of values (got {})", js_type(&x))))?;
                         if list.length() as usize > MAX_LIMIT {
                             return Err(bad(format!("{at}: at most {MAX_LIMIT} values")));
                         }
@@ -129,7 +130,10 @@ fn read_order(v: &JsValue) -> Result<Vec<Order>, JsValue> {
     };
     let is_dir = |x: &JsValue| matches!(x.as_string().as_deref(), Some("asc" | "desc"));
     if list.length() == 2 && list.get(0).is_string() && is_dir(&list.get(1)) {
-        return Ok(vec![Order { field: args::text(&list.get(0), &format!("{at}[0]"))?, dir: read_dir(&list.get(1), &format!("{at}[1]"))? }]);
+        return Ok(vec![Order {
+            field: args::text(&list.get(0), &format!("{at}[0]"))?,
+            dir: read_dir(&list.get(1), &format!("{at}[1]"))?,
+        }]);
     }
     let mut out = Vec::new();
     for (i, item) in list.iter().enumerate() {
@@ -138,7 +142,8 @@ fn read_order(v: &JsValue) -> Result<Vec<Order>, JsValue> {
             out.push(Order { field: args::text(&item, &at)?, dir: Dir::Asc });
             continue;
         }
-        let pair: &Array = item.dyn_ref().ok_or_else(|| bad(format!("{at} must be a field or [field, \"asc\"|\"desc\"] (got {})", js_type(&item))))?;
+        let pair: &Array =
+            item.dyn_ref().ok_or_else(|| bad(format!("{at} must be a field or [field, \"asc\"|\"desc\"] (got {})", js_type(&item))))?;
         if pair.length() == 0 || pair.length() > 2 {
             return Err(bad(format!("{at} must be [field] or [field, \"asc\"|\"desc\"]")));
         }
@@ -241,7 +246,8 @@ impl Marksync {
     /// changed. Returns a function that stops it (again: nothing).
     pub fn watch(&self, table: JsValue, query: JsValue, listener: JsValue) -> Result<Function, JsValue> {
         let table = args::text(&table, "table")?;
-        let listener: Function = listener.dyn_into().map_err(|v| bad(format!("watch() takes a listener function (got {})", js_type(&v))))?;
+        let listener: Function =
+            listener.dyn_into().map_err(|v| bad(format!("watch() takes a listener function (got {})", js_type(&v))))?;
         self.inner.check_open().map_err(client_error)?;
         let q = read_query(&self.inner.engine.borrow(), &query, true)?;
         let id = self.inner.watch(

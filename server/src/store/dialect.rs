@@ -13,6 +13,7 @@ use sqlx::{Connection, Database, IntoArguments, Pool, Transaction};
 
 use super::error::DbError;
 use super::DbOptions;
+use crate::metrics::PoolStats;
 
 /// One migration: its version, its name (the file's stem) and its SQL.
 pub(crate) type Migration = (i64, &'static str, &'static str);
@@ -153,20 +154,6 @@ impl VerdictColumns {
 pub(crate) struct Pools<D: Database> {
     pub writer: Pool<D>,
     pub reader: Pool<D>,
-}
-
-/// How busy one pool is, read at scrape time for `/metrics`: a pool with no
-/// idle connection left at its max makes requests wait for the database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolStats {
-    /// `writer` or `reader`.
-    pub pool: &'static str,
-    /// Connections open, in use or idle.
-    pub size: u32,
-    /// Connections open and idle.
-    pub idle: usize,
-    /// The most connections it opens.
-    pub max: u32,
 }
 
 fn stats_of<D: Database>(pool: &'static str, p: &Pool<D>) -> PoolStats {

@@ -52,8 +52,8 @@ use crate::poke::Poke;
 use conn::Conn;
 use dialect::Pools;
 
+pub use crate::metrics::PoolStats;
 pub use conn::{Counts, Invited, MemberSpace};
-pub use dialect::PoolStats;
 pub use error::{redact, DbError, PushError, MAX_JUDGE_ATTEMPTS};
 pub use migrate::{MigrationState, Migrations};
 pub use push::PushControl;
