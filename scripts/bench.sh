@@ -17,20 +17,24 @@ trap 'scripts/pg.sh stop' EXIT
 export MARKSYNC_TEST_POSTGRES_URL="$(scripts/pg.sh url)"
 uptime > bench/results/load-before.txt
 
-echo "== 1/5 core, native (criterion)"
+echo "== 1/6 core, native (criterion)"
 cargo bench --bench core -- --noplot
 
-echo "== 2/5 client: change(), drain + pull, cold open, wasm vs native merge, size"
+echo "== 2/6 client: change(), drain + pull, cold open, wasm vs native merge, size"
 node www/bench/client.mjs > bench/results/client.json
 
-echo "== 3/5 side by side with the peers (Chromium)"
+echo "== 3/6 side by side with the peers (Chromium)"
 (cd bench && { [[ -d node_modules ]] && npm ls --depth=0 >/dev/null 2>&1 || npm ci --no-audit --no-fund; } && node run.mjs)
 
-echo "== 4/5 server: batched vs per-op, SQLite and PostgreSQL, 1/8/64 users, hot user"
+echo "== 4/6 server: batched vs per-op, SQLite and PostgreSQL, 1/8/64 users, hot user"
 LOAD_JSON=bench/results/server.json cargo bench -p marksync-server --features bench-per-op --bench load
 
-echo "== 5/5 server under attack: a victim's pull p99 alone and with an attacker (events flood, slowloris, push flood)"
+echo "== 5/6 server under attack: a victim's pull p99 alone and with an attacker (events flood, slowloris, push flood)"
 cargo bench -p marksync-server --bench abuse | tee bench/results/abuse.txt
+
+echo "== 6/6 the demo on a phone: Lighthouse (mobile, first visit, median of 3)"
+scripts/build-www.sh
+(cd bench/pwa && { [[ -d node_modules ]] && npm ls --depth=0 >/dev/null 2>&1 || npm ci --no-audit --no-fund; } && PWA_JSON=../results/pwa.json node run.mjs)
 
 uptime > bench/results/load-after.txt
 node bench/report.mjs

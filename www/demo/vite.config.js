@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
+import { brotliCompressSync, constants, gzipSync } from 'node:zlib';
 
 const demo = dirname(fileURLToPath(import.meta.url));
 const www = resolve(demo, '..');
@@ -26,7 +27,10 @@ function walk(dir, base = dir) {
  *    where the service worker can import it;
  * 2. writes dist/service-worker.js from demo/service-worker.js with the list of
  *    files to precache and a version derived from their contents (a new build
- *    makes a new worker, which drops the old cache).
+ *    makes a new worker, which drops the old cache);
+ * 3. writes a brotli (`.br`) and a gzip (`.gz`) sibling of every text and wasm
+ *    file, at the best ratio, which `marksync-server --static` sends to a
+ *    browser that accepts them (nothing is compressed per request).
  */
 function demoFiles() {
   return {
@@ -45,7 +49,7 @@ function demoFiles() {
       if (existsSync(join(www, 'pkg', 'snippets'))) cpSync(join(www, 'pkg', 'snippets'), join(lib, 'pkg', 'snippets'), { recursive: true });
 
       const shell = walk(outDir)
-        .filter((f) => f !== 'service-worker.js' && !f.startsWith('marksync/'))
+        .filter((f) => f !== 'service-worker.js' && !f.startsWith('marksync/') && !PRECOMPRESSED.test(f))
         .sort();
       const hash = createHash('sha256');
       for (const f of shell) hash.update(f).update(readFileSync(join(outDir, f)));
@@ -58,8 +62,29 @@ function demoFiles() {
         throw new Error('demo/service-worker.js: the VERSION or PRECACHE marker is missing');
       }
       writeFileSync(join(outDir, 'service-worker.js'), out);
+      precompress(outDir);
     },
   };
+}
+
+/** Siblings written by `precompress`. */
+const PRECOMPRESSED = /\.(br|gz)$/;
+/** What is worth compressing (images other than SVG already are). */
+const COMPRESSIBLE = /\.(html|js|mjs|css|wasm|svg|json|webmanifest|txt)$/;
+
+/** Writes `f.br` and `f.gz` next to each compressible file of `dir`, when smaller. */
+function precompress(dir) {
+  for (const f of walk(dir)) {
+    if (!COMPRESSIBLE.test(f)) continue;
+    const path = join(dir, f);
+    const raw = readFileSync(path);
+    const br = brotliCompressSync(raw, {
+      params: { [constants.BROTLI_PARAM_QUALITY]: constants.BROTLI_MAX_QUALITY, [constants.BROTLI_PARAM_SIZE_HINT]: raw.length },
+    });
+    const gz = gzipSync(raw, { level: 9 });
+    if (br.length < raw.length * 0.9) writeFileSync(`${path}.br`, br);
+    if (gz.length < raw.length * 0.9) writeFileSync(`${path}.gz`, gz);
+  }
 }
 
 export default defineConfig({
@@ -68,6 +93,14 @@ export default defineConfig({
   plugins: [react(), demoFiles()],
   resolve: {
     alias: [
+      // React's API on Preact (preact/compat): the same components and hooks,
+      // marksync/react's among them, in a tenth of the script a phone must
+      // parse and run before the diary shows.
+      { find: /^react-dom\/client$/, replacement: 'preact/compat/client' },
+      { find: /^react-dom$/, replacement: 'preact/compat' },
+      { find: /^react\/jsx-runtime$/, replacement: 'preact/jsx-runtime' },
+      { find: /^react\/jsx-dev-runtime$/, replacement: 'preact/jsx-dev-runtime' },
+      { find: /^react$/, replacement: 'preact/compat' },
       { find: /^marksync\/react$/, replacement: join(www, 'react.js') },
       { find: /^marksync$/, replacement: join(www, 'index.js') },
     ],

@@ -1,7 +1,8 @@
 // Shipping the worker with Vite (`marksync/vite`): a newcomer's app
 // (test/vite-app) built by `vite build` has its worker at the root, the real
 // server serves the build, and in Chromium the worker takes control and holds
-// the queue; `vite dev` answers /service-worker.js with the worker module.
+// the queue; `vite dev` answers /service-worker.js with the worker module,
+// which Chromium registers and which takes control of the page.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, existsSync, readFileSync } from 'node:fs';
@@ -50,7 +51,7 @@ describe('the worker shipped by marksync/vite', () => {
     }
   });
 
-  test('vite dev: /service-worker.js is the worker module', async () => {
+  test('vite dev: /service-worker.js is the worker module, and Chromium registers it', async () => {
     const dev = await createServer({ configFile: config, server: { port: 0, host: '127.0.0.1' } });
     await dev.listen();
     try {
@@ -61,6 +62,20 @@ describe('the worker shipped by marksync/vite', () => {
       const text = await r.text();
       assert.match(text, /installSyncWorker/);
       assert.match(readFileSync(join(root, 'www', 'test', 'vite-app', 'service-worker.js'), 'utf8'), /installSyncWorker/);
+
+      // The app's own registration (main.js), under the dev server: the
+      // worker installs, activates and controls the page.
+      const browser = await launch();
+      try {
+        const page = await browser.newPage();
+        page.on('pageerror', (e) => console.log('# pageerror', e.message));
+        await page.goto(`http://127.0.0.1:${port}/?user=${newUser('vite-dev')}`);
+        const script = await page.evaluate(async () => (await navigator.serviceWorker.ready).active?.scriptURL);
+        assert.equal(new URL(script).pathname, '/service-worker.js');
+        await until(() => page.evaluate(() => !!navigator.serviceWorker.controller), 'the dev worker to take control');
+      } finally {
+        await browser.close();
+      }
     } finally {
       await dev.close();
     }

@@ -99,16 +99,18 @@ export function App({ db, user }) {
         </span>
       </header>
 
-      <SyncBar metrics={metrics} online={online} syncing={syncing} onSync={() => sync()} />
-      <AddSetForm db={db} rows={rows} onAdded={added} onError={fail} />
-      <Rejections db={db} />
-      <SetList db={db} rows={rows} highlight={lastAdded} onDelete={remove} onError={fail} />
-      {shared.map((s) => (
-        <SharedDiary key={s.space} db={db} space={s} onDelete={remove} onError={fail} />
-      ))}
-      <SharedWithMe db={db} shared={shared} onError={fail} say={say} />
-      <Sharing db={db} personal={personal} onError={fail} say={say} />
-      <Toast toast={toast} onClose={() => setToast(null)} />
+      <main className="body">
+        <SyncBar metrics={metrics} online={online} syncing={syncing} onSync={() => sync()} />
+        <AddSetForm db={db} rows={rows} onAdded={added} onError={fail} />
+        <Rejections db={db} />
+        <SetList db={db} rows={rows} highlight={lastAdded} onDelete={remove} onError={fail} />
+        {shared.map((s) => (
+          <SharedDiary key={s.space} db={db} space={s} onDelete={remove} onError={fail} />
+        ))}
+        <SharedWithMe db={db} shared={shared} onError={fail} say={say} />
+        <Sharing db={db} personal={personal} onError={fail} say={say} />
+        <Toast toast={toast} onClose={() => setToast(null)} />
+      </main>
     </div>
   );
 }

@@ -1,13 +1,5 @@
-// The screens before the diary: opening, and what went wrong when it could not open.
-
-export function Opening() {
-  return (
-    <main className="screen" aria-busy="true">
-      <div className="spinner" aria-hidden="true" />
-      <p>Opening your diary…</p>
-    </main>
-  );
-}
+// The screen shown instead of the diary when it could not open (the opening
+// screen is index.html's own markup, painted before any script).
 
 const HELP = {
   storage_unavailable:

@@ -2,7 +2,7 @@ import { StrictMode } from 'react';
 import { createRoot } from 'react-dom/client';
 import { Marksync } from 'marksync';
 import { App } from './App.jsx';
-import { OpenError, Opening } from './Screens.jsx';
+import { OpenError } from './Screens.jsx';
 import './styles.css';
 
 const USER_KEY = 'workout-user';
@@ -23,13 +23,14 @@ function pickUser() {
 }
 
 const user = pickUser();
+// index.html paints the first screen; React takes over once the diary is open.
 const root = createRoot(document.getElementById('root'));
-root.render(<Opening />);
 
 Marksync.open({ endpoint: location.origin, token: 'dev:' + user, name: 'workout-' + user }).then(
   (db) => {
     window.db = db; // handy in the console
     root.render(<StrictMode><App db={db} user={user} /></StrictMode>);
+    registerWorker();
   },
   (error) => {
     console.error(error);
@@ -37,7 +38,13 @@ Marksync.open({ endpoint: location.origin, token: 'dev:' + user, name: 'workout-
   },
 );
 
-if (import.meta.env.PROD && 'serviceWorker' in navigator) {
+/**
+ * The worker is registered once the diary is open: its install fetches the
+ * app shell and the sync library again, which must not compete with the
+ * first visit's own downloads.
+ */
+function registerWorker() {
+  if (!import.meta.env.PROD || !('serviceWorker' in navigator)) return;
   navigator.serviceWorker.register(`/service-worker.js?user=${encodeURIComponent(user)}`, { type: 'module' }).catch((e) => {
     console.warn('service worker not registered:', e);
   });
