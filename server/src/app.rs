@@ -20,6 +20,7 @@ use crate::ready::Readiness;
 #[cfg(feature = "sabotage")]
 use crate::store::Sabotage;
 use crate::store::{self, Store};
+use crate::turn::Turns;
 
 /// Everything a request handler needs; cheap to clone.
 #[derive(Debug, Clone)]
@@ -44,6 +45,8 @@ pub struct AppState {
     pub limiter: Option<RateLimiter>,
     /// Each user's budgets of judged ops and of read work per second.
     pub budgets: Budgets,
+    /// Each user's queue of pushes before the writer.
+    pub turns: Arc<Turns>,
     /// Head pokes for `/v1/events`.
     pub pokes: broadcast::Sender<Poke>,
     /// Body limit in bytes.
@@ -66,6 +69,19 @@ pub struct AppState {
     /// Use the per-op judge (benchmark only).
     #[cfg(feature = "bench-per-op")]
     pub per_op_judge: bool,
+}
+
+impl AppState {
+    /// Whether pushes wait for their user's turn (not under `Sabotage::NoTurn`).
+    #[cfg(feature = "sabotage")]
+    pub fn takes_turns(&self) -> bool {
+        self.sabotage != Sabotage::NoTurn
+    }
+    /// Whether pushes wait for their user's turn (always).
+    #[cfg(not(feature = "sabotage"))]
+    pub fn takes_turns(&self) -> bool {
+        true
+    }
 }
 
 impl std::ops::Deref for App {
@@ -186,6 +202,7 @@ impl App {
                 let (ops, reads) = config.budgets();
                 Budgets::new(ops, reads)
             },
+            turns: Arc::default(),
             pokes,
             max_body: config.max_body_bytes,
             max_future_ms: (config.max_future_ms > 0).then_some(config.max_future_ms),

@@ -37,6 +37,7 @@ pub mod rate;
 pub mod ready;
 mod routes;
 pub mod store;
+pub mod turn;
 
 use std::future::Future;
 use std::net::SocketAddr;

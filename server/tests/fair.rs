@@ -77,6 +77,62 @@ async fn an_op_flood_is_refused_before_its_transaction(b: Backend) {
 }
 both!(an_op_flood_is_refused_before_its_transaction);
 
+/// One push of a user at a time reaches the writer: a flooder's pushes in
+/// progress queue per user, so a bystander's push waits for at most the one
+/// flooder transaction under way, not every one sent before it. Each push
+/// holds its lock 400 ms (the `delayMs` fault); the flooder sends four, the
+/// bystander one while the first is held. Answered in this order: the
+/// flooder's first, the bystander's, then the flooder's others (before:
+/// SQLite's writer served the queue in arrival order, the bystander last).
+async fn a_users_pushes_queue_behind_each_other_not_in_front_of_everyone(b: Backend) {
+    let Some(t) = start(b, |_| {}).await else { return };
+    let order = flood_then_victim(&t).await;
+    let victim = order.iter().position(|u| u == "victim0").unwrap();
+    assert!(victim <= 1, "the bystander waited for one flooder transaction at most: {order:?}");
+    t.stop().await;
+}
+both!(a_users_pushes_queue_behind_each_other_not_in_front_of_everyone);
+
+/// Without the turns, SQLite's writer serves its queue in arrival order: the
+/// bystander's push is answered after every one of the flooder's (the
+/// previous test's teeth).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_turns_the_bystander_waits_for_the_whole_flood() {
+    let Some(t) = start(Backend::Sqlite, |c| c.sabotage = marksync_server::Sabotage::NoTurn).await else { return };
+    let order = flood_then_victim(&t).await;
+    assert_eq!(order.last().map(String::as_str), Some("victim0"), "{order:?}");
+    t.stop().await;
+}
+
+/// Four pushes of `flood` (each holding its lock 400 ms), then one of
+/// `victim` while the first is held: the order they were answered in.
+async fn flood_then_victim(t: &TestServer) -> Vec<String> {
+    assert_eq!(t.faults(json!({"delayMs": 400})).await, 200);
+    let done = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let send = |user: &'static str, i: usize| {
+        let (http, url, done) = (t.http.clone(), t.url("/v1/push"), std::sync::Arc::clone(&done));
+        async move {
+            let body = json!({"attemptKey": format!("{user}:a{i}"), "batch": batch(user, i, 1)}).to_string();
+            let r = http.post(url).bearer_auth(format!("dev:{user}")).body(body).send().await.unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            done.lock().unwrap().push(format!("{user}{i}"));
+        }
+    };
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        tasks.push(tokio::spawn(send("flood", i)));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    tasks.push(tokio::spawn(send("victim", 0)));
+    for task in tasks {
+        task.await.unwrap();
+    }
+    t.faults(json!({"delayMs": 0})).await;
+    let order = std::mem::take(&mut *done.lock().unwrap());
+    order
+}
+
 /// A pull costs the spaces it names: against a budget of 2,500, one naming
 /// 2,000 spaces and the next naming 1,000 are served, the second leaving a
 /// debt; then the user's next pull, with its body of 10,000 spaces or

@@ -425,6 +425,139 @@ async fn static_files_spa_fallback_and_cors() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `--static`: what a browser may cache, and for how long. A file under
+/// `assets/` is named by its content (immutable for a year); the app's other
+/// files keep their names across releases (revalidated every load); an
+/// unknown asset is a 404 that nobody caches, never the app under its name.
+/// A precompressed sibling is sent to a client that accepts its encoding;
+/// other answers, the API's included, are gzipped on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_files_are_cached_by_name_and_sent_compressed() {
+    let database = fresh_database(Backend::Sqlite).await.unwrap();
+    let dir = std::env::temp_dir().join(unique("marksync-static"));
+    std::fs::create_dir_all(dir.join("assets")).unwrap();
+    let html = format!("<!doctype html><title>app</title>{}", "<p>a diary</p>".repeat(200));
+    std::fs::write(dir.join("index.html"), &html).unwrap();
+    std::fs::write(dir.join("service-worker.js"), "self.addEventListener('fetch', () => {});".repeat(20)).unwrap();
+    std::fs::write(dir.join("assets/app-3f9a1c2b.js"), "console.log('plain')").unwrap();
+    std::fs::write(dir.join("assets/app-3f9a1c2b.js.br"), b"brotli bytes").unwrap();
+    std::fs::write(dir.join("assets/app-3f9a1c2b.js.gz"), b"gzip bytes").unwrap();
+    let mut c = config(&database);
+    c.static_dir = Some(dir.clone());
+    let t = TestServer::start(c).await.owning_database();
+    let get = |p: &str, enc: &str| t.http.get(t.url(p)).header("accept-encoding", enc).send();
+    let header = |r: &reqwest::Response, h: &str| r.headers().get(h).map(|v| v.to_str().unwrap().to_owned());
+
+    let asset = get("/assets/app-3f9a1c2b.js", "br, gzip").await.unwrap();
+    assert_eq!(header(&asset, "cache-control").as_deref(), Some("public, max-age=31536000, immutable"));
+    assert_eq!(header(&asset, "content-encoding").as_deref(), Some("br"));
+    assert_eq!(asset.bytes().await.unwrap().as_ref(), b"brotli bytes", "the precompressed sibling, as written");
+    let gz = get("/assets/app-3f9a1c2b.js", "gzip").await.unwrap();
+    assert_eq!(header(&gz, "content-encoding").as_deref(), Some("gzip"));
+    assert_eq!(gz.bytes().await.unwrap().as_ref(), b"gzip bytes");
+    let plain = get("/assets/app-3f9a1c2b.js", "identity").await.unwrap();
+    assert_eq!(header(&plain, "content-encoding"), None);
+    assert_eq!(plain.text().await.unwrap(), "console.log('plain')");
+
+    for path in ["/", "/index.html", "/some/deep/link", "/service-worker.js"] {
+        let r = get(path, "gzip").await.unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{path}");
+        assert_eq!(header(&r, "cache-control").as_deref(), Some("no-cache"), "{path} keeps its name across releases");
+        assert_eq!(header(&r, "content-encoding").as_deref(), Some("gzip"), "{path} is compressed on the way");
+        let bytes = r.bytes().await.unwrap();
+        assert_eq!(&bytes[..2], &[0x1f, 0x8b], "{path}: a gzip stream");
+        assert!(bytes.len() < html.len() / 4, "{path}: {} bytes", bytes.len());
+    }
+    let missing = get("/assets/app-00000000.js", "gzip").await.unwrap();
+    assert_eq!(missing.status().as_u16(), 404, "an unknown asset is not the app");
+    assert_eq!(header(&missing, "cache-control"), None, "and nobody caches its absence");
+
+    // The API: a pull page is gzipped for a client that asks, plain otherwise.
+    let batch: Vec<Value> = (0..50).map(|i| full(&format!("d:{i}"), &format!("row-{i}"), 10 + i, 5)).collect();
+    t.push_ok("ann", &batch).await;
+    let pulled = t
+        .http
+        .get(t.url("/v1/pull?cursor=0"))
+        .bearer_auth("dev:ann")
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&pulled, "content-encoding").as_deref(), Some("gzip"));
+    let zipped = pulled.bytes().await.unwrap().len();
+    let (status, page) = t.pull_raw("ann", "cursor=0").await;
+    assert_eq!(status, 200);
+    let raw = page.to_string().len();
+    assert!(zipped * 4 < raw, "a pull page of {raw} bytes went as {zipped}");
+    // An event stream is never buffered by a compressor.
+    let events =
+        t.http.get(t.url("/v1/events")).bearer_auth("dev:ann").header("accept-encoding", "gzip").send().await.unwrap();
+    assert_eq!(header(&events, "content-encoding"), None);
+    drop(events);
+    t.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+/// Request bodies may come encoded (RFC 7694: every API answer says which
+/// codings, `Accept-Encoding: gzip, br`). Every limit counts the decoded
+/// bytes: a gzip bomb — 100 KB that inflate to 100 MB — is a 413 and judges
+/// nothing; a corrupt body is a 400; an unknown coding a 415; the server
+/// serves on. Answers come in brotli when the client prefers it.
+async fn encoded_request_bodies_are_decoded_within_the_same_limits(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    let push = |body: Vec<u8>, coding: &'static str| {
+        t.http
+            .post(t.url("/v1/push"))
+            .bearer_auth("dev:zip")
+            .header("content-type", "application/json")
+            .header("content-encoding", coding)
+            .body(body)
+            .send()
+    };
+    let batch: Vec<Value> = (0..20).map(|i| full(&format!("z:{i}"), &format!("z-{i}"), 10 + i, 5)).collect();
+    let r = push(gzip(body(json!(batch)).as_bytes()), "gzip").await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()["accept-encoding"], "gzip, br");
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(statuses(answer["verdicts"].as_array().unwrap()), vec!["applied"; 20]);
+
+    let mut bomb = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![b' '; 1 << 20];
+    for _ in 0..100 {
+        std::io::Write::write_all(&mut bomb, &zeros).unwrap();
+    }
+    let bomb = bomb.finish().unwrap();
+    assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+    let r = push(bomb, "gzip").await.unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "payload_too_large");
+
+    let r = push(b"\x1f\x8b\x08\x00 not gzip at all".to_vec(), "gzip").await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let r = push(body(json!(batch)).into_bytes(), "zstd").await.unwrap();
+    assert_eq!(r.status().as_u16(), 415);
+    assert_eq!(t.counts("zip").await.verdicts, 20, "only the good push was judged");
+
+    let pulled = t
+        .http
+        .get(t.url("/v1/pull?cursor=0"))
+        .bearer_auth("dev:zip")
+        .header("accept-encoding", "gzip, br")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pulled.headers()["content-encoding"], "br");
+    t.stop().await;
+}
+both!(encoded_request_bodies_are_decoded_within_the_same_limits);
+
 /// `--schema FILE` is read at start; a bad file stops the start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_file_is_loaded() {

@@ -31,6 +31,26 @@ pub enum TokenSource {
     None,
 }
 
+#[wasm_bindgen::prelude::wasm_bindgen(inline_js = r#"
+export function gzip_text(text) {
+  if (typeof CompressionStream !== 'function') return Promise.resolve(null);
+  try {
+    const stream = new Blob([text]).stream().pipeThrough(new CompressionStream('gzip'));
+    return new Response(stream).arrayBuffer().then((b) => new Uint8Array(b), () => null);
+  } catch (_) {
+    return Promise.resolve(null);
+  }
+}
+"#)]
+extern "C" {
+    /// `text` gzipped by the browser's `CompressionStream`; `null` where there is none.
+    fn gzip_text(text: &str) -> Promise;
+}
+
+/// Bodies smaller than this go as they are: gzip's header and the work
+/// would cost more than they save.
+const GZIP_FROM_BYTES: usize = 1024;
+
 /// HTTP over the global `fetch`.
 pub struct FetchTransport {
     endpoint: String,
@@ -38,6 +58,10 @@ pub struct FetchTransport {
     token: RefCell<Option<String>>,
     user: RefCell<Option<String>>,
     timeout_ms: u32,
+    /// The server said (RFC 7694, `Accept-Encoding` on an answer) that it
+    /// decodes gzip request bodies: until then bodies go plain, so a server
+    /// that does not would never see one it cannot read.
+    takes_gzip: std::cell::Cell<bool>,
 }
 
 fn set(obj: &Object, k: &str, v: &JsValue) {
@@ -53,6 +77,7 @@ impl FetchTransport {
             token: RefCell::new(None),
             user: RefCell::new(None),
             timeout_ms,
+            takes_gzip: std::cell::Cell::new(false),
         }
     }
 
@@ -139,6 +164,15 @@ impl FetchTransport {
         }
     }
 
+    /// `body` gzipped, when it is worth it and the server takes it.
+    async fn gzipped(&self, body: &str) -> Option<JsValue> {
+        if body.len() < GZIP_FROM_BYTES || !self.takes_gzip.get() {
+            return None;
+        }
+        let bytes = JsFuture::from(gzip_text(body)).await.ok()?;
+        bytes.is_instance_of::<js_sys::Uint8Array>().then_some(bytes)
+    }
+
     /// One request, whatever its status; with `Retry-After` (s). Fails only
     /// when no answer came.
     async fn fetch(
@@ -165,7 +199,13 @@ impl FetchTransport {
         }
         set(&init, "headers", &headers);
         if let Some(b) = body {
-            set(&init, "body", &b.into());
+            match self.gzipped(&b).await {
+                Some(bytes) => {
+                    set(&headers, "Content-Encoding", &"gzip".into());
+                    set(&init, "body", &bytes);
+                }
+                None => set(&init, "body", &b.into()),
+            }
         }
         set(&init, "cache", &"no-store".into());
         let controller = web_sys::AbortController::new().map_err(|e| Failure::Network(js_text(&e)))?;
@@ -200,6 +240,9 @@ impl FetchTransport {
                 .as_string()
                 .unwrap_or_default();
             let etag = resp.headers().get("ETag").ok().flatten();
+            if let Some(codings) = resp.headers().get("Accept-Encoding").ok().flatten() {
+                self.takes_gzip.set(codings.split(',').any(|c| c.trim().eq_ignore_ascii_case("gzip")));
+            }
             Ok((Answer { status, text, etag }, retry_after))
         }
         .await;

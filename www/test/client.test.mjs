@@ -286,5 +286,31 @@ for (const backend of backends()) {
       assert.deepEqual(r, { same: true, changed: true, len: 1, frozen: true, calls: 1, id: 'string' });
       await a.close();
     });
+
+    test('request bodies go gzipped once the server says it takes them, and every op lands once', async () => {
+      const user = newUser('gzip');
+      const a = await open(user);
+      const sent = [];
+      a.page.on('request', (r) => {
+        const path = new URL(r.url()).pathname;
+        if (path.startsWith('/v1/')) sent.push({ path, coding: r.headers()['content-encoding'] ?? null, bytes: r.postDataBuffer()?.length ?? 0 });
+      });
+      const left = await a.run(async () => {
+        for (const round of [0, 1]) {
+          await db.changeMany(Array.from({ length: 50 }, (_, i) => ({ table: 'sets', rowId: `r${round}-${i}`, fields: { exercise: 'squat', weightKg: 60 + i, reps: 5 } })));
+          await db.sync();
+        }
+        return db.pending().length;
+      });
+      assert.equal(left, 0);
+      // Before any answer the device cannot know: its first request goes plain.
+      assert.equal(sent[0].coding, null, JSON.stringify(sent));
+      const zipped = sent.filter((s) => s.path === '/v1/push' && s.coding === 'gzip');
+      assert.ok(zipped.length >= 1, JSON.stringify(sent));
+      // 50 ops are ~6 KB of JSON; gzipped, a fraction of it.
+      assert.ok(zipped.every((s) => s.bytes < 2000), `gzip pays: ${JSON.stringify(sent)}`);
+      assert.equal((await server.rows(user)).size, 100);
+      await a.close();
+    });
   });
 }

@@ -10,6 +10,7 @@
 //! | [`spaces`] | `GET`/`POST /v1/spaces`, `GET`/`POST /v1/spaces/members`, `POST /v1/spaces/leave`, `GET /v1/invitations`, `POST /v1/invitations/accept`, `…/decline` |
 //! | [`admin`] | `POST /v1/admin/spaces`, `GET`/`POST /v1/admin/spaces/members` |
 //! | [`health`] | `/livez`, `/readyz`, `/healthz`, `/metrics` |
+//! | [`assets`] | everything else, with `--static DIR` |
 //! | [`faults`] | `POST /__faults` (only with `--enable-faults`) |
 //!
 //! The API routes sit behind [`crate::guard`] (auth, rate limit, per-user
@@ -18,6 +19,7 @@
 //! span, access log, request metrics).
 
 mod admin;
+mod assets;
 mod events;
 mod extract;
 mod faults;
@@ -34,13 +36,18 @@ use axum::http::{header, HeaderValue, Method};
 use axum::middleware;
 use axum::routing::{any, get, post};
 use axum::Router;
+use tower_http::compression::CompressionLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::services::{ServeDir, ServeFile};
+use tower_http::decompression::RequestDecompressionLayer;
+use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::app::App;
 use crate::config::Config;
 use crate::error::{not_found, ServerError};
 use crate::{access, auth, guard};
+
+/// The codings the API decodes in a request body (`Content-Encoding`).
+pub const REQUEST_ENCODINGS: &str = "gzip, br";
 
 /// The router of the whole server.
 pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
@@ -57,6 +64,15 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         .route("/v1/verdicts", post(verdicts::verdicts))
         .route("/v1/schema", get(schema::schema))
         .route("/v1/events", get(events::events))
+        // A body sent gzip- or brotli-encoded is decoded on the way in; every
+        // limit counts the decoded bytes (a bomb is a 413), a corrupt body
+        // fails its read (a 400), an unknown coding is a 415.
+        .route_layer(RequestDecompressionLayer::new())
+        // Said on every answer (RFC 7694): a client may encode its bodies so.
+        .route_layer(SetResponseHeaderLayer::if_not_present(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static(REQUEST_ENCODINGS),
+        ))
         .route_layer(middleware::from_fn_with_state(app.clone(), guard::api));
     let admin = Router::new()
         .route("/v1/admin/spaces", post(admin::create))
@@ -76,10 +92,14 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         r.route("/__faults", any(not_found))
     };
     r = match &config.static_dir {
-        Some(dir) => r.fallback_service(ServeDir::new(dir).fallback(ServeFile::new(dir.join("index.html")))),
+        Some(dir) => assets::serve(r, dir),
         None => r.fallback(not_found),
     };
-    let mut r = r.with_state(app.clone());
+    // Answers over 32 bytes are compressed (brotli or gzip, as the client's
+    // Accept-Encoding prefers) — a pull page of JSON shrinks 5-10x; event
+    // streams, images and answers already encoded (a precompressed asset)
+    // are left as they are.
+    let mut r = r.with_state(app.clone()).layer(CompressionLayer::new());
     if !config.cors_origin.is_empty() {
         r = r.layer(cors(&config.cors_origin)?);
     }
@@ -100,7 +120,7 @@ fn cors(origins: &[String]) -> Result<CorsLayer, ServerError> {
     Ok(CorsLayer::new()
         .allow_origin(allow)
         .allow_methods([Method::GET, Method::POST])
-        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::IF_NONE_MATCH])
-        .expose_headers([header::RETRY_AFTER, header::ETAG, access::REQUEST_ID])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::CONTENT_ENCODING, header::IF_NONE_MATCH])
+        .expose_headers([header::RETRY_AFTER, header::ETAG, header::ACCEPT_ENCODING, access::REQUEST_ID])
         .max_age(Duration::from_secs(600)))
 }

@@ -46,6 +46,9 @@ pub(crate) async fn push(
     let task_app = app.clone();
     let task_user = user.clone();
     let task = tokio::spawn(async move {
+        // The user's turn first (crate::turn): a user's other pushes queue
+        // here, holding nothing, not at the writer in front of everyone.
+        let _turn = if task_app.takes_turns() { Some(task_app.turns.take(&task_user).await) } else { None };
         #[cfg(feature = "bench-per-op")]
         if task_app.per_op_judge {
             let result = task_app.store.push_per_op(&task_user, &task_app.schema, &req.batch).await;

@@ -49,6 +49,9 @@ pub enum Sabotage {
     /// Postgres: read the heads without `FOR UPDATE` — no lock. The verdict
     /// insert then finds conflicts, and the push is judged again.
     NoLock,
+    /// Pushes go to the writer without waiting for their user's turn
+    /// ([`crate::turn`]): a flooder's queue stands in front of everyone.
+    NoTurn,
 }
 
 impl PushControl {
