@@ -38,6 +38,7 @@ export function App({ db, user }) {
   const [toast, setToast] = useState(null);
   const [syncing, setSyncing] = useState(false);
   const [lastAdded, setLastAdded] = useState(null);
+  const later = useAfterFirstPaint();
 
   const say = useCallback((text, extra = {}) => setToast({ id: Math.random(), text, ms: 4000, ...extra }), []);
   const fail = useCallback((e) => say(`Not saved on this device: ${e?.message ?? e}`), [say]);
@@ -107,8 +108,8 @@ export function App({ db, user }) {
         {shared.map((s) => (
           <SharedDiary key={s.space} db={db} space={s} onDelete={remove} onError={fail} />
         ))}
-        <SharedWithMe db={db} shared={shared} onError={fail} say={say} />
-        <Sharing db={db} personal={personal} onError={fail} say={say} />
+        {later && <SharedWithMe db={db} shared={shared} onError={fail} say={say} />}
+        {later && <Sharing db={db} personal={personal} onError={fail} say={say} />}
         <Toast toast={toast} onClose={() => setToast(null)} />
       </main>
     </div>
@@ -157,4 +158,20 @@ function SyncBar({ metrics, online, syncing, onSync }) {
       </button>
     </section>
   );
+}
+
+/**
+ * False for the first render, true once the browser is idle after it: what
+ * sits below the fold (sharing, invitations) mounts in a task of its own, so
+ * the diary's first screen is not held up by it on a slow phone.
+ */
+function useAfterFirstPaint() {
+  const [ready, setReady] = useState(false);
+  useEffect(() => {
+    const idle = window.requestIdleCallback ?? ((f) => setTimeout(f, 50));
+    const cancel = window.cancelIdleCallback ?? clearTimeout;
+    const id = idle(() => setReady(true), { timeout: 500 });
+    return () => cancel(id);
+  }, []);
+  return ready;
 }
