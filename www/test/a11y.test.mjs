@@ -10,7 +10,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { startServer, launch, newUser, root } from './helpers.mjs';
-import { acceptInvitation, addSet, openDemo, rowOf, shareWith, typeEdit, waitAllSynced } from './demo-steps.mjs';
+import { acceptInvitation, addSet, backOnlineAndSynced, openDemo, rowOf, shareWith, typeEdit, waitAllSynced } from './demo-steps.mjs';
 
 const dist = join(root, 'www', 'dist');
 const built = existsSync(join(dist, 'index.html'));
@@ -90,10 +90,7 @@ describe('the demo as axe-core sees it, every state, light and dark', { skip: !b
     await page.getByTestId('syncbar').getByText('1 change waiting').waitFor();
     await toastGone(page);
     await clean(page, 'offline, a change waiting');
-    await context.setOffline(false);
-    await page.getByTestId('connection').getByText('Online').waitFor();
-    await page.getByRole('button', { name: 'Sync now' }).click();
-    await waitAllSynced(page, 3);
+    await backOnlineAndSynced(context, page, 3);
     await toastGone(page);
 
     const { li } = await typeEdit(rowOf(page, 'Squat', 0), { reps: '500' });

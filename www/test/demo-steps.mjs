@@ -64,6 +64,14 @@ export async function waitAllSynced(page, n) {
   }, n, { timeout: 30000 });
 }
 
+/** Takes the phone back online, syncs with "Sync now" and waits until `n` rows show, all synced. */
+export async function backOnlineAndSynced(context, page, n) {
+  await context.setOffline(false);
+  await page.getByTestId('connection').getByText('Online').waitFor();
+  await page.getByRole('button', { name: 'Sync now' }).click();
+  await waitAllSynced(page, n);
+}
+
 /** Shares the person's diary with `user` as `role` (`viewer` or `editor`): an invitation, waited for in the list. */
 export async function shareWith(page, user, role) {
   const card = page.getByTestId('sharing');

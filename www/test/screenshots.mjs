@@ -9,7 +9,7 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { root, startServer, launch } from './helpers.mjs';
-import { addSet, editSet, openDemo, rowOf, shareWith, typeEdit, waitAllSynced } from './demo-steps.mjs';
+import { addSet, backOnlineAndSynced, editSet, openDemo, rowOf, shareWith, typeEdit, waitAllSynced } from './demo-steps.mjs';
 
 const dist = join(root, 'www', 'dist');
 const out = join(root, 'docs', 'screenshots');
@@ -61,10 +61,7 @@ try {
   console.log('offline.png');
 
   // Back online, then an edit the server refuses.
-  await context.setOffline(false);
-  await page.getByTestId('connection').getByText('Online').waitFor();
-  await page.getByRole('button', { name: 'Sync now' }).click();
-  await waitAllSynced(page, 8);
+  await backOnlineAndSynced(context, page, 8);
   await settle(page);
   // An edit the server would refuse: the form says why as it is typed, in
   // the server's words (the device has its schema), and offers no Save.
