@@ -72,10 +72,11 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Whether pushes wait for their user's turn (not under `Sabotage::NoTurn`).
+    /// Whether pushes wait for their user's turn: not under `Sabotage::NoTurn`,
+    /// nor under `Sabotage::NoLock`, whose test needs a user's pushes to overlap.
     #[cfg(feature = "sabotage")]
     pub fn takes_turns(&self) -> bool {
-        self.sabotage != Sabotage::NoTurn
+        !matches!(self.sabotage, Sabotage::NoTurn | Sabotage::NoLock)
     }
     /// Whether pushes wait for their user's turn (always).
     #[cfg(not(feature = "sabotage"))]

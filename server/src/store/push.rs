@@ -46,8 +46,9 @@ pub enum Sabotage {
     /// "write → remember": forget the saved verdicts and write the rows
     /// even when the verdict insert says the op was answered before.
     WriteBeforeRemember,
-    /// Postgres: read the heads without `FOR UPDATE` — no lock. The verdict
-    /// insert then finds conflicts, and the push is judged again.
+    /// Postgres: read the heads without `FOR UPDATE` — no lock — and let a
+    /// user's pushes past their turn ([`crate::turn`]), so they overlap. The
+    /// verdict insert then finds conflicts, and the push is judged again.
     NoLock,
     /// Pushes go to the writer without waiting for their user's turn
     /// ([`crate::turn`]): a flooder's queue stands in front of everyone.
