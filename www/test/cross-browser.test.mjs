@@ -10,6 +10,17 @@ import assert from 'node:assert/strict';
 import { startServer, newUser, until } from './helpers.mjs';
 import { session } from './webdriver.mjs';
 
+/**
+ * The harness's `window.ready`, waited for until its module has run: a
+ * navigation may come back before a module script of the page has (seen
+ * once in WebKit: `window.Marksync` was still undefined). Self-contained: it
+ * runs in the page.
+ */
+const harnessReady = () => new Promise((resolve, reject) => {
+  const wait = () => (window.ready ? window.ready.then(resolve, reject) : setTimeout(wait, 10));
+  wait();
+});
+
 const engines = (process.env.MARKSYNC_ENGINES || 'firefox,webkit,chromium').split(',').map((s) => s.trim()).filter(Boolean);
 
 for (const engine of engines) {
@@ -29,7 +40,7 @@ for (const engine of engines) {
       const s = await session(engine);
       open.push(s);
       await s.goto(`${server.url}${page}`);
-      await s.run(() => window.ready);
+      await s.run(harnessReady);
       await s.run(({ user, opts }) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'xb', autoSync: false, live: false, ...opts })
         .then((db) => { window.db = db; }), { user, opts });
       return s;
@@ -40,7 +51,7 @@ for (const engine of engines) {
       const s = await session(engine);
       open.push(s);
       await s.goto(`${server.url}/test/harness.html`);
-      await s.run(() => window.ready);
+      await s.run(harnessReady);
       const out = await s.run((user) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'persist' })
         .then(async (db) => ({ persistence: (await db.storage()).persistence })), user);
       assert.ok(['prompting', 'granted', 'denied', 'unsupported'].includes(out.persistence), JSON.stringify(out));
@@ -113,7 +124,7 @@ for (const engine of engines) {
         return id;
       });
       await s.goto(`${server.url}/test/harness.html`);
-      await s.run(() => window.ready);
+      await s.run(harnessReady);
       const after = await s.run(({ user, rowId }) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'xb', autoSync: false, live: false })
         .then(async (db) => {
           window.db = db;
@@ -154,7 +165,7 @@ for (const engine of engines) {
       assert.deepEqual({ ok: out.ok, rows: out.rows, pending: out.pending }, { ok: true, rows: ['queued', 'synced'], pending: 0 });
       assert.equal((await server.rows(user)).size, 2, 'each edit once');
       await s.goto(`${server.url}/test/harness.html`);
-      await s.run(() => window.ready);
+      await s.run(harnessReady);
       const reopened = await s.run((user) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'xb', autoSync: false, live: false })
         .then((db) => db.rows('sets').map((x) => x._id).sort()), user);
       assert.deepEqual(reopened, ['queued', 'synced'], 'on disk after a reload');
@@ -212,7 +223,7 @@ for (const engine of engines) {
       });
       assert.deepEqual([first.distinct, first.opIds, first.named, first.distinctOps], [200_000, 100_000, 100_000, 100_000]);
       await s.goto(`${server.url}/test/harness.html`);
-      await s.run(() => window.ready);
+      await s.run(harnessReady);
       const after = await s.run(({ user, sample }) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'xb-ids', autoSync: false, live: false })
         .then(async (db) => {
           window.db = db;
@@ -318,7 +329,7 @@ for (const engine of engines) {
       const second = await s.newTab();
       await s.switchTo(second);
       await s.goto(`${server.url}/test/harness.html`);
-      await s.run(() => window.ready);
+      await s.run(harnessReady);
       await s.run((user) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'xb', autoSync: false, live: false })
         .then((db) => { window.db = db; }), user);
       await s.switchTo(first);
@@ -355,7 +366,7 @@ for (const engine of engines) {
       for (const tab of tabs) {
         await s.switchTo(tab);
         await s.goto(`${server.url}/test/harness.html`);
-        await s.run(() => window.ready);
+        await s.run(harnessReady);
         await s.run((user) => {
           Object.defineProperty(navigator, 'locks', { value: undefined, configurable: true });
           return window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'nolocks', autoSync: false, live: false })
