@@ -475,14 +475,7 @@ async fn static_files_are_cached_by_name_and_sent_compressed() {
     // The API: a pull page is gzipped for a client that asks, plain otherwise.
     let batch: Vec<Value> = (0..50).map(|i| full(&format!("d:{i}"), &format!("row-{i}"), 10 + i, 5)).collect();
     t.push_ok("ann", &batch).await;
-    let pulled = t
-        .http
-        .get(t.url("/v1/pull?cursor=0"))
-        .bearer_auth("dev:ann")
-        .header("accept-encoding", "gzip")
-        .send()
-        .await
-        .unwrap();
+    let pulled = pull_accepting(&t, "ann", "gzip").await;
     assert_eq!(header(&pulled, "content-encoding").as_deref(), Some("gzip"));
     let zipped = pulled.bytes().await.unwrap().len();
     let (status, page) = t.pull_raw("ann", "cursor=0").await;
@@ -496,6 +489,12 @@ async fn static_files_are_cached_by_name_and_sent_compressed() {
     drop(events);
     t.stop().await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `user`'s first pull page, asking for the codings `accept`.
+async fn pull_accepting(t: &TestServer, user: &str, accept: &str) -> reqwest::Response {
+    let r = t.http.get(t.url("/v1/pull?cursor=0")).bearer_auth(format!("dev:{user}")).header("accept-encoding", accept);
+    r.send().await.unwrap()
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
@@ -548,14 +547,7 @@ async fn encoded_request_bodies_are_decoded_within_the_same_limits(b: Backend) {
     assert_eq!(r.status().as_u16(), 415);
     assert_eq!(t.counts("zip").await.verdicts, 20, "only the good push was judged");
 
-    let pulled = t
-        .http
-        .get(t.url("/v1/pull?cursor=0"))
-        .bearer_auth("dev:zip")
-        .header("accept-encoding", "gzip, br")
-        .send()
-        .await
-        .unwrap();
+    let pulled = pull_accepting(&t, "zip", "gzip, br").await;
     assert_eq!(pulled.headers()["content-encoding"], "br");
     t.stop().await;
 }
