@@ -7,6 +7,7 @@ use std::time::Duration;
 use marksync::schema::Schema;
 use tokio::sync::{broadcast, watch};
 
+use crate::auth::jwks::KeySet;
 use crate::auth::{AdminCredential, Auth, BearerSecret};
 use crate::budget::Budgets;
 use crate::caps::Caps;
@@ -153,9 +154,17 @@ impl App {
         if config.enable_faults {
             tracing::warn!("fault injection is ON: POST /__faults can drop answers and fail pushes");
         }
+        let jwks = match config.jwks_source() {
+            Some(source) => Some(Arc::new(
+                KeySet::load(source.clone())
+                    .await
+                    .map_err(|e| ServerError::Config(format!("{source}: {e}")))?,
+            )),
+            None => None,
+        };
         match config.jwt_secret.as_deref().filter(|s| !s.is_empty()) {
-            None if !config.dev_auth => {
-                tracing::warn!("no --jwt-secret (MARKSYNC_JWT_SECRET) and no --dev-auth: every request will be 401");
+            None if !config.dev_auth && jwks.is_none() => {
+                tracing::warn!("no --jwt-secret (MARKSYNC_JWT_SECRET), no --jwks-file or --jwks-url and no --dev-auth: every request will be 401");
             }
             Some(s) if s.len() < crate::config::MIN_JWT_SECRET_BYTES => {
                 return Err(ServerError::Config(format!(
@@ -174,7 +183,7 @@ impl App {
             if t.chars().count() < 32 {
                 return Err(ServerError::Config("--admin-token must be at least 32 characters".into()));
             }
-            tracing::info!("admin routes on: /v1/admin/spaces, /v1/admin/spaces/members");
+            tracing::info!("admin routes on: /v1/admin/spaces, /v1/admin/spaces/members, /v1/admin/pull");
         }
         let most = marksync::space::MAX_FOLLOWED - 1;
         if config.max_spaces_per_user == 0 || config.max_spaces_per_user > most {
@@ -195,7 +204,8 @@ impl App {
             schema_file: SchemaFile::of(&schema),
             schema: Arc::new(schema),
             auth: Auth::new(config.jwt_secret.as_deref(), config.dev_auth)
-                .expecting(&config.jwt_audience, config.jwt_issuer.as_deref()),
+                .expecting(&config.jwt_audience, config.jwt_issuer.as_deref())
+                .with_jwks(jwks),
             metrics: Arc::new(Metrics::default()),
             faults: config.enable_faults.then(|| Arc::new(Faults::default())),
             limiter,

@@ -171,6 +171,20 @@ pub struct Config {
     #[arg(long, env = "MARKSYNC_JWT_ISSUER")]
     pub jwt_issuer: Option<String>,
 
+    /// The identity provider's public keys as a JWKS file (`{"keys": [...]}`): RS256, ES256
+    /// (and the other asymmetric algorithms) tokens are verified with the key their `kid`
+    /// names. Read at start (no usable key: the server refuses to start), again each minute
+    /// and when a token names an unknown `kid`.
+    #[arg(long, env = "MARKSYNC_JWKS_FILE", conflicts_with = "jwks_url")]
+    pub jwks_file: Option<PathBuf>,
+
+    /// The identity provider's JWKS URL (e.g. `https://YOUR_DOMAIN/.well-known/jwks.json`):
+    /// as `--jwks-file`, fetched at start, again as its `Cache-Control` says (default every 5
+    /// minutes) and when a token names an unknown `kid` (rate-limited), so a key rotated at
+    /// the provider is taken without a restart.
+    #[arg(long, env = "MARKSYNC_JWKS_URL", conflicts_with = "jwks_file", value_parser = parse_jwks_url)]
+    pub jwks_url: Option<String>,
+
     /// The admin credential of the app's own backend: `Authorization: Bearer <it>` on
     /// `/v1/admin/…` creates spaces and manages any space's members. Unset (the default):
     /// the admin routes answer 404. At least 32 characters.
@@ -328,6 +342,8 @@ impl Config {
             max_streams_per_user: 8,
             jwt_audience: Vec::new(),
             jwt_issuer: None,
+            jwks_file: None,
+            jwks_url: None,
             admin_token: None,
             invitation_ttl_ms: SpaceLimits::DEFAULT.invitation_ttl_ms,
             max_invitations_per_inviter: SpaceLimits::DEFAULT.invitations_per_inviter,
@@ -374,6 +390,30 @@ impl Config {
             spaces_per_user: self.max_spaces_per_user,
             owned_per_user: self.max_owned_spaces_per_user,
             members_per_space: self.max_members_per_space,
+        }
+    }
+}
+
+/// `--jwks-url`: an `http://` or `https://` URL (plain HTTP only makes sense on a trusted network).
+fn parse_jwks_url(s: &str) -> Result<String, String> {
+    let rest = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"))
+        .ok_or_else(|| format!("{s:?} is not an http:// or https:// URL"))?;
+    if rest.is_empty() || rest.starts_with('/') || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{s:?} is not a URL"));
+    }
+    Ok(s.to_owned())
+}
+
+impl Config {
+    /// The identity provider's key set the configuration names, if any.
+    pub fn jwks_source(&self) -> Option<crate::auth::jwks::Source> {
+        use crate::auth::jwks::Source;
+        match (&self.jwks_file, &self.jwks_url) {
+            (Some(path), _) => Some(Source::File(path.clone())),
+            (None, Some(url)) => Some(Source::Url(url.clone())),
+            (None, None) => None,
         }
     }
 }
@@ -441,6 +481,9 @@ mod tests {
             &["--cors-origin", "ftp://a.example"],
             &["--listen", "nowhere"],
             &["--db-acquire-timeout-ms", "0"],
+            &["--jwks-url", "ftp://idp.example/jwks.json"],
+            &["--jwks-url", "https://"],
+            &["--jwks-file", "a.json", "--jwks-url", "https://idp.example/jwks.json"],
         ] {
             let args = std::iter::once("marksync-server").chain(bad.iter().copied());
             assert!(Config::try_parse_from(args).is_err(), "{bad:?} is refused");

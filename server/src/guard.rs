@@ -52,14 +52,15 @@ const CAP_RETRY_AFTER: u64 = 1;
 #[derive(Debug, Clone)]
 pub struct User(pub String);
 
-fn user_of(app: &App, req: &Request, query_token: Option<&str>) -> Result<String, ApiError> {
+/// What a request says of its caller: its `Authorization` header and where it comes from.
+/// Owned, so no borrow of the request (whose body is not `Sync`) crosses the token's check.
+fn credentials_of(req: &Request) -> Result<(Option<String>, Caller), ApiError> {
     let headers = req.headers();
     let header = match headers.get(header::AUTHORIZATION) {
-        Some(v) => Some(v.to_str().map_err(|_| ApiError::unauthorized("the Authorization header is not text"))?),
+        Some(v) => Some(v.to_str().map_err(|_| ApiError::unauthorized("the Authorization header is not text"))?.to_owned()),
         None => None,
     };
-    let peer = req.extensions().get::<Peer>().map(|p| p.0);
-    app.auth.user(header, query_token, Caller::of(peer, headers))
+    Ok((header, Caller::of(req.extensions().get::<Peer>().map(|p| p.0), headers)))
 }
 
 /// The middleware of the API routes (see the module doc).
@@ -68,7 +69,11 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     let mut query = Query::<HashMap<String, String>>::try_from_uri(req.uri()).map(|Query(q)| q).unwrap_or_default();
     // EventSource cannot set headers: `/v1/events` also takes `?token=`.
     let token = if events { query.remove("token") } else { None };
-    let user = match user_of(&app, &req, token.as_deref()) {
+    let user = match credentials_of(&req) {
+        Ok((header, caller)) => app.auth.user(header.as_deref(), token.as_deref(), caller).await,
+        Err(e) => Err(e),
+    };
+    let user = match user {
         Ok(u) => u,
         Err(e) => return refuse(&app, req, e).await,
     };

@@ -75,7 +75,8 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         ))
         .route_layer(middleware::from_fn_with_state(app.clone(), guard::api));
     let admin = Router::new()
-        .route("/v1/admin/spaces", post(admin::create))
+        .route("/v1/admin/spaces", get(admin::spaces).post(admin::create))
+        .route("/v1/admin/pull", post(admin::pull))
         .route("/v1/admin/spaces/members", get(admin::members).post(admin::set))
         .route_layer(middleware::from_fn_with_state(app.admin.clone(), auth::admin));
     let mut r = Router::new()

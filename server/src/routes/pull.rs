@@ -63,7 +63,7 @@ pub(crate) async fn spaces(
 }
 
 /// Pulled rows as the newest version of the schema spells them.
-fn upgrade_changes(app: &App, changes: &mut [Change]) {
+pub(super) fn upgrade_changes(app: &App, changes: &mut [Change]) {
     for change in changes {
         if let std::borrow::Cow::Owned(row) = app.schema.upgrade_row(&change.key.table, &change.row) {
             change.row = row;

@@ -38,7 +38,7 @@ pub(super) const MAX_BODY: usize = 4096;
 
 /// A list's page as the query string asks: `after` (default: from the
 /// start) and `limit` (1 to [`MAX_LIST_LIMIT`], the default).
-fn page(q: &std::collections::HashMap<String, String>) -> Result<(String, usize), ApiError> {
+pub(super) fn page(q: &std::collections::HashMap<String, String>) -> Result<(String, usize), ApiError> {
     let after = q.get("after").cloned().unwrap_or_default();
     let limit = match q.get("limit") {
         None => MAX_LIST_LIMIT,

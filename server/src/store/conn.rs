@@ -23,6 +23,7 @@ use crate::poke::Poke;
 mod sql {
     pub const ENSURE_HEAD: &str = "INSERT INTO heads (space_id, seq) VALUES ($1, 0) ON CONFLICT (space_id) DO NOTHING";
     pub const HEAD: &str = "SELECT seq FROM heads WHERE space_id = $1";
+    pub const HEADS_PAGE: &str = "SELECT space_id, seq FROM heads WHERE space_id > $1 ORDER BY space_id LIMIT $2";
     pub const PULL: &str = "SELECT table_name, row_id, fields, marks, seq FROM rows \
          WHERE space_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
     pub const MEMBERSHIPS: &str = "SELECT m.space_id, m.role, COALESCE(h.seq, 0) FROM members m \
@@ -187,6 +188,10 @@ pub(crate) trait Conn: Send {
     async fn memberships(&mut self, user: &str) -> Result<Vec<MemberSpace>, DbError>;
     /// A space's head alone: one primary-key read, never a count (0: none).
     async fn head(&mut self, space: &str) -> Result<u64, DbError>;
+    /// A space's head, or `None` when no such space was ever created or written.
+    async fn find_head(&mut self, space: &str) -> Result<Option<u64>, DbError>;
+    /// A page of every space there is (personal ones once written), with its head, after `after` by name.
+    async fn heads_page(&mut self, after: &str, limit: usize) -> Result<Vec<(String, u64)>, DbError>;
     /// Up to `limit` changes of `space` after `cursor`, within `budget` bytes of rows.
     async fn page(&mut self, space: &str, cursor: u64, limit: usize, budget: usize) -> Result<Paged, DbError>;
     /// `user`'s saved verdicts of `op_ids`, with the rows rejections name.
@@ -442,8 +447,18 @@ where
     }
 
     async fn head(&mut self, space: &str) -> Result<u64, DbError> {
+        Ok(self.find_head(space).await?.unwrap_or(0))
+    }
+
+    async fn find_head(&mut self, space: &str) -> Result<Option<u64>, DbError> {
         let head: Option<i64> = sqlx::query_scalar(sql::HEAD).bind(space).fetch_optional(self).await?;
-        seq_from_db(head.unwrap_or(0))
+        head.map(seq_from_db).transpose()
+    }
+
+    async fn heads_page(&mut self, after: &str, limit: usize) -> Result<Vec<(String, u64)>, DbError> {
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as(sql::HEADS_PAGE).bind(after).bind(db_limit(limit)).fetch_all(self).await?;
+        rows.into_iter().map(|(s, h)| Ok((s, seq_from_db(h)?))).collect()
     }
 
     async fn page(&mut self, space: &str, cursor: u64, limit: usize, budget: usize) -> Result<Paged, DbError> {

@@ -271,6 +271,20 @@ impl Store {
         on_backend!(self, db => pull::spaces(db, user, followed, limit).await)
     }
 
+    /// `POST /v1/admin/pull`: any spaces, as the app's backend names them, read in one snapshot.
+    pub async fn pull_any(
+        &self,
+        followed: &BTreeMap<String, Follow>,
+        limit: Option<usize>,
+    ) -> Result<SpacesPullResponse, DbError> {
+        on_backend!(self, db => pull::any(db, followed, limit).await)
+    }
+
+    /// A page of every space there is and its head, by name after `after`.
+    pub async fn heads_page(&self, after: &str, limit: usize) -> Result<Vec<(String, u64)>, DbError> {
+        on_backend!(self, db => spaces::heads_page(db, after, limit).await)
+    }
+
     /// Every space `user` is a member of, with the role and the head: the
     /// personal space first, then the others in byte order of their names.
     pub async fn spaces_of(&self, user: &str) -> Result<Vec<MemberSpace>, DbError> {

@@ -71,3 +71,36 @@ pub(crate) async fn spaces<D: Backend>(
     }
     Ok(out)
 }
+
+/// `POST /v1/admin/pull`: the spaces the app's backend names, from its
+/// cursors, in one snapshot and within the same budget as a device's pull. It
+/// is no member of anything: nothing is `joined` and no role is told; a space
+/// that does not exist is answered in `left`.
+pub(crate) async fn any<D: Backend>(
+    pools: &Pools<D>,
+    followed: &BTreeMap<String, Follow>,
+    limit: Option<usize>,
+) -> Result<SpacesPullResponse, DbError> {
+    let mut snap = pools.snapshot().await?;
+    let mut out = SpacesPullResponse::default();
+    let mut budget = space::PullBudget::new(limit);
+    for (space, follow) in followed {
+        let Some(head) = snap.find_head(space).await? else {
+            out.left.push(space.clone());
+            continue;
+        };
+        if head <= follow.cursor {
+            continue;
+        }
+        if budget.spent() {
+            out.spaces.push(SpacePage { space: space.clone(), changes: Vec::new(), cursor: follow.cursor, has_more: true });
+            out.has_more = true;
+            continue;
+        }
+        let Paged { page, bytes } = snap.page(space, follow.cursor, budget.changes, budget.bytes).await?;
+        budget.take(page.changes.len(), bytes);
+        out.has_more |= page.has_more;
+        out.spaces.push(page);
+    }
+    Ok(out)
+}

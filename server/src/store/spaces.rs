@@ -403,3 +403,12 @@ pub(crate) async fn page_of<D: Backend>(
     out.truncate(limit);
     Ok(out)
 }
+
+/// A page of every space there is and its head, by name after `after`.
+pub(crate) async fn heads_page<D: Backend>(
+    pools: &Pools<D>,
+    after: &str,
+    limit: usize,
+) -> Result<Vec<(String, u64)>, DbError> {
+    pools.read().await?.heads_page(after, limit).await
+}

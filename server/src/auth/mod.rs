@@ -1,9 +1,19 @@
-//! Who is calling: `Authorization: Bearer <JWT>` (HS256, `sub` = user id,
-//! `exp` required and checked, `nbf` checked when present, `aud` and `iss`
-//! checked when configured), or `Bearer dev:<user>` when dev auth is on. The
-//! scheme is case-insensitive (RFC 7235); a user id is trimmed. And the
-//! admin credential of the app's own backend, which the `/v1/admin/…` routes
-//! need instead of a user's token.
+//! Who is calling: `Authorization: Bearer <JWT>` — HS256 with the shared
+//! `--jwt-secret`, or RS256/ES256 (and the other asymmetric algorithms) with
+//! the identity provider's published keys (`--jwks-file`, `--jwks-url`,
+//! [`jwks`]), chosen by the token's `alg` and `kid`; `sub` = user id, `exp`
+//! required and checked, `nbf` checked when present, `aud` and `iss` checked
+//! when configured — or `Bearer dev:<user>` when dev auth is on. The scheme
+//! is case-insensitive (RFC 7235); a user id is trimmed. And the admin
+//! credential of the app's own backend, which the `/v1/admin/…` routes need
+//! instead of a user's token.
+//!
+//! A token's `alg` picks its kind of key, never the other way round: an
+//! HS256 token is checked against the shared secret only (so one signed with
+//! a provider's public key as its "secret" fails), an asymmetric one against
+//! the provider's key its `kid` names only, and `none` is no algorithm.
+
+pub mod jwks;
 
 use std::sync::Arc;
 
@@ -11,22 +21,31 @@ use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use jsonwebtoken::{decode, Algorithm, DecodingKey, Validation};
+use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
 use crate::error::{not_found, ApiError};
+use jwks::KeySet;
 
 /// Token checking, built once from the configuration.
 #[derive(Clone)]
 pub struct Auth {
-    key: Option<DecodingKey>,
+    /// The HS256 secret (`--jwt-secret`).
+    hmac: Option<DecodingKey>,
+    /// The identity provider's keys (`--jwks-file`, `--jwks-url`).
+    jwks: Option<Arc<KeySet>>,
+    /// The claims every token must meet; its algorithm is set per token.
     validation: Validation,
     dev: bool,
 }
 
 impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Auth").field("jwt", &self.key.is_some()).field("dev", &self.dev).finish()
+        f.debug_struct("Auth")
+            .field("jwt", &self.hmac.is_some())
+            .field("jwks", &self.jwks.as_ref().map(|k| k.source().to_string()))
+            .field("dev", &self.dev)
+            .finish()
     }
 }
 
@@ -71,8 +90,19 @@ impl Auth {
         validation.validate_aud = false;
         validation.set_required_spec_claims(&["exp", "sub"]);
         // An HMAC key accepts any bytes; should the crate ever refuse one, no JWT is accepted.
-        let key = secret.filter(|s| !s.is_empty()).and_then(|s| DecodingKey::from_secret(s.as_bytes()).ok());
-        Auth { key, validation, dev }
+        let hmac = secret.filter(|s| !s.is_empty()).and_then(|s| DecodingKey::from_secret(s.as_bytes()).ok());
+        Auth { hmac, jwks: None, validation, dev }
+    }
+
+    /// Also accepts tokens signed with the identity provider's keys in `keys`.
+    pub fn with_jwks(mut self, keys: Option<Arc<KeySet>>) -> Auth {
+        self.jwks = keys;
+        self
+    }
+
+    /// Whether any token at all can be accepted.
+    pub fn accepts_any(&self) -> bool {
+        self.hmac.is_some() || self.jwks.is_some() || self.dev
     }
 
     /// Also requires a token's `aud` to name one of `audiences` (when not empty)
@@ -93,7 +123,7 @@ impl Auth {
     }
 
     /// The user id of a bearer token (the text after `Bearer `), sent from `from`.
-    pub fn user_of_token(&self, token: &str, from: Caller) -> Result<String, ApiError> {
+    pub async fn user_of_token(&self, token: &str, from: Caller) -> Result<String, ApiError> {
         let token = token.trim();
         if let Some(user) = token.strip_prefix("dev:") {
             if !self.dev {
@@ -106,16 +136,47 @@ impl Auth {
             }
             return check_user(user);
         }
-        let Some(key) = &self.key else {
-            return Err(ApiError::unauthorized("this server accepts no tokens (no JWT secret configured)"));
-        };
-        let data = decode::<Claims>(token, key, &self.validation)
-            .map_err(|e| ApiError::unauthorized(format!("invalid token: {e}")))?;
+        if self.hmac.is_none() && self.jwks.is_none() {
+            return Err(ApiError::unauthorized("this server accepts no tokens (no JWT secret or key set configured)"));
+        }
+        let head = decode_header(token).map_err(|e| ApiError::unauthorized(format!("invalid token: {e}")))?;
+        let alg = head.alg;
+        let key: &DecodingKey;
+        let provider_key;
+        if jwks::is_asymmetric(alg) {
+            let Some(set) = &self.jwks else {
+                return Err(ApiError::unauthorized(format!(
+                    "this server accepts no {alg:?} tokens (no --jwks-file or --jwks-url configured)"
+                )));
+            };
+            let kid = head
+                .kid
+                .filter(|k| !k.is_empty())
+                .ok_or_else(|| ApiError::unauthorized("invalid token: it names no key (kid)"))?;
+            provider_key = set.key(&kid).await.ok_or_else(|| {
+                ApiError::unauthorized(format!("invalid token: its key {kid:?} is not in the identity provider's key set"))
+            })?;
+            key = provider_key.for_alg(alg).ok_or_else(|| {
+                ApiError::unauthorized(format!("invalid token: its key {kid:?} does not verify {alg:?}"))
+            })?;
+        } else {
+            // Only HS256 is taken with the shared secret; HS384/HS512 are refused below.
+            key = self.hmac.as_ref().ok_or_else(|| {
+                ApiError::unauthorized(format!("this server accepts no {alg:?} tokens (no --jwt-secret configured)"))
+            })?;
+            if alg != Algorithm::HS256 {
+                return Err(ApiError::unauthorized(format!("invalid token: {alg:?} is not accepted (HS256 is)")));
+            }
+        }
+        let mut validation = self.validation.clone();
+        validation.algorithms = vec![alg];
+        let data =
+            decode::<Claims>(token, key, &validation).map_err(|e| ApiError::unauthorized(format!("invalid token: {e}")))?;
         check_user(&data.claims.sub)
     }
 
     /// The user id from an `Authorization` header value, or from a `token` query parameter.
-    pub fn user(&self, header: Option<&str>, query_token: Option<&str>, from: Caller) -> Result<String, ApiError> {
+    pub async fn user(&self, header: Option<&str>, query_token: Option<&str>, from: Caller) -> Result<String, ApiError> {
         if let Some(h) = header {
             let token = h
                 .trim()
@@ -123,10 +184,10 @@ impl Auth {
                 .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
                 .ok_or_else(|| ApiError::unauthorized("the Authorization header must be: Bearer <token>"))?
                 .1;
-            return self.user_of_token(token, from);
+            return self.user_of_token(token, from).await;
         }
         match query_token {
-            Some(t) => self.user_of_token(t, from),
+            Some(t) => self.user_of_token(t, from).await,
             None => Err(ApiError::unauthorized("missing Authorization: Bearer <token>")),
         }
     }
@@ -208,26 +269,26 @@ mod tests {
         encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret.as_bytes()).unwrap()).unwrap()
     }
 
-    #[test]
-    fn jwt_dev_and_refusals() {
+    #[tokio::test]
+    async fn jwt_dev_and_refusals() {
         let now = jsonwebtoken::get_current_timestamp();
         let a = Auth::new(Some("s3cret"), false);
         assert_eq!(
-            a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now + 60))), None, Caller::Local).unwrap(),
+            a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now + 60))), None, Caller::Local).await.unwrap(),
             "alice"
         );
-        assert!(a.user(Some(&format!("Bearer {}", token("other", "alice", now + 60))), None, Caller::Local).is_err());
-        assert!(a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now - 600))), None, Caller::Local).is_err());
-        assert!(a.user(Some("Bearer dev:alice"), None, Caller::Local).is_err());
-        assert!(a.user(None, None, Caller::Local).is_err());
+        assert!(a.user(Some(&format!("Bearer {}", token("other", "alice", now + 60))), None, Caller::Local).await.is_err());
+        assert!(a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now - 600))), None, Caller::Local).await.is_err());
+        assert!(a.user(Some("Bearer dev:alice"), None, Caller::Local).await.is_err());
+        assert!(a.user(None, None, Caller::Local).await.is_err());
         let d = Auth::new(None, true);
-        assert_eq!(d.user(Some("Bearer dev:bob"), None, Caller::Local).unwrap(), "bob");
-        assert_eq!(d.user(None, Some("dev:bob"), Caller::Local).unwrap(), "bob");
-        assert!(d.user(Some("Bearer dev:"), None, Caller::Local).is_err());
-        assert!(d.user(Some("Basic x"), None, Caller::Local).is_err());
-        assert_eq!(d.user(Some("BEARER dev: bob "), None, Caller::Local).unwrap(), "bob");
-        assert!(d.user(Some("Bearer dev:  "), None, Caller::Local).is_err());
-        assert!(d.user(Some("Bearer dev:bob"), None, Caller::Remote).is_err(), "dev tokens only from this machine");
+        assert_eq!(d.user(Some("Bearer dev:bob"), None, Caller::Local).await.unwrap(), "bob");
+        assert_eq!(d.user(None, Some("dev:bob"), Caller::Local).await.unwrap(), "bob");
+        assert!(d.user(Some("Bearer dev:"), None, Caller::Local).await.is_err());
+        assert!(d.user(Some("Basic x"), None, Caller::Local).await.is_err());
+        assert_eq!(d.user(Some("BEARER dev: bob "), None, Caller::Local).await.unwrap(), "bob");
+        assert!(d.user(Some("Bearer dev:  "), None, Caller::Local).await.is_err());
+        assert!(d.user(Some("Bearer dev:bob"), None, Caller::Remote).await.is_err(), "dev tokens only from this machine");
     }
 
     #[test]
@@ -242,25 +303,27 @@ mod tests {
         encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(b"k").unwrap()).unwrap()
     }
 
-    #[test]
-    fn nbf_aud_and_iss() {
+    #[tokio::test]
+    async fn nbf_aud_and_iss() {
         let now = jsonwebtoken::get_current_timestamp();
         let plain = Auth::new(Some("k"), false);
-        let user = |a: &Auth, claims| a.user(Some(&format!("Bearer {}", signed(claims))), None, Caller::Local);
-        assert!(user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "nbf": now + 60})).is_err());
-        assert_eq!(user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "nbf": now - 1})).unwrap(), "a");
+        async fn user(a: &Auth, claims: serde_json::Value) -> Result<String, ApiError> {
+            a.user(Some(&format!("Bearer {}", signed(claims))), None, Caller::Local).await
+        }
+        assert!(user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "nbf": now + 60})).await.is_err());
+        assert_eq!(user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "nbf": now - 1})).await.unwrap(), "a");
         assert_eq!(
-            user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "aud": "x", "iss": "y"})).unwrap(),
+            user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "aud": "x", "iss": "y"})).await.unwrap(),
             "a"
         );
         let strict = Auth::new(Some("k"), false).expecting(&["x".into()], Some("y"));
         assert_eq!(
-            user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": ["z", "x"], "iss": "y"})).unwrap(),
+            user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": ["z", "x"], "iss": "y"})).await.unwrap(),
             "a"
         );
-        assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": "z", "iss": "y"})).is_err());
-        assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "iss": "y"})).is_err());
-        assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": "x"})).is_err());
+        assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": "z", "iss": "y"})).await.is_err());
+        assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "iss": "y"})).await.is_err());
+        assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": "x"})).await.is_err());
     }
 
     #[test]
