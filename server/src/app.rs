@@ -140,6 +140,17 @@ impl App {
         listen: SocketAddr,
         shutdown: watch::Receiver<bool>,
     ) -> Result<App, ServerError> {
+        App::build_with(config, listen, shutdown, None).await
+    }
+
+    /// [`App::build`], with the app's own authentication deciding who calls
+    /// (marksync inside the app's server, [`crate::embed`]).
+    pub async fn build_with(
+        config: &Config,
+        listen: SocketAddr,
+        shutdown: watch::Receiver<bool>,
+        custom: Option<Arc<dyn crate::auth::Authenticate>>,
+    ) -> Result<App, ServerError> {
         if config.dev_auth {
             if !listen.ip().is_loopback() {
                 return Err(ServerError::Config(format!(
@@ -163,7 +174,7 @@ impl App {
             None => None,
         };
         match config.jwt_secret.as_deref().filter(|s| !s.is_empty()) {
-            None if !config.dev_auth && jwks.is_none() => {
+            None if !config.dev_auth && jwks.is_none() && custom.is_none() => {
                 tracing::warn!("no --jwt-secret (MARKSYNC_JWT_SECRET), no --jwks-file or --jwks-url and no --dev-auth: every request will be 401");
             }
             Some(s) if s.len() < crate::config::MIN_JWT_SECRET_BYTES => {
@@ -205,7 +216,8 @@ impl App {
             schema: Arc::new(schema),
             auth: Auth::new(config.jwt_secret.as_deref(), config.dev_auth)
                 .expecting(&config.jwt_audience, config.jwt_issuer.as_deref())
-                .with_jwks(jwks),
+                .with_jwks(jwks)
+                .with_custom(custom),
             metrics: Arc::new(Metrics::default()),
             faults: config.enable_faults.then(|| Arc::new(Faults::default())),
             limiter,

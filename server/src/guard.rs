@@ -69,9 +69,19 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     let mut query = Query::<HashMap<String, String>>::try_from_uri(req.uri()).map(|Query(q)| q).unwrap_or_default();
     // EventSource cannot set headers: `/v1/events` also takes `?token=`.
     let token = if events { query.remove("token") } else { None };
-    let user = match credentials_of(&req) {
-        Ok((header, caller)) => app.auth.user(header.as_deref(), token.as_deref(), caller).await,
-        Err(e) => Err(e),
+    // The app's own authentication, when embedded with one, decides alone.
+    let custom = if app.auth.has_custom() {
+        let headers = req.headers();
+        app.auth.custom_user(headers).await
+    } else {
+        None
+    };
+    let user = match custom {
+        Some(answer) => answer,
+        None => match credentials_of(&req) {
+            Ok((header, caller)) => app.auth.user(header.as_deref(), token.as_deref(), caller).await,
+            Err(e) => Err(e),
+        },
     };
     let user = match user {
         Ok(u) => u,

@@ -15,6 +15,8 @@
 //! server.stop().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Or inside the app's own axum server, nested under any path: [`embed`].
 #![warn(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
@@ -27,6 +29,7 @@ pub mod caps;
 pub mod clock;
 pub mod config;
 pub mod conn;
+pub mod embed;
 pub mod error;
 pub mod faults;
 pub mod guard;

@@ -305,3 +305,84 @@ async fn the_backend_reads_any_space(backend: Backend) {
     t.stop().await;
 }
 both!(the_backend_reads_any_space);
+
+/// The app's own sessions: `x-session: s-<user>`.
+struct Sessions;
+
+impl marksync_server::auth::Authenticate for Sessions {
+    fn user<'a>(
+        &'a self,
+        headers: &'a axum::http::HeaderMap,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send + 'a>> {
+        Box::pin(async move {
+            let session = headers.get("x-session").and_then(|v| v.to_str().ok());
+            session.and_then(|s| s.strip_prefix("s-")).map(str::to_owned).ok_or_else(|| "sign in to the app first".into())
+        })
+    }
+}
+
+/// marksync nested at `/sync` inside an app's own axum server, with the
+/// app's own authentication: pushes, pulls, verdicts and probes go through
+/// it; the app's routes stay the app's; a request without the app's session
+/// is refused in the app's words; the built-in tokens are not consulted.
+async fn marksync_inside_the_apps_server(backend: Backend) {
+    let Some(database) = fresh_database(backend).await else { return };
+    let mut c = config(&database);
+    c.dev_auth = false;
+    let sync = marksync_server::embed::Builder::new(c).authenticate(Sessions).build().await.expect("builds");
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(|| async { "the app" }))
+        .nest("/sync", sync.router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let streams = sync.clone();
+    let served = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.await;
+                streams.end_streams();
+            })
+            .await
+    });
+    let http = reqwest::Client::new();
+    assert_eq!(http.get(format!("{base}/")).send().await.unwrap().text().await.unwrap(), "the app");
+    assert_eq!(http.get(format!("{base}/sync/readyz")).send().await.unwrap().status(), 200);
+
+    let push = json!({"attemptKey": "k1", "batch": [full("e1", "r1", 1_000, 5)]});
+    let r = http.post(format!("{base}/sync/v1/push")).header("x-session", "s-alice").json(&push).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let verdicts: Value = r.json().await.unwrap();
+    assert_eq!(verdicts["verdicts"][0]["status"], "applied");
+    let r = http.post(format!("{base}/sync/v1/push")).header("x-session", "s-alice").json(&push).send().await.unwrap();
+    let again: Value = r.json().await.unwrap();
+    assert_eq!(again["verdicts"][0]["status"], "duplicate", "the same verdict rules inside the app");
+    let page: Value =
+        http.get(format!("{base}/sync/v1/pull")).header("x-session", "s-alice").send().await.unwrap().json().await.unwrap();
+    assert_eq!(page["changes"][0]["rowId"], "r1");
+
+    let r = http.post(format!("{base}/sync/v1/push")).json(&push).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let refused: Value = r.json().await.unwrap();
+    assert_eq!(refused["error"]["message"], "sign in to the app first");
+    let hs = common::jwt("test-secret-of-at-least-32-bytes!", "alice", 300);
+    let r = http.get(format!("{base}/sync/v1/pull")).bearer_auth(hs).send().await.unwrap();
+    assert_eq!(r.status(), 401, "the app's authentication alone decides");
+    let metrics = http.get(format!("{base}/sync/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("marksync_ops_total"), "the metrics are served under the prefix");
+
+    stop_tx.send(()).unwrap();
+    served.await.unwrap().unwrap();
+    sync.close().await;
+    common::drop_database(&database).await;
+}
+both!(marksync_inside_the_apps_server);
+
+/// `--dev-auth` trusts the connection's peer, which an embedded router cannot see.
+#[tokio::test]
+async fn dev_auth_is_not_embedded() {
+    let database = fresh_database(Backend::Sqlite).await.unwrap();
+    let err = marksync_server::embed::Builder::new(config(&database)).build().await.err().expect("refused");
+    assert!(err.to_string().contains("--dev-auth"), "{err}");
+    common::drop_database(&database).await;
+}

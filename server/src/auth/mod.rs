@@ -27,9 +27,39 @@ use serde::Deserialize;
 use crate::error::{not_found, ApiError};
 use jwks::KeySet;
 
+/// The app's own authentication, for marksync inside the app's server
+/// ([`crate::embed`]): from a request's headers (its session cookie, its own
+/// bearer token…), the user, or why not — the words a `401` answers with.
+/// When one is given it alone decides: the built-in tokens are not consulted.
+///
+/// ```
+/// use std::future::Future;
+/// use std::pin::Pin;
+/// use axum::http::HeaderMap;
+///
+/// struct Sessions;
+/// impl marksync_server::auth::Authenticate for Sessions {
+///     fn user<'a>(&'a self, headers: &'a HeaderMap) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'a>> {
+///         Box::pin(async move {
+///             let session = headers.get("x-session").and_then(|v| v.to_str().ok());
+///             session.and_then(|s| s.strip_prefix("s-")).map(str::to_owned).ok_or_else(|| "no session".to_owned())
+///         })
+///     }
+/// }
+/// ```
+pub trait Authenticate: Send + Sync + 'static {
+    /// The user the request with `headers` is made by.
+    fn user<'a>(
+        &'a self,
+        headers: &'a axum::http::HeaderMap,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send + 'a>>;
+}
+
 /// Token checking, built once from the configuration.
 #[derive(Clone)]
 pub struct Auth {
+    /// The app's own authentication, when marksync is embedded with one.
+    custom: Option<Arc<dyn Authenticate>>,
     /// The HS256 secret (`--jwt-secret`).
     hmac: Option<DecodingKey>,
     /// The identity provider's keys (`--jwks-file`, `--jwks-url`).
@@ -45,6 +75,7 @@ impl std::fmt::Debug for Auth {
             .field("jwt", &self.hmac.is_some())
             .field("jwks", &self.jwks.as_ref().map(|k| k.source().to_string()))
             .field("dev", &self.dev)
+            .field("custom", &self.custom.is_some())
             .finish()
     }
 }
@@ -91,7 +122,28 @@ impl Auth {
         validation.set_required_spec_claims(&["exp", "sub"]);
         // An HMAC key accepts any bytes; should the crate ever refuse one, no JWT is accepted.
         let hmac = secret.filter(|s| !s.is_empty()).and_then(|s| DecodingKey::from_secret(s.as_bytes()).ok());
-        Auth { hmac, jwks: None, validation, dev }
+        Auth { custom: None, hmac, jwks: None, validation, dev }
+    }
+
+    /// Asks `custom` alone who calls (see [`Authenticate`]).
+    pub fn with_custom(mut self, custom: Option<Arc<dyn Authenticate>>) -> Auth {
+        self.custom = custom;
+        self
+    }
+
+    /// Whether the app's own authentication decides who calls.
+    pub fn has_custom(&self) -> bool {
+        self.custom.is_some()
+    }
+
+    /// The user of a request with `headers`, by the app's own authentication
+    /// (`None`: there is none; the built-in tokens decide).
+    pub async fn custom_user(&self, headers: &axum::http::HeaderMap) -> Option<Result<String, ApiError>> {
+        let custom = self.custom.as_ref()?;
+        Some(match custom.user(headers).await {
+            Ok(user) => check_user(&user),
+            Err(why) => Err(ApiError::unauthorized(why)),
+        })
     }
 
     /// Also accepts tokens signed with the identity provider's keys in `keys`.
@@ -102,7 +154,7 @@ impl Auth {
 
     /// Whether any token at all can be accepted.
     pub fn accepts_any(&self) -> bool {
-        self.hmac.is_some() || self.jwks.is_some() || self.dev
+        self.custom.is_some() || self.hmac.is_some() || self.jwks.is_some() || self.dev
     }
 
     /// Also requires a token's `aud` to name one of `audiences` (when not empty)
