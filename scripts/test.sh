@@ -25,9 +25,9 @@ wasm-pack test --headless --firefox --mode no-install --geckodriver "$(command -
 # wasm-pack drives WebKit only as macOS's safaridriver; the same runner takes WebKitGTK's driver.
 scripts/webkit.sh cargo test --target wasm32-unknown-unknown --test web --features testing
 
-echo "== 3/4 build the npm package, the demo and the server"
+echo "== 3/4 build the npm package, the demo, the server and the app that embeds it"
 scripts/build-www.sh
-cargo build -p marksync-server
+cargo build -p marksync-server --bins --example embed
 
 echo "== 4/4 the npm package against the real server: Chromium on SQLite and PostgreSQL, Firefox and WebKit over WebDriver"
 (cd www && npm test)
