@@ -12,7 +12,7 @@ use marksync::protocol::{CreateSpace, SpacesPullRequest};
 use serde::Serialize;
 
 use super::extract::{query, read_json, QueryParams};
-use super::pull::upgrade_changes;
+use super::pull::finish_spaces;
 use super::spaces::{create_for, members_as, page, set_as, MAX_BODY};
 use crate::clock::now_ms;
 use crate::app::App;
@@ -46,13 +46,7 @@ pub(crate) async fn pull(State(app): State<App>, headers: HeaderMap, body: Body)
     req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
     let now = now_ms();
     let mut answer = app.store.pull_any(&req.spaces, req.limit).await?;
-    answer.now = Some(now);
-    answer.schema_version = Some(app.schema.version);
-    let mut pulled = 0;
-    for page in &mut answer.spaces {
-        pulled += page.changes.len();
-        upgrade_changes(&app, &mut page.changes);
-    }
+    let pulled = finish_spaces(&app, &mut answer, now);
     app.metrics.pulled(pulled);
     Ok(Json(answer).into_response())
 }

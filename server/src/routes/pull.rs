@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use marksync::protocol::{Change, SpacesPullRequest, DEFAULT_PULL_LIMIT, MAX_PULL_LIMIT, MAX_SAFE_INTEGER};
+use marksync::protocol::{Change, SpacesPullRequest, SpacesPullResponse, DEFAULT_PULL_LIMIT, MAX_PULL_LIMIT, MAX_SAFE_INTEGER};
 
 use super::extract::{query, read_json, QueryParams};
 use crate::app::App;
@@ -50,20 +50,27 @@ pub(crate) async fn spaces(
     app.budgets.charge(Work::Reads, &user, 1 + req.spaces.len());
     let now = now_ms();
     let mut answer = app.store.pull_spaces(&user, &req.spaces, req.limit).await?;
-    answer.now = Some(now);
-    answer.schema_version = Some(app.schema.version);
-    let mut pulled = 0;
-    for page in &mut answer.spaces {
-        pulled += page.changes.len();
-        upgrade_changes(&app, &mut page.changes);
-    }
+    let pulled = finish_spaces(&app, &mut answer, now);
     app.budgets.charge(Work::Reads, &user, pulled);
     app.metrics.pulled(pulled);
     Ok(Json(answer).into_response())
 }
 
+/// Stamps a spaces pull's answer with the clock read before it (`now`) and
+/// the schema's version, spells its rows in the newest version; the changes it carries.
+pub(super) fn finish_spaces(app: &App, answer: &mut SpacesPullResponse, now: u64) -> usize {
+    answer.now = Some(now);
+    answer.schema_version = Some(app.schema.version);
+    let mut pulled = 0;
+    for page in &mut answer.spaces {
+        pulled += page.changes.len();
+        upgrade_changes(app, &mut page.changes);
+    }
+    pulled
+}
+
 /// Pulled rows as the newest version of the schema spells them.
-pub(super) fn upgrade_changes(app: &App, changes: &mut [Change]) {
+fn upgrade_changes(app: &App, changes: &mut [Change]) {
     for change in changes {
         if let std::borrow::Cow::Owned(row) = app.schema.upgrade_row(&change.key.table, &change.row) {
             change.row = row;
