@@ -239,6 +239,9 @@ async fn tokens_from_a_jwks_url(backend: Backend) {
     }
     let extra = provider.fetches() - before;
     assert!(extra <= 10, "40 made-up kids fetched the set {extra} times: the refetches are rate-limited");
+    assert!(t.metric("marksync_jwks_loads_limited_total").await >= 30.0, "the refused loads are counted");
+    assert_eq!(t.metric("marksync_jwks_keys").await, 2.0);
+    assert!(t.metric("marksync_jwks_loads_total{reason=\"unknown_kid\",outcome=\"ok\"}").await >= 2.0);
     assert_eq!(t.counts("mallory").await.verdicts, 0);
     assert_eq!(t.counts("alice").await.verdicts, 3);
     t.stop().await;

@@ -24,7 +24,9 @@
 //! HMAC key would let anyone who reads the set sign tokens.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -198,9 +200,10 @@ pub fn freshness(cache_control: Option<&str>) -> Duration {
     fresh.unwrap_or(DEFAULT_FRESH).clamp(MIN_FRESH, MAX_FRESH)
 }
 
-/// The keys in use, and until when.
+/// The keys in use, since when and until when.
 struct Snapshot {
     keys: HashMap<String, Arc<Key>>,
+    loaded_at: Instant,
     stale_at: Instant,
     generation: u64,
 }
@@ -232,6 +235,25 @@ enum Why {
     UnknownKid,
 }
 
+/// Loads after the start, by why and how they went: `/metrics`.
+#[derive(Default)]
+struct Loads {
+    /// [stale ok, stale failed, unknown kid ok, unknown kid failed].
+    counts: [AtomicU64; 4],
+    /// Loads for an unknown `kid` the rate limit said no to.
+    limited: AtomicU64,
+}
+
+impl Loads {
+    fn count(&self, why: Why, ok: bool) {
+        let i = match why {
+            Why::Stale => 0,
+            Why::UnknownKid => 2,
+        } + usize::from(!ok);
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// The identity provider's key set, loaded again as the module doc says.
 pub struct KeySet {
     source: Source,
@@ -239,6 +261,7 @@ pub struct KeySet {
     current: RwLock<Arc<Snapshot>>,
     /// Held by the one load in progress; it also keeps the rate limit.
     loading: tokio::sync::Mutex<Refetches>,
+    loads: Loads,
 }
 
 impl std::fmt::Debug for KeySet {
@@ -260,14 +283,17 @@ impl KeySet {
             client,
             current: RwLock::new(Arc::new(Snapshot {
                 keys: HashMap::new(),
+                loaded_at: Instant::now(),
                 stale_at: Instant::now(),
                 generation: 0,
             })),
             loading: tokio::sync::Mutex::new(Refetches { tokens: REFETCH_BURST, at: Instant::now() }),
+            loads: Loads::default(),
         };
         let (keys, fresh) = set.fetch().await?;
         tracing::info!(source = %set.source, keys = keys.len(), "identity provider keys loaded");
-        set.current = RwLock::new(Arc::new(Snapshot { keys, stale_at: Instant::now() + fresh, generation: 1 }));
+        let now = Instant::now();
+        set.current = RwLock::new(Arc::new(Snapshot { keys, loaded_at: now, stale_at: now + fresh, generation: 1 }));
         Ok(set)
     }
 
@@ -311,20 +337,47 @@ impl KeySet {
             return;
         }
         if why == Why::UnknownKid && !guard.take(Instant::now()) {
+            self.loads.limited.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        match self.fetch().await {
+        let result = self.fetch().await;
+        self.loads.count(why, result.is_ok());
+        match result {
             Ok((keys, fresh)) => {
                 tracing::info!(source = %self.source, keys = keys.len(), reason = ?why, "identity provider keys loaded again");
-                self.replace(Snapshot { keys, stale_at: Instant::now() + fresh, generation: seen + 1 });
+                let now = Instant::now();
+                self.replace(Snapshot { keys, loaded_at: now, stale_at: now + fresh, generation: seen + 1 });
             }
             Err(e) => {
                 tracing::warn!(source = %self.source, error = %e, reason = ?why, "identity provider keys could not be loaded again; the keys known go on being used");
                 let stale_at =
                     if why == Why::Stale { Instant::now() + RETRY_AFTER_FAILURE } else { snap.stale_at };
-                self.replace(Snapshot { keys: snap.keys.clone(), stale_at, generation: seen + 1 });
+                let keys = snap.keys.clone();
+                self.replace(Snapshot { keys, loaded_at: snap.loaded_at, stale_at, generation: seen + 1 });
             }
         }
+    }
+
+    /// The key set's families of `/metrics`, in Prometheus text.
+    pub fn render(&self, s: &mut String) {
+        let snap = self.snapshot();
+        let _ = writeln!(s, "# HELP marksync_jwks_keys Usable keys in the identity provider's key set in use.");
+        let _ = writeln!(s, "# TYPE marksync_jwks_keys gauge");
+        let _ = writeln!(s, "marksync_jwks_keys {}", snap.keys.len());
+        let _ = writeln!(s, "# HELP marksync_jwks_age_seconds Time since the key set in use was loaded (grows while the provider cannot be reached).");
+        let _ = writeln!(s, "# TYPE marksync_jwks_age_seconds gauge");
+        let _ = writeln!(s, "marksync_jwks_age_seconds {:.3}", snap.loaded_at.elapsed().as_secs_f64());
+        let _ = writeln!(s, "# HELP marksync_jwks_loads_total Loads of the key set after the start, by reason and outcome.");
+        let _ = writeln!(s, "# TYPE marksync_jwks_loads_total counter");
+        for (i, (reason, outcome)) in
+            [("stale", "ok"), ("stale", "failed"), ("unknown_kid", "ok"), ("unknown_kid", "failed")].iter().enumerate()
+        {
+            let n = self.loads.counts[i].load(Ordering::Relaxed);
+            let _ = writeln!(s, "marksync_jwks_loads_total{{reason=\"{reason}\",outcome=\"{outcome}\"}} {n}");
+        }
+        let _ = writeln!(s, "# HELP marksync_jwks_loads_limited_total Loads for an unknown kid the rate limit refused.");
+        let _ = writeln!(s, "# TYPE marksync_jwks_loads_limited_total counter");
+        let _ = writeln!(s, "marksync_jwks_loads_limited_total {}", self.loads.limited.load(Ordering::Relaxed));
     }
 
     /// The usable keys at the source now, and how long they may be used.

@@ -131,6 +131,11 @@ impl Auth {
         self
     }
 
+    /// The identity provider's key set, when configured.
+    pub fn jwks(&self) -> Option<&KeySet> {
+        self.jwks.as_deref()
+    }
+
     /// Whether the app's own authentication decides who calls.
     pub fn has_custom(&self) -> bool {
         self.custom.is_some()

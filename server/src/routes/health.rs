@@ -45,5 +45,9 @@ pub(crate) async fn metrics(State(app): State<App>, headers: HeaderMap) -> Respo
         }
     }
     let live = Live { streams_open: app.caps.streams_open(), pools: app.store.pool_stats() };
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.metrics.render(&live)).into_response()
+    let mut text = app.metrics.render(&live);
+    if let Some(keys) = app.auth.jwks() {
+        keys.render(&mut text);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
