@@ -57,8 +57,21 @@ pub(crate) async fn spaces<D: Backend>(
         left: plan.left,
         ..Default::default()
     };
+    read_pages(&mut *snap, plan.read, limit, &mut out).await?;
+    Ok(out)
+}
+
+/// Reads each `(space, cursor)` of `reads` into `out`, in order, within one
+/// pull's budget of `limit` changes: once it is spent, the spaces left are
+/// answered empty with `hasMore`.
+async fn read_pages<C: Conn>(
+    snap: &mut C,
+    reads: Vec<(String, u64)>,
+    limit: Option<usize>,
+    out: &mut SpacesPullResponse,
+) -> Result<(), DbError> {
     let mut budget = space::PullBudget::new(limit);
-    for (space, cursor) in plan.read {
+    for (space, cursor) in reads {
         if budget.spent() {
             out.spaces.push(SpacePage { space, changes: Vec::new(), cursor, has_more: true });
             out.has_more = true;
@@ -69,7 +82,7 @@ pub(crate) async fn spaces<D: Backend>(
         out.has_more |= page.has_more;
         out.spaces.push(page);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// `POST /v1/admin/pull`: the spaces the app's backend names, from its
@@ -83,24 +96,14 @@ pub(crate) async fn any<D: Backend>(
 ) -> Result<SpacesPullResponse, DbError> {
     let mut snap = pools.snapshot().await?;
     let mut out = SpacesPullResponse::default();
-    let mut budget = space::PullBudget::new(limit);
+    let mut reads = Vec::new();
     for (space, follow) in followed {
-        let Some(head) = snap.find_head(space).await? else {
-            out.left.push(space.clone());
-            continue;
-        };
-        if head <= follow.cursor {
-            continue;
+        match snap.find_head(space).await? {
+            None => out.left.push(space.clone()),
+            Some(head) if head > follow.cursor => reads.push((space.clone(), follow.cursor)),
+            Some(_) => {}
         }
-        if budget.spent() {
-            out.spaces.push(SpacePage { space: space.clone(), changes: Vec::new(), cursor: follow.cursor, has_more: true });
-            out.has_more = true;
-            continue;
-        }
-        let Paged { page, bytes } = snap.page(space, follow.cursor, budget.changes, budget.bytes).await?;
-        budget.take(page.changes.len(), bytes);
-        out.has_more |= page.has_more;
-        out.spaces.push(page);
     }
+    read_pages(&mut *snap, reads, limit, &mut out).await?;
     Ok(out)
 }
