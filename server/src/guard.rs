@@ -70,13 +70,8 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     // EventSource cannot set headers: `/v1/events` also takes `?token=`.
     let token = if events { query.remove("token") } else { None };
     // The app's own authentication, when embedded with one, decides alone.
-    let custom = if app.auth.has_custom() {
-        let headers = req.headers();
-        app.auth.custom_user(headers).await
-    } else {
-        None
-    };
-    let user = match custom {
+    let custom = app.auth.custom_user(req.headers(), token.as_deref());
+    let user = match custom.await {
         Some(answer) => answer,
         None => match credentials_of(&req) {
             Ok((header, caller)) => app.auth.user(header.as_deref(), token.as_deref(), caller).await,

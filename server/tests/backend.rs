@@ -309,7 +309,7 @@ async fn the_backend_reads_any_space(backend: Backend) {
 }
 both!(the_backend_reads_any_space);
 
-/// The app's own sessions: `x-session: s-<user>`.
+/// The app's own sessions: `Authorization: Bearer s-<user>`.
 struct Sessions;
 
 impl marksync_server::auth::Authenticate for Sessions {
@@ -318,8 +318,11 @@ impl marksync_server::auth::Authenticate for Sessions {
         headers: &'a axum::http::HeaderMap,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send + 'a>> {
         Box::pin(async move {
-            let session = headers.get("x-session").and_then(|v| v.to_str().ok());
-            session.and_then(|s| s.strip_prefix("s-")).map(str::to_owned).ok_or_else(|| "sign in to the app first".into())
+            let session = headers.get("authorization").and_then(|v| v.to_str().ok());
+            session
+                .and_then(|s| s.strip_prefix("Bearer s-"))
+                .map(str::to_owned)
+                .ok_or_else(|| "sign in to the app first".into())
         })
     }
 }
@@ -353,16 +356,23 @@ async fn marksync_inside_the_apps_server(backend: Backend) {
     assert_eq!(http.get(format!("{base}/sync/readyz")).send().await.unwrap().status(), 200);
 
     let push = json!({"attemptKey": "k1", "batch": [full("e1", "r1", 1_000, 5)]});
-    let r = http.post(format!("{base}/sync/v1/push")).header("x-session", "s-alice").json(&push).send().await.unwrap();
+    let r = http.post(format!("{base}/sync/v1/push")).bearer_auth("s-alice").json(&push).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let verdicts: Value = r.json().await.unwrap();
     assert_eq!(verdicts["verdicts"][0]["status"], "applied");
-    let r = http.post(format!("{base}/sync/v1/push")).header("x-session", "s-alice").json(&push).send().await.unwrap();
+    let r = http.post(format!("{base}/sync/v1/push")).bearer_auth("s-alice").json(&push).send().await.unwrap();
     let again: Value = r.json().await.unwrap();
     assert_eq!(again["verdicts"][0]["status"], "duplicate", "the same verdict rules inside the app");
     let page: Value =
-        http.get(format!("{base}/sync/v1/pull")).header("x-session", "s-alice").send().await.unwrap().json().await.unwrap();
+        http.get(format!("{base}/sync/v1/pull")).bearer_auth("s-alice").send().await.unwrap().json().await.unwrap();
     assert_eq!(page["changes"][0]["rowId"], "r1");
+
+    // A browser's EventSource sends no headers: its `?token=` reaches the app's authentication.
+    let mut stream = http.get(format!("{base}/sync/v1/events?token=s-alice")).send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    common::read_until(&mut stream, &mut String::new(), "event: poke").await;
+    drop(stream);
+    assert_eq!(http.get(format!("{base}/sync/v1/events?token=nobody")).send().await.unwrap().status(), 401);
 
     let r = http.post(format!("{base}/sync/v1/push")).json(&push).send().await.unwrap();
     assert_eq!(r.status(), 401);

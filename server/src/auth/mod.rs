@@ -31,6 +31,9 @@ use jwks::KeySet;
 /// ([`crate::embed`]): from a request's headers (its session cookie, its own
 /// bearer token…), the user, or why not — the words a `401` answers with.
 /// When one is given it alone decides: the built-in tokens are not consulted.
+/// On `/v1/events`, which a browser's `EventSource` opens without headers
+/// (the npm package sends its token as `?token=`), that token is handed over
+/// as `Authorization: Bearer <token>`.
 ///
 /// ```
 /// use std::future::Future;
@@ -136,30 +139,38 @@ impl Auth {
         self.jwks.as_deref()
     }
 
-    /// Whether the app's own authentication decides who calls.
-    pub fn has_custom(&self) -> bool {
-        self.custom.is_some()
-    }
-
     /// The user of a request with `headers`, by the app's own authentication
-    /// (`None`: there is none; the built-in tokens decide).
-    pub async fn custom_user(&self, headers: &axum::http::HeaderMap) -> Option<Result<String, ApiError>> {
-        let custom = self.custom.as_ref()?;
-        Some(match custom.user(headers).await {
-            Ok(user) => check_user(&user),
-            Err(why) => Err(ApiError::unauthorized(why)),
-        })
+    /// (`None`: there is none; the built-in tokens decide). A `query_token`
+    /// (`/v1/events?token=`, which a browser's `EventSource` sends for want of
+    /// headers) is shown to it as the `Authorization: Bearer` it stands for.
+    pub fn custom_user<'a>(
+        &'a self,
+        headers: &axum::http::HeaderMap,
+        query_token: Option<&str>,
+    ) -> impl std::future::Future<Output = Option<Result<String, ApiError>>> + Send + 'a {
+        // Owned before the wait: no borrow of the request crosses it.
+        let custom = self.custom.clone();
+        let mut headers = custom.as_ref().map(|_| headers.clone());
+        if let (Some(h), Some(token)) = (headers.as_mut(), query_token) {
+            if !h.contains_key(header::AUTHORIZATION) {
+                if let Ok(v) = axum::http::HeaderValue::from_str(&format!("Bearer {token}")) {
+                    h.insert(header::AUTHORIZATION, v);
+                }
+            }
+        }
+        async move {
+            let (custom, headers) = (custom?, headers?);
+            Some(match custom.user(&headers).await {
+                Ok(user) => check_user(&user),
+                Err(why) => Err(ApiError::unauthorized(why)),
+            })
+        }
     }
 
     /// Also accepts tokens signed with the identity provider's keys in `keys`.
     pub fn with_jwks(mut self, keys: Option<Arc<KeySet>>) -> Auth {
         self.jwks = keys;
         self
-    }
-
-    /// Whether any token at all can be accepted.
-    pub fn accepts_any(&self) -> bool {
-        self.custom.is_some() || self.hmac.is_some() || self.jwks.is_some() || self.dev
     }
 
     /// Also requires a token's `aud` to name one of `audiences` (when not empty)
