@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::protocol::{Op, OpId, Outcome, Recalled, RememberedVerdict, Row, RowKey, Verdict, MAX_JUDGED_PER_PUSH};
+use crate::protocol::{Fields, Op, OpId, Outcome, Recalled, RememberedVerdict, Row, RowKey, Verdict, MAX_JUDGED_PER_PUSH};
 use crate::schema::{Edit, Edited, RefusalCode, Schema};
 use crate::space::{self, Role, SpaceId};
 
@@ -223,8 +223,45 @@ pub struct Judgement {
     pub heads: Vec<(SpaceId, u64)>,
     /// Set when judging stopped before the end of the batch (or of its first 1000 ops).
     pub stopped: Option<Stop>,
-    /// Which op took which seq of its space (ops that moved a mark), in order.
-    pub seqs: Vec<(OpId, u64)>,
+    /// Every op that moved a mark, in batch order: what the app's backend
+    /// hears of this push (webhooks).
+    pub changes: Vec<Change>,
+}
+
+/// An op that moved its row: the fields whose value it set (those it lost to
+/// a newer mark are left out), as the newest schema spells them, and the seq
+/// it took in its space.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Change {
+    /// The op.
+    pub op_id: OpId,
+    /// The space it wrote in (not part of the serialized change: a delivery names it once).
+    #[serde(skip)]
+    pub space: SpaceId,
+    /// The row's table.
+    pub table: String,
+    /// The row's name.
+    pub row_id: String,
+    /// Field → the value this op set.
+    pub fields: Fields,
+    /// The op's `at`.
+    pub at: u64,
+    /// The seq the op took in its space.
+    pub seq: u64,
+}
+
+impl Change {
+    /// The change `op` made to `row` (the row just after it), taking `seq`.
+    fn of(op: &Op, space: &SpaceId, row: &Row, seq: u64) -> Change {
+        let fields = row
+            .cells
+            .iter()
+            .filter(|(_, cell)| cell.mark.op_id == op.op_id)
+            .map(|(name, cell)| (name.clone(), cell.value.clone()))
+            .collect();
+        Change { op_id: op.op_id.clone(), space: space.clone(), table: op.table.clone(), row_id: op.row_id.clone(), fields, at: op.at, seq }
+    }
 }
 
 /// Why a batch cannot be judged at all.
@@ -378,7 +415,7 @@ pub fn judge_batch(schema: &Schema, sender: &str, batch: &[Op], known: Known, li
                     let slot = &mut slots[last];
                     slot.head += 1;
                     slot.moved = true;
-                    out.seqs.push((op.op_id.clone(), slot.head));
+                    out.changes.push(Change::of(op, &slot.name, &row, slot.head));
                     written.insert(at.clone(), slot.head);
                     rows.insert(at.clone(), row);
                 }
@@ -473,7 +510,7 @@ pub fn recall(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{Fields, Value};
+    use crate::protocol::Value;
 
     fn op(id: &str, row: &str, at: u64, fields: &[(&str, Value)]) -> Op {
         Op {
@@ -518,6 +555,32 @@ mod tests {
         let j2 = judge_batch(&s, "u", &b, k.clone(), &Limits::default()).unwrap();
         assert_eq!(j2.verdicts[0].outcome, Outcome::Duplicate);
         assert_eq!((moved(&j2), j2.writes.len(), j2.remember.len()), (None, 0, 0));
+    }
+
+    #[test]
+    fn a_change_holds_the_fields_its_op_set_and_only_moved_ops_are_changes() {
+        let s = Schema::workout();
+        let mut k = Known::default();
+        let first = vec![full("d:1", "d-1", 10, 5), op("d:0", "d-1", 20, &[("reps", 8.into())])];
+        let j = judge_batch(&s, "u", &first, k.clone(), &Limits::default()).unwrap();
+        apply(&mut k, &j);
+        // d:2 is older than d:0 on reps (loses it) but newer than d:1 on the
+        // weight; d:3 is refused; d:1 again is a duplicate; d:4 loses every field.
+        let b = vec![
+            op("d:2", "d-1", 15, &[("reps", 6.into()), ("weightKg", 90.0.into())]),
+            full("d:3", "d-1", 30, 500),
+            full("d:1", "d-1", 10, 5),
+            op("d:4", "d-1", 1, &[("reps", 7.into())]),
+        ];
+        let j = judge_batch(&s, "u", &b, k, &Limits::default()).unwrap();
+        let changes: Vec<(&str, Vec<&str>, u64)> =
+            j.changes.iter().map(|c| (c.op_id.as_str(), c.fields.keys().map(String::as_str).collect(), c.seq)).collect();
+        assert_eq!(changes, vec![("d:2", vec!["weightKg"], 3)]);
+        let json = serde_json::to_value(&j.changes[0]).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"opId": "d:2", "table": "sets", "rowId": "d-1", "fields": {"weightKg": 90}, "at": 15, "seq": 3})
+        );
     }
 
     #[test]

@@ -151,8 +151,8 @@ impl MemoryServer {
             }
             data.verdicts.insert(r.op_id, r.verdict);
         }
-        for (id, _) in j.seqs {
-            *data.seq_count.entry(id).or_default() += 1;
+        for change in j.changes {
+            *data.seq_count.entry(change.op_id).or_default() += 1;
         }
         for w in j.writes {
             let space = self.spaces.entry(w.space.to_string()).or_default();

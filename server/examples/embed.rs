@@ -40,7 +40,10 @@ impl marksync_server::auth::Authenticate for Sessions {
 }
 
 /// `POST /login?user=U`: a new session for U (an app checks a password here).
-async fn login(State(sessions): State<Sessions>, Query(q): Query<HashMap<String, String>>) -> Result<String, StatusCode> {
+async fn login(
+    State(sessions): State<Sessions>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<String, StatusCode> {
     let user = q.get("user").filter(|u| !u.is_empty()).ok_or(StatusCode::BAD_REQUEST)?;
     let mut bytes = [0u8; 16];
     std::fs::File::open("/dev/urandom")

@@ -67,6 +67,8 @@ pub struct AppState {
     pub admin: AdminCredential,
     /// The token `/metrics` asks for (`--metrics-token`), when configured.
     pub metrics_token: BearerSecret,
+    /// The webhook (`--webhook-url`), when configured.
+    pub webhook: Option<Arc<crate::webhook::Webhook>>,
     /// Use the per-op judge (benchmark only).
     #[cfg(feature = "bench-per-op")]
     pub per_op_judge: bool,
@@ -167,9 +169,7 @@ impl App {
         }
         let jwks = match config.jwks_source() {
             Some(source) => Some(Arc::new(
-                KeySet::load(source.clone())
-                    .await
-                    .map_err(|e| ServerError::Config(format!("{source}: {e}")))?,
+                KeySet::load(source.clone()).await.map_err(|e| ServerError::Config(format!("{source}: {e}")))?,
             )),
             None => None,
         };
@@ -202,6 +202,7 @@ impl App {
             // them: a user in more could never finish a sync.
             return Err(ServerError::Config(format!("--max-spaces-per-user must be 1 to {most}")));
         }
+        let webhook = crate::webhook::Webhook::from_config(config)?.map(Arc::new);
         let schema = load_schema(config)?;
         let store =
             Store::connect(&config.database, &config.db_options()).await?.with_space_limits(config.space_limits());
@@ -210,6 +211,10 @@ impl App {
             .then(|| RateLimiter::new(config.rate_limit, config.rate_burst.unwrap_or(config.rate_limit * 2.0)));
         let (pokes, _) = broadcast::channel(1024);
         store.forward_pokes(pokes.clone(), shutdown.clone());
+        if let Some(w) = &webhook {
+            tracing::info!(url = %config.webhook_url.as_deref().unwrap_or_default(), "webhook on: every committed change is delivered there");
+            Arc::clone(w).spawn(store.clone(), shutdown.clone());
+        }
         Ok(App(Arc::new(AppState {
             store,
             schema_file: SchemaFile::of(&schema),
@@ -242,6 +247,7 @@ impl App {
             sabotage: config.sabotage,
             admin: AdminCredential::new(config.admin_token.as_deref()),
             metrics_token: BearerSecret::new(config.metrics_token.as_deref()),
+            webhook,
             #[cfg(feature = "bench-per-op")]
             per_op_judge: config.per_op_judge,
         })))

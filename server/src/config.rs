@@ -182,7 +182,7 @@ pub struct Config {
     /// as `--jwks-file`, fetched at start, again as its `Cache-Control` says (default every 5
     /// minutes) and when a token names an unknown `kid` (rate-limited), so a key rotated at
     /// the provider is taken without a restart.
-    #[arg(long, env = "MARKSYNC_JWKS_URL", conflicts_with = "jwks_file", value_parser = parse_jwks_url)]
+    #[arg(long, env = "MARKSYNC_JWKS_URL", conflicts_with = "jwks_file", value_parser = parse_http_url)]
     pub jwks_url: Option<String>,
 
     /// The admin credential of the app's own backend: `Authorization: Bearer <it>` on
@@ -190,6 +190,31 @@ pub struct Config {
     /// the admin routes answer 404. At least 32 characters.
     #[arg(long, env = "MARKSYNC_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+
+    /// The app's backend hears every committed change here: after each push that moved
+    /// rows, one signed `POST` per space (docs/server.md, "Webhooks"), delivered at least
+    /// once, in order per space, kept across restarts. Needs `--webhook-secret`.
+    #[arg(long, env = "MARKSYNC_WEBHOOK_URL", requires = "webhook_secret", value_parser = parse_http_url)]
+    pub webhook_url: Option<String>,
+
+    /// The key of the deliveries' `Marksync-Signature` (HMAC-SHA256); at least 32 characters.
+    #[arg(long, env = "MARKSYNC_WEBHOOK_SECRET", hide_env_values = true, requires = "webhook_url")]
+    pub webhook_secret: Option<String>,
+
+    /// Milliseconds a delivery may take before it counts as failed and is tried again.
+    #[arg(long, env = "MARKSYNC_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000)]
+    pub webhook_timeout_ms: u64,
+
+    /// Milliseconds before the first retry of a failed delivery; each next waits twice as
+    /// long, up to 5 minutes.
+    #[arg(long, env = "MARKSYNC_WEBHOOK_BACKOFF_MS", default_value_t = 1_000)]
+    pub webhook_backoff_ms: u64,
+
+    /// Deliveries waiting at most: past it, pushes that would move rows are answered
+    /// `503 unavailable` (retried by the devices; nothing is lost) until the receiver
+    /// catches up. 0 = no bound.
+    #[arg(long, env = "MARKSYNC_WEBHOOK_MAX_PENDING", default_value_t = 1_000_000)]
+    pub webhook_max_pending: u64,
 
     /// Milliseconds an invitation to a space stays pending before it lapses.
     #[arg(long, env = "MARKSYNC_INVITATION_TTL_MS", default_value_t = SpaceLimits::DEFAULT.invitation_ttl_ms)]
@@ -345,6 +370,11 @@ impl Config {
             jwks_file: None,
             jwks_url: None,
             admin_token: None,
+            webhook_url: None,
+            webhook_secret: None,
+            webhook_timeout_ms: 10_000,
+            webhook_backoff_ms: 1_000,
+            webhook_max_pending: 1_000_000,
             invitation_ttl_ms: SpaceLimits::DEFAULT.invitation_ttl_ms,
             max_invitations_per_inviter: SpaceLimits::DEFAULT.invitations_per_inviter,
             max_invitations_per_user: SpaceLimits::DEFAULT.invitations_per_user,
@@ -394,8 +424,8 @@ impl Config {
     }
 }
 
-/// `--jwks-url`: an `http://` or `https://` URL (plain HTTP only makes sense on a trusted network).
-fn parse_jwks_url(s: &str) -> Result<String, String> {
+/// `--jwks-url`, `--webhook-url`: an `http://` or `https://` URL (plain HTTP only makes sense on a trusted network).
+fn parse_http_url(s: &str) -> Result<String, String> {
     let rest = s
         .strip_prefix("https://")
         .or_else(|| s.strip_prefix("http://"))

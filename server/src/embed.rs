@@ -61,7 +61,8 @@ impl Builder {
     pub async fn build(self) -> Result<Embedded, ServerError> {
         if self.config.dev_auth {
             return Err(ServerError::Config(
-                "--dev-auth is for marksync-server alone: an embedded router cannot see where a request comes from".into(),
+                "--dev-auth is for marksync-server alone: an embedded router cannot see where a request comes from"
+                    .into(),
             ));
         }
         let (stop_tx, stop_rx) = watch::channel(false);

@@ -81,6 +81,10 @@ impl ApiError {
             )
         }
     }
+    /// 503 `unavailable` with `Retry-After`: the server cannot take this now, and will.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError { retry_after: Some(UNAVAILABLE_RETRY_AFTER), ..Self::new(ErrorCode::Unavailable, message) }
+    }
     /// 429 `rate_limited` with `Retry-After: secs`.
     pub fn rate_limited(secs: u64) -> Self {
         ApiError {

@@ -57,7 +57,9 @@ pub struct User(pub String);
 fn credentials_of(req: &Request) -> Result<(Option<String>, Caller), ApiError> {
     let headers = req.headers();
     let header = match headers.get(header::AUTHORIZATION) {
-        Some(v) => Some(v.to_str().map_err(|_| ApiError::unauthorized("the Authorization header is not text"))?.to_owned()),
+        Some(v) => {
+            Some(v.to_str().map_err(|_| ApiError::unauthorized("the Authorization header is not text"))?.to_owned())
+        }
         None => None,
     };
     Ok((header, Caller::of(req.extensions().get::<Peer>().map(|p| p.0), headers)))

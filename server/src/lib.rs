@@ -41,6 +41,7 @@ pub mod ready;
 mod routes;
 pub mod store;
 pub mod turn;
+pub mod webhook;
 
 use std::future::Future;
 use std::net::SocketAddr;

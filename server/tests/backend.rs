@@ -104,8 +104,12 @@ async fn tokens_from_a_jwks_file(backend: Backend) {
         let mut head = Header::new(Algorithm::HS256);
         head.kid = Some("rsa-1".into());
         let now = jsonwebtoken::get_current_timestamp();
-        jsonwebtoken::encode(&head, &json!({"sub": "alice", "exp": now + 300}), &EncodingKey::from_secret(&public_pem).unwrap())
-            .unwrap()
+        jsonwebtoken::encode(
+            &head,
+            &json!({"sub": "alice", "exp": now + 300}),
+            &EncodingKey::from_secret(&public_pem).unwrap(),
+        )
+        .unwrap()
     };
     let none = format!(
         "{}.{}.",
@@ -162,7 +166,7 @@ async fn an_unusable_key_set_refuses_to_start() {
         c.jwks_file = file;
         c.jwks_url = url;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let err = marksync_server::start(c, listener).await.err().expect("refused to start").to_string();
+        let err = marksync_server::start(c, listener).await.expect_err("refused to start").to_string();
         assert!(err.contains("--jwks-") && err.contains(says), "{err}");
         common::drop_database(&database).await;
     }
@@ -267,8 +271,11 @@ async fn the_backend_reads_any_space(backend: Backend) {
     c.admin_token = Some(ADMIN.into());
     let t = TestServer::start(c).await.owning_database();
     assert_eq!(post(&t, "/v1/spaces", "alice", json!({"space": "team"})).await.0, 200);
-    t.push_ok("alice", &[common::in_space("team", full("t1", "r1", 1_000, 5)), common::in_space("team", full("t2", "r2", 1_001, 6))])
-        .await;
+    t.push_ok(
+        "alice",
+        &[common::in_space("team", full("t1", "r1", 1_000, 5)), common::in_space("team", full("t2", "r2", 1_001, 6))],
+    )
+    .await;
     t.push_ok("bob", &[full("b1", "r1", 1_000, 7)]).await;
 
     let get = reqwest::Method::GET;
@@ -291,7 +298,11 @@ async fn the_backend_reads_any_space(backend: Backend) {
     let spaces = page["spaces"].as_array().unwrap();
     assert_eq!(spaces[0]["space"], "team");
     assert_eq!(spaces[0]["changes"].as_array().unwrap().len(), 2);
-    assert_eq!((spaces[1]["space"].clone(), spaces[1]["hasMore"].clone()), (json!("~bob"), json!(true)), "the limit holds");
+    assert_eq!(
+        (spaces[1]["space"].clone(), spaces[1]["hasMore"].clone()),
+        (json!("~bob"), json!(true)),
+        "the limit holds"
+    );
     assert_eq!(page["hasMore"], true);
     let ask = json!({"spaces": {"team": {"cursor": 2}, "~bob": {"cursor": 0}}});
     let (_, rest) = admin(&t, post_.clone(), "/v1/admin/pull", ADMIN, Some(ask)).await;
@@ -336,9 +347,7 @@ async fn marksync_inside_the_apps_server(backend: Backend) {
     let mut c = config(&database);
     c.dev_auth = false;
     let sync = marksync_server::embed::Builder::new(c).authenticate(Sessions).build().await.expect("builds");
-    let app = axum::Router::new()
-        .route("/", axum::routing::get(|| async { "the app" }))
-        .nest("/sync", sync.router());
+    let app = axum::Router::new().route("/", axum::routing::get(|| async { "the app" })).nest("/sync", sync.router());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -395,7 +404,7 @@ both!(marksync_inside_the_apps_server);
 #[tokio::test]
 async fn dev_auth_is_not_embedded() {
     let database = fresh_database(Backend::Sqlite).await.unwrap();
-    let err = marksync_server::embed::Builder::new(config(&database)).build().await.err().expect("refused");
+    let err = marksync_server::embed::Builder::new(config(&database)).build().await.expect_err("refused");
     assert!(err.to_string().contains("--dev-auth"), "{err}");
     common::drop_database(&database).await;
 }

@@ -62,7 +62,7 @@ impl Engine {
     /// rows and ops afresh), this context's clock (an op put back keeps its
     /// `at`, and later ones come after it), and no rows yet.
     pub fn salvage_meta(&self, device_id: String) -> Meta {
-        Meta { device_id, counter: 0, cursor: 0, clock: self.meta.clock.clone() }
+        Meta { device_id, counter: 0, cursor: 0, clock: self.meta.clock }
     }
 
     /// What to write into the database opened again, `disk` being what it

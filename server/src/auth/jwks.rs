@@ -350,8 +350,7 @@ impl KeySet {
             }
             Err(e) => {
                 tracing::warn!(source = %self.source, error = %e, reason = ?why, "identity provider keys could not be loaded again; the keys known go on being used");
-                let stale_at =
-                    if why == Why::Stale { Instant::now() + RETRY_AFTER_FAILURE } else { snap.stale_at };
+                let stale_at = if why == Why::Stale { Instant::now() + RETRY_AFTER_FAILURE } else { snap.stale_at };
                 let keys = snap.keys.clone();
                 self.replace(Snapshot { keys, loaded_at: snap.loaded_at, stale_at, generation: seen + 1 });
             }
@@ -367,7 +366,10 @@ impl KeySet {
         let _ = writeln!(s, "# HELP marksync_jwks_age_seconds Time since the key set in use was loaded (grows while the provider cannot be reached).");
         let _ = writeln!(s, "# TYPE marksync_jwks_age_seconds gauge");
         let _ = writeln!(s, "marksync_jwks_age_seconds {:.3}", snap.loaded_at.elapsed().as_secs_f64());
-        let _ = writeln!(s, "# HELP marksync_jwks_loads_total Loads of the key set after the start, by reason and outcome.");
+        let _ = writeln!(
+            s,
+            "# HELP marksync_jwks_loads_total Loads of the key set after the start, by reason and outcome."
+        );
         let _ = writeln!(s, "# TYPE marksync_jwks_loads_total counter");
         for (i, (reason, outcome)) in
             [("stale", "ok"), ("stale", "failed"), ("unknown_kid", "ok"), ("unknown_kid", "failed")].iter().enumerate()
@@ -375,7 +377,8 @@ impl KeySet {
             let n = self.loads.counts[i].load(Ordering::Relaxed);
             let _ = writeln!(s, "marksync_jwks_loads_total{{reason=\"{reason}\",outcome=\"{outcome}\"}} {n}");
         }
-        let _ = writeln!(s, "# HELP marksync_jwks_loads_limited_total Loads for an unknown kid the rate limit refused.");
+        let _ =
+            writeln!(s, "# HELP marksync_jwks_loads_limited_total Loads for an unknown kid the rate limit refused.");
         let _ = writeln!(s, "# TYPE marksync_jwks_loads_limited_total counter");
         let _ = writeln!(s, "marksync_jwks_loads_limited_total {}", self.loads.limited.load(Ordering::Relaxed));
     }
@@ -404,9 +407,7 @@ impl KeySet {
                 if resp.content_length().is_some_and(|n| n > MAX_SET_BYTES as u64) {
                     return Err(JwksError::TooLarge);
                 }
-                let fresh = freshness(
-                    resp.headers().get(reqwest::header::CACHE_CONTROL).and_then(|v| v.to_str().ok()),
-                );
+                let fresh = freshness(resp.headers().get(reqwest::header::CACHE_CONTROL).and_then(|v| v.to_str().ok()));
                 let mut text = Vec::new();
                 while let Some(chunk) = resp.chunk().await.map_err(|e| JwksError::Fetch(describe(&e)))? {
                     if text.len() + chunk.len() > MAX_SET_BYTES {

@@ -222,7 +222,9 @@ impl Auth {
                 .filter(|k| !k.is_empty())
                 .ok_or_else(|| ApiError::unauthorized("invalid token: it names no key (kid)"))?;
             provider_key = set.key(&kid).await.ok_or_else(|| {
-                ApiError::unauthorized(format!("invalid token: its key {kid:?} is not in the identity provider's key set"))
+                ApiError::unauthorized(format!(
+                    "invalid token: its key {kid:?} is not in the identity provider's key set"
+                ))
             })?;
             key = provider_key.for_alg(alg).ok_or_else(|| {
                 ApiError::unauthorized(format!("invalid token: its key {kid:?} does not verify {alg:?}"))
@@ -238,13 +240,18 @@ impl Auth {
         }
         let mut validation = self.validation.clone();
         validation.algorithms = vec![alg];
-        let data =
-            decode::<Claims>(token, key, &validation).map_err(|e| ApiError::unauthorized(format!("invalid token: {e}")))?;
+        let data = decode::<Claims>(token, key, &validation)
+            .map_err(|e| ApiError::unauthorized(format!("invalid token: {e}")))?;
         check_user(&data.claims.sub)
     }
 
     /// The user id from an `Authorization` header value, or from a `token` query parameter.
-    pub async fn user(&self, header: Option<&str>, query_token: Option<&str>, from: Caller) -> Result<String, ApiError> {
+    pub async fn user(
+        &self,
+        header: Option<&str>,
+        query_token: Option<&str>,
+        from: Caller,
+    ) -> Result<String, ApiError> {
         if let Some(h) = header {
             let token = h
                 .trim()
@@ -345,8 +352,14 @@ mod tests {
             a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now + 60))), None, Caller::Local).await.unwrap(),
             "alice"
         );
-        assert!(a.user(Some(&format!("Bearer {}", token("other", "alice", now + 60))), None, Caller::Local).await.is_err());
-        assert!(a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now - 600))), None, Caller::Local).await.is_err());
+        assert!(a
+            .user(Some(&format!("Bearer {}", token("other", "alice", now + 60))), None, Caller::Local)
+            .await
+            .is_err());
+        assert!(a
+            .user(Some(&format!("Bearer {}", token("s3cret", "alice", now - 600))), None, Caller::Local)
+            .await
+            .is_err());
         assert!(a.user(Some("Bearer dev:alice"), None, Caller::Local).await.is_err());
         assert!(a.user(None, None, Caller::Local).await.is_err());
         let d = Auth::new(None, true);
@@ -356,7 +369,10 @@ mod tests {
         assert!(d.user(Some("Basic x"), None, Caller::Local).await.is_err());
         assert_eq!(d.user(Some("BEARER dev: bob "), None, Caller::Local).await.unwrap(), "bob");
         assert!(d.user(Some("Bearer dev:  "), None, Caller::Local).await.is_err());
-        assert!(d.user(Some("Bearer dev:bob"), None, Caller::Remote).await.is_err(), "dev tokens only from this machine");
+        assert!(
+            d.user(Some("Bearer dev:bob"), None, Caller::Remote).await.is_err(),
+            "dev tokens only from this machine"
+        );
     }
 
     #[test]
@@ -386,7 +402,9 @@ mod tests {
         );
         let strict = Auth::new(Some("k"), false).expecting(&["x".into()], Some("y"));
         assert_eq!(
-            user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": ["z", "x"], "iss": "y"})).await.unwrap(),
+            user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": ["z", "x"], "iss": "y"}))
+                .await
+                .unwrap(),
             "a"
         );
         assert!(user(&strict, serde_json::json!({"sub": "a", "exp": now + 60, "aud": "z", "iss": "y"})).await.is_err());

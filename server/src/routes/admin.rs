@@ -14,8 +14,8 @@ use serde::Serialize;
 use super::extract::{query, read_json, QueryParams};
 use super::pull::finish_spaces;
 use super::spaces::{create_for, members_as, page, set_as, MAX_BODY};
-use crate::clock::now_ms;
 use crate::app::App;
+use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::store::Actor;
 

@@ -49,5 +49,8 @@ pub(crate) async fn metrics(State(app): State<App>, headers: HeaderMap) -> Respo
     if let Some(keys) = app.auth.jwks() {
         keys.render(&mut text);
     }
+    if let Some(w) = &app.webhook {
+        w.render(&mut text);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

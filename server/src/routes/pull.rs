@@ -10,7 +10,9 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use marksync::protocol::{Change, SpacesPullRequest, SpacesPullResponse, DEFAULT_PULL_LIMIT, MAX_PULL_LIMIT, MAX_SAFE_INTEGER};
+use marksync::protocol::{
+    Change, SpacesPullRequest, SpacesPullResponse, DEFAULT_PULL_LIMIT, MAX_PULL_LIMIT, MAX_SAFE_INTEGER,
+};
 
 use super::extract::{query, read_json, QueryParams};
 use crate::app::App;

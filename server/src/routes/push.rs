@@ -31,10 +31,18 @@ pub(crate) async fn push(
     // Held until the answer leaves: how many pushes of this device overlap.
     let device = req.attempt_key.split(':').next().unwrap_or_default();
     let _in_flight = app.metrics.same_device.enter(&format!("{user}/{device}"));
+    if app.webhook.as_ref().is_some_and(|w| w.full()) {
+        // Nothing judged: the device keeps its ops and sends them again; the
+        // receiver's backlog is bounded, and no change is ever dropped from it.
+        return Err(ApiError::unavailable(
+            "the webhook's receiver is behind (--webhook-max-pending deliveries wait); try again later",
+        ));
+    }
     let faults = app.faults.as_ref().map(|f| f.take()).unwrap_or_default();
     let ctl = PushControl {
         hold_lock_for: faults.delay,
         fail_before_commit: faults.fail_before_commit,
+        deliveries: app.webhook.is_some(),
         probe: Some(Arc::clone(&app.metrics.same_user)),
         #[cfg(feature = "sabotage")]
         sabotage: app.sabotage,
@@ -65,6 +73,9 @@ pub(crate) async fn push(
         Err(e) => return Err(ApiError::internal(&e)),
     };
     app.metrics.push_judged(judgement.verdicts.iter().map(|v| &v.outcome), started.elapsed());
+    if let (Some(w), false) = (&app.webhook, judgement.heads.is_empty()) {
+        w.wake();
+    }
     for (space, head) in &judgement.heads {
         // This process's streams at once (on PostgreSQL the NOTIFY comes back
         // too, later; a stream pokes only when a head grows, so once). No

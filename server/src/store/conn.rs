@@ -61,6 +61,22 @@ mod sql {
     pub const MIGRATIONS_DONE: &str = "SELECT version FROM marksync_migrations";
     pub const RECORD_MIGRATION: &str = "INSERT INTO marksync_migrations (version, applied_at) VALUES ($1, $2)";
     pub const PING: &str = "SELECT 1";
+    pub const ENQUEUE_DELIVERY: &str =
+        "INSERT INTO deliveries (id, space_id, head, body, created_at) VALUES ($1, $2, $3, $4, $5)";
+    pub const ENQUEUE_QUEUE: &str = "INSERT INTO delivery_queues (space_id, next_at, failures) VALUES ($1, $2, 0) \
+         ON CONFLICT (space_id) DO NOTHING";
+    pub const QUEUED: &str = "SELECT id, head, body, created_at FROM deliveries WHERE space_id = $1 \
+         ORDER BY head LIMIT $2";
+    pub const DELIVERED: &str = "DELETE FROM deliveries WHERE space_id = $1 AND head <= $2";
+    pub const RETRY_QUEUE: &str =
+        "UPDATE delivery_queues SET next_at = $2, failures = failures + 1, last_error = $3 WHERE space_id = $1";
+    pub const DRAINED_QUEUE: &str =
+        "UPDATE delivery_queues SET next_at = $2, failures = 0, last_error = NULL WHERE space_id = $1";
+    pub const DROP_EMPTY_QUEUE: &str = "DELETE FROM delivery_queues WHERE space_id = $1 \
+         AND NOT EXISTS (SELECT 1 FROM deliveries WHERE space_id = $1)";
+    pub const RELEASE_LEASES: &str = "UPDATE delivery_queues SET next_at = $1 WHERE next_at > $1";
+    pub const DELIVERY_BACKLOG: &str = "SELECT (SELECT count(*) FROM deliveries), \
+         COALESCE((SELECT min(created_at) FROM deliveries), 0), (SELECT count(*) FROM delivery_queues)";
     pub const PROBE: &str = "INSERT INTO marksync_probe (id, at) VALUES (1, $1) \
          ON CONFLICT (id) DO UPDATE SET at = excluded.at";
 }
@@ -114,6 +130,60 @@ pub struct Invited {
     pub expires_at: i64,
 }
 
+/// A webhook delivery to write in a push's transaction.
+#[derive(Debug, Clone)]
+pub(crate) struct NewDelivery {
+    pub id: String,
+    pub space: String,
+    /// The space's head after the batch: the delivery's place in its space's order.
+    pub head: u64,
+    pub body: String,
+}
+
+/// A delivery waiting in its space's queue.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// Its id (`Marksync-Delivery`), the same on every attempt.
+    pub id: String,
+    /// Its place in its space's order.
+    pub head: u64,
+    /// The JSON body, as written at commit.
+    pub body: String,
+    /// When it was written (ms since the epoch).
+    pub created_at: i64,
+}
+
+/// A space's queue, leased for sending: its first deliveries, in order.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// The space.
+    pub space: String,
+    /// Failures in a row of its first delivery so far.
+    pub failures: i64,
+    /// Its first deliveries, in order.
+    pub deliveries: Vec<Delivery>,
+}
+
+/// How a sender leaves a space's queue it leased.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settle {
+    /// Every delivery sent was answered 2xx: the queue is due again now, or gone when empty.
+    Drained,
+    /// The delivery after the last delivered failed: try again at this time (ms), noting why.
+    Retry(i64, String),
+}
+
+/// The deliveries waiting, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Backlog {
+    /// How many.
+    pub pending: u64,
+    /// When the oldest was written (ms since the epoch; 0: none).
+    pub oldest_ms: i64,
+    /// Spaces with deliveries waiting.
+    pub queues: u64,
+}
+
 /// A saved verdict as recalled for `POST /v1/verdicts`.
 pub(crate) struct Recalled {
     pub op_id: String,
@@ -150,6 +220,23 @@ pub(crate) trait Conn: Send {
     async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), DbError>;
     /// Tells the other server processes, on commit (nothing where one process owns the database).
     async fn announce(&mut self, poke: &Poke) -> Result<(), DbError>;
+    /// Writes webhook deliveries, and a queue for each space that has none (due now).
+    async fn enqueue_deliveries(&mut self, deliveries: &[NewDelivery]) -> Result<(), DbError>;
+    /// Leases up to `limit` due queues until `lease_until` (ms): `(space, failures)`.
+    async fn claim_queues(&mut self, lease_until: i64, limit: usize) -> Result<Vec<(String, i64)>, DbError>;
+    /// The first `limit` deliveries of `space`'s queue, in order.
+    async fn queued(&mut self, space: &str, limit: usize) -> Result<Vec<Delivery>, DbError>;
+    /// Forgets `space`'s deliveries up to `head`, and settles its queue.
+    async fn settle_queue(
+        &mut self,
+        space: &str,
+        delivered_through: Option<u64>,
+        settle: &Settle,
+    ) -> Result<(), DbError>;
+    /// Makes every leased or waiting queue due at `now` (ms).
+    async fn release_leases(&mut self, now: i64) -> Result<(), DbError>;
+    /// How many deliveries wait, the oldest, in how many queues.
+    async fn delivery_backlog(&mut self) -> Result<Backlog, DbError>;
     /// Inserts the shared space `space`, created by `owner`, unless the name is taken; whether it was.
     async fn insert_space(&mut self, space: &str, owner: &str) -> Result<bool, DbError>;
     /// `user`'s stored role in `space`.
@@ -332,6 +419,81 @@ where
             sqlx::query(notify).bind(POKES).bind(poke.payload()).execute(self).await?;
         }
         Ok(())
+    }
+
+    async fn enqueue_deliveries(&mut self, deliveries: &[NewDelivery]) -> Result<(), DbError> {
+        let now = now_ms_db();
+        for d in deliveries {
+            sqlx::query(sql::ENQUEUE_DELIVERY)
+                .bind(d.id.as_str())
+                .bind(d.space.as_str())
+                .bind(seq_to_db(d.head)?)
+                .bind(d.body.as_str())
+                .bind(now)
+                .execute(&mut *self)
+                .await?;
+            sqlx::query(sql::ENQUEUE_QUEUE).bind(d.space.as_str()).bind(now).execute(&mut *self).await?;
+        }
+        Ok(())
+    }
+
+    async fn claim_queues(&mut self, lease_until: i64, limit: usize) -> Result<Vec<(String, i64)>, DbError> {
+        let rows = sqlx::query(C::Database::SQL.claim_deliveries)
+            .bind(lease_until)
+            .bind(now_ms_db())
+            .bind(db_limit(limit))
+            .fetch_all(self)
+            .await?;
+        Ok(decoded::<(String, i64), _>(&rows)?)
+    }
+
+    async fn queued(&mut self, space: &str, limit: usize) -> Result<Vec<Delivery>, DbError> {
+        let rows = sqlx::query(sql::QUEUED).bind(space).bind(db_limit(limit)).fetch_all(self).await?;
+        decoded::<(String, i64, String, i64), _>(&rows)?
+            .into_iter()
+            .map(|(id, head, body, created_at)| Ok(Delivery { id, head: seq_from_db(head)?, body, created_at }))
+            .collect()
+    }
+
+    async fn settle_queue(
+        &mut self,
+        space: &str,
+        delivered_through: Option<u64>,
+        settle: &Settle,
+    ) -> Result<(), DbError> {
+        if let Some(head) = delivered_through {
+            sqlx::query(sql::DELIVERED).bind(space).bind(seq_to_db(head)?).execute(&mut *self).await?;
+        }
+        match settle {
+            Settle::Retry(next_at, error) => {
+                sqlx::query(sql::RETRY_QUEUE)
+                    .bind(space)
+                    .bind(*next_at)
+                    .bind(error.as_str())
+                    .execute(&mut *self)
+                    .await?;
+            }
+            Settle::Drained => {
+                sqlx::query(sql::DRAINED_QUEUE).bind(space).bind(now_ms_db()).execute(&mut *self).await?;
+                sqlx::query(sql::DROP_EMPTY_QUEUE).bind(space).execute(&mut *self).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn release_leases(&mut self, now: i64) -> Result<(), DbError> {
+        sqlx::query(sql::RELEASE_LEASES).bind(now).execute(self).await?;
+        Ok(())
+    }
+
+    async fn delivery_backlog(&mut self) -> Result<Backlog, DbError> {
+        let (pending, oldest_ms, queues): (i64, i64, i64) =
+            sqlx::query_as(sql::DELIVERY_BACKLOG).fetch_one(self).await?;
+        Ok(Backlog {
+            pending: u64::try_from(pending).unwrap_or(0),
+            oldest_ms,
+            queues: u64::try_from(queues).unwrap_or(0),
+        })
     }
 
     async fn insert_space(&mut self, space: &str, owner: &str) -> Result<bool, DbError> {

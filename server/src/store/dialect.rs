@@ -29,6 +29,7 @@ macro_rules! migrations {
             (4, "0004_verdicts_kept", include_str!(concat!("../../migrations/", $dialect, "/0004_verdicts_kept.sql"))),
             (5, "0005_invitations", include_str!(concat!("../../migrations/", $dialect, "/0005_invitations.sql"))),
             (6, "0006_probe", include_str!(concat!("../../migrations/", $dialect, "/0006_probe.sql"))),
+            (7, "0007_deliveries", include_str!(concat!("../../migrations/", $dialect, "/0007_deliveries.sql"))),
         ]
     };
 }
@@ -73,6 +74,9 @@ pub(crate) struct Statements {
     /// `$1` a user, `[keys]`, then the user's personal space: `(space, table,
     /// row, fields, marks)` of those the user may read now.
     pub load_readable_rows: &'static str,
+    /// `$1` the lease's end, `$2` now, `$3` how many: leases the due
+    /// queues of deliveries, `(space, failures)`.
+    pub claim_deliveries: &'static str,
     /// `$1` a channel, `$2` a payload: delivered to the other server
     /// processes on commit. None where one process owns the database.
     pub notify: Option<&'static str>,

@@ -15,7 +15,10 @@
 //!    NOTHING`; fewer rows in than sent means another writer answered one of
 //!    these ops first: roll back and go again from 1;
 //! 5. **write** the rows of [`marksync::judge::Judgement::writes`] (one
-//!    multi-row upsert) and the new heads, then commit.
+//!    multi-row upsert) and the new heads;
+//! 6. with a webhook, **owe** the app's backend one delivery per space whose
+//!    rows moved ([`outbox`]), then commit: a committed change always has
+//!    its delivery, a rolled-back one never does ([`crate::webhook`] sends them).
 //!
 //! Nothing here compares opIds or marks, and nothing is written before step
 //! 4. The logic ([`push`], [`pull`], [`recall`], [`spaces`], [`migrate`]) and
@@ -28,6 +31,7 @@ mod conn;
 mod dialect;
 mod error;
 mod migrate;
+mod outbox;
 mod page;
 #[cfg(feature = "bench-per-op")]
 mod per_op;
@@ -53,7 +57,7 @@ use conn::Conn;
 use dialect::Pools;
 
 pub use crate::metrics::PoolStats;
-pub use conn::{Counts, Invited, MemberSpace};
+pub use conn::{Backlog, Claimed, Counts, Delivery, Invited, MemberSpace, Settle};
 pub use error::{redact, DbError, PushError, MAX_JUDGE_ATTEMPTS};
 pub use migrate::{MigrationState, Migrations};
 pub use push::PushControl;
@@ -342,6 +346,66 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<(String, Role)>, SpaceError> {
         on_backend!(self, db => spaces::members(db, actor, space, after, limit).await)
+    }
+
+    /// Leases up to `spaces` due queues of webhook deliveries for this
+    /// process until `lease_until` (ms), with the first `per_space`
+    /// deliveries of each, in order. Another process (or this one after a
+    /// crash) may take a queue again only after its lease.
+    pub async fn claim_deliveries(
+        &self,
+        lease_until: i64,
+        spaces: usize,
+        per_space: usize,
+    ) -> Result<Vec<Claimed>, DbError> {
+        on_backend!(self, db => {
+            let mut tx = db.write().await?;
+            let mut claimed = Vec::new();
+            for (space, failures) in tx.claim_queues(lease_until, spaces).await? {
+                let deliveries = tx.queued(&space, per_space).await?;
+                claimed.push(Claimed { space, failures, deliveries });
+            }
+            tx.commit().await?;
+            Ok(claimed)
+        })
+    }
+
+    /// Forgets `space`'s deliveries up to `delivered_through` and settles its
+    /// queue, under the space's lock: a push committing a delivery to the
+    /// space meanwhile is never left without a queue.
+    pub async fn settle_deliveries(
+        &self,
+        space: &str,
+        delivered_through: Option<u64>,
+        settle: &Settle,
+    ) -> Result<(), DbError> {
+        on_backend!(self, db => {
+            let mut tx = db.write().await?;
+            tx.lock_head(space).await?;
+            tx.settle_queue(space, delivered_through, settle).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Makes every queue of deliveries due now, leases included: at the start
+    /// of the one process that owns a SQLite file, no other sender can hold
+    /// one. (PostgreSQL may be shared by several processes: leases run out.)
+    pub async fn release_delivery_leases(&self) -> Result<(), DbError> {
+        match &self.0 {
+            Backend::Sqlite(db) => {
+                let mut tx = db.write().await?;
+                tx.release_leases(crate::clock::now_ms_db()).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+            Backend::Postgres(_) => Ok(()),
+        }
+    }
+
+    /// The webhook deliveries waiting.
+    pub async fn delivery_backlog(&self) -> Result<Backlog, DbError> {
+        on_backend!(self, db => db.read().await?.delivery_backlog().await)
     }
 
     /// How many verdicts and rows `user` has, and the head.

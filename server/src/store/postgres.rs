@@ -61,6 +61,10 @@ impl Dialect for Postgres {
              FROM unnest($2::text[], $3::text[], $4::text[]) AS k(s, t, r) \
              JOIN rows r ON r.space_id = k.s AND r.table_name = k.t AND r.row_id = k.r \
              WHERE r.space_id = $5 OR EXISTS (SELECT 1 FROM members m WHERE m.space_id = r.space_id AND m.user_id = $1)",
+        // Two server processes never claim one space's queue (SKIP LOCKED).
+        claim_deliveries: "UPDATE delivery_queues SET next_at = $1 WHERE space_id IN \
+             (SELECT space_id FROM delivery_queues WHERE next_at <= $2 ORDER BY next_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+             RETURNING space_id, failures::bigint",
         notify: Some("SELECT pg_notify($1, $2)"),
     };
 

@@ -17,6 +17,7 @@ use marksync::space;
 use super::conn::{Backend, Conn};
 use super::dialect::{Key, Pools, VerdictColumns};
 use super::error::{DbError, PushError, MAX_JUDGE_ATTEMPTS};
+use super::outbox;
 use crate::metrics::SameUserProbe;
 use crate::poke::Poke;
 
@@ -27,6 +28,8 @@ pub struct PushControl {
     pub hold_lock_for: Duration,
     /// Roll back instead of committing and fail (`failBeforeCommit` fault).
     pub fail_before_commit: bool,
+    /// Write a webhook delivery for each space whose rows moved (`--webhook-url`).
+    pub deliveries: bool,
     /// Counts pushes of one user inside the lock at once (must never exceed 1).
     pub probe: Option<Arc<SameUserProbe>>,
     /// Test-only sabotage, see [`Sabotage`].
@@ -169,6 +172,11 @@ pub(crate) async fn push<D: Backend>(
             tx.write_heads(&judgement.heads).await?;
             for (space, head) in &judgement.heads {
                 tx.announce(&Poke::Space { space: space.clone(), head: *head }).await?;
+            }
+            // 6. what the app's backend is owed, in the same transaction: a
+            // committed change always has its delivery, a rolled-back one never.
+            if ctl.deliveries {
+                tx.enqueue_deliveries(&outbox::deliveries(sender, &judgement, crate::clock::now_ms_db())?).await?;
             }
         }
         drop(inside);

@@ -65,6 +65,9 @@ impl Dialect for Sqlite {
              (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]') \
               FROM json_each($2)) \
              AND (r.space_id = $3 OR EXISTS (SELECT 1 FROM members m WHERE m.space_id = r.space_id AND m.user_id = $1))",
+        claim_deliveries: "UPDATE delivery_queues SET next_at = $1 WHERE space_id IN \
+             (SELECT space_id FROM delivery_queues WHERE next_at <= $2 ORDER BY next_at LIMIT $3) \
+             RETURNING space_id, failures",
         // One process owns the file: nobody else to tell.
         notify: None,
     };
