@@ -1,0 +1,242 @@
+//! What webhooks cost the pushes, and how soon a change reaches the app's
+//! backend: an in-process server, a receiver on loopback, SQLite and (with
+//! `MARKSYNC_TEST_POSTGRES_URL`) PostgreSQL.
+//!
+//! ```text
+//! cargo bench -p marksync-server --bench webhook
+//! ```
+//!
+//! Throughput: `WEBHOOK_USERS` (4) users push `WEBHOOK_PUSHES` (10) batches
+//! of 1000 ops each, back to back, with and without `--webhook-url`,
+//! alternated over `WEBHOOK_ROUNDS` (3) rounds in one run (fresh database
+//! each), the median per mode; "drained" is the time until the receiver had
+//! every change. Lag: `WEBHOOK_LAG_PUSHES` (200) pushes of one op, one every
+//! 20 ms; the lag of each is from its push's answer to its delivery's
+//! arrival at the receiver (p50, p99).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use marksync_server::Config;
+use serde_json::{json, Value};
+use sqlx::Connection;
+
+const OPS_PER_PUSH: usize = 1000;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}_{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst))
+}
+
+async fn fresh_database(backend: &str) -> Option<String> {
+    if backend == "sqlite" {
+        let dir = std::env::temp_dir().join(unique("marksync-webhook"));
+        std::fs::create_dir_all(&dir).unwrap();
+        return Some(format!("sqlite://{}", dir.join("hook.db").display()));
+    }
+    let url = std::env::var("MARKSYNC_TEST_POSTGRES_URL").ok()?;
+    let name = unique("hook");
+    let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut c).await.unwrap();
+    c.close().await.ok();
+    Some(format!("{}/{name}", &url[..url.rfind('/').unwrap()]))
+}
+
+async fn drop_database(database: &str) {
+    if let Some(dir) = database.strip_prefix("sqlite://").and_then(|f| std::path::Path::new(f).parent()) {
+        let _ = std::fs::remove_dir_all(dir);
+        return;
+    }
+    let (Ok(admin), Some(slash)) = (std::env::var("MARKSYNC_TEST_POSTGRES_URL"), database.rfind('/')) else { return };
+    if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
+        let name = &database[slash + 1..];
+        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")))
+            .execute(&mut c)
+            .await;
+    }
+}
+
+/// A receiver that answers 204 at once and notes when each op arrived.
+#[derive(Clone, Default)]
+struct Receiver {
+    arrived: Arc<Mutex<HashMap<String, Instant>>>,
+}
+
+impl Receiver {
+    async fn start() -> (Receiver, String) {
+        let r = Receiver::default();
+        let seen = r.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |body: Bytes| {
+                let seen = seen.clone();
+                async move {
+                    let now = Instant::now();
+                    let v: Value = serde_json::from_slice(&body).unwrap();
+                    let mut arrived = seen.arrived.lock().unwrap();
+                    for c in v["changes"].as_array().unwrap() {
+                        arrived.entry(c["opId"].as_str().unwrap().to_owned()).or_insert(now);
+                    }
+                    axum::http::StatusCode::NO_CONTENT
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (r, url)
+    }
+
+    fn count(&self) -> usize {
+        self.arrived.lock().unwrap().len()
+    }
+}
+
+fn config(database: &str, hook: Option<&str>, users: usize) -> Config {
+    let mut c = Config::with_database(database);
+    c.dev_auth = true;
+    c.rate_limit = 0.0;
+    (c.ops_rate, c.read_rate) = (0.0, 0.0);
+    c.listen = "127.0.0.1:0".parse().unwrap();
+    c.db_max_connections = (users as u32 + 4).min(32);
+    c.webhook_url = hook.map(str::to_owned);
+    c.webhook_secret = hook.map(|_| "a-benchmark-webhook-secret-of-32-characters".to_owned());
+    c
+}
+
+fn batch(user: usize, push: usize) -> String {
+    let ops: Vec<Value> = (0..OPS_PER_PUSH)
+        .map(|i| {
+            json!({"opId": format!("u{user}:{push}:{i}"), "table": "sets", "rowId": format!("r{push}-{i}"),
+                   "at": 1_000 + (push * OPS_PER_PUSH + i) as u64,
+                   "fields": {"exercise": "squat", "weightKg": 80, "reps": 5}})
+        })
+        .collect();
+    json!({"attemptKey": format!("u{user}:{push}"), "batch": ops}).to_string()
+}
+
+/// Ops per second of the pushes, and (with a receiver) seconds until every change arrived.
+async fn throughput(backend: &str, hooked: bool, users: usize, pushes: usize) -> (f64, Option<f64>) {
+    let database = fresh_database(backend).await.unwrap();
+    let (receiver, url) = Receiver::start().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server =
+        marksync_server::start(config(&database, hooked.then_some(url.as_str()), users), listener).await.unwrap();
+    let base = server.url();
+    let bodies: Vec<Vec<String>> = (0..users).map(|u| (0..pushes).map(|p| batch(u, p)).collect()).collect();
+    let started = Instant::now();
+    let tasks: Vec<_> = bodies
+        .into_iter()
+        .enumerate()
+        .map(|(u, bodies)| {
+            let base = base.clone();
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                for body in bodies {
+                    let r = http
+                        .post(format!("{base}/v1/push"))
+                        .header("authorization", format!("Bearer dev:u{u}"))
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(r.status(), 200);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let pushed = started.elapsed();
+    let total = users * pushes * OPS_PER_PUSH;
+    let drained = if hooked {
+        while receiver.count() < total {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Some(started.elapsed().as_secs_f64())
+    } else {
+        None
+    };
+    server.stop().await.unwrap();
+    drop_database(&database).await;
+    (total as f64 / pushed.as_secs_f64(), drained)
+}
+
+/// Lags (ms) from each one-op push's answer to its change's arrival.
+async fn lags(backend: &str, pushes: usize) -> Vec<f64> {
+    let database = fresh_database(backend).await.unwrap();
+    let (receiver, url) = Receiver::start().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = marksync_server::start(config(&database, Some(&url), 1), listener).await.unwrap();
+    let http = reqwest::Client::new();
+    let mut answered = Vec::with_capacity(pushes);
+    for i in 0..pushes {
+        let body = json!({"attemptKey": format!("d:{i}"), "batch": [{"opId": format!("l{i}"), "table": "sets",
+            "rowId": format!("r{i}"), "at": 1_000 + i as u64, "fields": {"exercise": "squat", "weightKg": 80, "reps": 5}}]});
+        let r = http.post(format!("{}/v1/push", server.url())).bearer_auth("dev:lag").json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        answered.push((format!("l{i}"), Instant::now()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while receiver.count() < pushes {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let arrived = receiver.arrived.lock().unwrap().clone();
+    server.stop().await.unwrap();
+    drop_database(&database).await;
+    let mut out: Vec<f64> = answered
+        .iter()
+        .map(|(id, at)| arrived[id].saturating_duration_since(*at).as_secs_f64() * 1000.0)
+        .collect();
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let (users, pushes, rounds) = (env("WEBHOOK_USERS", 4), env("WEBHOOK_PUSHES", 10), env("WEBHOOK_ROUNDS", 3));
+    let lag_pushes = env("WEBHOOK_LAG_PUSHES", 200);
+    let mut backends = vec!["sqlite"];
+    if std::env::var("MARKSYNC_TEST_POSTGRES_URL").is_ok() {
+        backends.push("postgres");
+    }
+    println!("| backend | pushes (ops/s), no webhook | with webhook | ratio | all delivered after (s) | lag p50 (ms) | lag p99 (ms) |");
+    println!("|---|---|---|---|---|---|---|");
+    for backend in backends {
+        let (mut off, mut on, mut drained) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            off.push(throughput(backend, false, users, pushes).await.0);
+            let (ops, d) = throughput(backend, true, users, pushes).await;
+            on.push(ops);
+            drained.push(d.unwrap_or(0.0));
+        }
+        let (off, on, drained) = (median(off), median(on), median(drained));
+        let lag = lags(backend, lag_pushes).await;
+        println!(
+            "| {backend} | {off:.0} | {on:.0} | {:.2} | {drained:.2} | {:.1} | {:.1} |",
+            on / off,
+            pct(&lag, 0.5),
+            pct(&lag, 0.99)
+        );
+    }
+}
