@@ -23,6 +23,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::protocol::{Fields, Op, OpId, Outcome, Recalled, RememberedVerdict, Row, RowKey, Verdict, MAX_JUDGED_PER_PUSH};
+use crate::rules::{NoRules, RuleInput, Rules};
 use crate::schema::{Edit, Edited, RefusalCode, Schema};
 use crate::space::{self, Role, SpaceId};
 
@@ -349,6 +350,20 @@ struct Slot {
 /// rows stored under one are read as the newest version spells them
 /// (PROTOCOL §3b): rows are written, and carried, that way.
 pub fn judge_batch(schema: &Schema, sender: &str, batch: &[Op], known: Known, limits: &Limits) -> Result<Judgement, JudgeError> {
+    judge_batch_with(schema, sender, batch, known, limits, &NoRules)
+}
+
+/// [`judge_batch`] with the app's own [`Rules`], checked for each op the
+/// schema and the roles let through and that would move its row, before it
+/// is applied. A refusal is remembered like any verdict.
+pub fn judge_batch_with(
+    schema: &Schema,
+    sender: &str,
+    batch: &[Op],
+    known: Known,
+    limits: &Limits,
+    rules: &dyn Rules,
+) -> Result<Judgement, JudgeError> {
     let Known { mut rows, mut verdicts, heads, roles } = known;
     for ((_, key), row) in rows.iter_mut() {
         if let std::borrow::Cow::Owned(upgraded) = schema.upgrade_row(&key.table, row) {
@@ -403,7 +418,17 @@ pub fn judge_batch(schema: &Schema, sender: &str, batch: &[Op], known: Known, li
         }
         let decision = match space::may_write(&at.0, role) {
             Err(denied) => Decision::Reject { code: denied.code.to_owned(), reason: denied.reason },
-            Ok(()) => decide(schema, op, current, limits),
+            Ok(()) => match decide(schema, op, current, limits) {
+                Decision::Apply { row, moved: true } => {
+                    let input =
+                        RuleInput { user: sender, role: role.unwrap_or(Role::Viewer), space: &at.0, op, before: current, after: &row };
+                    match rules.check(&input) {
+                        Ok(()) => Decision::Apply { row, moved: true },
+                        Err(r) => Decision::Reject { code: r.code, reason: r.reason },
+                    }
+                }
+                other => other,
+            },
         };
         let (outcome, remembered) = match decision {
             Decision::Apply { row, moved } => {
@@ -581,6 +606,34 @@ mod tests {
             json,
             serde_json::json!({"opId": "d:2", "table": "sets", "rowId": "d-1", "fields": {"weightKg": 90}, "at": 15, "seq": 3})
         );
+    }
+
+    #[test]
+    fn an_app_rule_refuses_in_its_own_words_and_the_refusal_outlives_the_rule() {
+        use crate::rules::RuleRefusal;
+        let s = Schema::workout();
+        let mut k = Known::default();
+        let heavy = |i: &RuleInput<'_>| match i.after.get("weightKg") {
+            Some(Value::Number(w)) if *w > 200.0 && i.before.is_none() => {
+                Err(RuleRefusal::new("too_heavy_for_a_first_set", format!("{} cannot start at {w} kg", i.user)))
+            }
+            _ => Ok(()),
+        };
+        let b = vec![
+            op("d:1", "d-1", 10, &[("exercise", "squat".into()), ("weightKg", 250.0.into()), ("reps", 5.into())]),
+            full("d:2", "d-2", 11, 5),
+        ];
+        let j = judge_batch_with(&s, "u", &b, k.clone(), &Limits::default(), &heavy).unwrap();
+        let Outcome::Rejected { reason, code, .. } = &j.verdicts[0].outcome else { panic!("{j:?}") };
+        assert_eq!((code.as_str(), reason.as_str()), ("too_heavy_for_a_first_set", "u cannot start at 250 kg"));
+        assert_eq!(j.verdicts[1].outcome, Outcome::Applied);
+        assert_eq!(j.writes.len(), 1, "the refused op writes nothing");
+        apply(&mut k, &j);
+        // The rule is gone: the refusal is replayed word for word, never judged again.
+        let j2 = judge_batch(&s, "u", &b, k, &Limits::default()).unwrap();
+        assert_eq!(j2.verdicts[0].outcome, j.verdicts[0].outcome);
+        assert_eq!(j2.verdicts[1].outcome, Outcome::Duplicate);
+        assert!(j2.writes.is_empty());
     }
 
     #[test]

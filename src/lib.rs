@@ -50,6 +50,7 @@ pub mod outbox;
 pub mod protocol;
 pub mod query;
 pub mod replica;
+pub mod rules;
 pub mod schema;
 pub mod space;
 pub mod store;

@@ -195,10 +195,8 @@ async fn lags(backend: &str, pushes: usize) -> Vec<f64> {
     let arrived = receiver.arrived.lock().unwrap().clone();
     server.stop().await.unwrap();
     drop_database(&database).await;
-    let mut out: Vec<f64> = answered
-        .iter()
-        .map(|(id, at)| arrived[id].saturating_duration_since(*at).as_secs_f64() * 1000.0)
-        .collect();
+    let mut out: Vec<f64> =
+        answered.iter().map(|(id, at)| arrived[id].saturating_duration_since(*at).as_secs_f64() * 1000.0).collect();
     out.sort_by(f64::total_cmp);
     out
 }

@@ -67,6 +67,8 @@ pub struct AppState {
     pub admin: AdminCredential,
     /// The token `/metrics` asks for (`--metrics-token`), when configured.
     pub metrics_token: BearerSecret,
+    /// The app's own rules, when it embeds marksync with some ([`crate::embed::Builder::rules`]).
+    pub rules: Option<Arc<dyn crate::rules::Rules>>,
     /// The webhook (`--webhook-url`), when configured.
     pub webhook: Option<Arc<crate::webhook::Webhook>>,
     /// Use the per-op judge (benchmark only).
@@ -142,7 +144,7 @@ impl App {
         listen: SocketAddr,
         shutdown: watch::Receiver<bool>,
     ) -> Result<App, ServerError> {
-        App::build_with(config, listen, shutdown, None).await
+        App::build_with(config, listen, shutdown, None, None).await
     }
 
     /// [`App::build`], with the app's own authentication deciding who calls
@@ -152,6 +154,7 @@ impl App {
         listen: SocketAddr,
         shutdown: watch::Receiver<bool>,
         custom: Option<Arc<dyn crate::auth::Authenticate>>,
+        rules: Option<Arc<dyn crate::rules::Rules>>,
     ) -> Result<App, ServerError> {
         if config.dev_auth {
             if !listen.ip().is_loopback() {
@@ -248,6 +251,7 @@ impl App {
             admin: AdminCredential::new(config.admin_token.as_deref()),
             metrics_token: BearerSecret::new(config.metrics_token.as_deref()),
             webhook,
+            rules,
             #[cfg(feature = "bench-per-op")]
             per_op_judge: config.per_op_judge,
         })))

@@ -37,23 +37,31 @@ use axum::Router;
 use tokio::sync::watch;
 
 use crate::auth::Authenticate;
+use crate::rules::Rules;
 use crate::{App, Config, ServerError};
 
 /// Builds an [`Embedded`] marksync from a [`Config`].
 pub struct Builder {
     config: Config,
     custom: Option<Arc<dyn Authenticate>>,
+    rules: Option<Arc<dyn Rules>>,
 }
 
 impl Builder {
     /// marksync as `config` says (its listen address and connection flags are not used).
     pub fn new(config: Config) -> Builder {
-        Builder { config, custom: None }
+        Builder { config, custom: None, rules: None }
     }
 
     /// The app's own authentication decides who calls, instead of the built-in tokens.
     pub fn authenticate(mut self, custom: impl Authenticate) -> Builder {
         self.custom = Some(Arc::new(custom));
+        self
+    }
+
+    /// The app's own rules judge every op after the schema and the roles ([`crate::rules`]).
+    pub fn rules(mut self, rules: impl Rules) -> Builder {
+        self.rules = Some(Arc::new(rules));
         self
     }
 
@@ -68,7 +76,7 @@ impl Builder {
         let (stop_tx, stop_rx) = watch::channel(false);
         // The embedded router never binds: no dev auth, so the address is only a placeholder.
         let unbound = SocketAddr::from(([127, 0, 0, 1], 0));
-        let app = App::build_with(&self.config, unbound, stop_rx, self.custom).await?;
+        let app = App::build_with(&self.config, unbound, stop_rx, self.custom, self.rules).await?;
         let router = crate::routes::router(app.clone(), &self.config)?;
         Ok(Embedded { router, app, stop: Arc::new(stop_tx) })
     }

@@ -39,6 +39,7 @@ pub mod poke;
 pub mod rate;
 pub mod ready;
 mod routes;
+pub mod rules;
 pub mod store;
 pub mod turn;
 pub mod webhook;

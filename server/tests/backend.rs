@@ -408,3 +408,163 @@ async fn dev_auth_is_not_embedded() {
     assert!(err.to_string().contains("--dev-auth"), "{err}");
     common::drop_database(&database).await;
 }
+
+/// The app's rule: a user logs at most the weight the app's own table allows
+/// them. It reads that table through the push's transaction, and tries a
+/// write there too, which is not kept.
+struct WeightLimits;
+
+impl marksync_server::rules::Rules for WeightLimits {
+    fn load<'a>(
+        &'a self,
+        db: marksync_server::rules::AppDb<'a>,
+        user: &'a str,
+        _batch: &'a [marksync::protocol::Op],
+    ) -> futures_util::future::BoxFuture<'a, Result<marksync_server::rules::Loaded, String>> {
+        use marksync_server::rules::{AppDb, Loaded};
+        Box::pin(async move {
+            const READ: &str = "SELECT max_kg FROM app_limits WHERE user_id = $1";
+            const WRITE: &str = "DELETE FROM app_limits";
+            let max: Option<i64> = match db {
+                AppDb::Sqlite(c) => {
+                    let max =
+                        sqlx::query_scalar(READ).bind(user).fetch_optional(&mut *c).await.map_err(|e| e.to_string())?;
+                    sqlx::query(WRITE).execute(&mut *c).await.map_err(|e| e.to_string())?;
+                    max
+                }
+                AppDb::Postgres(c) => {
+                    let max =
+                        sqlx::query_scalar(READ).bind(user).fetch_optional(&mut *c).await.map_err(|e| e.to_string())?;
+                    sqlx::query(WRITE).execute(&mut *c).await.map_err(|e| e.to_string())?;
+                    max
+                }
+            };
+            Ok(Loaded::new(max))
+        })
+    }
+
+    fn check(
+        &self,
+        input: &marksync_server::rules::RuleInput<'_>,
+        loaded: &marksync_server::rules::Loaded,
+    ) -> Result<(), marksync_server::rules::RuleRefusal> {
+        let max = loaded.get::<Option<i64>>().copied().flatten().unwrap_or(0);
+        match input.after.get("weightKg") {
+            Some(marksync::protocol::Value::Number(w)) if *w > max as f64 => {
+                Err(marksync_server::rules::RuleRefusal::new(
+                    "over_your_limit",
+                    format!("{} may log at most {max} kg", input.user),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An embedded marksync serving on loopback: its base URL, and what stops it.
+async fn serve_embedded(
+    sync: marksync_server::embed::Embedded,
+) -> (String, impl FnOnce() -> tokio::task::JoinHandle<()>) {
+    let app = axum::Router::new().nest("/sync", sync.router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/sync", listener.local_addr().unwrap());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let streams = sync.clone();
+    let served = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.await;
+                streams.end_streams();
+            })
+            .await
+    });
+    let stop = move || {
+        tokio::spawn(async move {
+            let _ = stop_tx.send(());
+            served.await.unwrap().unwrap();
+            sync.close().await;
+        })
+    };
+    (base, stop)
+}
+
+/// A `Rules` refusal is a rejected verdict in the app's words: remembered,
+/// and replayed word for word after the rule is gone; what the rule wrote
+/// while reading is not kept.
+async fn an_apps_rule_refuses_and_its_refusal_outlives_the_rule(backend: Backend) {
+    let Some(database) = fresh_database(backend).await else { return };
+    let mut c = config(&database);
+    c.dev_auth = false;
+    let sync = marksync_server::embed::Builder::new(c.clone()).build().await.expect("builds");
+    sync.close().await;
+    let count = "SELECT count(*) FROM app_limits";
+    let rows: i64 = if database.starts_with("sqlite") {
+        let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&database).await.unwrap();
+        sqlx::query("CREATE TABLE app_limits (user_id TEXT PRIMARY KEY, max_kg INTEGER NOT NULL)")
+            .execute(&mut db)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO app_limits VALUES ('alice', 100)").execute(&mut db).await.unwrap();
+        sqlx::query_scalar(count).fetch_one(&mut db).await.unwrap()
+    } else {
+        let mut db = <sqlx::PgConnection as sqlx::Connection>::connect(&database).await.unwrap();
+        sqlx::query("CREATE TABLE app_limits (user_id TEXT PRIMARY KEY, max_kg BIGINT NOT NULL)")
+            .execute(&mut db)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO app_limits VALUES ('alice', 100)").execute(&mut db).await.unwrap();
+        sqlx::query_scalar(count).fetch_one(&mut db).await.unwrap()
+    };
+    assert_eq!(rows, 1);
+
+    let token = common::jwt("test-secret-of-at-least-32-bytes!", "alice", 300);
+    let heavy = common::op("h1", "r1", 1_000, json!({"exercise": "squat", "weightKg": 120, "reps": 5}));
+    let push = json!({"attemptKey": "k1", "batch": [heavy, full("l1", "r2", 1_001, 5)]});
+    let http = reqwest::Client::new();
+    let sync = marksync_server::embed::Builder::new(c.clone()).rules(WeightLimits).build().await.expect("builds");
+    let (base, stop) = serve_embedded(sync).await;
+    let r: Value = http
+        .post(format!("{base}/v1/push"))
+        .bearer_auth(&token)
+        .json(&push)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["verdicts"][0]["status"], "rejected", "{r}");
+    assert_eq!(
+        (r["verdicts"][0]["code"].as_str(), r["verdicts"][0]["reason"].as_str()),
+        (Some("over_your_limit"), Some("alice may log at most 100 kg"))
+    );
+    assert_eq!(r["verdicts"][1]["status"], "applied");
+    stop().await.unwrap();
+
+    // The rule is gone: the refusal is replayed word for word, never judged again.
+    let sync = marksync_server::embed::Builder::new(c).build().await.expect("builds");
+    let (base, stop) = serve_embedded(sync).await;
+    let again: Value = http
+        .post(format!("{base}/v1/push"))
+        .bearer_auth(&token)
+        .json(&push)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["verdicts"][0], r["verdicts"][0]);
+    assert_eq!(again["verdicts"][1]["status"], "duplicate");
+    stop().await.unwrap();
+    let rows: i64 = if database.starts_with("sqlite") {
+        let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&database).await.unwrap();
+        sqlx::query_scalar(count).fetch_one(&mut db).await.unwrap()
+    } else {
+        let mut db = <sqlx::PgConnection as sqlx::Connection>::connect(&database).await.unwrap();
+        sqlx::query_scalar(count).fetch_one(&mut db).await.unwrap()
+    };
+    assert_eq!(rows, 1, "what the rules wrote while reading was not kept");
+    common::drop_database(&database).await;
+}
+both!(an_apps_rule_refuses_and_its_refusal_outlives_the_rule);

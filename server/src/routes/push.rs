@@ -42,6 +42,7 @@ pub(crate) async fn push(
     let ctl = PushControl {
         hold_lock_for: faults.delay,
         fail_before_commit: faults.fail_before_commit,
+        rules: app.rules.clone(),
         deliveries: app.webhook.is_some(),
         probe: Some(Arc::clone(&app.metrics.same_user)),
         #[cfg(feature = "sabotage")]

@@ -61,6 +61,9 @@ mod sql {
     pub const MIGRATIONS_DONE: &str = "SELECT version FROM marksync_migrations";
     pub const RECORD_MIGRATION: &str = "INSERT INTO marksync_migrations (version, applied_at) VALUES ($1, $2)";
     pub const PING: &str = "SELECT 1";
+    pub const SAVEPOINT: &str = "SAVEPOINT marksync_rules";
+    pub const UNDO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT marksync_rules";
+    pub const RELEASE_SAVEPOINT: &str = "RELEASE SAVEPOINT marksync_rules";
     pub const ENQUEUE_DELIVERY: &str =
         "INSERT INTO deliveries (id, space_id, head, body, created_at) VALUES ($1, $2, $3, $4, $5)";
     pub const ENQUEUE_QUEUE: &str = "INSERT INTO delivery_queues (space_id, next_at, failures) VALUES ($1, $2, 0) \
@@ -220,6 +223,10 @@ pub(crate) trait Conn: Send {
     async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), DbError>;
     /// Tells the other server processes, on commit (nothing where one process owns the database).
     async fn announce(&mut self, poke: &Poke) -> Result<(), DbError>;
+    /// Opens a savepoint whose writes [`Conn::undo_savepoint`] throws away.
+    async fn savepoint(&mut self) -> Result<(), DbError>;
+    /// Undoes everything since [`Conn::savepoint`], and closes it.
+    async fn undo_savepoint(&mut self) -> Result<(), DbError>;
     /// Writes webhook deliveries, and a queue for each space that has none (due now).
     async fn enqueue_deliveries(&mut self, deliveries: &[NewDelivery]) -> Result<(), DbError>;
     /// Leases up to `limit` due queues until `lease_until` (ms): `(space, failures)`.
@@ -418,6 +425,17 @@ where
         if let Some(notify) = C::Database::SQL.notify {
             sqlx::query(notify).bind(POKES).bind(poke.payload()).execute(self).await?;
         }
+        Ok(())
+    }
+
+    async fn savepoint(&mut self) -> Result<(), DbError> {
+        sqlx::query(sql::SAVEPOINT).execute(self).await?;
+        Ok(())
+    }
+
+    async fn undo_savepoint(&mut self) -> Result<(), DbError> {
+        sqlx::query(sql::UNDO_SAVEPOINT).execute(&mut *self).await?;
+        sqlx::query(sql::RELEASE_SAVEPOINT).execute(self).await?;
         Ok(())
     }
 

@@ -194,6 +194,8 @@ pub(crate) trait Dialect: Database<Arguments: IntoArguments<Self>> {
     fn bind_heads<'q>(q: Query<'q, Self>, heads: &[(&str, i64)]) -> Result<Query<'q, Self>, DbError>;
     /// How many rows a statement inserted, updated or deleted.
     fn rows_affected(result: &Self::QueryResult) -> u64;
+    /// A connection of this dialect as the app's rules read it.
+    fn app_db(conn: &mut Self::Connection) -> crate::rules::AppDb<'_>;
 }
 
 /// `options` with a check before each connection leaves the pool: one that

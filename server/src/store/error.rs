@@ -126,6 +126,9 @@ pub enum PushError {
     /// Storage failed: 503 `unavailable` or 500 `internal`.
     #[error(transparent)]
     Store(#[from] DbError),
+    /// The app's rules could not read what they need: 500 `internal`, nothing judged.
+    #[error("the app's rules could not load: {0}")]
+    Rules(String),
     /// A `failBeforeCommit` fault rolled the push back: 500 `internal`.
     #[error("injected failure before commit")]
     InjectedFailure,

@@ -131,6 +131,10 @@ impl Dialect for Postgres {
     fn rows_affected(result: &PgQueryResult) -> u64 {
         result.rows_affected()
     }
+
+    fn app_db(conn: &mut Self::Connection) -> crate::rules::AppDb<'_> {
+        crate::rules::AppDb::Postgres(conn)
+    }
 }
 
 /// Resolves once the server stops (the watch's guard is not held across awaits).

@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use marksync::judge::{judge_batch, Judgement, Known, Limits};
+use marksync::judge::{judge_batch, judge_batch_with, Judgement, Known, Limits};
 use marksync::protocol::{Op, MAX_JUDGED_PER_PUSH};
 use marksync::schema::Schema;
 use marksync::space;
@@ -28,6 +28,8 @@ pub struct PushControl {
     pub hold_lock_for: Duration,
     /// Roll back instead of committing and fail (`failBeforeCommit` fault).
     pub fail_before_commit: bool,
+    /// The app's own rules ([`crate::rules`]), when it gave some.
+    pub rules: Option<Arc<dyn crate::rules::Rules>>,
     /// Write a webhook delivery for each space whose rows moved (`--webhook-url`).
     pub deliveries: bool,
     /// Counts pushes of one user inside the lock at once (must never exceed 1).
@@ -154,8 +156,18 @@ pub(crate) async fn push<D: Backend>(
         if !ctl.hold_lock_for.is_zero() {
             tokio::time::sleep(ctl.hold_lock_for).await;
         }
-        // 3. judge: every rule is in the core.
-        let judgement = judge_batch(schema, sender, batch, known, limits)?;
+        // 3. judge: every rule is in the core, and the app's own rules read
+        // what they need first, inside a savepoint that keeps none of their writes.
+        let judgement = match &ctl.rules {
+            None => judge_batch(schema, sender, batch, known, limits)?,
+            Some(rules) => {
+                tx.savepoint().await?;
+                let loaded = rules.load(D::app_db(&mut tx), sender, batch).await;
+                tx.undo_savepoint().await?;
+                let bound = crate::rules::Bound { rules: rules.as_ref(), loaded: loaded.map_err(PushError::Rules)? };
+                judge_batch_with(schema, sender, batch, known, limits, &bound)?
+            }
+        };
         // 4. remember, before any row is written.
         if !judgement.remember.is_empty() {
             let v = VerdictColumns::of(&judgement.remember);

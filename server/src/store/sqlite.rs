@@ -130,6 +130,10 @@ impl Dialect for Sqlite {
     fn rows_affected(result: &SqliteQueryResult) -> u64 {
         result.rows_affected()
     }
+
+    fn app_db(conn: &mut Self::Connection) -> crate::rules::AppDb<'_> {
+        crate::rules::AppDb::Sqlite(conn)
+    }
 }
 
 /// Where a SQLite URL puts the database.
