@@ -107,6 +107,13 @@ impl Engine {
             };
             let (at, op_id) = check_mark((drafts.len() - 1 - i) as u64);
             let edit = Edit { table: &d.table, fields: &d.fields, version: self.config.schema, at, op_id: &op_id };
+            // The sender's role as this device last learned it; unknown: the server's to judge.
+            if let Some(local) = d.space.as_deref().filter(|l| !l.is_empty()) {
+                if let Some(role) = self.following.role(local) {
+                    let name = self.following.name(local).unwrap_or(local);
+                    schema.check_owners(&edit, name, Some(role)).map_err(|r| (i, r))?;
+                }
+            }
             match schema.edit(&edit, current.as_ref(), MAX_ROW_BYTES) {
                 Ok(done) => {
                     after.insert(key, done.row);

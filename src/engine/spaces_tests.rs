@@ -280,3 +280,63 @@ fn rows_of_a_space_the_device_never_pulled_go_when_the_user_is_no_member() {
     assert!(gym_rows(&bob).is_empty() && store.base.keys().all(|k| k.space != "gym"));
     assert!(bob.following().has_left("gym"));
 }
+
+/// The schema's declared rules (`writeOnce`, `ownersOnly`) are judged by
+/// the core on the device before an edit is recorded and by the server, in
+/// the same words: an editor's edit of an owners-only field, and a change
+/// of a field written once, are refused at once on the device — and, sent
+/// anyway, by the server, word for word.
+#[test]
+fn declared_rules_refuse_on_the_device_in_the_servers_words() {
+    let text = r#"{"version": 1, "tables": {"sets": {"fields": {
+        "exercise": {"type": "string", "required": true, "writeOnce": true},
+        "weightKg": {"type": "number", "required": true},
+        "reps": {"type": "integer", "required": true},
+        "coachNote": {"type": "string", "ownersOnly": true}}}}}"#;
+    let schema = Schema::from_json(text).unwrap();
+    let mut s = MemoryServer::new(schema);
+    s.create_space("gym", "alice").unwrap();
+    grant(&mut s, Role::Editor);
+    let (mut bob, mut store) = (engine("b"), Tables::default());
+    bob.learn_schema(text.to_owned(), None).unwrap();
+    sync(&mut bob, &mut s, "bob", &mut store);
+
+    let mut noted = set(5);
+    noted.insert("coachNote".into(), "go heavier".into());
+    let device = bob.check_drafts(&[bob.draft_in(Some("gym"), "sets", "b-1", noted.clone()).unwrap()]).unwrap_err().1;
+    assert_eq!(device.code.as_str(), "owners_only");
+    assert_eq!(device.reason, "only owners of space gym may set sets.coachNote");
+    // In bob's own space he is the owner.
+    assert!(bob.check_drafts(&[bob.draft_in(None, "sets", "b-2", noted.clone()).unwrap()]).is_ok());
+
+    let d = bob.draft_in(Some("gym"), "sets", "b-1", noted).unwrap();
+    record(&mut bob, d, &mut store);
+    let d = bob.draft_in(Some("gym"), "sets", "b-3", set(5)).unwrap();
+    record(&mut bob, d, &mut store);
+    sync(&mut bob, &mut s, "bob", &mut store);
+    let refused: Vec<(String, String)> = bob.rejections().map(|r| (r.code.clone(), r.reason.clone())).collect();
+    assert_eq!(refused, vec![(device.code.as_str().to_owned(), device.reason.clone())], "the server's words");
+
+    let mut renamed = Fields::new();
+    renamed.insert("exercise".into(), "bench".into());
+    let d = bob.draft_in(Some("gym"), "sets", "b-3", renamed.clone()).unwrap();
+    let device = bob.check_drafts(std::slice::from_ref(&d)).unwrap_err().1;
+    assert_eq!(
+        (device.code.as_str(), device.reason.as_str()),
+        ("write_once", "sets.exercise can be written only once, and it is already set")
+    );
+    let mut same = Fields::new();
+    same.insert("exercise".into(), "squat".into());
+    assert!(bob.check_drafts(&[bob.draft_in(Some("gym"), "sets", "b-3", same).unwrap()]).is_ok(), "the same value is no change");
+    record(&mut bob, d, &mut store);
+    sync(&mut bob, &mut s, "bob", &mut store);
+    let last = bob.rejections().last().map(|r| (r.code.clone(), r.reason.clone())).unwrap();
+    assert_eq!(last, (device.code.as_str().to_owned(), device.reason));
+
+    // The owner sets the note.
+    let mut op = crate::workload::set_op("a", 9, 9, 5);
+    op.space = Some("gym".into());
+    op.fields.insert("coachNote".into(), "well done".into());
+    let v = s.push("alice", &PushRequest { attempt_key: "a:9".into(), batch: vec![op] }).unwrap().verdicts;
+    assert_eq!(v[0].outcome, crate::protocol::Outcome::Applied);
+}

@@ -91,6 +91,10 @@ codes! {
     ReadOnly = "read_only",
     /// The op's `at` lies implausibly far ahead of the server's clock.
     ClockAhead = "clock_ahead",
+    /// The op changes a `writeOnce` field that is already set.
+    WriteOnce = "write_once",
+    /// The op sets an `ownersOnly` field and its sender is not an owner of the space.
+    OwnersOnly = "owners_only",
 
     // What sync waits for (a recovery) besides the request errors above.
     /// The server was asked about ops over their retry limit and did not know them.

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::order::merge_fields;
 use crate::protocol::{Fields, Op, OpId, Row, Value, DELETED, MAX_SAFE_INTEGER};
+use crate::space::Role;
 
 use history::{Alias, SchemaFile};
 pub use history::{Release, SchemaError, Step};
@@ -100,6 +101,14 @@ pub struct FieldRule {
     /// field always wins over it. An explicit `null` is not "lacking".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<Value>,
+    /// Once a row holds a non-null value of the field, no op may change it
+    /// (`write_once`): a name given at creation, a recorded result.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub write_once: bool,
+    /// Only an owner of the row's space may set the field (`owners_only`);
+    /// in a personal space its user is the owner.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub owners_only: bool,
 }
 
 /// Why a row is refused: a machine code, a human reason and the field it is about.
@@ -321,6 +330,9 @@ impl Schema {
             return Ok(Edited { row, moved });
         }
         self.check_row(edit.table, &row)?;
+        if let Some(before) = current.as_deref() {
+            self.check_write_once(edit.table, before, &row)?;
+        }
         let bytes = row.encoded_len();
         // A row stored before the bound existed may be larger: an edit that
         // does not grow it further is still judged on the schema alone.
@@ -329,6 +341,45 @@ impl Schema {
             return refuse(RefusalCode::RowTooLarge, reason, None);
         }
         Ok(Edited { row, moved })
+    }
+
+    /// `writeOnce`: no field that `before` holds a value of (not null)
+    /// changes in `after`.
+    fn check_write_once(&self, table: &str, before: &Row, after: &Row) -> Result<(), Refusal> {
+        let Some(rules) = self.tables.get(table) else { return Ok(()) };
+        for (name, _) in rules.fields.iter().filter(|(_, r)| r.write_once) {
+            match before.get(name) {
+                None | Some(Value::Null) => {}
+                Some(was) if after.get(name) == Some(was) => {}
+                Some(_) => {
+                    let reason = format!("{table}.{name} can be written only once, and it is already set");
+                    return refuse(RefusalCode::WriteOnce, reason, Some(name));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `ownersOnly` (PROTOCOL §3, "Rules"): an edit that names a field only
+    /// owners may set is refused unless `role` is `Owner` in `space` (a
+    /// personal space's user is its owner). The judge's rule, and the
+    /// device's before it records an edit.
+    pub fn check_owners(&self, edit: &Edit<'_>, space: &str, role: Option<Role>) -> Result<(), Refusal> {
+        if role == Some(Role::Owner) {
+            return Ok(());
+        }
+        let Some(rules) = self.tables.get(edit.table) else { return Ok(()) };
+        if !rules.fields.values().any(|r| r.owners_only) {
+            return Ok(());
+        }
+        let spelled = Spelled::new(self.aliases(edit.table), edit.fields, edit.version);
+        for (name, _) in spelled.pairs() {
+            if rules.fields.get(name).is_some_and(|r| r.owners_only) {
+                let reason = format!("only owners of space {space} may set {}.{name}", edit.table);
+                return refuse(RefusalCode::OwnersOnly, reason, Some(name));
+            }
+        }
+        Ok(())
     }
 
     /// `db.check`: what the server would answer, in its own words, for the
