@@ -258,7 +258,7 @@ impl Change {
         let fields = row
             .cells
             .iter()
-            .filter(|(_, cell)| cell.mark.op_id == op.op_id)
+            .filter(|(name, cell)| cell.mark.op_id == op.op_id && name.as_str() != crate::protocol::CREATED_BY)
             .map(|(name, cell)| (name.clone(), cell.value.clone()))
             .collect();
         Change { op_id: op.op_id.clone(), space: space.clone(), table: op.table.clone(), row_id: op.row_id.clone(), fields, at: op.at, seq }
@@ -418,10 +418,17 @@ pub fn judge_batch_with(
         }
         let decision = match space::may_write(&at.0, role) {
             Err(denied) => Decision::Reject { code: denied.code.to_owned(), reason: denied.reason },
-            Ok(()) => match schema.check_owners(&Edit::of(op), &at.0, role).map(|()| decide(schema, op, current, limits)) {
+            Ok(()) => match schema
+                .check_owners(&Edit::of(op), &at.0, role)
+                .and_then(|()| schema.check_own_row(&op.table, &at.0, role, sender, current))
+                .map(|()| decide(schema, op, current, limits))
+            {
                 Err(refusal) => Decision::Reject { code: refusal.code.as_str().to_owned(), reason: refusal.reason },
                 Ok(decision) => match decision {
-                    Decision::Apply { row, moved: true } => {
+                    Decision::Apply { mut row, moved: true } => {
+                        if current.is_none() {
+                            schema.mark_creator(&op.table, &at.0, sender, &op.mark(), &mut row);
+                        }
                         let input =
                             RuleInput { user: sender, role: role.unwrap_or(Role::Viewer), space: &at.0, op, before: current, after: &row };
                         match rules.check(&input) {

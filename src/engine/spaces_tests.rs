@@ -340,3 +340,57 @@ fn declared_rules_refuse_on_the_device_in_the_servers_words() {
     let v = s.push("alice", &PushRequest { attempt_key: "a:9".into(), batch: vec![op] }).unwrap().verdicts;
     assert_eq!(v[0].outcome, crate::protocol::Outcome::Applied);
 }
+
+/// `ownRows`: in a shared space an editor changes or deletes only the rows
+/// they created (the judge remembers the creator in the row's `_by` cell,
+/// which travels with the row), refused on the device at once and by the
+/// server in the same words; an owner changes any row.
+#[test]
+fn an_editor_changes_only_the_rows_they_created() {
+    let text = r#"{"version": 1, "tables": {"sets": {"ownRows": true, "fields": {
+        "exercise": {"type": "string", "required": true},
+        "weightKg": {"type": "number", "required": true},
+        "reps": {"type": "integer", "required": true}}}}}"#;
+    let mut s = MemoryServer::new(Schema::from_json(text).unwrap());
+    s.create_space("gym", "alice").unwrap();
+    let mut op = crate::workload::set_op("a", 1, 1, 5);
+    op.space = Some("gym".into());
+    s.push("alice", &PushRequest { attempt_key: "a:1".into(), batch: vec![op] }).unwrap();
+    grant(&mut s, Role::Editor);
+    let (mut bob, mut store) = (engine("b"), Tables::default());
+    bob.learn_schema(text.to_owned(), None).unwrap();
+    sync(&mut bob, &mut s, "bob", &mut store);
+    let key = RowKey::in_space("gym", "sets", "a-1");
+    assert_eq!(bob.base(&key).and_then(|r| r.get(crate::protocol::CREATED_BY)), Some(&Value::from("alice")));
+
+    // Bob's own row: created, then changed again after a sync.
+    let d = bob.draft_in(Some("gym"), "sets", "b-1", set(5)).unwrap();
+    assert!(bob.check_drafts(std::slice::from_ref(&d)).is_ok());
+    record(&mut bob, d, &mut store);
+    sync(&mut bob, &mut s, "bob", &mut store);
+    let d = bob.draft_in(Some("gym"), "sets", "b-1", set(6)).unwrap();
+    assert!(bob.check_drafts(std::slice::from_ref(&d)).is_ok(), "his own row");
+    record(&mut bob, d, &mut store);
+
+    // Alice's row: refused at once, and by the server in the same words.
+    let d = bob.draft("sets", "a-1", set(9)).unwrap();
+    let device = bob.check_drafts(std::slice::from_ref(&d)).unwrap_err().1;
+    assert_eq!(
+        (device.code.as_str(), device.reason.as_str()),
+        ("own_rows", "in space gym, editors may change only the rows they created")
+    );
+    record(&mut bob, d, &mut store);
+    let gone = bob.draft_deleted(None, "sets", "a-1", true).unwrap();
+    assert_eq!(bob.check_drafts(std::slice::from_ref(&gone)).unwrap_err().1, device, "nor delete it");
+    sync(&mut bob, &mut s, "bob", &mut store);
+    let refused: Vec<(String, String)> = bob.rejections().map(|r| (r.code.clone(), r.reason.clone())).collect();
+    assert_eq!(refused, vec![(device.code.as_str().to_owned(), device.reason.clone())]);
+    assert_eq!(bob.base(&RowKey::in_space("gym", "sets", "b-1")).and_then(|r| r.get("reps")), Some(&Value::from(6)));
+
+    // The owner changes bob's row.
+    let mut op = crate::workload::set_op("a", 7, 2, 8);
+    op.space = Some("gym".into());
+    op.row_id = "b-1".into();
+    let v = s.push("alice", &PushRequest { attempt_key: "a:7".into(), batch: vec![op] }).unwrap().verdicts;
+    assert_eq!(v[0].outcome, crate::protocol::Outcome::Applied);
+}

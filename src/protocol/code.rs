@@ -95,6 +95,8 @@ codes! {
     WriteOnce = "write_once",
     /// The op sets an `ownersOnly` field and its sender is not an owner of the space.
     OwnersOnly = "owners_only",
+    /// An editor's op changes a row of an `ownRows` table that another user created.
+    OwnRows = "own_rows",
 
     // What sync waits for (a recovery) besides the request errors above.
     /// The server was asked about ops over their retry limit and did not know them.

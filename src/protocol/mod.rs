@@ -51,6 +51,13 @@ pub const DEFAULT_PULL_LIMIT: usize = 500;
 /// The reserved field that marks a row deleted (a tombstone), PROTOCOL §6.
 pub const DELETED: &str = "_deleted";
 
+/// The cell the judge writes when it creates a row of an `ownRows` table in
+/// a shared space: who created it (its value) by the creating op (its mark).
+/// No op may set it (a field starting with `_` is the protocol's); it
+/// travels with the row so devices judge `ownRows` offline; the app never
+/// sees it.
+pub const CREATED_BY: &str = "_by";
+
 /// A shape error: which part of the input is wrong, and how.
 ///
 /// Returned by the `check_shape` functions; the server turns it into a

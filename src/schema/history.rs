@@ -351,7 +351,7 @@ impl State {
                     check_field_name(field).map_err(|p| format!("{table}.{field}: {p}"))?;
                     check_rule(field, rule).map_err(|p| format!("{table}.{field}: {p}"))?;
                 }
-                self.tables.insert(table.clone(), TableRules { fields: fields.clone(), indexes: Vec::new() });
+                self.tables.insert(table.clone(), TableRules { fields: fields.clone(), indexes: Vec::new(), own_rows: false });
             }
             Step::AddField { table, field, rule } => {
                 self.table(table)?;

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::order::merge_fields;
-use crate::protocol::{Fields, Op, OpId, Row, Value, DELETED, MAX_SAFE_INTEGER};
+use crate::protocol::{Cell, Fields, Mark, Op, OpId, Row, Value, CREATED_BY, DELETED, MAX_SAFE_INTEGER};
 use crate::space::Role;
 
 use history::{Alias, SchemaFile};
@@ -61,6 +61,11 @@ pub struct TableRules {
     /// Indexes the devices keep of this table: each a list of its fields.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub indexes: Vec<Vec<String>>,
+    /// In a shared space an editor may change or delete only the rows they
+    /// created (`own_rows`); owners may change any. The judge remembers who
+    /// created a row in its [`CREATED_BY`] cell.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub own_rows: bool,
 }
 
 /// The type a field's value must have.
@@ -382,6 +387,29 @@ impl Schema {
         Ok(())
     }
 
+    /// `ownRows`: in a shared `space`, an editor (`role`) may change only a
+    /// row `user` created — `stored` is the row as the server holds it
+    /// (`None`: a new row, which `user` creates). Owners, and everyone in a
+    /// personal space, may change any row.
+    pub fn check_own_row(&self, table: &str, space: &str, role: Option<Role>, user: &str, stored: Option<&Row>) -> Result<(), Refusal> {
+        if role != Some(Role::Editor) || crate::space::personal_owner(space).is_some() {
+            return Ok(());
+        }
+        let (Some(rules), Some(row)) = (self.tables.get(table), stored) else { return Ok(()) };
+        if !rules.own_rows || matches!(row.get(CREATED_BY), Some(Value::String(by)) if by == user) {
+            return Ok(());
+        }
+        refuse(RefusalCode::OwnRows, format!("in space {space}, editors may change only the rows they created"), None)
+    }
+
+    /// Marks a row `user` just created by `mark` as theirs, when its table
+    /// keeps `ownRows` and the space is shared.
+    pub fn mark_creator(&self, table: &str, space: &str, user: &str, mark: &Mark, row: &mut Row) {
+        if self.tables.get(table).is_some_and(|t| t.own_rows) && crate::space::personal_owner(space).is_none() {
+            row.cells.insert(CREATED_BY.to_owned(), Cell { value: Value::String(user.to_owned()), mark: mark.clone() });
+        }
+    }
+
     /// `db.check`: what the server would answer, in its own words, for the
     /// row after this device's next edit of `fields` (spelled as the newest
     /// version) on `current` (the row as the device has it; `None`: a new
@@ -418,7 +446,7 @@ impl Schema {
         };
         let row = self.upgrade_row(table, row);
         for name in row.cells.keys() {
-            if name != DELETED && !rules.fields.contains_key(name) {
+            if name != DELETED && name != CREATED_BY && !rules.fields.contains_key(name) {
                 return refuse(RefusalCode::UnknownField, format!("unknown field: {name}"), Some(name));
             }
         }

@@ -69,9 +69,9 @@ impl Serialize for VisibleRow<'_> {
         if !self.0.space.is_empty() {
             m.serialize_entry("_space", &self.0.space)?;
         }
-        // `_deleted` is the protocol's: a visible row is never deleted, and
-        // a restored one shows only the app's fields.
-        for (k, c) in self.1.cells.iter().filter(|(k, _)| k.as_str() != crate::protocol::DELETED) {
+        // `_deleted` and `_by` are the protocol's: a visible row is never
+        // deleted, and a restored one shows only the app's fields.
+        for (k, c) in self.1.cells.iter().filter(|(k, _)| !matches!(k.as_str(), crate::protocol::DELETED | crate::protocol::CREATED_BY)) {
             m.serialize_entry(k, &c.value)?;
         }
         m.end()
