@@ -568,3 +568,72 @@ async fn an_apps_rule_refuses_and_its_refusal_outlives_the_rule(backend: Backend
     common::drop_database(&database).await;
 }
 both!(an_apps_rule_refuses_and_its_refusal_outlives_the_rule);
+
+/// The schema's declared rules on the real server: an editor's change of
+/// another's row (`own_rows`), an owners-only field (`owners_only`), a field
+/// written once (`write_once`) are refused in the core's words and remembered;
+/// the owner changes anything; the creator travels with the row.
+async fn declared_rules_on_the_server(backend: Backend) {
+    let Some(database) = fresh_database(backend).await else { return };
+    let mut c = config(&database);
+    c.schema_value = Some(
+        marksync::schema::Schema::from_json(
+            r#"{"version": 1, "tables": {"sets": {"ownRows": true, "fields": {
+                "exercise": {"type": "string", "required": true, "writeOnce": true},
+                "weightKg": {"type": "number", "required": true},
+                "reps": {"type": "integer", "required": true},
+                "coachNote": {"type": "string", "ownersOnly": true}}}}}"#,
+        )
+        .unwrap(),
+    );
+    let t = TestServer::start(c).await.owning_database();
+    assert_eq!(post(&t, "/v1/spaces", "alice", json!({"space": "team"})).await.0, 200);
+    assert_eq!(common::invite(&t, "alice", "team", "bob", json!("editor")).await.0, 200);
+    assert_eq!(common::accept(&t, "bob", "team").await.0, 200);
+    let team = |op: Value| common::in_space("team", op);
+    t.push_ok("alice", &[team(full("a1", "ra", 1_000, 5))]).await;
+
+    let v = t
+        .push_ok(
+            "bob",
+            &[
+                team(common::op("b1", "ra", 1_001, json!({"reps": 9}))),
+                team(common::op(
+                    "b2",
+                    "rb",
+                    1_002,
+                    json!({"exercise": "row", "weightKg": 40, "reps": 8, "coachNote": "x"}),
+                )),
+                team(full("b3", "rb", 1_003, 8)),
+                team(common::op("b4", "rb", 1_004, json!({"exercise": "bench"}))),
+                team(common::op("b5", "rb", 1_005, json!({"reps": 10}))),
+            ],
+        )
+        .await;
+    let got: Vec<(&str, &str)> =
+        v.iter().map(|v| (v["status"].as_str().unwrap(), v["code"].as_str().unwrap_or(""))).collect();
+    assert_eq!(
+        got,
+        [
+            ("rejected", "own_rows"),
+            ("rejected", "owners_only"),
+            ("applied", ""),
+            ("rejected", "write_once"),
+            ("applied", "")
+        ]
+    );
+    assert_eq!(v[0]["reason"], "in space team, editors may change only the rows they created");
+    assert_eq!(v[1]["reason"], "only owners of space team may set sets.coachNote");
+    assert_eq!(v[3]["reason"], "sets.exercise can be written only once, and it is already set");
+
+    let v =
+        t.push_ok("alice", &[team(common::op("a2", "rb", 1_006, json!({"reps": 11, "coachNote": "well done"})))]).await;
+    assert_eq!(common::statuses(&v), ["applied"], "the owner changes any row, and sets the note");
+    let page = common::pull(&t, "bob", json!({"team": {"cursor": 0}})).await;
+    let team_page = page["spaces"].as_array().unwrap().iter().find(|s| s["space"] == "team").unwrap();
+    let rows = team_page["changes"].as_array().unwrap_or_else(|| panic!("{page}"));
+    let rb = rows.iter().find(|r| r["rowId"] == "rb").unwrap();
+    assert_eq!(rb["fields"]["_by"], "bob", "the creator travels with the row: {rb}");
+    t.stop().await;
+}
+both!(declared_rules_on_the_server);

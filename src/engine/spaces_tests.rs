@@ -394,3 +394,59 @@ fn an_editor_changes_only_the_rows_they_created() {
     let v = s.push("alice", &PushRequest { attempt_key: "a:7".into(), batch: vec![op] }).unwrap().verdicts;
     assert_eq!(v[0].outcome, crate::protocol::Outcome::Applied);
 }
+
+/// The device's check and the server's verdict agree, word for word, over a
+/// seeded corpus of an editor's edits of their own rows and an owner's, with
+/// fields written once, owners-only fields and deletes.
+#[test]
+fn declared_rules_on_the_device_equal_the_servers_verdicts_over_a_corpus() {
+    let text = r#"{"version": 1, "tables": {"sets": {"ownRows": true, "fields": {
+        "exercise": {"type": "string", "required": true, "writeOnce": true},
+        "weightKg": {"type": "number", "required": true},
+        "reps": {"type": "integer", "required": true, "max": 100},
+        "coachNote": {"type": "string", "ownersOnly": true}}}}}"#;
+    let mut s = MemoryServer::new(Schema::from_json(text).unwrap());
+    s.create_space("gym", "alice").unwrap();
+    let batch: Vec<Op> = (1..=3)
+        .map(|i| {
+            let mut op = crate::workload::set_op("a", i, i, i as u64);
+            op.space = Some("gym".into());
+            op
+        })
+        .collect();
+    s.push("alice", &PushRequest { attempt_key: "a:1".into(), batch }).unwrap();
+    grant(&mut s, Role::Editor);
+    let (mut bob, mut store) = (engine("b"), Tables::default());
+    bob.learn_schema(text.to_owned(), None).unwrap();
+    sync(&mut bob, &mut s, "bob", &mut store);
+
+    let mut rng = crate::ids::SplitMix::new(11);
+    let mut pick = |n: usize| (rng.next_u64() % n as u64) as usize;
+    let rows = ["a-1", "a-2", "a-3", "b-1", "b-2", "b-3"];
+    let values: [(&str, Vec<Value>); 5] = [
+        ("exercise", vec!["squat".into(), "bench".into(), Value::Null]),
+        ("weightKg", vec![80.into(), 90.into()]),
+        ("reps", vec![5.into(), 6.into(), 500.into()]),
+        ("coachNote", vec!["go".into(), Value::Null]),
+        ("_deleted", vec![true.into(), false.into()]),
+    ];
+    let mut seen: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for n in 0..400 {
+        let row = rows[pick(rows.len())];
+        let mut f = Fields::new();
+        for _ in 0..=pick(3) {
+            let (name, vs) = &values[pick(values.len())];
+            f.insert((*name).into(), vs[pick(vs.len())].clone());
+        }
+        let Ok(d) = bob.draft_in(Some("gym"), "sets", row, f) else { continue };
+        let device = bob.check_drafts(std::slice::from_ref(&d)).err().map(|(_, r)| (r.code.as_str().to_owned(), r.reason));
+        let op = record(&mut bob, d, &mut store);
+        sync(&mut bob, &mut s, "bob", &mut store);
+        let verdict = bob.rejections().find(|r| r.op.op_id == op.op_id).map(|r| (r.code.clone(), r.reason.clone()));
+        assert_eq!(device, verdict, "edit {n} of {row}: {:?}", op.fields);
+        *seen.entry(verdict.map_or("accepted".to_owned(), |v| v.0)).or_default() += 1;
+    }
+    for code in ["accepted", "own_rows", "owners_only", "write_once", "out_of_range"] {
+        assert!(seen.get(code).copied().unwrap_or(0) >= 5, "corpus too narrow: {seen:?}");
+    }
+}

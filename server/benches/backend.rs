@@ -1,18 +1,19 @@
-//! What webhooks cost the pushes, and how soon a change reaches the app's
-//! backend: an in-process server, a receiver on loopback, SQLite and (with
+//! What the app's own backend costs the pushes — a no-op `Rules`, a webhook
+//! — and how soon a change reaches the backend: marksync embedded in an
+//! axum app (`embed::Builder`), a receiver on loopback, SQLite and (with
 //! `MARKSYNC_TEST_POSTGRES_URL`) PostgreSQL.
 //!
 //! ```text
-//! cargo bench -p marksync-server --bench webhook
+//! cargo bench -p marksync-server --bench backend
 //! ```
 //!
-//! Throughput: `WEBHOOK_USERS` (4) users push `WEBHOOK_PUSHES` (10) batches
-//! of 1000 ops each, back to back, with and without `--webhook-url`,
-//! alternated over `WEBHOOK_ROUNDS` (3) rounds in one run (fresh database
-//! each), the median per mode; "drained" is the time until the receiver had
-//! every change. Lag: `WEBHOOK_LAG_PUSHES` (200) pushes of one op, one every
-//! 20 ms; the lag of each is from its push's answer to its delivery's
-//! arrival at the receiver (p50, p99).
+//! Throughput: `BACKEND_USERS` (4) users push `BACKEND_PUSHES` (10) batches
+//! of 1000 ops each, back to back, plain, with a no-op `Rules` and with a
+//! webhook, the three alternated over `BACKEND_ROUNDS` (5) rounds in one run
+//! (a fresh database each), the median per mode; "drained" is the time until
+//! the receiver had every change. Lag: `BACKEND_LAG_PUSHES` (200) pushes of
+//! one op, one every 20 ms; the lag of each is from its push's answer to its
+//! delivery's arrival at the receiver (p50, p99).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -101,9 +102,56 @@ impl Receiver {
     }
 }
 
+const SECRET: &str = "a-benchmark-jwt-secret-of-32-characters!";
+
+fn token(user: &str) -> String {
+    let exp = jsonwebtoken::get_current_timestamp() + 3600;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"sub": user, "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// The pushes' extra work.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Plain,
+    Rules,
+    Webhook,
+}
+
+/// Rules that allow everything: what calling the app's rules costs.
+struct Allow;
+
+impl marksync_server::rules::Rules for Allow {
+    fn check(
+        &self,
+        _: &marksync_server::rules::RuleInput<'_>,
+        _: &marksync_server::rules::Loaded,
+    ) -> Result<(), marksync_server::rules::RuleRefusal> {
+        Ok(())
+    }
+}
+
+/// marksync embedded at `/sync` of an app on loopback: its base URL and the server task.
+async fn serve(config: Config, mode: Mode) -> (String, marksync_server::embed::Embedded, tokio::task::JoinHandle<()>) {
+    let mut builder = marksync_server::embed::Builder::new(config);
+    if mode == Mode::Rules {
+        builder = builder.rules(Allow);
+    }
+    let sync = builder.build().await.unwrap();
+    let app = axum::Router::new().nest("/sync", sync.router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/sync", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, sync, task)
+}
+
 fn config(database: &str, hook: Option<&str>, users: usize) -> Config {
     let mut c = Config::with_database(database);
-    c.dev_auth = true;
+    c.jwt_secret = Some(SECRET.into());
     c.rate_limit = 0.0;
     (c.ops_rate, c.read_rate) = (0.0, 0.0);
     c.listen = "127.0.0.1:0".parse().unwrap();
@@ -124,14 +172,12 @@ fn batch(user: usize, push: usize) -> String {
     json!({"attemptKey": format!("u{user}:{push}"), "batch": ops}).to_string()
 }
 
-/// Ops per second of the pushes, and (with a receiver) seconds until every change arrived.
-async fn throughput(backend: &str, hooked: bool, users: usize, pushes: usize) -> (f64, Option<f64>) {
+/// Ops per second of the pushes, and (with a webhook) seconds until every change arrived.
+async fn throughput(backend: &str, mode: Mode, users: usize, pushes: usize) -> (f64, Option<f64>) {
+    let hooked = mode == Mode::Webhook;
     let database = fresh_database(backend).await.unwrap();
     let (receiver, url) = Receiver::start().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server =
-        marksync_server::start(config(&database, hooked.then_some(url.as_str()), users), listener).await.unwrap();
-    let base = server.url();
+    let (base, sync, task) = serve(config(&database, hooked.then_some(url.as_str()), users), mode).await;
     let bodies: Vec<Vec<String>> = (0..users).map(|u| (0..pushes).map(|p| batch(u, p)).collect()).collect();
     let started = Instant::now();
     let tasks: Vec<_> = bodies
@@ -144,7 +190,7 @@ async fn throughput(backend: &str, hooked: bool, users: usize, pushes: usize) ->
                 for body in bodies {
                     let r = http
                         .post(format!("{base}/v1/push"))
-                        .header("authorization", format!("Bearer dev:u{u}"))
+                        .bearer_auth(token(&format!("u{u}")))
                         .header("content-type", "application/json")
                         .body(body)
                         .send()
@@ -168,7 +214,8 @@ async fn throughput(backend: &str, hooked: bool, users: usize, pushes: usize) ->
     } else {
         None
     };
-    server.stop().await.unwrap();
+    task.abort();
+    sync.close().await;
     drop_database(&database).await;
     (total as f64 / pushed.as_secs_f64(), drained)
 }
@@ -177,14 +224,14 @@ async fn throughput(backend: &str, hooked: bool, users: usize, pushes: usize) ->
 async fn lags(backend: &str, pushes: usize) -> Vec<f64> {
     let database = fresh_database(backend).await.unwrap();
     let (receiver, url) = Receiver::start().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = marksync_server::start(config(&database, Some(&url), 1), listener).await.unwrap();
+    let (base, sync, task) = serve(config(&database, Some(&url), 1), Mode::Webhook).await;
     let http = reqwest::Client::new();
+    let lag_token = token("lag");
     let mut answered = Vec::with_capacity(pushes);
     for i in 0..pushes {
         let body = json!({"attemptKey": format!("d:{i}"), "batch": [{"opId": format!("l{i}"), "table": "sets",
             "rowId": format!("r{i}"), "at": 1_000 + i as u64, "fields": {"exercise": "squat", "weightKg": 80, "reps": 5}}]});
-        let r = http.post(format!("{}/v1/push", server.url())).bearer_auth("dev:lag").json(&body).send().await.unwrap();
+        let r = http.post(format!("{base}/v1/push")).bearer_auth(&lag_token).json(&body).send().await.unwrap();
         assert_eq!(r.status(), 200);
         answered.push((format!("l{i}"), Instant::now()));
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -193,7 +240,8 @@ async fn lags(backend: &str, pushes: usize) -> Vec<f64> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let arrived = receiver.arrived.lock().unwrap().clone();
-    server.stop().await.unwrap();
+    task.abort();
+    sync.close().await;
     drop_database(&database).await;
     let mut out: Vec<f64> =
         answered.iter().map(|(id, at)| arrived[id].saturating_duration_since(*at).as_secs_f64() * 1000.0).collect();
@@ -212,27 +260,29 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let (users, pushes, rounds) = (env("WEBHOOK_USERS", 4), env("WEBHOOK_PUSHES", 10), env("WEBHOOK_ROUNDS", 3));
-    let lag_pushes = env("WEBHOOK_LAG_PUSHES", 200);
+    let (users, pushes, rounds) = (env("BACKEND_USERS", 4), env("BACKEND_PUSHES", 10), env("BACKEND_ROUNDS", 5));
+    let lag_pushes = env("BACKEND_LAG_PUSHES", 200);
     let mut backends = vec!["sqlite"];
     if std::env::var("MARKSYNC_TEST_POSTGRES_URL").is_ok() {
         backends.push("postgres");
     }
-    println!("| backend | pushes (ops/s), no webhook | with webhook | ratio | all delivered after (s) | lag p50 (ms) | lag p99 (ms) |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| backend | plain (ops/s) | no-op Rules | ratio | webhook | ratio | all delivered after (s) | lag p50 (ms) | lag p99 (ms) |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for backend in backends {
-        let (mut off, mut on, mut drained) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut plain, mut rules, mut hooked, mut drained) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
-            off.push(throughput(backend, false, users, pushes).await.0);
-            let (ops, d) = throughput(backend, true, users, pushes).await;
-            on.push(ops);
+            plain.push(throughput(backend, Mode::Plain, users, pushes).await.0);
+            rules.push(throughput(backend, Mode::Rules, users, pushes).await.0);
+            let (ops, d) = throughput(backend, Mode::Webhook, users, pushes).await;
+            hooked.push(ops);
             drained.push(d.unwrap_or(0.0));
         }
-        let (off, on, drained) = (median(off), median(on), median(drained));
+        let (plain, rules, hooked, drained) = (median(plain), median(rules), median(hooked), median(drained));
         let lag = lags(backend, lag_pushes).await;
         println!(
-            "| {backend} | {off:.0} | {on:.0} | {:.2} | {drained:.2} | {:.1} | {:.1} |",
-            on / off,
+            "| {backend} | {plain:.0} | {rules:.0} | {:.2} | {hooked:.0} | {:.2} | {drained:.2} | {:.1} | {:.1} |",
+            rules / plain,
+            hooked / plain,
             pct(&lag, 0.5),
             pct(&lag, 0.99)
         );
