@@ -62,8 +62,7 @@ mod sql {
     pub const RECORD_MIGRATION: &str = "INSERT INTO marksync_migrations (version, applied_at) VALUES ($1, $2)";
     pub const PING: &str = "SELECT 1";
     pub const SAVEPOINT: &str = "SAVEPOINT marksync_rules";
-    pub const UNDO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT marksync_rules";
-    pub const RELEASE_SAVEPOINT: &str = "RELEASE SAVEPOINT marksync_rules";
+    pub const UNDO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT marksync_rules; RELEASE SAVEPOINT marksync_rules";
     pub const ENQUEUE_DELIVERY: &str =
         "INSERT INTO deliveries (id, space_id, head, body, created_at) VALUES ($1, $2, $3, $4, $5)";
     pub const ENQUEUE_QUEUE: &str = "INSERT INTO delivery_queues (space_id, next_at, failures) VALUES ($1, $2, 0) \
@@ -429,13 +428,13 @@ where
     }
 
     async fn savepoint(&mut self) -> Result<(), DbError> {
-        sqlx::query(sql::SAVEPOINT).execute(self).await?;
+        sqlx::raw_sql(sql::SAVEPOINT).execute(self).await?;
         Ok(())
     }
 
     async fn undo_savepoint(&mut self) -> Result<(), DbError> {
-        sqlx::query(sql::UNDO_SAVEPOINT).execute(&mut *self).await?;
-        sqlx::query(sql::RELEASE_SAVEPOINT).execute(self).await?;
+        // One round trip for both.
+        sqlx::raw_sql(sql::UNDO_SAVEPOINT).execute(self).await?;
         Ok(())
     }
 
