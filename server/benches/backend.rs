@@ -7,10 +7,11 @@
 //! cargo bench -p marksync-server --bench backend
 //! ```
 //!
-//! Throughput: `BACKEND_USERS` (4) users push `BACKEND_PUSHES` (10) batches
+//! Throughput: `BACKEND_USERS` (4) users push `BACKEND_PUSHES` (20) batches
 //! of 1000 ops each, back to back, plain, with a no-op `Rules` and with a
-//! webhook, the three alternated over `BACKEND_ROUNDS` (5) rounds in one run
-//! (a fresh database each), the median per mode; "drained" is the time until
+//! webhook, the three alternated (each round starting with the next) over
+//! `BACKEND_ROUNDS` (9) rounds in one run (a fresh database each), the
+//! median per mode; "drained" is the time until
 //! the receiver had every change. Lag: `BACKEND_LAG_PUSHES` (200) pushes of
 //! one op, one every 20 ms; the lag of each is from its push's answer to its
 //! delivery's arrival at the receiver (p50, p99).
@@ -260,7 +261,7 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let (users, pushes, rounds) = (env("BACKEND_USERS", 4), env("BACKEND_PUSHES", 10), env("BACKEND_ROUNDS", 5));
+    let (users, pushes, rounds) = (env("BACKEND_USERS", 4), env("BACKEND_PUSHES", 20), env("BACKEND_ROUNDS", 9));
     let lag_pushes = env("BACKEND_LAG_PUSHES", 200);
     let mut backends = vec!["sqlite"];
     if std::env::var("MARKSYNC_TEST_POSTGRES_URL").is_ok() {
@@ -270,12 +271,21 @@ async fn main() {
     println!("|---|---|---|---|---|---|---|---|---|");
     for backend in backends {
         let (mut plain, mut rules, mut hooked, mut drained) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..rounds {
-            plain.push(throughput(backend, Mode::Plain, users, pushes).await.0);
-            rules.push(throughput(backend, Mode::Rules, users, pushes).await.0);
-            let (ops, d) = throughput(backend, Mode::Webhook, users, pushes).await;
-            hooked.push(ops);
-            drained.push(d.unwrap_or(0.0));
+        for round in 0..rounds {
+            // Each round starts with another mode: no mode always runs first, or last.
+            let mut modes = [Mode::Plain, Mode::Rules, Mode::Webhook];
+            modes.rotate_left(round % 3);
+            for mode in modes {
+                let (ops, d) = throughput(backend, mode, users, pushes).await;
+                match mode {
+                    Mode::Plain => plain.push(ops),
+                    Mode::Rules => rules.push(ops),
+                    Mode::Webhook => {
+                        hooked.push(ops);
+                        drained.push(d.unwrap_or(0.0));
+                    }
+                }
+            }
         }
         let (plain, rules, hooked, drained) = (median(plain), median(rules), median(hooked), median(drained));
         let lag = lags(backend, lag_pushes).await;
