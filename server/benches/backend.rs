@@ -17,55 +17,19 @@
 //! delivery's arrival at the receiver (p50, p99).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{drop_database, env, fresh_database};
+
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use marksync_server::Config;
 use serde_json::{json, Value};
-use sqlx::Connection;
 
 const OPS_PER_PUSH: usize = 1000;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-static SEQ: AtomicU64 = AtomicU64::new(0);
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{}_{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst))
-}
-
-async fn fresh_database(backend: &str) -> Option<String> {
-    if backend == "sqlite" {
-        let dir = std::env::temp_dir().join(unique("marksync-webhook"));
-        std::fs::create_dir_all(&dir).unwrap();
-        return Some(format!("sqlite://{}", dir.join("hook.db").display()));
-    }
-    let url = std::env::var("MARKSYNC_TEST_POSTGRES_URL").ok()?;
-    let name = unique("hook");
-    let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut c).await.unwrap();
-    c.close().await.ok();
-    Some(format!("{}/{name}", &url[..url.rfind('/').unwrap()]))
-}
-
-async fn drop_database(database: &str) {
-    if let Some(dir) = database.strip_prefix("sqlite://").and_then(|f| std::path::Path::new(f).parent()) {
-        let _ = std::fs::remove_dir_all(dir);
-        return;
-    }
-    let (Ok(admin), Some(slash)) = (std::env::var("MARKSYNC_TEST_POSTGRES_URL"), database.rfind('/')) else { return };
-    if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
-        let name = &database[slash + 1..];
-        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")))
-            .execute(&mut c)
-            .await;
-    }
-}
 
 /// A receiver that answers 204 at once and notes when each op arrived.
 #[derive(Clone, Default)]

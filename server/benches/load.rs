@@ -37,60 +37,18 @@
 //! results, and the batched / per-op ratios, go to stdout at the end.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{drop_database, env, fresh_database, unique};
+
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use marksync::protocol::{Outcome, PushResponse};
 use marksync_server::Config;
 use serde_json::json;
-use sqlx::Connection;
 
 const OPS_PER_PUSH: usize = 1000;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-static SEQ: AtomicU64 = AtomicU64::new(0);
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{}_{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst))
-}
-
-async fn fresh_database(backend: &str) -> Option<String> {
-    if backend == "sqlite" {
-        let dir = std::env::temp_dir().join(unique("marksync-load"));
-        std::fs::create_dir_all(&dir).unwrap();
-        return Some(format!("sqlite://{}", dir.join("load.db").display()));
-    }
-    let url = std::env::var("MARKSYNC_TEST_POSTGRES_URL").ok()?;
-    let name = unique("load");
-    let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut c).await.unwrap();
-    c.close().await.ok();
-    let base = &url[..url.rfind('/').unwrap()];
-    Some(format!("{base}/{name}"))
-}
-
-/// Drops a benchmark's database (its data is not needed afterwards).
-async fn drop_database(database: &str) {
-    if let Some(dir) = database.strip_prefix("sqlite://").and_then(|f| std::path::Path::new(f).parent()) {
-        let _ = std::fs::remove_dir_all(dir);
-        return;
-    }
-    if let (Some(slash), Ok(admin)) = (database.rfind('/'), std::env::var("MARKSYNC_TEST_POSTGRES_URL")) {
-        if database.starts_with("postgres") {
-            let name = &database[slash + 1..];
-            let mut c = sqlx::PgConnection::connect(&admin).await.unwrap();
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\"")))
-                .execute(&mut c)
-                .await
-                .unwrap();
-            c.close().await.ok();
-        }
-    }
-}
 
 /// The body of push `p` of device `dev`: 1000 ops; after the first push,
 /// half insert new rows and half update rows that the device's previous push

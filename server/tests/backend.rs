@@ -347,19 +347,8 @@ async fn marksync_inside_the_apps_server(backend: Backend) {
     let mut c = config(&database);
     c.dev_auth = false;
     let sync = marksync_server::embed::Builder::new(c).authenticate(Sessions).build().await.expect("builds");
-    let app = axum::Router::new().route("/", axum::routing::get(|| async { "the app" })).nest("/sync", sync.router());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let streams = sync.clone();
-    let served = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.await;
-                streams.end_streams();
-            })
-            .await
-    });
+    let home = axum::Router::new().route("/", axum::routing::get(|| async { "the app" }));
+    let (base, stop) = serve_embedded(sync, home).await;
     let http = reqwest::Client::new();
     assert_eq!(http.get(format!("{base}/")).send().await.unwrap().text().await.unwrap(), "the app");
     assert_eq!(http.get(format!("{base}/sync/readyz")).send().await.unwrap().status(), 200);
@@ -393,9 +382,7 @@ async fn marksync_inside_the_apps_server(backend: Backend) {
     let metrics = http.get(format!("{base}/sync/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("marksync_ops_total"), "the metrics are served under the prefix");
 
-    stop_tx.send(()).unwrap();
-    served.await.unwrap().unwrap();
-    sync.close().await;
+    stop().await.unwrap();
     common::drop_database(&database).await;
 }
 both!(marksync_inside_the_apps_server);
@@ -461,13 +448,16 @@ impl marksync_server::rules::Rules for WeightLimits {
     }
 }
 
-/// An embedded marksync serving on loopback: its base URL, and what stops it.
+/// An app of `routes` with marksync nested at `/sync`, serving on loopback:
+/// its base URL (`http://addr`), and what stops it (gracefully, the streams
+/// ended, then marksync closed).
 async fn serve_embedded(
     sync: marksync_server::embed::Embedded,
+    routes: axum::Router,
 ) -> (String, impl FnOnce() -> tokio::task::JoinHandle<()>) {
-    let app = axum::Router::new().nest("/sync", sync.router());
+    let app = routes.nest("/sync", sync.router());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}/sync", listener.local_addr().unwrap());
+    let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let streams = sync.clone();
     let served = tokio::spawn(async move {
@@ -521,42 +511,29 @@ async fn an_apps_rule_refuses_and_its_refusal_outlives_the_rule(backend: Backend
     let heavy = common::op("h1", "r1", 1_000, json!({"exercise": "squat", "weightKg": 120, "reps": 5}));
     let push = json!({"attemptKey": "k1", "batch": [heavy, full("l1", "r2", 1_001, 5)]});
     let http = reqwest::Client::new();
-    let sync = marksync_server::embed::Builder::new(c.clone()).rules(WeightLimits).build().await.expect("builds");
-    let (base, stop) = serve_embedded(sync).await;
-    let r: Value = http
-        .post(format!("{base}/v1/push"))
-        .bearer_auth(&token)
-        .json(&push)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    // Pushes the batch to a marksync built by `builder`, then stops it: the answer.
+    let push_to = |builder: marksync_server::embed::Builder| {
+        let (http, token, push) = (http.clone(), token.clone(), push.clone());
+        async move {
+            let (base, stop) = serve_embedded(builder.build().await.expect("builds"), axum::Router::new()).await;
+            let r = http.post(format!("{base}/sync/v1/push")).bearer_auth(&token).json(&push).send().await.unwrap();
+            let answer: Value = r.json().await.unwrap();
+            stop().await.unwrap();
+            answer
+        }
+    };
+    let r = push_to(marksync_server::embed::Builder::new(c.clone()).rules(WeightLimits)).await;
     assert_eq!(r["verdicts"][0]["status"], "rejected", "{r}");
     assert_eq!(
         (r["verdicts"][0]["code"].as_str(), r["verdicts"][0]["reason"].as_str()),
         (Some("over_your_limit"), Some("alice may log at most 100 kg"))
     );
     assert_eq!(r["verdicts"][1]["status"], "applied");
-    stop().await.unwrap();
 
     // The rule is gone: the refusal is replayed word for word, never judged again.
-    let sync = marksync_server::embed::Builder::new(c).build().await.expect("builds");
-    let (base, stop) = serve_embedded(sync).await;
-    let again: Value = http
-        .post(format!("{base}/v1/push"))
-        .bearer_auth(&token)
-        .json(&push)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let again = push_to(marksync_server::embed::Builder::new(c)).await;
     assert_eq!(again["verdicts"][0], r["verdicts"][0]);
     assert_eq!(again["verdicts"][1]["status"], "duplicate");
-    stop().await.unwrap();
     let rows: i64 = if database.starts_with("sqlite") {
         let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&database).await.unwrap();
         sqlx::query_scalar(count).fetch_one(&mut db).await.unwrap()
