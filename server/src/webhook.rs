@@ -35,8 +35,6 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// How long an idle sender waits before looking for due deliveries again
 /// (another server process's, or a retry coming due).
 const IDLE_POLL: Duration = Duration::from_millis(500);
-/// The most of a receiver's answer kept as the failure's note.
-const MAX_ERROR_CHARS: usize = 200;
 
 /// The webhook's configuration, its sender's wake-up and its counters.
 #[derive(Debug)]
@@ -58,7 +56,7 @@ struct Stats {
     oldest_ms: AtomicI64,
     delivered: AtomicU64,
     failed: AtomicU64,
-    /// Sum and count of the lags (commit → 2xx) of delivered deliveries, in ms.
+    /// The lags (commit → 2xx) of the deliveries delivered, summed, in ms.
     lag_ms_sum: AtomicU64,
 }
 
@@ -125,7 +123,7 @@ impl Webhook {
                 let claimed = match store.claim_deliveries(lease, SPACES_AT_ONCE, PER_SPACE).await {
                     Ok(c) => c,
                     Err(e) => {
-                        tracing::warn!(error = %e, "webhook: cannot read the deliveries; trying again in 1 s");
+                        tracing::warn!(error = %e, "webhook: cannot read the deliveries; trying again at the next poll");
                         Vec::new()
                     }
                 };
@@ -188,7 +186,8 @@ impl Webhook {
             Ok(resp) => {
                 let status = resp.status();
                 let text = resp.text().await.unwrap_or_default();
-                Err(format!("{status}: {}", text.chars().take(MAX_ERROR_CHARS).collect::<String>()))
+                // The receiver's answer, cut as every message the server keeps.
+                Err(crate::error::capped(&format!("{status}: {text}")))
             }
             Err(e) if e.is_timeout() => Err(format!("no answer within {} ms", ms(self.timeout))),
             Err(e) => Err(e.to_string()),
