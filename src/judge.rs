@@ -418,27 +418,31 @@ pub fn judge_batch_with(
         }
         let decision = match space::may_write(&at.0, role) {
             Err(denied) => Decision::Reject { code: denied.code.to_owned(), reason: denied.reason },
-            Ok(()) => match schema
-                .check_owners(&Edit::of(op), &at.0, role)
-                .and_then(|()| schema.check_own_row(&op.table, &at.0, role, sender, current))
-                .map(|()| decide(schema, op, current, limits))
-            {
-                Err(refusal) => Decision::Reject { code: refusal.code.as_str().to_owned(), reason: refusal.reason },
-                Ok(decision) => match decision {
-                    Decision::Apply { mut row, moved: true } => {
-                        if current.is_none() {
-                            schema.mark_creator(&op.table, &at.0, sender, &op.mark(), &mut row);
+            Ok(()) => {
+                match schema.check_sender(&Edit::of(op), &at.0, role, sender, current).map(|()| decide(schema, op, current, limits)) {
+                    Err(refusal) => Decision::Reject { code: refusal.code.as_str().to_owned(), reason: refusal.reason },
+                    Ok(decision) => match decision {
+                        Decision::Apply { mut row, moved: true } => {
+                            if current.is_none() {
+                                schema.mark_creator(&op.table, &at.0, sender, &op.mark(), &mut row);
+                            }
+                            let input = RuleInput {
+                                user: sender,
+                                role: role.unwrap_or(Role::Viewer),
+                                space: &at.0,
+                                op,
+                                before: current,
+                                after: &row,
+                            };
+                            match rules.check(&input) {
+                                Ok(()) => Decision::Apply { row, moved: true },
+                                Err(r) => Decision::Reject { code: r.code, reason: r.reason },
+                            }
                         }
-                        let input =
-                            RuleInput { user: sender, role: role.unwrap_or(Role::Viewer), space: &at.0, op, before: current, after: &row };
-                        match rules.check(&input) {
-                            Ok(()) => Decision::Apply { row, moved: true },
-                            Err(r) => Decision::Reject { code: r.code, reason: r.reason },
-                        }
-                    }
-                    other => other,
-                },
-            },
+                        other => other,
+                    },
+                }
+            }
         };
         let (outcome, remembered) = match decision {
             Decision::Apply { row, moved } => {

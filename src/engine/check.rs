@@ -111,10 +111,9 @@ impl Engine {
             if let Some(local) = d.space.as_deref().filter(|l| !l.is_empty()) {
                 if let Some(role) = self.following.role(local) {
                     let name = self.following.name(local).unwrap_or(local);
-                    schema.check_owners(&edit, name, Some(role)).map_err(|r| (i, r))?;
                     // Who created the row, as the server last said (its base row).
                     let me = self.following.personal.as_deref().and_then(crate::space::personal_owner).unwrap_or_default();
-                    schema.check_own_row(&d.table, name, Some(role), me, self.replica.base(&key)).map_err(|r| (i, r))?;
+                    schema.check_sender(&edit, name, Some(role), me, self.replica.base(&key)).map_err(|r| (i, r))?;
                 }
             }
             match schema.edit(&edit, current.as_ref(), MAX_ROW_BYTES) {

@@ -365,11 +365,21 @@ impl Schema {
         Ok(())
     }
 
+    /// The declared rules that need the sender (PROTOCOL §3, "Rules beyond
+    /// the schema"), in the judge's order: `ownersOnly`, then `ownRows`
+    /// (`stored`: the row as the server holds it). `writeOnce` needs only
+    /// the row, and is [`Schema::edit`]'s. The judge's rule, and the
+    /// device's before it records an edit.
+    pub fn check_sender(&self, edit: &Edit<'_>, space: &str, role: Option<Role>, user: &str, stored: Option<&Row>) -> Result<(), Refusal> {
+        self.check_owners(edit, space, role)?;
+        self.check_own_row(edit.table, space, role, user, stored)
+    }
+
     /// `ownersOnly` (PROTOCOL §3, "Rules"): an edit that names a field only
     /// owners may set is refused unless `role` is `Owner` in `space` (a
     /// personal space's user is its owner). The judge's rule, and the
     /// device's before it records an edit.
-    pub fn check_owners(&self, edit: &Edit<'_>, space: &str, role: Option<Role>) -> Result<(), Refusal> {
+    fn check_owners(&self, edit: &Edit<'_>, space: &str, role: Option<Role>) -> Result<(), Refusal> {
         if role == Some(Role::Owner) {
             return Ok(());
         }
@@ -391,7 +401,7 @@ impl Schema {
     /// row `user` created — `stored` is the row as the server holds it
     /// (`None`: a new row, which `user` creates). Owners, and everyone in a
     /// personal space, may change any row.
-    pub fn check_own_row(&self, table: &str, space: &str, role: Option<Role>, user: &str, stored: Option<&Row>) -> Result<(), Refusal> {
+    fn check_own_row(&self, table: &str, space: &str, role: Option<Role>, user: &str, stored: Option<&Row>) -> Result<(), Refusal> {
         if role != Some(Role::Editor) || crate::space::personal_owner(space).is_some() {
             return Ok(());
         }
