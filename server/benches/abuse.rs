@@ -25,6 +25,8 @@
 //! Printed: a table of attack × the victim's pull and push p50/p99 alone and
 //! under attack and the p99 ratios (goal: ≤ 2×), how the attacker's requests
 //! were answered, the limit counters of `/metrics`, the server's peak memory.
+//! `ABUSE_SERVER` names another build of the server binary to run instead
+//! (two builds side by side: run the bench once with each, minutes apart).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -314,7 +316,9 @@ async fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_marksync-server"))
+    // `ABUSE_SERVER`: another build of the server (a side-by-side comparison).
+    let binary = std::env::var("ABUSE_SERVER").unwrap_or_else(|_| env!("CARGO_BIN_EXE_marksync-server").into());
+    let mut server = tokio::process::Command::new(binary)
         .args(["--dev-auth", "--listen", &addr.to_string()])
         .arg("--database")
         .arg(format!("sqlite://{}", dir.join("abuse.db").display()))

@@ -81,7 +81,7 @@ impl AppState {
     /// nor under `Sabotage::NoLock`, whose test needs a user's pushes to overlap.
     #[cfg(feature = "sabotage")]
     pub fn takes_turns(&self) -> bool {
-        !matches!(self.sabotage, Sabotage::NoTurn | Sabotage::NoLock)
+        !matches!(self.sabotage, Sabotage::NoTurn | Sabotage::Unfair | Sabotage::NoLock)
     }
     /// Whether pushes wait for their user's turn (always).
     #[cfg(not(feature = "sabotage"))]

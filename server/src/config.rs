@@ -400,6 +400,8 @@ impl Config {
             acquire_timeout: std::time::Duration::from_millis(self.db_acquire_timeout_ms),
             migrations: if self.no_migrate { Migrations::Check } else { Migrations::Apply },
             allow_newer: self.allow_newer_schema,
+            #[cfg(feature = "sabotage")]
+            writer_in_arrival_order: self.sabotage == Sabotage::Unfair,
         }
     }
 

@@ -93,12 +93,25 @@ async fn a_users_pushes_queue_behind_each_other_not_in_front_of_everyone(b: Back
 }
 both!(a_users_pushes_queue_behind_each_other_not_in_front_of_everyone);
 
-/// Without the turns, SQLite's writer serves its queue in arrival order: the
-/// bystander's push is answered after every one of the flooder's (the
-/// previous test's teeth).
+/// SQLite's writer takes its users in turn by itself (`store/writer.rs`):
+/// with the pushes' turns off, the flooder's four pushes wait at the writer
+/// and the bystander is still served after at most one of them. It covers
+/// every write, membership writes too, which take no push turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_alone_takes_users_in_turn() {
+    let Some(t) = start(Backend::Sqlite, |c| c.sabotage = marksync_server::Sabotage::NoTurn).await else { return };
+    let order = flood_then_victim(&t).await;
+    let victim = order.iter().position(|u| u == "victim0").unwrap();
+    assert!(victim <= 1, "the writer's ring put the bystander second: {order:?}");
+    t.stop().await;
+}
+
+/// Without the turns and with SQLite's writer in arrival order, the
+/// bystander's push is answered after every one of the flooder's (the two
+/// previous tests' teeth).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_turns_the_bystander_waits_for_the_whole_flood() {
-    let Some(t) = start(Backend::Sqlite, |c| c.sabotage = marksync_server::Sabotage::NoTurn).await else { return };
+    let Some(t) = start(Backend::Sqlite, |c| c.sabotage = marksync_server::Sabotage::Unfair).await else { return };
     let order = flood_then_victim(&t).await;
     assert_eq!(order.last().map(String::as_str), Some("victim0"), "{order:?}");
     t.stop().await;

@@ -6,12 +6,14 @@
 //! the logic, is written once over this trait ([`super::conn`]).
 
 use std::future::Future;
+use std::sync::Arc;
 
 use marksync::judge::{Remember, Remembered};
 use sqlx::pool::{PoolConnection, PoolOptions};
 use sqlx::{Connection, Database, IntoArguments, Pool, Transaction};
 
 use super::error::DbError;
+use super::writer::{Gate, Permit, SERVER};
 use super::DbOptions;
 use crate::metrics::PoolStats;
 
@@ -153,11 +155,43 @@ impl VerdictColumns {
 }
 
 /// A backend's connections: a write pool and a read pool (the same pool
-/// where the database takes many writers).
+/// where the database takes many writers), and the single writer's queue
+/// where there is one ([`super::writer`]).
 #[derive(Debug)]
 pub(crate) struct Pools<D: Database> {
     pub writer: Pool<D>,
     pub reader: Pool<D>,
+    pub gate: Option<Arc<Gate>>,
+}
+
+/// A write transaction, and the writer's turn it holds until it ends
+/// (dropped after the transaction: fields drop in order).
+pub(crate) struct WriteTx<D: Database> {
+    tx: Transaction<'static, D>,
+    _turn: Option<Permit>,
+}
+
+impl<D: Database> WriteTx<D> {
+    pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+
+    pub(crate) async fn rollback(self) -> Result<(), sqlx::Error> {
+        self.tx.rollback().await
+    }
+}
+
+impl<D: Database> std::ops::Deref for WriteTx<D> {
+    type Target = D::Connection;
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl<D: Database> std::ops::DerefMut for WriteTx<D> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
 }
 
 fn stats_of<D: Database>(pool: &'static str, p: &Pool<D>) -> PoolStats {
@@ -167,7 +201,7 @@ fn stats_of<D: Database>(pool: &'static str, p: &Pool<D>) -> PoolStats {
 // By hand: a derive would ask `D: Clone` of the database type.
 impl<D: Database> Clone for Pools<D> {
     fn clone(&self) -> Self {
-        Pools { writer: self.writer.clone(), reader: self.reader.clone() }
+        Pools { writer: self.writer.clone(), reader: self.reader.clone(), gate: self.gate.clone() }
     }
 }
 
@@ -224,9 +258,20 @@ pub(crate) fn healing<D: Database>(options: PoolOptions<D>) -> PoolOptions<D> {
 }
 
 impl<D: Dialect> Pools<D> {
-    /// A write transaction (SQLite: `BEGIN IMMEDIATE` on the single writer).
-    pub(crate) async fn write(&self) -> Result<Transaction<'static, D>, DbError> {
-        Ok(self.writer.begin_with(D::SQL.begin_write).await?)
+    /// A write transaction for the server's own work (SQLite: `BEGIN
+    /// IMMEDIATE` on the single writer).
+    pub(crate) async fn write(&self) -> Result<WriteTx<D>, DbError> {
+        self.write_as(SERVER).await
+    }
+
+    /// A write transaction on behalf of `user`, who waits for the single
+    /// writer (SQLite) in order of their recent use of it ([`super::writer`]).
+    pub(crate) async fn write_as(&self, user: &str) -> Result<WriteTx<D>, DbError> {
+        let turn = match &self.gate {
+            Some(gate) => Some(gate.enter(user).await),
+            None => None,
+        };
+        Ok(WriteTx { tx: self.writer.begin_with(D::SQL.begin_write).await?, _turn: turn })
     }
 
     /// A read-only snapshot.

@@ -41,6 +41,7 @@ mod push;
 mod recall;
 mod spaces;
 mod sqlite;
+mod writer;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -87,6 +88,11 @@ pub struct DbOptions {
     pub migrations: Migrations,
     /// Accept a database that carries migrations this server does not know.
     pub allow_newer: bool,
+    /// Test-only sabotage: SQLite's writer serves in arrival order, not by
+    /// each user's recent use ([`writer`]).
+    #[cfg(feature = "sabotage")]
+    #[doc(hidden)]
+    pub writer_in_arrival_order: bool,
 }
 
 impl DbOptions {
@@ -96,7 +102,18 @@ impl DbOptions {
         acquire_timeout: Duration::from_secs(5),
         migrations: Migrations::Apply,
         allow_newer: false,
+        #[cfg(feature = "sabotage")]
+        writer_in_arrival_order: false,
     };
+
+    #[cfg(feature = "sabotage")]
+    fn writer_in_arrival_order(&self) -> bool {
+        self.writer_in_arrival_order
+    }
+    #[cfg(not(feature = "sabotage"))]
+    fn writer_in_arrival_order(&self) -> bool {
+        false
+    }
 }
 
 #[derive(Debug, Clone)]

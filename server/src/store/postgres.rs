@@ -89,7 +89,7 @@ impl Dialect for Postgres {
             .connect_with(connect)
             .await
             .map_err(what)?;
-        Ok(Pools { writer: pool.clone(), reader: pool })
+        Ok(Pools { writer: pool.clone(), reader: pool, gate: None })
     }
 
     fn bind_list<'q>(q: Query<'q, Postgres>, items: &[&str]) -> Result<Query<'q, Postgres>, DbError> {

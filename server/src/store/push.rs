@@ -56,8 +56,12 @@ pub enum Sabotage {
     /// verdict insert then finds conflicts, and the push is judged again.
     NoLock,
     /// Pushes go to the writer without waiting for their user's turn
-    /// ([`crate::turn`]): a flooder's queue stands in front of everyone.
+    /// ([`crate::turn`]); SQLite's writer still takes users in turn.
     NoTurn,
+    /// No turns, and SQLite's writer serves in arrival order
+    /// ([`super::writer`]): nothing stands between a flooder's queue and
+    /// everyone else.
+    Unfair,
 }
 
 impl PushControl {
@@ -137,7 +141,7 @@ pub(crate) async fn push<D: Backend>(
     let keys = BatchKeys::of(&personal, batch);
     let writes_personal = keys.spaces.contains(&personal.as_str());
     for _attempt in 0..MAX_JUDGE_ATTEMPTS {
-        let mut tx = pools.write().await?;
+        let mut tx = pools.write_as(sender).await?;
         // 1. lock: the sender's personal space has its head row once the
         // batch writes there; a space no one created is never made here.
         if writes_personal {

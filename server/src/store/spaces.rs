@@ -86,6 +86,16 @@ pub enum Actor<'a> {
     Admin,
 }
 
+impl<'a> Actor<'a> {
+    /// Whose turn at the single writer the request takes ([`super::writer`]).
+    fn writer(self) -> &'a str {
+        match self {
+            Actor::User(user) => user,
+            Actor::Admin => super::writer::SERVER,
+        }
+    }
+}
+
 /// Why a membership request was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum SpaceError {
@@ -164,7 +174,7 @@ pub(crate) async fn create<D: Backend>(
     owner: &str,
 ) -> Result<Role, SpaceError> {
     space::check_shared_space(space).map_err(|p| SpaceError::BadRequest(format!("space: {p}")))?;
-    let mut tx = pools.write().await?;
+    let mut tx = pools.write_as(owner).await?;
     if tx.insert_space(space, owner).await? {
         let cap = limits.owned_per_user;
         check_cap(tx.tally(Tally::Owned, owner).await?, cap, || {
@@ -212,7 +222,7 @@ pub(crate) async fn set_member<D: Backend>(
     // What no stored role changes (the personal space's own user) is refused
     // before anything is read.
     space::check_member_change(space, user, None, None, 0)?;
-    let mut tx = pools.write().await?;
+    let mut tx = pools.write_as(actor.writer()).await?;
     let exists = lock_space(&mut *tx, space).await?;
     let before = if exists { tx.member(space, user).await? } else { None };
     let leaving = actor == Actor::User(user) && role.is_none();
@@ -285,7 +295,7 @@ pub(crate) async fn accept<D: Backend>(
     space: &str,
 ) -> Result<Role, SpaceError> {
     space::check_space(space).map_err(|p| SpaceError::BadRequest(format!("space: {p}")))?;
-    let mut tx = pools.write().await?;
+    let mut tx = pools.write_as(user).await?;
     let exists = lock_space(&mut *tx, space).await?;
     let stored = if exists { tx.member(space, user).await? } else { None };
     if let Some(role) = space::role_of(user, space, stored) {
@@ -305,7 +315,7 @@ pub(crate) async fn accept<D: Backend>(
 /// `user` declines their invitation to `space` (none pending: nothing happens).
 pub(crate) async fn decline<D: Backend>(pools: &Pools<D>, user: &str, space: &str) -> Result<(), SpaceError> {
     space::check_space(space).map_err(|p| SpaceError::BadRequest(format!("space: {p}")))?;
-    let mut tx = pools.write().await?;
+    let mut tx = pools.write_as(user).await?;
     tx.uninvite(space, user).await?;
     tx.commit().await?;
     Ok(())
