@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use marksync::schema::Schema;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
 use crate::auth::jwks::KeySet;
 use crate::auth::{AdminCredential, Auth, BearerSecret};
@@ -15,7 +15,6 @@ use crate::config::Config;
 use crate::error::ServerError;
 use crate::faults::Faults;
 use crate::metrics::Metrics;
-use crate::poke::Poke;
 use crate::rate::RateLimiter;
 use crate::ready::Readiness;
 #[cfg(feature = "sabotage")]
@@ -49,7 +48,7 @@ pub struct AppState {
     /// Each user's queue of pushes before the writer.
     pub turns: Arc<Turns>,
     /// Head pokes for `/v1/events`.
-    pub pokes: broadcast::Sender<Poke>,
+    pub pokes: Arc<crate::poke::Hub>,
     /// Body limit in bytes.
     pub max_body: usize,
     /// How far ahead of the server's clock an op's `at` may be (`None`: no bound).
@@ -212,8 +211,8 @@ impl App {
         tracing::info!(backend = store.backend(), database = %store::redact(&config.database), schema_version = schema.version, "storage ready");
         let limiter = (config.rate_limit > 0.0)
             .then(|| RateLimiter::new(config.rate_limit, config.rate_burst.unwrap_or(config.rate_limit * 2.0)));
-        let (pokes, _) = broadcast::channel(1024);
-        store.forward_pokes(pokes.clone(), shutdown.clone());
+        let pokes = Arc::new(crate::poke::Hub::default());
+        store.forward_pokes(Arc::clone(&pokes), shutdown.clone());
         if let Some(w) = &webhook {
             tracing::info!(url = %config.webhook_url.as_deref().unwrap_or_default(), "webhook on: every committed change is delivered there");
             Arc::clone(w).spawn(store.clone(), shutdown.clone());

@@ -2,7 +2,7 @@
 //! space it reads moves or its memberships change, so it pulls at once
 //! instead of waiting for its next sync.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,14 +12,13 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures_util::Stream;
-use tokio::sync::broadcast::error::RecvError;
 
 use crate::app::App;
 use crate::budget::Work;
 use crate::caps::StreamPlace;
 use crate::error::ApiError;
 use crate::guard::User;
-use crate::poke::Poke;
+use crate::poke::Subscription;
 use crate::store::DbError;
 
 /// `GET /v1/events`: `event: poke` whenever the head of a space the user is
@@ -33,8 +32,13 @@ pub(crate) async fn events(
     Extension(User(user)): Extension<User>,
     Extension(place): Extension<StreamPlace>,
 ) -> Result<Response, ApiError> {
-    let rx = app.pokes.subscribe();
+    // Subscribed before the spaces are read: a poke committed meanwhile is heard.
+    let mut sub = app.pokes.subscribe(&user);
     let spaces = followed_heads(&app, &user).await?;
+    for space in spaces.keys() {
+        sub.follow(space);
+    }
+    sub.opened();
     app.budgets.charge(Work::Reads, &user, 1 + spaces.len());
     let personal: Arc<str> = marksync::space::personal(&user).into();
     let head = spaces.get(&personal).copied().unwrap_or(0);
@@ -42,8 +46,8 @@ pub(crate) async fn events(
         app: app.clone(),
         user,
         personal,
-        rx,
-        first: Some(poke_data(None, head)),
+        sub,
+        ready: VecDeque::from([poke_data(None, head)]),
         spaces,
         shutdown: app.shutdown.clone(),
         place,
@@ -64,8 +68,10 @@ struct PokeStream {
     app: App,
     user: String,
     personal: Arc<str>,
-    rx: tokio::sync::broadcast::Receiver<Poke>,
-    first: Option<String>,
+    /// The stream's place in the hub: pokes of its spaces and its user only.
+    sub: Subscription,
+    /// Pokes to send, in order.
+    ready: VecDeque<String>,
     /// The user's spaces and the last head poked for each.
     spaces: HashMap<Arc<str>, u64>,
     shutdown: tokio::sync::watch::Receiver<bool>,
@@ -87,51 +93,42 @@ fn poke(data: String) -> Event {
 
 fn poke_stream(state: PokeStream) -> impl Stream<Item = Result<Event, Infallible>> {
     futures_util::stream::unfold(state, |mut s| async move {
-        if let Some(data) = s.first.take() {
-            return Some((Ok(poke(data)), s));
-        }
         loop {
-            let received = tokio::select! {
-                r = s.rx.recv() => r,
+            if let Some(data) = s.ready.pop_front() {
+                return Some((Ok(poke(data)), s));
+            }
+            let pending = tokio::select! {
+                p = s.sub.next() => p,
                 _ = s.shutdown.wait_for(|stop| *stop) => return None,
                 () = s.place.cut() => return None,
             };
-            match received {
-                Ok(Poke::Space { space, head }) => {
-                    let Some(last) = s.spaces.get_mut(&space) else { continue };
-                    if head > *last {
-                        *last = head;
-                        let named = (space != s.personal).then_some(&*space);
-                        return Some((Ok(poke(poke_data(named, head))), s));
+            // Memberships first: a space joined is then known when its head's poke is read.
+            for space in &pending.members {
+                // That one membership now — work of this change, not of the
+                // user's other spaces — a known space at the head last
+                // poked (a push's poke after this read still pokes).
+                match s.app.store.member_head(&s.user, space).await {
+                    Ok(Some(head)) => {
+                        s.sub.follow(space);
+                        s.spaces.entry(Arc::clone(space)).or_insert(head);
                     }
-                }
-                Ok(Poke::Members { user, space }) if *user == *s.user => {
-                    // That one membership now — work of this change, not of
-                    // the user's other spaces — a known space at the head
-                    // last poked (a push's poke after this read still pokes).
-                    match s.app.store.member_head(&s.user, &space).await {
-                        Ok(Some(head)) => {
-                            s.spaces.entry(space).or_insert(head);
-                        }
-                        Ok(None) => {
-                            s.spaces.remove(&space);
-                        }
-                        Err(_) => {}
+                    Ok(None) => {
+                        s.sub.unfollow(space);
+                        s.spaces.remove(space);
                     }
-                    return Some((Ok(poke("members".to_owned())), s));
+                    Err(_) => {}
                 }
-                Ok(Poke::Members { .. }) => {}
-                // Missed pokes: read the spaces again and poke if anything moved.
-                Err(RecvError::Lagged(_)) => {
-                    let Ok(now) = followed_heads(&s.app, &s.user).await else { continue };
-                    let moved = now.len() != s.spaces.len()
-                        || now.iter().any(|(space, head)| s.spaces.get(space).is_none_or(|last| head > last));
-                    s.spaces = now;
-                    if moved {
-                        return Some((Ok(poke("members".to_owned())), s));
-                    }
+            }
+            if !pending.members.is_empty() {
+                s.ready.push_back("members".to_owned());
+            }
+            for (space, head) in pending.heads {
+                let Some(last) = s.spaces.get_mut(&space) else { continue };
+                if head > *last {
+                    *last = head;
+                    let named = (space != s.personal).then_some(&*space);
+                    s.ready.push_back(poke_data(named, head));
                 }
-                Err(RecvError::Closed) => return None,
             }
         }
     })

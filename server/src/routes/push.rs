@@ -79,9 +79,8 @@ pub(crate) async fn push(
     }
     for (space, head) in &judgement.heads {
         // This process's streams at once (on PostgreSQL the NOTIFY comes back
-        // too, later; a stream pokes only when a head grows, so once). No
-        // receiver is fine: nobody is listening.
-        let _ = app.pokes.send(Poke::Space { space: space.clone(), head: *head });
+        // too, later; a stream pokes only when a head grows, so once).
+        app.pokes.send(Poke::Space { space: space.clone(), head: *head });
     }
     if faults.lose_response {
         tracing::warn!(user, "fault: committed, now dropping the connection without an answer");

@@ -95,7 +95,7 @@ pub(crate) async fn accept(
     let req: SpaceName = read_json(&headers, body, MAX_BODY, "a space").await?;
     app.budgets.take(Work::Ops, &user, MEMBERSHIP_WRITE_OPS, &app.metrics)?;
     let role = app.store.accept(&user, &req.space).await?;
-    let _ = app.pokes.send(Poke::Members { user: user.as_str().into(), space: req.space.as_str().into() });
+    app.pokes.send(Poke::Members { user: user.as_str().into(), space: req.space.as_str().into() });
     Ok(Json(Membership { space: req.space, role }).into_response())
 }
 
@@ -130,7 +130,7 @@ pub(crate) async fn create(
 /// Creates `space` owned by `owner` and tells the owner's streams.
 pub(super) async fn create_for(app: &App, space: &str, owner: &str) -> Result<Response, ApiError> {
     let role = app.store.create_space(space, owner).await?;
-    let _ = app.pokes.send(Poke::Members { user: owner.into(), space: space.into() });
+    app.pokes.send(Poke::Members { user: owner.into(), space: space.into() });
     Ok(Json(Membership { space: space.to_owned(), role }).into_response())
 }
 
@@ -154,7 +154,7 @@ pub(crate) async fn leave(
     let req: SpaceName = read_json(&headers, body, MAX_BODY, "a space").await?;
     app.budgets.take(Work::Ops, &user, MEMBERSHIP_WRITE_OPS, &app.metrics)?;
     if app.store.set_member(Actor::User(&user), &req.space, &user, None).await? == Changed::Member {
-        let _ = app.pokes.send(Poke::Members { user: user.as_str().into(), space: req.space.as_str().into() });
+        app.pokes.send(Poke::Members { user: user.as_str().into(), space: req.space.as_str().into() });
     }
     Ok(Json(serde_json::json!({ "space": req.space })).into_response())
 }
@@ -168,7 +168,7 @@ pub(super) async fn set_as(app: &App, actor: Actor<'_>, headers: &HeaderMap, bod
     }
     let changed = app.store.set_member(actor, &req.space, &req.user, req.role).await?;
     if changed == Changed::Member {
-        let _ = app.pokes.send(Poke::Members { user: req.user.as_str().into(), space: req.space.as_str().into() });
+        app.pokes.send(Poke::Members { user: req.user.as_str().into(), space: req.space.as_str().into() });
     }
     let invited = changed == Changed::Invitation && req.role.is_some();
     Ok(Json(MemberChange { user: req.user, role: req.role, invited }).into_response())

@@ -51,9 +51,8 @@ use marksync::protocol::{Op, OpId, PullResponse, RememberedVerdict, SpacesPullRe
 use marksync::schema::Schema;
 use marksync::space::{Follow, Role};
 use sqlx::{Postgres, Sqlite};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
-use crate::poke::Poke;
 use conn::Conn;
 use dialect::Pools;
 
@@ -258,7 +257,7 @@ impl Store {
     /// Wakes this process's event streams on pushes and membership changes
     /// other server processes commit to the same database (PostgreSQL
     /// `LISTEN`/`NOTIFY`; SQLite is one process's file: nothing to listen to).
-    pub fn forward_pokes(&self, pokes: broadcast::Sender<Poke>, shutdown: watch::Receiver<bool>) {
+    pub fn forward_pokes(&self, pokes: std::sync::Arc<crate::poke::Hub>, shutdown: watch::Receiver<bool>) {
         if let Backend::Postgres(db) = &self.0 {
             postgres::forward_pokes(&db.writer, pokes, shutdown);
         }

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgQueryResult};
 use sqlx::{Connection, Postgres};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
 use super::conn::POKES;
 use super::dialect::{
@@ -147,7 +147,11 @@ async fn stopped(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
 /// committed by one process wakes the event streams held by all. On a
 /// lost connection it listens again (a poke sent meanwhile is missed:
 /// clients pull on their next sync, and again when their stream reconnects).
-pub(crate) fn forward_pokes(pool: &PgPool, pokes: broadcast::Sender<Poke>, mut shutdown: watch::Receiver<bool>) {
+pub(crate) fn forward_pokes(
+    pool: &PgPool,
+    pokes: std::sync::Arc<crate::poke::Hub>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let pool = pool.clone();
     tokio::spawn(async move {
         loop {
@@ -177,8 +181,8 @@ pub(crate) fn forward_pokes(pool: &PgPool, pokes: broadcast::Sender<Poke>, mut s
                 match n {
                     Ok(n) => {
                         if let Some(poke) = Poke::parse(n.payload()) {
-                            // No receiver is fine: no stream is open here.
-                            let _ = pokes.send(poke);
+                            // No stream may be open here: that is fine.
+                            pokes.send(poke);
                         }
                     }
                     Err(e) => {
