@@ -82,7 +82,7 @@ pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
 pub(crate) fn checked_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, ApiError> {
     let refused = |e: serde_json::Error| ApiError::bad_request(format!("the body is not {what}: {e}"));
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    match serde::de::DeserializeSeed::deserialize(unique::Keys { path: String::new() }, &mut de) {
+    match serde::de::DeserializeSeed::deserialize(unique::Keys { at: &unique::At::Root }, &mut de) {
         Ok(()) => {}
         // Malformed JSON: the typed decoding below says where, in its words.
         Err(e) if !e.is_data() => {}
@@ -97,41 +97,87 @@ pub(crate) fn query(q: QueryParams) -> Result<HashMap<String, String>, ApiError>
 }
 
 /// A walk over any JSON value that fails at the first object key seen twice.
+/// It allocates nothing on the way (keys borrowed from the body, the path a
+/// chain on the stack, written out only for the error): a 1000-op push is
+/// walked once more than it is decoded, and that walk should cost little.
 mod unique {
+    use std::borrow::Cow;
     use std::collections::HashSet;
     use std::fmt::{self, Write};
 
     use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-    /// The value at `path` (`""`: the body).
-    pub(super) struct Keys {
-        pub path: String,
+    /// Where a value sits in the body: the chain up to the root.
+    #[derive(Clone, Copy)]
+    pub(super) enum At<'p> {
+        Root,
+        Key(&'p At<'p>, &'p str),
+        Index(&'p At<'p>, usize),
     }
 
-    /// `path` and then `key`: `.key` for a plain name, `["…"]` otherwise.
-    fn join(path: &str, key: &str) -> String {
-        let plain = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        let mut out = path.to_owned();
-        if plain {
-            if !out.is_empty() {
-                out.push('.');
+    impl fmt::Display for At<'_> {
+        fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            match *self {
+                At::Root => Ok(()),
+                At::Index(up, i) => write!(f, "{up}[{i}]"),
+                At::Key(up, key) => {
+                    let plain = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                    if !plain {
+                        return write!(f, "{up}[{}]", serde_json::Value::from(key));
+                    }
+                    let mut up_text = String::new();
+                    let _ = write!(up_text, "{up}");
+                    if up_text.is_empty() {
+                        f.write_str(key)
+                    } else {
+                        write!(f, "{up_text}.{key}")
+                    }
+                }
             }
-            out.push_str(key);
-        } else {
-            let _ = write!(out, "[{}]", serde_json::Value::from(key));
         }
-        out
     }
 
-    impl<'de> DeserializeSeed<'de> for Keys {
+    /// The value at `at`.
+    pub(super) struct Keys<'p> {
+        pub at: &'p At<'p>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Keys<'_> {
         type Value = ();
         fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
             d.deserialize_any(self)
         }
     }
 
-    impl<'de> Visitor<'de> for Keys {
+    /// Keys seen in one object: a short list searched in place, a set past it
+    /// (a pull's `spaces` may name 10,000).
+    enum Seen<'de> {
+        Few(Vec<Cow<'de, str>>),
+        Many(HashSet<Cow<'de, str>>),
+    }
+
+    impl<'de> Seen<'de> {
+        /// Whether `key` was new.
+        fn insert(&mut self, key: Cow<'de, str>) -> bool {
+            match self {
+                Seen::Few(keys) if keys.iter().any(|k| *k == key) => false,
+                Seen::Few(keys) if keys.len() < 16 => {
+                    keys.push(key);
+                    true
+                }
+                Seen::Few(keys) => {
+                    let mut set: HashSet<_> = keys.drain(..).collect();
+                    set.insert(key);
+                    *self = Seen::Many(set);
+                    true
+                }
+                Seen::Many(set) => set.insert(key),
+            }
+        }
+    }
+
+    impl<'de> Visitor<'de> for Keys<'_> {
         type Value = ();
 
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -139,25 +185,28 @@ mod unique {
         }
 
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            let mut seen = HashSet::new();
-            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                let path = join(&self.path, &key);
-                if !seen.insert(key.into_owned()) {
-                    return Err(de::Error::custom(format_args!("{path}: the key appears twice")));
+            let mut seen = Seen::Few(Vec::new());
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                let at = At::Key(self.at, &key);
+                // A borrowed key's clone is free; only a key with escapes was copied.
+                if !seen.insert(key.clone()) {
+                    return Err(de::Error::custom(format_args!("{at}: the key appears twice")));
                 }
-                map.next_value_seed(Keys { path })?;
+                map.next_value_seed(Keys { at: &at })?;
             }
             Ok(())
         }
 
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
             let mut i = 0usize;
-            while seq.next_element_seed(Keys { path: format!("{}[{i}]", self.path) })?.is_some() {
+            loop {
+                let at = At::Index(self.at, i);
+                if seq.next_element_seed(Keys { at: &at })?.is_none() {
+                    return Ok(());
+                }
                 i += 1;
             }
-            Ok(())
         }
-
         fn visit_bool<E>(self, _: bool) -> Result<(), E> {
             Ok(())
         }
@@ -204,6 +253,11 @@ mod tests {
         assert!(p.contains(r#"spaces["~a b"]: the key appears twice"#), "{p}");
         let p = problem(r#"{"a": 1, "a": 1}"#).unwrap();
         assert!(p.contains("a: the key appears twice"), "{p}");
+        // Past 16 keys the seen keys move to a set: a key twice is still found.
+        let many: Vec<String> = (0..40).map(|i| format!("\"s{i}\": {{}}")).collect();
+        assert_eq!(problem(&format!("{{\"spaces\": {{{}}}}}", many.join(","))), None);
+        let p = problem(&format!("{{\"spaces\": {{{}, \"s3\": {{}}}}}}", many.join(","))).unwrap();
+        assert!(p.contains("spaces.s3: the key appears twice"), "{p}");
         // Escapes decode first: "\u0061" is "a".
         assert!(problem(r#"{"a": 1, "a": 2}"#).is_some());
     }
