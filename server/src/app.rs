@@ -76,8 +76,9 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Whether pushes wait for their user's turn: not under `Sabotage::NoTurn`,
-    /// nor under `Sabotage::NoLock`, whose test needs a user's pushes to overlap.
+    /// Whether pushes wait for their user's turn: not under `Sabotage::NoTurn`
+    /// or `Sabotage::Unfair`, nor under `Sabotage::NoLock`, whose test needs a
+    /// user's pushes to overlap.
     #[cfg(feature = "sabotage")]
     pub fn takes_turns(&self) -> bool {
         !matches!(self.sabotage, Sabotage::NoTurn | Sabotage::Unfair | Sabotage::NoLock)

@@ -8,7 +8,10 @@
 //! PostgreSQL's pool), sixteen pushes of one flooder stand in front of
 //! everyone else's one-op push. Queued here, per user, they hold nothing:
 //! another user's push meets at most one of the flooder's transactions at the
-//! writer, not sixteen.
+//! writer, not sixteen. On SQLite the writer's own queue takes users in turn
+//! as well ([`crate::store`]'s writer, for every write, membership writes
+//! included); the turn keeps a user's pushes from queuing there at all, and
+//! it alone protects PostgreSQL's pool.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -103,7 +103,7 @@ pub(crate) fn query(q: QueryParams) -> Result<HashMap<String, String>, ApiError>
 mod unique {
     use std::borrow::Cow;
     use std::collections::HashSet;
-    use std::fmt::{self, Write};
+    use std::fmt;
 
     use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
@@ -126,12 +126,9 @@ mod unique {
                     if !plain {
                         return write!(f, "{up}[{}]", serde_json::Value::from(key));
                     }
-                    let mut up_text = String::new();
-                    let _ = write!(up_text, "{up}");
-                    if up_text.is_empty() {
-                        f.write_str(key)
-                    } else {
-                        write!(f, "{up_text}.{key}")
+                    match up {
+                        At::Root => f.write_str(key),
+                        _ => write!(f, "{up}.{key}"),
                     }
                 }
             }
@@ -161,7 +158,7 @@ mod unique {
         /// Whether `key` was new.
         fn insert(&mut self, key: Cow<'de, str>) -> bool {
             match self {
-                Seen::Few(keys) if keys.iter().any(|k| *k == key) => false,
+                Seen::Few(keys) if keys.contains(&key) => false,
                 Seen::Few(keys) if keys.len() < 16 => {
                     keys.push(key);
                     true
@@ -207,6 +204,7 @@ mod unique {
                 i += 1;
             }
         }
+
         fn visit_bool<E>(self, _: bool) -> Result<(), E> {
             Ok(())
         }

@@ -265,7 +265,7 @@ impl<D: Dialect> Pools<D> {
     }
 
     /// A write transaction on behalf of `user`, who waits for the single
-    /// writer (SQLite) in order of their recent use of it ([`super::writer`]).
+    /// writer (SQLite) taking turns with the other users ([`super::writer`]).
     pub(crate) async fn write_as(&self, user: &str) -> Result<WriteTx<D>, DbError> {
         let turn = match &self.gate {
             Some(gate) => Some(gate.enter(user).await),

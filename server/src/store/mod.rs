@@ -87,8 +87,8 @@ pub struct DbOptions {
     pub migrations: Migrations,
     /// Accept a database that carries migrations this server does not know.
     pub allow_newer: bool,
-    /// Test-only sabotage: SQLite's writer serves in arrival order, not by
-    /// each user's recent use ([`writer`]).
+    /// Test-only sabotage: SQLite's writer serves in arrival order, not
+    /// taking users in turn ([`writer`]).
     #[cfg(feature = "sabotage")]
     #[doc(hidden)]
     pub writer_in_arrival_order: bool,
