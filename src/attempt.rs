@@ -190,6 +190,11 @@ pub struct RowStatus {
     pub attempts: u32,
     /// When the engine will try again (ms), if it is waiting.
     pub next_retry_at: Option<u64>,
+    /// How many conflicts of the row are not dismissed (PROTOCOL §2a): edits
+    /// of this device there that lost to concurrent ones. The phase says
+    /// where the row's sync stands; this says what a person should look at.
+    #[serde(default)]
+    pub conflicts: usize,
 }
 
 #[cfg(test)]

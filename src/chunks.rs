@@ -165,7 +165,7 @@ where
             cells.insert(f, Cell { value, mark: Mark { at, op_id: op_id.clone() } });
         }
     }
-    Ok((RowKey::new(table, row_id), Row { cells }))
+    Ok((RowKey::new(table, row_id), Row { cells, notes: None }))
 }
 
 /// Decodes a chunk in encoding 2 (the UTF-8 bytes of a JSON array).
@@ -185,7 +185,7 @@ pub fn decode_chunk_v1(text: &str) -> Result<Vec<(RowKey, Row)>, StoreError> {
         .into_iter()
         .map(|RowV1(table, row_id, cells)| {
             let cells = cells.into_iter().map(|CellV1(f, value, at, op_id)| (f, Cell { value, mark: Mark { at, op_id } })).collect();
-            (RowKey::new(table, row_id), Row { cells })
+            (RowKey::new(table, row_id), Row { cells, notes: None })
         })
         .collect())
 }
@@ -260,6 +260,7 @@ mod tests {
                 .iter()
                 .map(|(f, v, at, op)| (f.to_string(), Cell { value: v.clone(), mark: Mark { at: *at, op_id: OpId::new(*op) } }))
                 .collect(),
+            notes: None,
         }
     }
 

@@ -160,6 +160,16 @@ impl Following {
         }
     }
 
+    /// How far the device has pulled the space an op names (`None`: the
+    /// personal one): the op's `seen` (PROTOCOL §2a). A space not followed
+    /// yet is pulled up to nothing.
+    pub fn cursor_of(&self, space: Option<&str>) -> u64 {
+        match space.filter(|s| self.personal.as_deref() != Some(*s)) {
+            None => self.personal_cursor(),
+            Some(s) => self.spaces.get(s).map_or(0, |f| f.cursor),
+        }
+    }
+
     /// The personal space's cursor (0 until its name is known).
     pub fn personal_cursor(&self) -> u64 {
         self.personal.as_ref().and_then(|p| self.spaces.get(p)).map_or(0, |f| f.cursor)

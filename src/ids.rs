@@ -34,6 +34,12 @@ pub fn op_id(device: &str, n: u64) -> OpId {
     OpId::new(format!("{device}:{n}"))
 }
 
+/// The device an opId was born on: what comes before its last `:` (the
+/// whole opId if it has none, as an op of an unknown device).
+pub fn device_of(op_id: &OpId) -> &str {
+    op_id.as_str().rsplit_once(':').map_or(op_id.as_str(), |(d, _)| d)
+}
+
 /// The rowId of number `n` on `device`: `<deviceId>-<n>`.
 pub fn row_id(device: &str, n: u64) -> String {
     format!("{device}-{n}")

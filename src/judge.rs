@@ -22,6 +22,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::conflict;
 use crate::protocol::{Fields, Op, OpId, Outcome, Recalled, RememberedVerdict, Row, RowKey, Verdict, MAX_JUDGED_PER_PUSH};
 use crate::rules::{NoRules, RuleInput, Rules};
 use crate::schema::{Edit, Edited, RefusalCode, Schema};
@@ -445,8 +446,12 @@ pub fn judge_batch_with(
             }
         };
         let (outcome, remembered) = match decision {
-            Decision::Apply { row, moved } => {
-                if moved {
+            Decision::Apply { mut row, moved } => {
+                // The sender is noted on the cells it sets unless the space
+                // is its own personal one (whose owner the name says).
+                let by = (at.0 != personal).then_some(sender);
+                let noted = conflict::note(op, by, current, &mut row, slots[last].head + 1);
+                if moved || noted {
                     if !answer.grow(&at, &row, budget) {
                         out.stopped = Some(Stop::AnswerFull);
                         break;
@@ -454,7 +459,9 @@ pub fn judge_batch_with(
                     let slot = &mut slots[last];
                     slot.head += 1;
                     slot.moved = true;
-                    out.changes.push(Change::of(op, &slot.name, &row, slot.head));
+                    if moved {
+                        out.changes.push(Change::of(op, &slot.name, &row, slot.head));
+                    }
                     written.insert(at.clone(), slot.head);
                     rows.insert(at.clone(), row);
                 }
@@ -560,6 +567,7 @@ mod tests {
             at,
             schema: 1,
             space: None,
+            seen: None,
         }
     }
 

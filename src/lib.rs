@@ -38,6 +38,7 @@
 pub mod attempt;
 pub mod chunks;
 pub mod clock;
+pub mod conflict;
 pub mod driver;
 pub mod engine;
 pub mod following;

@@ -408,6 +408,7 @@ mod tests {
             at: 5,
             schema: 1,
             space: None,
+            seen: None,
         }
     }
 

@@ -101,6 +101,7 @@ mod tests {
             at,
             schema: 1,
             space: None,
+            seen: None,
         }
     }
 
@@ -156,6 +157,7 @@ mod tests {
             at,
             schema: 1,
             space: None,
+            seen: None,
         })
     }
 

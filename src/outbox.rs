@@ -96,7 +96,7 @@ mod tests {
     fn op(n: u64, at: u64, row: &str) -> Op {
         let mut f = Fields::new();
         f.insert("a".into(), Value::Null);
-        Op { op_id: crate::ids::op_id("d", n), table: "t".into(), row_id: row.into(), fields: f, at, schema: 1, space: None }
+        Op { op_id: crate::ids::op_id("d", n), table: "t".into(), row_id: row.into(), fields: f, at, schema: 1, space: None, seen: None }
     }
 
     #[test]

@@ -245,6 +245,7 @@ mod tests {
             at,
             schema: 1,
             space: None,
+            seen: None,
         }
     }
 

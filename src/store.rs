@@ -3,7 +3,7 @@
 //! A local store holds four things (PROTOCOL §7): `meta` (deviceId, counter,
 //! cursor, clock), `base` rows (last known server state, with marks),
 //! `pending` ops (the outbox, ordered by `at`, which is unique and increasing
-//! per device), `rejections` (until dismissed) and the sync state
+//! per device), `rejections` and `conflicts` (until dismissed) and the sync state
 //! ([`SyncState`]: attempts, the attempt in flight, what is in doubt, counters). The engine never writes a
 //! store piecemeal: every logical step is one [`Txn`], committed whole or not
 //! at all. [`MemoryStore`] is the in-memory store; the browser's IndexedDB
@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
+use crate::conflict::Conflict;
 use crate::following::Following;
 use crate::known_schema::KnownSchema;
 use crate::protocol::{Op, OpId, Row, RowKey};
@@ -92,6 +93,12 @@ pub struct Txn {
     pub delete_rejections: Vec<OpId>,
     /// Rejections to put (key: `op.opId`).
     pub put_rejections: Vec<Rejection>,
+    /// Conflicts to delete, by id (PROTOCOL §2a).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delete_conflicts: Vec<String>,
+    /// Conflicts to put (key: their id).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub put_conflicts: Vec<Conflict>,
     /// The whole sync state, when it changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<SyncState>,
@@ -113,6 +120,8 @@ impl Txn {
             || !self.put_pending.is_empty()
             || !self.put_rejections.is_empty()
             || !self.delete_rejections.is_empty()
+            || !self.put_conflicts.is_empty()
+            || !self.delete_conflicts.is_empty()
             || self.schema.is_some()
     }
 
@@ -122,6 +131,8 @@ impl Txn {
         !(self.put_base.is_empty()
             && self.put_rejections.is_empty()
             && self.delete_rejections.is_empty()
+            && self.put_conflicts.is_empty()
+            && self.delete_conflicts.is_empty()
             && self.sync.is_none()
             && self.schema.is_none()
             && self.following.is_none())
@@ -135,6 +146,8 @@ impl Txn {
             && self.put_pending.is_empty()
             && self.delete_rejections.is_empty()
             && self.put_rejections.is_empty()
+            && self.delete_conflicts.is_empty()
+            && self.put_conflicts.is_empty()
             && self.sync.is_none()
             && self.schema.is_none()
             && self.following.is_none()
@@ -155,6 +168,9 @@ impl Txn {
         self.put_rejections.retain(|r| !later.delete_rejections.contains(&r.op.op_id));
         self.delete_rejections.extend(later.delete_rejections);
         self.put_rejections.extend(later.put_rejections);
+        self.put_conflicts.retain(|c| !later.delete_conflicts.contains(&c.id));
+        self.delete_conflicts.extend(later.delete_conflicts);
+        self.put_conflicts.extend(later.put_conflicts);
         if later.sync.is_some() {
             self.sync = later.sync;
         }
@@ -179,6 +195,9 @@ pub struct Snapshot {
     pub pending: Vec<Op>,
     /// Rejections not yet dismissed.
     pub rejections: Vec<Rejection>,
+    /// Conflicts, dismissed ones too (PROTOCOL §2a).
+    #[serde(default)]
+    pub conflicts: Vec<Conflict>,
     /// The sync state, if one was ever stored.
     #[serde(default)]
     pub sync: Option<SyncState>,
@@ -274,6 +293,8 @@ pub struct Tables {
     pub pending: BTreeMap<u64, Op>,
     /// Rejections by opId.
     pub rejections: BTreeMap<OpId, Rejection>,
+    /// Conflicts by id.
+    pub conflicts: BTreeMap<String, Conflict>,
     /// The sync state.
     pub sync: Option<SyncState>,
     /// The server's schema as last fetched.
@@ -308,6 +329,12 @@ impl Tables {
         for r in &txn.put_rejections {
             self.rejections.insert(r.op.op_id.clone(), r.clone());
         }
+        for id in &txn.delete_conflicts {
+            self.conflicts.remove(id);
+        }
+        for c in &txn.put_conflicts {
+            self.conflicts.insert(c.id.clone(), c.clone());
+        }
         if let Some(s) = &txn.sync {
             self.sync = Some(s.clone());
         }
@@ -326,6 +353,7 @@ impl Tables {
             base: self.base.iter().map(|(k, r)| (k.clone(), r.clone())).collect(),
             pending: self.pending.values().cloned().collect(),
             rejections: self.rejections.values().cloned().collect(),
+            conflicts: self.conflicts.values().cloned().collect(),
             sync: self.sync.clone(),
             schema: self.schema.clone(),
             following: self.following.clone(),

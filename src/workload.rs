@@ -31,6 +31,7 @@ pub fn field_ops(n: usize, rows: usize) -> (Vec<Op>, Vec<usize>) {
                 at: 1_000 + (x >> 30) % 100_000,
                 schema: 1,
                 space: None,
+                seen: None,
             }
         })
         .collect();
@@ -61,6 +62,7 @@ pub fn set_op(device: &str, n: usize, row: usize, at: u64) -> Op {
         at,
         schema: 1,
         space: None,
+        seen: None,
     }
 }
 

@@ -98,6 +98,35 @@ export interface RowStatus {
   attempts: number;
   /** When the next retry is due (ms since the epoch), if waiting. */
   nextRetryAt: number | null;
+  /** Conflicts of the row not yet dismissed: edits of this device there that lost to concurrent ones (`db.conflicts()`). */
+  conflicts: number;
+}
+
+/** One side of a conflict: a value of the field and the edit that set it. */
+export interface ConflictSide {
+  value: Value;
+  at: number;
+  opId: string;
+  /** Who wrote it (`theirs` only): the member in a shared space, the owner in a personal one. */
+  user?: string;
+}
+
+/**
+ * An edit of this device that lost to a concurrent one — made by another device (of this user or another member)
+ * that had not pulled it, while this device had not pulled that one (PROTOCOL §2a). Stored until dismissed.
+ */
+export interface Conflict {
+  /** `<opId of the lost edit>/<field>`: the same in every tab, the Service Worker and after a reload. */
+  id: string;
+  table: string;
+  rowId: string;
+  /** The shared space of the row; absent: the personal space. */
+  space?: string;
+  field: string;
+  /** What this device set, and lost. */
+  mine: ConflictSide;
+  /** What replaced it. */
+  theirs: ConflictSide;
 }
 
 export interface Op {
@@ -109,6 +138,8 @@ export interface Op {
   schema: number;
   /** The shared space the op writes in; absent: the personal space. */
   space?: string;
+  /** How far the device had pulled the op's space when it was made (what its author could know). */
+  seen?: number;
 }
 
 export interface Rejection {
@@ -367,6 +398,10 @@ export interface Database {
   /** Refused ops with the server's reasons, until dismissed. */
   rejections(): Rejection[];
   dismiss(opId: string): Promise<boolean>;
+  /** Edits of this device that lost to concurrent ones, oldest first, until dismissed (at most 256 kept). */
+  conflicts(): Conflict[];
+  /** Dismisses a conflict in every context; `false` if there was none not yet dismissed. */
+  dismissConflict(id: string): Promise<boolean>;
   metrics(): Metrics;
   storage(): Promise<StorageInfo>;
   /** `storage`: the answer to the persistent-storage request arrived (`event.persistence`). */

@@ -1,4 +1,4 @@
-import type { Database, Query, Row, RowStatus, Space, SpaceOption } from './index';
+import type { Conflict, Database, Query, Row, RowStatus, Space, SpaceOption } from './index';
 /** A live query (`db.watch`): its rows, re-rendering only when they change; `undefined` until the first result is in. */
 export declare function useQuery(db: Database, table: string, query?: Query): readonly Row[] | undefined;
 /** The visible rows of `table` (of every space, or of `options.space`), re-rendering when they change. */
@@ -7,3 +7,5 @@ export declare function useRows(db: Database, table: string, options?: SpaceOpti
 export declare function useRowStatus(db: Database, table: string, rowId: string, options?: SpaceOption): RowStatus | null;
 /** The user's spaces, re-rendering when a sync learns a grant, a role change or a revoke. */
 export declare function useSpaces(db: Database): readonly Space[];
+/** The conflicts not yet dismissed (`db.conflicts()`), re-rendering when one is found or dismissed, in any context. */
+export declare function useConflicts(db: Database): readonly Conflict[];

@@ -1,5 +1,6 @@
 // React bindings: `useQuery(db, table, query)`, `useRows(db, table,
-// options)`, `useRowStatus(db, table, rowId, options)` and `useSpaces(db)`,
+// options)`, `useRowStatus(db, table, rowId, options)`, `useSpaces(db)` and
+// `useConflicts(db)`,
 // on useSyncExternalStore. `options.space` names a space (PROTOCOL §4b).
 import { useCallback, useMemo, useRef, useSyncExternalStore } from 'react';
 
@@ -59,4 +60,9 @@ export function useRowStatus(db, table, rowId, options) {
 /** The user's spaces (`db.spaces()`), re-rendering when a sync learns a grant, a role change or a revoke. */
 export function useSpaces(db) {
   return useStable(db, () => db.spaces());
+}
+
+/** The conflicts not yet dismissed (`db.conflicts()`), re-rendering when one is found or dismissed, in any context. */
+export function useConflicts(db) {
+  return useStable(db, () => db.conflicts());
 }

@@ -480,6 +480,16 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         Ok(true)
     }
 
+    /// Dismisses a conflict (PROTOCOL §2a): `false` if there was none to dismiss.
+    pub async fn dismiss_conflict(&self, id: &str) -> Result<bool, ClientError> {
+        self.check_open()?;
+        let txn = self.engine.borrow_mut().dismiss_conflict(id);
+        let Some(txn) = txn else { return Ok(false) };
+        self.store.commit(&txn).await?;
+        self.changed(true, Some(&txn));
+        Ok(true)
+    }
+
     /// Syncs in `ms` (replacing any earlier timer).
     pub fn schedule_sync(self: &Rc<Self>, ms: u64) {
         if self.closed.get() {

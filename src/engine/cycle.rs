@@ -279,6 +279,11 @@ impl Engine {
                     let highest = self.outbox.iter().map(|o| o.at).max().unwrap_or(0);
                     self.meta.clock.rewind(highest.min(MAX_SAFE_INTEGER));
                 }
+                if let Some(r) = &row {
+                    self.notice_conflicts(&key, r, txn);
+                }
+                // The row's notes told what they had to: the device keeps the row.
+                let row = row.map(Row::without_notes);
                 let remain: Vec<Op> = self.outbox.on_row(&key).cloned().collect();
                 if let Some(base) = self.replica.reject(&key, row.as_ref(), remain.iter()) {
                     Self::put_base(txn, base_at, key, base);
@@ -632,6 +637,7 @@ impl Engine {
                     self.meta.clock.observe(c.mark.at, now);
                 }
                 let key = RowKey::in_space(local.as_str(), change.key.table.as_str(), change.key.row_id.as_str());
+                self.notice_conflicts(&key, &change.row, &mut txn);
                 if let Some(base) = self.replica.merge_remote(&key, &change.row) {
                     Self::put_base(&mut txn, &mut base_at, key, base);
                 }

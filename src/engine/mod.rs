@@ -42,6 +42,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::attempt::{Backoff, InFlight, Phase, Recovery, RowStatus};
+use crate::conflict::{self, Conflict};
 use crate::following::{Following, SpaceInfo};
 use crate::ids::{IdBlock, SplitMix};
 use crate::outbox::Outbox;
@@ -181,6 +182,9 @@ pub struct Engine {
     replica: Replica,
     outbox: Outbox,
     rejections: BTreeMap<OpId, Rejection>,
+    /// Edits of this device that lost to concurrent ones, by id, dismissed
+    /// ones too (PROTOCOL §2a).
+    conflicts: BTreeMap<String, Conflict>,
     /// The durable, shared part: attempts, flight, recovery, counters.
     sync: SyncState,
     /// Whether `sync` changed since it was last handed out in a txn.
@@ -228,6 +232,7 @@ impl Engine {
         let replica = Replica::new(snapshot.base, &snapshot.pending);
         let outbox = Outbox::new(snapshot.pending);
         let rejections = snapshot.rejections.into_iter().map(|r| (r.op.op_id.clone(), r)).collect();
+        let conflicts = snapshot.conflicts.into_iter().map(|c| (c.id.clone(), c)).collect();
         let sync = snapshot.sync.unwrap_or_default();
         let mut rng = SplitMix::new(config.seed);
         let attempt_seq = rng.next_u64() >> 40;
@@ -238,6 +243,7 @@ impl Engine {
             replica,
             outbox,
             rejections,
+            conflicts,
             sync,
             sync_dirty: false,
             in_flight: None,
@@ -434,7 +440,13 @@ impl Engine {
     pub fn status(&self, key: &RowKey) -> RowStatus {
         let ops: Vec<&Op> = self.outbox.on_row(key).collect();
         let attempts = ops.iter().filter_map(|o| self.sync.ops.get(&o.op_id)).map(|s| s.attempts).max().unwrap_or(0);
-        let mut st = RowStatus { phase: Phase::Synced, reason: None, code: None, pending_ops: ops.len(), attempts, next_retry_at: None };
+        let conflicts = self
+            .conflicts
+            .values()
+            .filter(|c| !c.dismissed && c.table == key.table && c.row_id == key.row_id && self.local_space(c) == key.space)
+            .count();
+        let mut st =
+            RowStatus { phase: Phase::Synced, reason: None, code: None, pending_ops: ops.len(), attempts, next_retry_at: None, conflicts };
         if !ops.is_empty() {
             st.next_retry_at = self.sync.next_retry_at;
             let flying = self.sync.flight.as_ref().is_some_and(|f| ops.iter().any(|o| f.op_ids.contains(&o.op_id)));
@@ -468,6 +480,61 @@ impl Engine {
             st.attempts = r.attempts;
         }
         st
+    }
+
+    /// Conflicts not dismissed (PROTOCOL §2a), oldest lost edit first.
+    pub fn conflicts(&self) -> Vec<&Conflict> {
+        let mut v: Vec<&Conflict> = self.conflicts.values().filter(|c| !c.dismissed).collect();
+        v.sort_by(|a, b| (a.mine.at, &a.id).cmp(&(b.mine.at, &b.id)));
+        v
+    }
+
+    /// The space a conflict's row is keyed by on this device (empty: the personal one).
+    fn local_space<'a>(&self, c: &'a Conflict) -> &'a str {
+        c.space.as_deref().map_or("", |s| self.following.local(s))
+    }
+
+    /// Dismisses a conflict (a person has seen it): it stays stored, marked,
+    /// so a later copy of its row that still tells of it does not bring it
+    /// back. `None`: no such conflict, or dismissed already.
+    pub fn dismiss_conflict(&mut self, id: &str) -> Option<Txn> {
+        let c = self.conflicts.get_mut(id).filter(|c| !c.dismissed)?;
+        c.dismissed = true;
+        Some(Txn { put_conflicts: vec![c.clone()], ..Txn::default() })
+    }
+
+    /// Takes the conflicts a server copy of a row tells of (a pulled change,
+    /// a verdict's row) into `txn`: new ones only, so a dismissed one stays
+    /// dismissed; past [`conflict::MAX_CONFLICTS`] the oldest lost edit goes.
+    pub(crate) fn notice_conflicts(&mut self, key: &RowKey, row: &Row, txn: &mut Txn) {
+        if row.notes.is_none() {
+            return;
+        }
+        let space = self.following.name(&key.space).map(str::to_owned);
+        // The row's space names the author of an unnamed write: the owner of
+        // a personal space (this user's, or another's shared with them).
+        let owner = space.as_deref().and_then(crate::space::personal_owner).map(str::to_owned);
+        let shared = (!key.space.is_empty()).then_some(key.space.as_str());
+        let found: Vec<Conflict> = conflict::found_in(&self.meta.device_id, key, shared, row).collect();
+        for mut c in found {
+            if self.conflicts.contains_key(&c.id) {
+                continue;
+            }
+            if c.theirs.user.is_none() {
+                c.theirs.user = owner.clone();
+            }
+            txn.put_conflicts.push(c.clone());
+            self.conflicts.insert(c.id.clone(), c);
+        }
+        while self.conflicts.len() > conflict::MAX_CONFLICTS {
+            let Some(oldest) = self.conflicts.values().min_by(|a, b| (a.mine.at, &a.id).cmp(&(b.mine.at, &b.id))).map(|c| c.id.clone())
+            else {
+                break;
+            };
+            self.conflicts.remove(&oldest);
+            txn.put_conflicts.retain(|c| c.id != oldest);
+            txn.delete_conflicts.push(oldest);
+        }
     }
 
     /// Dismisses a rejection (the user has seen it).
@@ -543,6 +610,12 @@ impl Engine {
         for r in &txn.put_rejections {
             self.rejections.insert(r.op.op_id.clone(), r.clone());
         }
+        for id in &txn.delete_conflicts {
+            self.conflicts.remove(id);
+        }
+        for c in &txn.put_conflicts {
+            self.conflicts.insert(c.id.clone(), c.clone());
+        }
         if let Some(s) = &txn.sync {
             self.sync = s.clone();
             self.prune_sync();
@@ -572,6 +645,8 @@ impl Engine {
     }
 }
 
+#[cfg(test)]
+mod conflict_tests;
 #[cfg(test)]
 mod query_tests;
 #[cfg(test)]

@@ -162,6 +162,11 @@ impl Engine {
                 draft.row_id
             };
             let n = number(&mut meta)?;
+            // What the op's author could know: how far this device had pulled
+            // its space (the personal one's cursor may be older than the
+            // followed record: a device from before spaces).
+            let personal = draft.space.as_deref().is_none_or(|s| self.following.personal.as_deref() == Some(s));
+            let seen = self.following.cursor_of(draft.space.as_deref()).max(if personal { meta.cursor } else { 0 });
             ops.push(Op {
                 op_id: ids::op_id(&meta.device_id, n),
                 table: draft.table,
@@ -170,6 +175,7 @@ impl Engine {
                 at,
                 schema: self.config.schema,
                 space: draft.space,
+                seen: Some(seen),
             });
         }
         self.ids = mine;

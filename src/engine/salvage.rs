@@ -76,7 +76,11 @@ impl Engine {
     /// refusals the disk lacks, and this context's clock.
     /// Intact (a connection closed, the data kept): nothing.
     pub fn salvage(&self, disk: &Snapshot) -> Option<Txn> {
-        let cleared = disk.sync.is_none() && disk.base.is_empty() && disk.pending.is_empty() && disk.rejections.is_empty();
+        let cleared = disk.sync.is_none()
+            && disk.base.is_empty()
+            && disk.pending.is_empty()
+            && disk.rejections.is_empty()
+            && disk.conflicts.is_empty();
         let resets = self.sync.metrics.storage_resets;
         // Each copy filled again is a new device: another device id on disk
         // is another copy, put there by another context after the clear.
@@ -89,6 +93,7 @@ impl Engine {
         let mut txn = Txn {
             put_pending: self.outbox.iter().filter(|o| !on_disk.contains(&o.op_id)).cloned().collect(),
             put_rejections: self.rejections.values().filter(|r| !refused.contains(&r.op.op_id)).cloned().collect(),
+            put_conflicts: self.conflicts.values().filter(|c| !disk.conflicts.iter().any(|d| d.id == c.id)).cloned().collect(),
             ..Txn::default()
         };
         // The device the disk names now (opened afresh by this context or

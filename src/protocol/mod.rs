@@ -271,6 +271,12 @@ pub struct Op {
     /// personal space, where every op went before spaces existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub space: Option<String>,
+    /// How far its device had pulled the op's space when the op was made
+    /// (that space's cursor): what the op's author could know (PROTOCOL §2a,
+    /// [`crate::conflict`]). Absent from older devices: such an op is never
+    /// told concurrent with another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<u64>,
 }
 
 fn default_schema() -> u32 {
@@ -311,6 +317,9 @@ impl Op {
         }
         if self.at > MAX_SAFE_INTEGER {
             return Err(ShapeError::new(format!("{path}.at"), "must be at most 2^53-1"));
+        }
+        if self.seen.is_some_and(|n| n > MAX_SAFE_INTEGER) {
+            return Err(ShapeError::new(format!("{path}.seen"), "must be at most 2^53-1"));
         }
         check_fields(&self.fields).map_err(|e| ShapeError::new(format!("{path}.fields{}", e.path), e.problem))
     }
@@ -428,11 +437,77 @@ pub struct Cell {
 /// search at that size).
 pub type Cells = litemap::LiteMap<String, Cell>;
 
+/// What the server notes of a cell besides its value and mark (PROTOCOL
+/// §2a): the seq at which the cell took its value, who wrote it in a shared
+/// space, and the edits it replaced without their authors' knowledge. Not
+/// part of the row's state — merge neither reads nor keeps it, and two rows
+/// are equal whatever their notes — but stored and sent with the row, so
+/// the device whose edit was lost learns it from any later copy.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CellNote {
+    /// The seq (in the row's space) of the write that set the cell's value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// The user whose op set it: noted in shared spaces only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// Concurrent overwrites of this field, oldest first, at most
+    /// [`crate::conflict::MAX_OVERWRITES_PER_CELL`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overwrites: Vec<Overwrite>,
+}
+
+impl CellNote {
+    fn is_empty(&self) -> bool {
+        self.seq.is_none() && self.by.is_none() && self.overwrites.is_empty()
+    }
+}
+
+/// One side of an [`Overwrite`]: an op's value of the field, its mark, and
+/// in a shared space its author.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Side {
+    /// The value the op set (or would have set).
+    pub value: Value,
+    /// The op's `at`.
+    pub at: u64,
+    /// The op.
+    pub op_id: OpId,
+    /// Its sender, where the server notes it (shared spaces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// An edit of a field (`lost`) that lost to a concurrent edit (`won`): the
+/// judge's record, kept on the cell and carried by later writes of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Overwrite {
+    /// The edit that lost.
+    pub lost: Side,
+    /// The edit that won.
+    pub won: Side,
+}
+
+/// The notes of a row's cells, by field name; none for most rows.
+pub type Notes = Option<Box<BTreeMap<String, CellNote>>>;
+
 /// A row: per field, a value and a mark. On the wire: `{ "fields": {…}, "marks": {…} }`.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Row {
     /// Field name → cell, sorted by name. Every field has a mark, every mark a field.
     pub cells: Cells,
+    /// The server's notes of the cells ([`CellNote`]), sent inside each
+    /// field's mark. Not the row's state: equality ignores them.
+    pub notes: Notes,
+}
+
+impl PartialEq for Row {
+    fn eq(&self, other: &Row) -> bool {
+        self.cells == other.cells
+    }
 }
 
 impl Row {
@@ -464,22 +539,86 @@ impl Row {
         let mut n = ByteCount(0);
         // Writing into a counter cannot fail, and these maps always serialize.
         let _ = serde_json::to_writer(&mut n, &FieldsOf(&self.cells));
-        let _ = serde_json::to_writer(&mut n, &MarksOf(&self.cells));
+        let _ = serde_json::to_writer(&mut n, &MarksOf(self));
         n.0
     }
 
     /// Builds a row from its wire halves; every field needs a mark and vice versa.
-    pub fn from_parts(fields: Fields, mut marks: BTreeMap<String, Mark>) -> Result<Row, String> {
+    pub fn from_parts(fields: Fields, marks: BTreeMap<String, Mark>) -> Result<Row, String> {
+        let marks =
+            marks.into_iter().map(|(k, m)| (k, NotedMark { at: m.at, op_id: m.op_id, seq: None, by: None, overwrites: Vec::new() }));
+        Row::from_wire(fields, marks.collect())
+    }
+
+    /// Builds a row from its wire halves, marks with their notes.
+    pub fn from_wire(fields: Fields, mut marks: BTreeMap<String, NotedMark>) -> Result<Row, String> {
         let mut cells = Cells::new();
+        let mut notes: BTreeMap<String, CellNote> = BTreeMap::new();
         for (k, value) in fields {
-            let mark = marks.remove(&k).ok_or_else(|| format!("field {k} has no mark"))?;
+            let (mark, note) = marks.remove(&k).ok_or_else(|| format!("field {k} has no mark"))?.split();
+            if !note.is_empty() {
+                notes.insert(k.clone(), note);
+            }
             cells.insert(k, Cell { value, mark });
         }
         if let Some(k) = marks.keys().next() {
             return Err(format!("mark {k} has no field"));
         }
-        Ok(Row { cells })
+        Ok(Row { cells, notes: (!notes.is_empty()).then(|| Box::new(notes)) })
     }
+
+    /// The note of one field's cell, if the server wrote one.
+    pub fn note(&self, field: &str) -> Option<&CellNote> {
+        self.notes.as_ref().and_then(|n| n.get(field))
+    }
+
+    /// The note of one field's cell, made if missing.
+    pub fn note_mut(&mut self, field: &str) -> &mut CellNote {
+        self.notes.get_or_insert_with(Default::default).entry(field.to_owned()).or_default()
+    }
+
+    /// The row without its notes: what a device keeps.
+    pub fn without_notes(mut self) -> Row {
+        self.notes = None;
+        self
+    }
+}
+
+/// A mark as the wire and the server's store spell it: the mark and the
+/// cell's note side by side (`{"at", "opId", "seq"?, "by"?, "overwrites"?}`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NotedMark {
+    /// The op's `at`.
+    pub at: u64,
+    /// The op's name.
+    pub op_id: OpId,
+    /// [`CellNote::seq`].
+    #[serde(default)]
+    pub seq: Option<u64>,
+    /// [`CellNote::by`].
+    #[serde(default)]
+    pub by: Option<String>,
+    /// [`CellNote::overwrites`].
+    #[serde(default)]
+    pub overwrites: Vec<Overwrite>,
+}
+
+impl NotedMark {
+    fn split(self) -> (Mark, CellNote) {
+        (Mark { at: self.at, op_id: self.op_id }, CellNote { seq: self.seq, by: self.by, overwrites: self.overwrites })
+    }
+}
+
+/// A row's `fields` wire map, to serialize on its own (a store keeps the
+/// two maps apart).
+pub fn fields_of(row: &Row) -> impl Serialize + '_ {
+    FieldsOf(&row.cells)
+}
+
+/// A row's `marks` wire map, each mark with its cell's note.
+pub fn marks_of(row: &Row) -> impl Serialize + '_ {
+    MarksOf(row)
 }
 
 /// A writer that only counts bytes.
@@ -504,27 +643,48 @@ impl Serialize for FieldsOf<'_> {
         m.end()
     }
 }
-struct MarksOf<'a>(&'a Cells);
+/// A mark with its cell's note, spelled as one object.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MarkOut<'a> {
+    at: u64,
+    op_id: &'a OpId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[Overwrite]>::is_empty")]
+    overwrites: &'a [Overwrite],
+}
+
+struct MarksOf<'a>(&'a Row);
 impl Serialize for MarksOf<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(self.0.len()))?;
-        for (k, c) in self.0 {
-            m.serialize_entry(k, &c.mark)?;
+        let cells = &self.0.cells;
+        let mut m = s.serialize_map(Some(cells.len()))?;
+        for (k, c) in cells {
+            match self.0.note(k) {
+                None => m.serialize_entry(k, &c.mark)?,
+                Some(n) => m.serialize_entry(
+                    k,
+                    &MarkOut { at: c.mark.at, op_id: &c.mark.op_id, seq: n.seq, by: n.by.as_deref(), overwrites: &n.overwrites },
+                )?,
+            }
         }
         m.end()
     }
 }
 
-/// Serializes `cells` as the two wire maps `fields` and `marks` into an open map.
-fn serialize_cells<M: SerializeMap>(m: &mut M, cells: &Cells) -> Result<(), M::Error> {
-    m.serialize_entry("fields", &FieldsOf(cells))?;
-    m.serialize_entry("marks", &MarksOf(cells))
+/// Serializes `row` as the two wire maps `fields` and `marks` into an open map.
+fn serialize_cells<M: SerializeMap>(m: &mut M, row: &Row) -> Result<(), M::Error> {
+    m.serialize_entry("fields", &FieldsOf(&row.cells))?;
+    m.serialize_entry("marks", &MarksOf(row))
 }
 
 impl Serialize for Row {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(Some(2))?;
-        serialize_cells(&mut m, &self.cells)?;
+        serialize_cells(&mut m, self)?;
         m.end()
     }
 }
@@ -534,13 +694,13 @@ impl Serialize for Row {
 struct RowWire {
     #[serde(deserialize_with = "unique_fields")]
     fields: Fields,
-    marks: BTreeMap<String, Mark>,
+    marks: BTreeMap<String, NotedMark>,
 }
 
 impl<'de> Deserialize<'de> for Row {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = RowWire::deserialize(d)?;
-        Row::from_parts(w.fields, w.marks).map_err(de::Error::custom)
+        Row::from_wire(w.fields, w.marks).map_err(de::Error::custom)
     }
 }
 
@@ -664,7 +824,7 @@ impl Serialize for Change {
         let mut m = s.serialize_map(Some(5))?;
         m.serialize_entry("table", &self.key.table)?;
         m.serialize_entry("rowId", &self.key.row_id)?;
-        serialize_cells(&mut m, &self.row.cells)?;
+        serialize_cells(&mut m, &self.row)?;
         m.serialize_entry("seq", &self.seq)?;
         m.end()
     }
@@ -677,14 +837,14 @@ struct ChangeWire {
     row_id: String,
     #[serde(deserialize_with = "unique_fields")]
     fields: Fields,
-    marks: BTreeMap<String, Mark>,
+    marks: BTreeMap<String, NotedMark>,
     seq: u64,
 }
 
 impl<'de> Deserialize<'de> for Change {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = ChangeWire::deserialize(d)?;
-        let row = Row::from_parts(w.fields, w.marks).map_err(de::Error::custom)?;
+        let row = Row::from_wire(w.fields, w.marks).map_err(de::Error::custom)?;
         Ok(Change { key: RowKey::new(w.table, w.row_id), row, seq: w.seq })
     }
 }

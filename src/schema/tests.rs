@@ -6,7 +6,7 @@ use crate::protocol::{Cell, Mark, OpId};
 
 fn row(fields: &[(&str, Value)]) -> Row {
     let mark = Mark { at: 1, op_id: OpId::new("d:1") };
-    Row { cells: fields.iter().map(|(k, v)| (k.to_string(), Cell { value: v.clone(), mark: mark.clone() })).collect() }
+    Row { cells: fields.iter().map(|(k, v)| (k.to_string(), Cell { value: v.clone(), mark: mark.clone() })).collect(), notes: None }
 }
 
 fn full() -> Vec<(&'static str, Value)> {
@@ -76,7 +76,16 @@ fn fields(pairs: &[(&str, Value)]) -> Fields {
 }
 
 fn op_at(version: u32, at: u64, table: &str, pairs: &[(&str, Value)]) -> Op {
-    Op { op_id: OpId::new("d:9"), table: table.into(), row_id: "d-1".into(), fields: fields(pairs), at, schema: version, space: None }
+    Op {
+        op_id: OpId::new("d:9"),
+        table: table.into(),
+        row_id: "d-1".into(),
+        fields: fields(pairs),
+        at,
+        schema: version,
+        space: None,
+        seen: None,
+    }
 }
 
 fn judged(s: &Schema, op: &Op, current: Option<&Row>) -> Result<(), (String, String)> {
@@ -347,7 +356,16 @@ fn check_edit_never_lets_through_a_row_the_server_refuses_for_its_size() {
     let big: Fields = (0..16).map(|i| (format!("n{i}"), Value::from("x".repeat(4090)))).collect();
     let e = s.check_edit("notes", None, &big).unwrap_err();
     assert_eq!(e.code, RefusalCode::RowTooLarge);
-    let op = Op { op_id: OpId::new("d:1"), table: "notes".into(), row_id: "n-1".into(), fields: big, at: 10, schema: 1, space: None };
+    let op = Op {
+        op_id: OpId::new("d:1"),
+        table: "notes".into(),
+        row_id: "n-1".into(),
+        fields: big,
+        at: 10,
+        schema: 1,
+        space: None,
+        seen: None,
+    };
     let Decision::Reject { code, reason } = decide(&s, &op, None, &Limits::default()) else { panic!() };
     assert_eq!(
         s.check_op(&op, None).map_err(|r| (r.code.as_str().to_owned(), r.reason)),
@@ -421,7 +439,7 @@ mod properties {
     }
 
     fn op(fields: Fields, version: u32, at: u64) -> Op {
-        Op { op_id: OpId::new("d:1"), table: "sets".into(), row_id: "d-1".into(), fields, at, schema: version, space: None }
+        Op { op_id: OpId::new("d:1"), table: "sets".into(), row_id: "d-1".into(), fields, at, schema: version, space: None, seen: None }
     }
 
     fn cases() -> u32 {

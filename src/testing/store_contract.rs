@@ -18,6 +18,7 @@ fn op(device: &str, n: u64, at: u64) -> Op {
         at,
         schema: 1,
         space: None,
+        seen: None,
     }
 }
 

@@ -51,6 +51,8 @@ const DELTA: &str = "base_delta";
 /// (a chunk-encoded batch under an increasing key): layout 3.
 const BATCHES: &str = "base_batches";
 const PENDING: &str = "pending";
+/// What a person must see and dismiss: refusals (key: the opId) and
+/// conflicts (key: their id, `<opId>/<field>`, which no opId spells).
 const REJECTIONS: &str = "rejections";
 /// Schema version 1's per-row base store (renamed to [`DELTA`] by the upgrade).
 const LEGACY_BASE: &str = "base";
@@ -453,7 +455,7 @@ impl IdbStore {
                 s.put(&json(op)?, Some(&JsValue::from_f64(op.at as f64))).map_err(failed)?;
             }
         }
-        if !txn.delete_rejections.is_empty() || !txn.put_rejections.is_empty() {
+        if Self::notices(txn) {
             let s = store(REJECTIONS)?;
             for id in &txn.delete_rejections {
                 s.delete(Query::Key(JsValue::from_str(id.as_str()))).map_err(failed)?;
@@ -461,8 +463,22 @@ impl IdbStore {
             for r in &txn.put_rejections {
                 s.put(&json(r)?, Some(&JsValue::from_str(r.op.op_id.as_str()))).map_err(failed)?;
             }
+            for id in &txn.delete_conflicts {
+                s.delete(Query::Key(JsValue::from_str(id))).map_err(failed)?;
+            }
+            for c in &txn.put_conflicts {
+                s.put(&json(c)?, Some(&JsValue::from_str(&c.id))).map_err(failed)?;
+            }
         }
         Ok(())
+    }
+
+    /// Whether a step writes refusals or conflicts.
+    fn notices(txn: &Txn) -> bool {
+        !(txn.delete_rejections.is_empty()
+            && txn.put_rejections.is_empty()
+            && txn.delete_conflicts.is_empty()
+            && txn.put_conflicts.is_empty())
     }
 
     fn stores_of(txn: &Txn) -> Vec<&'static str> {
@@ -476,7 +492,7 @@ impl IdbStore {
         if !txn.delete_pending.is_empty() || !txn.put_pending.is_empty() {
             v.push(PENDING);
         }
-        if !txn.delete_rejections.is_empty() || !txn.put_rejections.is_empty() {
+        if Self::notices(txn) {
             v.push(REJECTIONS);
         }
         v
@@ -592,7 +608,16 @@ impl IdbStore {
         }
         let deltas = deltas_in_order(&delta_v, &batches_v)?;
         let pending = pending_v.iter().map(parse::<Op>).collect::<Result<Vec<_>, _>>()?;
-        let rejections = rej_v.iter().map(parse::<Rejection>).collect::<Result<Vec<_>, _>>()?;
+        let (mut rejections, mut conflicts) = (Vec::new(), Vec::new());
+        for v in &rej_v {
+            // A record of this store is a refusal (it has an `op`) or a
+            // conflict (it has none): tried in that order, without serde's
+            // untagged enums (they weigh kilobytes of wasm).
+            match parse::<Rejection>(v) {
+                Ok(r) => rejections.push(r),
+                Err(refusal) => conflicts.push(parse::<crate::conflict::Conflict>(v).map_err(|_| refusal)?),
+            }
+        }
         self.deltas.set(deltas.len());
         self.compact_soon();
         // An unreadable sync state is not worth losing the database over: the
@@ -603,7 +628,7 @@ impl IdbStore {
         // The followed spaces must read: without them a left space's rows
         // could not be told from the rest.
         let following = following_v.map(|v| parse(&v)).transpose()?;
-        Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections, sync, schema, following })
+        Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections, conflicts, sync, schema, following })
     }
 
     async fn read_sync_in(&self) -> Result<Option<crate::sync_state::SyncState>, StoreError> {

@@ -552,6 +552,29 @@ impl Marksync {
         })
     }
 
+    /// Edits of this device that lost to concurrent ones (PROTOCOL §2a),
+    /// until dismissed: `[{ id, table, rowId, space?, field, mine: { value,
+    /// at, opId }, theirs: { value, at, opId, user? } }]`, oldest first. The
+    /// same in every context and after a reload: they are stored.
+    pub fn conflicts(&self) -> JsValue {
+        let engine = self.inner.engine.borrow();
+        if engine.hides_rows() {
+            return Array::new().into();
+        }
+        to_js(&engine.conflicts())
+    }
+
+    /// Dismisses a conflict. Resolves `true` if there was one not yet dismissed.
+    #[wasm_bindgen(js_name = dismissConflict)]
+    pub fn dismiss_conflict(&self, id: JsValue) -> Promise {
+        let inner = self.inner.clone();
+        let id = args::text(&id, "id");
+        future_to_promise(async move {
+            let had = inner.dismiss_conflict(&id?).await.map_err(client_error)?;
+            Ok(JsValue::from_bool(had))
+        })
+    }
+
     /// Counters, stored and the same in every context: attempts,
     /// unknownOutcomes, staleAcksIgnored, applied, duplicates, rejected,
     /// reconciled, recoveryRequired, pulls — plus `pendingOps`, `cursor`,

@@ -11,7 +11,10 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { root } from './helpers.mjs';
 
-const BUDGET_KB = 400;
+// Raised once, from 400: concurrent overwrites (PROTOCOL §2a) brought 27 KB
+// of wasm (notes in every mark, conflicts stored and shown); the work on
+// bytes takes it back down.
+const BUDGET_KB = 424;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');

@@ -2,25 +2,23 @@
 
 use std::collections::BTreeMap;
 
-use marksync::protocol::{Fields, Mark, Row, MAX_SAFE_INTEGER};
+use marksync::protocol::{fields_of, marks_of, Fields, NotedMark, Row, MAX_SAFE_INTEGER};
 
 use super::error::DbError;
 
 /// A row as its `fields` and `marks` JSON texts.
 pub(crate) fn encode_row(row: &Row) -> Result<(String, String), DbError> {
-    let fields: BTreeMap<&str, &marksync::Value> = row.cells.iter().map(|(k, c)| (k.as_str(), &c.value)).collect();
-    let marks: BTreeMap<&str, &Mark> = row.cells.iter().map(|(k, c)| (k.as_str(), &c.mark)).collect();
-    let f = serde_json::to_string(&fields).map_err(|e| DbError::Corrupt(format!("encode fields: {e}")))?;
-    let m = serde_json::to_string(&marks).map_err(|e| DbError::Corrupt(format!("encode marks: {e}")))?;
+    let f = serde_json::to_string(&fields_of(row)).map_err(|e| DbError::Corrupt(format!("encode fields: {e}")))?;
+    let m = serde_json::to_string(&marks_of(row)).map_err(|e| DbError::Corrupt(format!("encode marks: {e}")))?;
     Ok((f, m))
 }
 
 /// A row from its `fields` and `marks` JSON texts.
 pub(crate) fn decode_row(fields: &str, marks: &str) -> Result<Row, DbError> {
     let f: Fields = serde_json::from_str(fields).map_err(|e| DbError::Corrupt(format!("stored fields: {e}")))?;
-    let m: BTreeMap<String, Mark> =
+    let m: BTreeMap<String, NotedMark> =
         serde_json::from_str(marks).map_err(|e| DbError::Corrupt(format!("stored marks: {e}")))?;
-    Row::from_parts(f, m).map_err(DbError::Corrupt)
+    Row::from_wire(f, m).map_err(DbError::Corrupt)
 }
 
 /// A stored bigint seq as the protocol's integer.
