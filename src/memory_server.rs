@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::judge::{judge_batch, recall, JudgeError, Known, Limits, Placed, Remembered};
 use crate::protocol::space::Invitation;
 use crate::protocol::{
-    page_fits, Change, ErrorBody, ErrorCode, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, SpacePage, SpacesPullRequest,
+    page_fits, Change, ErrorBody, ErrorCode, Op, OpId, PullResponse, PushRequest, PushResponse, Row, RowKey, SpacePage, SpacesPullRequest,
     SpacesPullResponse, VerdictsRequest, VerdictsResponse, MAX_PULL_LIMIT, MAX_PULL_PAGE_BYTES,
 };
 use crate::schema::Schema;
@@ -82,6 +82,20 @@ pub struct MemoryServer {
     pub now: Option<u64>,
     /// How far ahead of `now` an op's `at` may be; `None` (the default): no bound.
     pub max_future_ms: Option<u64>,
+    /// Every op applied, in the order judged: what the simulator reads the
+    /// whole history from (to know the truth of §2a without the notes).
+    pub journal: Vec<Judged>,
+}
+
+/// An op the server applied, in its space, with the seq it took if it moved a mark.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    /// The op as sent.
+    pub op: Op,
+    /// The space it wrote in.
+    pub space: String,
+    /// The seq of the write, when a mark moved.
+    pub seq: Option<u64>,
 }
 
 impl MemoryServer {
@@ -97,6 +111,7 @@ impl MemoryServer {
             invitation_ttl_ms: 7 * 24 * 3600 * 1000,
             now: None,
             max_future_ms: None,
+            journal: Vec::new(),
         }
     }
 
@@ -143,6 +158,13 @@ impl MemoryServer {
         let j = judge_batch(&self.schema, user, &req.batch, known, &limits).map_err(|e| match e {
             JudgeError::SchemaTooNew { .. } => ErrorBody::new(ErrorCode::SchemaTooNew, e.to_string()),
         })?;
+        let took: HashMap<&OpId, u64> = j.changes.iter().map(|c| (&c.op_id, c.seq)).collect();
+        for r in &j.remember {
+            if let (Remembered::Applied, Some(op)) = (&r.verdict, req.batch.iter().find(|o| o.op_id == r.op_id)) {
+                self.journal.push(Judged { op: op.clone(), space: r.space.to_string(), seq: took.get(&r.op_id).copied() });
+            }
+        }
+        drop(took);
         let data = self.users.entry(user.to_owned()).or_default();
         for r in j.remember {
             *data.verdict_count.entry(r.op_id.clone()).or_default() += 1;

@@ -59,7 +59,16 @@ fn valid_batch() -> impl Strategy<Value = Vec<Op>> {
         if del {
             fields.insert("_deleted".into(), true.into());
         }
-        Op { op_id: OpId::new(format!("d:{id}")), table: "sets".into(), row_id: format!("d-{row}"), fields, at, schema: 1, space: None }
+        Op {
+            op_id: OpId::new(format!("d:{id}")),
+            table: "sets".into(),
+            row_id: format!("d-{row}"),
+            fields,
+            at,
+            schema: 1,
+            space: None,
+            seen: None,
+        }
     });
     prop::collection::vec(op, 1..40)
 }

@@ -18,6 +18,9 @@
 //!   it won, a rejected op is visible nowhere and its device holds its reason;
 //! - causality: an op never loses to a mark its device had already seen;
 //! - every outbox is empty;
+//! - conflicts (PROTOCOL §2a): every one a device lists is an edit that lost a
+//!   field to a concurrent one, by the server's whole history, and every such
+//!   lost edit is listed on its device, the same in each of its contexts;
 //! - truthful status: after a reopen, an op recorded as in flight shows
 //!   `awaiting-ack`, then `unknown-outcome` once the flight is known orphaned,
 //!   never `pending`.
@@ -26,6 +29,7 @@
 //! [`SimConfig`].
 
 mod live;
+mod overwrites;
 pub mod spaces;
 mod world;
 
@@ -180,6 +184,8 @@ pub struct SimStats {
     pub wild_clock_edits: usize,
     /// Site data cleared under a device's contexts.
     pub clears: usize,
+    /// Edits that lost a field to a concurrent one (each told on its device).
+    pub conflicts: usize,
 }
 
 const USER: &str = "user";
@@ -760,6 +766,22 @@ impl Sim {
                 return Err(self.fail(format!("dev{d}: stored base rows differ from the server's")));
             }
         }
+        let truth = overwrites::truth(&self.server.journal);
+        for (d, dev) in self.devices.iter().enumerate() {
+            let mut first: Option<std::collections::BTreeSet<overwrites::Lost>> = None;
+            for (c, ctx) in dev.contexts.iter().enumerate() {
+                let driver = ctx.driver.as_ref().ok_or_else(|| self.fail("device down"))?;
+                let engine = driver.engine.borrow();
+                let told: std::collections::BTreeSet<overwrites::Lost> =
+                    engine.conflicts().into_iter().map(|x| (x.mine.op_id.clone(), x.field.clone())).collect();
+                overwrites::check(&truth, engine.device_id(), &told).map_err(|e| self.fail(format!("dev{d}.{c}: {e}")))?;
+                match &first {
+                    None => first = Some(told),
+                    Some(f) if *f != told => return Err(self.fail(format!("dev{d}.{c}: other conflicts than its first context"))),
+                    Some(_) => {}
+                }
+            }
+        }
         for (id, n) in data.verdict_count.iter().chain(data.seq_count.iter()) {
             if *n > 1 {
                 return Err(self.fail(format!("op {id} got {n} verdicts or seqs")));
@@ -831,6 +853,7 @@ pub fn run(seed: u64, cfg: &SimConfig) -> Result<SimStats, SimFailure> {
     stats.rejected =
         sim.server.users.get(USER).map_or(0, |d| d.verdicts.values().filter(|v| matches!(v, Remembered::Rejected { .. })).count());
     stats.late_answers = sim.world.late_answers.get();
+    stats.conflicts = overwrites::truth(&sim.server.journal).lost.len();
     stats.stale_ignored = sim
         .devices
         .iter()
@@ -886,4 +909,5 @@ add_up!(SimStats {
     orphaned_flights,
     wild_clock_edits,
     clears,
+    conflicts,
 });

@@ -212,6 +212,7 @@ impl Run {
                 at: self.n,
                 schema: 1,
                 space: Some(space.clone()),
+                seen: None,
             };
             (op, None)
         };

@@ -37,7 +37,7 @@ pub(crate) fn seq_to_db(seq: u64) -> Result<i64, DbError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use marksync::protocol::{Cell, OpId, Value};
+    use marksync::protocol::{Cell, Mark, OpId, Value};
 
     #[test]
     fn a_row_round_trips_through_its_columns() {

@@ -74,6 +74,7 @@ mod tests {
             at,
             schema: 1,
             space: space.map(Into::into),
+            seen: None,
         }
     }
 
