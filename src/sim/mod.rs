@@ -29,7 +29,7 @@
 //! [`SimConfig`].
 
 mod live;
-mod overwrites;
+pub(crate) mod overwrites;
 pub mod spaces;
 mod world;
 
@@ -774,7 +774,7 @@ impl Sim {
                 let engine = driver.engine.borrow();
                 let told: std::collections::BTreeSet<overwrites::Lost> =
                     engine.conflicts().into_iter().map(|x| (x.mine.op_id.clone(), x.field.clone())).collect();
-                overwrites::check(&truth, engine.device_id(), &told).map_err(|e| self.fail(format!("dev{d}.{c}: {e}")))?;
+                overwrites::check(&truth, engine.device_id(), &told, |_| true).map_err(|e| self.fail(format!("dev{d}.{c}: {e}")))?;
                 match &first {
                     None => first = Some(told),
                     Some(f) if *f != told => return Err(self.fail(format!("dev{d}.{c}: other conflicts than its first context"))),

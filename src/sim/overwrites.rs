@@ -71,7 +71,9 @@ pub fn truth(journal: &[Judged]) -> Truth {
 /// is a lost edit (its own, or an earlier copy's it put back after its site
 /// data was cleared); every lost edit of its own is listed, unless
 /// its field saw more lost edits than a cell carries. `Err` says what broke.
-pub fn check(truth: &Truth, device: &str, told: &BTreeSet<Lost>) -> Result<(), String> {
+/// `reads(space)`: whether the device's user may read the space now (a
+/// device holds no row of a space its user left, and hears nothing of it).
+pub fn check(truth: &Truth, device: &str, told: &BTreeSet<Lost>, reads: impl Fn(&str) -> bool) -> Result<(), String> {
     for (op, field) in told {
         if !truth.lost.contains_key(&(op.clone(), field.clone())) {
             return Err(format!("conflict {op}/{field} is no concurrent lost write"));
@@ -79,7 +81,7 @@ pub fn check(truth: &Truth, device: &str, told: &BTreeSet<Lost>) -> Result<(), S
     }
     for ((op, field), place) in &truth.lost {
         let carried = truth.per_field.get(place).is_some_and(|n| *n <= crate::conflict::MAX_OVERWRITES_PER_CELL);
-        if device_of(op) == device && carried && !told.contains(&(op.clone(), field.clone())) {
+        if device_of(op) == device && carried && reads(&place.0) && !told.contains(&(op.clone(), field.clone())) {
             return Err(format!("{op} lost {field} to a concurrent edit and its device was not told"));
         }
     }

@@ -94,6 +94,8 @@ pub struct SpacesStats {
     pub device_rejected: usize,
     /// Spaces a device dropped (told `left` by a pull).
     pub device_left: usize,
+    /// Conflicts the devices told (each a concurrent lost edit, PROTOCOL §2a).
+    pub conflicts: usize,
 }
 
 /// A failed run: the seed and what broke, with the schedule so far.
@@ -492,6 +494,14 @@ impl Run {
                 return Err(self.fail(format!("{user}'s device's copy of {s} differs from the server's")));
             }
         }
+        // Conflicts (PROTOCOL §2a): only lost edits, every one of this
+        // device's in the spaces its user reads now.
+        let truth = super::overwrites::truth(&self.server.journal);
+        let told: std::collections::BTreeSet<super::overwrites::Lost> =
+            engine.conflicts().into_iter().map(|x| (x.mine.op_id.clone(), x.field.clone())).collect();
+        let reads = |s: &str| self.server.role(s, user).is_some();
+        super::overwrites::check(&truth, engine.device_id(), &told, reads).map_err(|e| self.fail(format!("{user}'s device: {e}")))?;
+        self.stats.conflicts += told.len();
         let data = self.server.users.get(user);
         for op in &dev.recorded {
             let remembered = data.and_then(|d| d.verdicts.get(&op.op_id));
@@ -629,4 +639,5 @@ super::add_up!(SpacesStats {
     device_refused,
     device_rejected,
     device_left,
+    conflicts,
 });
