@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { backends, startServer, launch, newUser, root } from './helpers.mjs';
-import { acceptInvitation, addSet, openDemo, rowOf, shareWith, typeEdit, waitAllSynced } from './demo-steps.mjs';
+import { acceptInvitation, addSet, backOnlineAndSynced, editSet, openDemo, rowOf, shareWith, typeEdit, waitAllSynced } from './demo-steps.mjs';
 
 const dist = join(root, 'www', 'dist');
 const built = existsSync(join(dist, 'index.html'));
@@ -96,6 +96,51 @@ for (const backend of built ? backends() : []) {
       assert.equal(await b.page.evaluate(() => window.db.rows('sets').length), 0);
       await a.context.close();
       await b.context.close();
+    });
+
+    test('an edit replaced by a concurrent one is said in words; Keep mine puts it back, OK accepts', async () => {
+      const user = newUser('demo-conflict');
+      const phone = await openDemo(browser, server, user);
+      await addSet(phone.page, 'Squat', '80', '5');
+      await waitAllSynced(phone.page, 1);
+      const tablet = await openDemo(browser, server, user);
+      await waitAllSynced(tablet.page, 1);
+      const reps = (page, id) => page.evaluate((id) => window.db.row('sets', id)?.reps, id);
+
+      // In the metro: the phone sets 6; a minute later the tablet sets 7 and syncs.
+      await phone.context.setOffline(true);
+      await phone.page.getByTestId('connection').getByText('Offline').waitFor();
+      const id = await editSet(rowOf(phone.page, 'Squat', 0), { reps: '6' });
+      await editSet(rowOf(tablet.page, 'Squat', 0), { reps: '7' });
+      await waitAllSynced(tablet.page, 1);
+      await backOnlineAndSynced(phone.context, phone.page, 1);
+
+      const panel = phone.page.getByTestId('conflicts');
+      await panel.getByText(/^Squat: your 6 reps were replaced by 7 from your other device [0-9a-f]{8} \(\d\d.\d\d( [AP]M)?\)$/).waitFor();
+      assert.equal(await reps(phone.page, id), 7, 'the later edit stands until the person chooses');
+      await panel.getByRole('button', { name: 'Keep mine' }).click();
+      await panel.waitFor({ state: 'detached' });
+      await waitAllSynced(phone.page, 1);
+      await tablet.page.waitForFunction((id) => window.db.row('sets', id)?.reps === 6, id);
+      assert.equal(await tablet.page.getByTestId('conflicts').count(), 0, 'a deliberate change after seeing 7 is no conflict');
+
+      // The other way: the tablet's 8 is replaced by the phone's 9, and the tablet accepts it.
+      await tablet.context.setOffline(true);
+      await tablet.page.getByTestId('connection').getByText('Offline').waitFor();
+      await editSet(rowOf(tablet.page, 'Squat', 0), { reps: '8' });
+      await editSet(rowOf(phone.page, 'Squat', 0), { reps: '9' });
+      await waitAllSynced(phone.page, 1);
+      await backOnlineAndSynced(tablet.context, tablet.page, 1);
+      const other = tablet.page.getByTestId('conflicts');
+      await other.getByText(/your 8 reps were replaced by 9/).waitFor();
+      await other.getByRole('button', { name: 'OK' }).click();
+      await other.waitFor({ state: 'detached' });
+      await tablet.page.reload();
+      await tablet.page.getByRole('heading', { name: 'Log a set' }).waitFor();
+      assert.equal(await tablet.page.getByTestId('conflicts').count(), 0, 'dismissed for good');
+      assert.equal(await reps(tablet.page, id), 9);
+      await phone.context.close();
+      await tablet.context.close();
     });
 
     test('offline: the badge says so, new sets wait, and the app opens again without a network', async () => {

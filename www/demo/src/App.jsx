@@ -5,6 +5,7 @@ import { formatKg, formatReps, shortDevice } from './format.js';
 import { AddSetForm } from './AddSetForm.jsx';
 import { SetList } from './SetList.jsx';
 import { Rejections } from './Rejections.jsx';
+import { Conflicts } from './Conflicts.jsx';
 import { Sharing, SharedWithMe, ownerOf } from './Sharing.jsx';
 import { Toast } from './Toast.jsx';
 import { SyncIcon } from './icons.jsx';
@@ -104,6 +105,7 @@ export function App({ db, user }) {
         <SyncBar metrics={metrics} online={online} syncing={syncing} onSync={() => sync()} />
         <AddSetForm db={db} rows={rows} onAdded={added} onError={fail} />
         <Rejections db={db} />
+        <Conflicts db={db} user={user} />
         <SetList db={db} rows={rows} highlight={lastAdded} onDelete={remove} onError={fail} />
         {shared.map((s) => (
           <SharedDiary key={s.space} db={db} space={s} onDelete={remove} onError={fail} />
