@@ -124,6 +124,10 @@ pub struct SyncState {
     /// next answer): the same reason in every context and after a reload.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// The last sync cycles of any context of the device, oldest first (at
+    /// most [`MAX_CYCLES`]): what the inspector shows.
+    #[serde(default, skip_serializing_if = "std::collections::VecDeque::is_empty")]
+    pub cycles: std::collections::VecDeque<CycleLog>,
 }
 
 impl SyncState {
@@ -157,4 +161,59 @@ mod tests {
         assert_eq!(s.metrics.attempts, 2);
         assert!(s.flight.is_none());
     }
+}
+
+/// How many sync cycles the sync state keeps.
+pub const MAX_CYCLES: usize = 10;
+/// How many verdicts a kept cycle lists (the counts cover them all).
+pub const MAX_LOGGED_VERDICTS: usize = 10;
+
+/// One sync cycle as it ran, for a person reading the inspector or a bug
+/// report: stored with the sync state, so a page sees the cycles the
+/// Service Worker ran.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CycleLog {
+    /// When it started (ms, device clock).
+    pub started_at: u64,
+    /// How long it ran (ms).
+    pub ms: u64,
+    /// Who ran it: `tab` or `worker`.
+    pub by: String,
+    /// The attemptKeys of the pushes it sent, in order.
+    pub attempts: Vec<String>,
+    /// Ops it sent (each once).
+    pub sent: usize,
+    /// Verdicts it took: applied, duplicate, rejected.
+    pub applied: usize,
+    /// Answered `duplicate`.
+    pub duplicate: usize,
+    /// Answered `rejected`.
+    pub rejected: usize,
+    /// The first [`MAX_LOGGED_VERDICTS`] verdicts, each `{opId, status, code?}`.
+    pub verdicts: Vec<VerdictLog>,
+    /// Late answers to old attempts it ignored.
+    pub stale_ignored: usize,
+    /// Ops settled by asking the server.
+    pub reconciled: usize,
+    /// Changes pulled.
+    pub pulled: usize,
+    /// How it ended: `done`, `waiting` (with `error`), `blocked` (with `error`).
+    pub outcome: String,
+    /// Why it did not finish, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One verdict as a cycle took it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerdictLog {
+    /// The op.
+    pub op_id: OpId,
+    /// `applied`, `duplicate` or `rejected`.
+    pub status: String,
+    /// The refusal's code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
 }

@@ -129,6 +129,43 @@ export interface Conflict {
   theirs: ConflictSide;
 }
 
+/** One sync cycle as it ran, kept with the sync state (the last 10, any context's). */
+export interface CycleLog {
+  startedAt: number;
+  ms: number;
+  /** Who ran it. */
+  by: 'tab' | 'worker';
+  /** The attemptKeys of its pushes. */
+  attempts: string[];
+  sent: number;
+  applied: number;
+  duplicate: number;
+  rejected: number;
+  /** The first 10 verdicts. */
+  verdicts: { opId: string; status: 'applied' | 'duplicate' | 'rejected'; code?: string }[];
+  staleIgnored: number;
+  reconciled: number;
+  pulled: number;
+  outcome: 'done' | 'waiting' | 'blocked';
+  error?: string;
+}
+
+/** `db.diagnostics()`. */
+export interface Diagnostics {
+  deviceId: string;
+  user: string | null;
+  outbox: { op: Op; phase: Phase; attempts: number; attemptKey: string | null; unknown: boolean; firstSentAt: number; lastSentAt: number }[];
+  flight: { key: string; opIds: string[]; sentAt: number } | null;
+  nextRetryAt: number | null;
+  recovery: { code: string; message: string } | null;
+  lastError: string | null;
+  cycles: CycleLog[];
+  rejections: Rejection[];
+  conflicts: Conflict[];
+  spaces: { space: string | null; personal: boolean; role: Role | null; cursor: number }[];
+  schemaVersion: number | null;
+}
+
 export interface Op {
   opId: string;
   table: string;
@@ -398,6 +435,8 @@ export interface Database {
   /** Refused ops with the server's reasons, until dismissed. */
   rejections(): Rejection[];
   dismiss(opId: string): Promise<boolean>;
+  /** The whole sync of this device as one snapshot (what `marksync/devtools` shows and exports). Never a token. */
+  diagnostics(): Diagnostics;
   /** Edits of this device that lost to concurrent ones, oldest first, until dismissed (at most 256 kept). */
   conflicts(): Conflict[];
   /** Dismisses a conflict in every context; `false` if there was none not yet dismissed. */

@@ -205,30 +205,39 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     self.or_restart(out, &mut unsaved)
                 }
                 Step::Done(report) => {
+                    self.log_cycle(&mut unsaved, "done", None);
                     self.commit_planned(unsaved.take(), copy).await?;
                     self.refresh_schema().await;
                     return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
                 }
                 Step::Wait { until, report } => {
+                    let error = {
+                        let e = self.engine.borrow();
+                        let why = e.recovery().map(|r| r.message.clone()).or_else(|| e.last_failure().map(str::to_owned));
+                        why.map_or_else(|| "retrying".to_owned(), |w| format!("{w}; retrying"))
+                    };
+                    self.log_cycle(&mut unsaved, "waiting", Some(error.clone()));
                     self.commit_planned(unsaved.take(), copy).await?;
                     if self.auto_sync {
                         self.schedule_sync(until.saturating_sub(self.host.now()));
                     }
                     // Let the Service Worker push when the network is back, even if this page is gone.
                     self.host.wake_when_online();
-                    let error = {
-                        let e = self.engine.borrow();
-                        let why = e.recovery().map(|r| r.message.clone()).or_else(|| e.last_failure().map(str::to_owned));
-                        why.map_or_else(|| "retrying".to_owned(), |w| format!("{w}; retrying"))
-                    };
                     return Ok(SyncOutcome { report, ok: false, retry_at: Some(until), error: Some(error) });
                 }
                 Step::Blocked(r) => {
+                    self.log_cycle(&mut unsaved, "blocked", Some(r.message.clone()));
                     self.commit_planned(unsaved.take(), copy).await?;
                     return Err(ClientError::RecoveryRequired { code: r.code.as_str().to_owned(), message: r.message });
                 }
             };
         }
+    }
+
+    /// Keeps the cycle that ends in the sync state, with the step it ends on.
+    fn log_cycle(&self, unsaved: &mut Option<Txn>, outcome: &str, error: Option<String>) {
+        let txn = self.engine.borrow_mut().end_cycle(self.host.now(), self.host.label(), outcome, error);
+        stash(unsaved, txn);
     }
 
     /// Commits what the cycle planned, unless the database was filled

@@ -37,6 +37,11 @@ pub trait Host {
     /// Whether this context knows it is offline: it then sends nothing, and
     /// waits for [`Host::wake_when_online`]'s wake-up.
     fn offline(&self) -> bool;
+    /// What this context is, as a person reads it in the inspector's list of
+    /// sync cycles: `tab` (a page) or `worker` (the Service Worker).
+    fn label(&self) -> &'static str {
+        "tab"
+    }
     /// Asks the platform to start a cycle once the network is back, even if
     /// this context is gone by then (Background Sync).
     fn wake_when_online(&self);

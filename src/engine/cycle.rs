@@ -15,7 +15,7 @@ use crate::protocol::{
 };
 use crate::protocol::{MAX_SAFE_INTEGER, MAX_VERDICTS_PER_QUERY};
 use crate::store::{Rejection, Txn};
-use crate::sync_state::Flight;
+use crate::sync_state::{CycleLog, Flight, VerdictLog, MAX_CYCLES, MAX_LOGGED_VERDICTS};
 
 /// How often a client whose server is older than its ops probes again (ms).
 pub const SCHEMA_PROBE_MS: u64 = 300_000;
@@ -35,6 +35,7 @@ impl Engine {
     /// its request out, and its ops become `unknown-outcome`.
     pub fn start_sync(&mut self, now: u64) -> (Txn, Step) {
         self.report = SyncReport { cursor: self.meta.cursor, ..SyncReport::default() };
+        self.cycle = CycleLog { started_at: now, ..CycleLog::default() };
         let due = self.sync.next_retry_at.take();
         if due.is_some() {
             self.touch();
@@ -52,6 +53,35 @@ impl Engine {
         self.settle_orphaned_flight();
         let step = self.next_step(now);
         (self.with_sync(Txn::default()), step)
+    }
+
+    /// Ends the cycle this context ran (`by`: `tab` or `worker`), keeping it
+    /// in the sync state for the inspector: how it ended (`done`, `waiting`,
+    /// `blocked`) and why. The txn stores it; commit it with the cycle's last step.
+    pub fn end_cycle(&mut self, now: u64, by: &str, outcome: &str, error: Option<String>) -> Txn {
+        let mut log = std::mem::take(&mut self.cycle);
+        log.ms = now.saturating_sub(log.started_at);
+        log.by = by.to_owned();
+        log.sent = self.report.pushed;
+        log.applied = self.report.applied;
+        log.duplicate = self.report.duplicate;
+        log.rejected = self.report.rejected;
+        log.stale_ignored = self.report.ignored_stale_acks;
+        log.reconciled = self.report.reconciled;
+        log.pulled = self.report.pulled;
+        log.outcome = outcome.to_owned();
+        log.error = error;
+        self.sync.cycles.push_back(log);
+        while self.sync.cycles.len() > MAX_CYCLES {
+            self.sync.cycles.pop_front();
+        }
+        self.touch();
+        self.with_sync(Txn::default())
+    }
+
+    /// The sync cycles kept, oldest first.
+    pub fn cycles(&self) -> impl Iterator<Item = &CycleLog> {
+        self.sync.cycles.iter()
     }
 
     /// An attempt recorded as in flight with no context waiting for it (its
@@ -140,6 +170,7 @@ impl Engine {
             }
         }
         self.in_flight = Some(InFlight { key: key.clone(), op_ids });
+        self.cycle.attempts.push(key.clone());
         PushRequest { attempt_key: key, batch }
     }
 
@@ -222,6 +253,14 @@ impl Engine {
         base_at: &mut HashMap<RowKey, usize>,
     ) {
         let attempts = self.sync.ops.remove(&op_id).map_or(0, |a| a.attempts);
+        if self.cycle.verdicts.len() < MAX_LOGGED_VERDICTS {
+            let (status, code) = match &outcome {
+                Outcome::Applied => ("applied", None),
+                Outcome::Duplicate => ("duplicate", None),
+                Outcome::Rejected { code, .. } => ("rejected", Some(code.clone())),
+            };
+            self.cycle.verdicts.push(VerdictLog { op_id: op_id.clone(), status: status.to_owned(), code });
+        }
         let Some(op) = self.outbox.remove(&op_id) else {
             return;
         };

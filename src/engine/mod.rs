@@ -33,6 +33,7 @@
 
 mod check;
 mod cycle;
+mod inspect;
 mod query;
 mod record;
 mod salvage;
@@ -49,8 +50,9 @@ use crate::outbox::Outbox;
 use crate::protocol::{Op, OpId, PushRequest, Row, RowKey, ShapeError, SpacesPullRequest, DEFAULT_PULL_LIMIT, MAX_JUDGED_PER_PUSH};
 use crate::replica::Replica;
 use crate::store::{Meta, Rejection, Snapshot, Txn};
-pub use crate::sync_state::{Metrics, RetryPolicy, SyncState};
+pub use crate::sync_state::{CycleLog, Metrics, RetryPolicy, SyncState, VerdictLog};
 
+pub use inspect::{Followed, Inspection, Queued};
 pub use query::{Changes, View};
 pub use record::{Draft, Recorded};
 
@@ -219,6 +221,8 @@ pub struct Engine {
     pushed: std::collections::HashSet<OpId>,
     /// Why the last request of this engine got no usable answer, in words.
     last_failure: Option<String>,
+    /// The cycle running in this context, as the inspector will show it.
+    cycle: CycleLog,
     view: View,
 }
 
@@ -262,6 +266,7 @@ impl Engine {
             early: None,
             pushed: std::collections::HashSet::new(),
             last_failure: None,
+            cycle: CycleLog::default(),
             view: View::default(),
         };
         if let Some(known) = &snapshot.schema {

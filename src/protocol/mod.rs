@@ -785,13 +785,71 @@ pub enum Outcome {
 
 /// One verdict of a push response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", try_from = "StatusWire")]
 pub struct Verdict {
     /// The op judged.
     pub op_id: OpId,
     /// What the server said.
     #[serde(flatten)]
     pub outcome: Outcome,
+}
+
+/// A verdict as the wire spells it, flat: `{opId, status, reason?, code?,
+/// row?}`. Read through this rather than serde's flattened, tagged enums,
+/// which buffer every field (and would build a second reader of rows).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusWire {
+    op_id: OpId,
+    status: String,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    row: Option<Row>,
+}
+
+impl StatusWire {
+    /// The reason and code of a refusal, both needed.
+    fn refusal(&mut self) -> Result<(String, String), String> {
+        match (self.reason.take(), self.code.take()) {
+            (Some(reason), Some(code)) => Ok((reason, code)),
+            _ => Err(format!("verdict of {}: a rejection needs a reason and a code", self.op_id)),
+        }
+    }
+}
+
+impl TryFrom<StatusWire> for Verdict {
+    type Error = String;
+    fn try_from(mut w: StatusWire) -> Result<Verdict, String> {
+        let outcome = match w.status.as_str() {
+            "applied" => Outcome::Applied,
+            "duplicate" => Outcome::Duplicate,
+            "rejected" => {
+                let (reason, code) = w.refusal()?;
+                Outcome::Rejected { reason, code, row: w.row }
+            }
+            other => return Err(format!("verdict of {}: unknown status {other:?}", w.op_id)),
+        };
+        Ok(Verdict { op_id: w.op_id, outcome })
+    }
+}
+
+impl TryFrom<StatusWire> for RememberedVerdict {
+    type Error = String;
+    fn try_from(mut w: StatusWire) -> Result<RememberedVerdict, String> {
+        let recalled = match w.status.as_str() {
+            "applied" => Recalled::Applied,
+            "unknown" => Recalled::Unknown,
+            "rejected" => {
+                let (reason, code) = w.refusal()?;
+                Recalled::Rejected { reason, code, row: w.row }
+            }
+            other => return Err(format!("verdict of {}: unknown status {other:?}", w.op_id)),
+        };
+        Ok(RememberedVerdict { op_id: w.op_id, recalled })
+    }
 }
 
 /// `POST /v1/push` 200 body: verdicts for a prefix of the batch, in batch order.
@@ -1042,7 +1100,7 @@ pub enum Recalled {
 
 /// One answer of `POST /v1/verdicts`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", try_from = "StatusWire")]
 pub struct RememberedVerdict {
     /// The op asked about.
     pub op_id: OpId,

@@ -164,6 +164,15 @@ impl Host for BrowserHost {
         offline()
     }
 
+    fn label(&self) -> &'static str {
+        let global = js_sys::global();
+        if Reflect::get(&global, &"document".into()).map_or(true, |d| d.is_undefined()) {
+            "worker"
+        } else {
+            "tab"
+        }
+    }
+
     fn wake_when_online(&self) {
         register_background_sync(&Self::tag(&self.name));
     }

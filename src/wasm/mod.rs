@@ -51,6 +51,13 @@ pub(crate) fn client_error(e: ClientError) -> JsValue {
     err
 }
 
+/// `v` as a JS value by way of JSON text: for what the IndexedDB store
+/// already writes as JSON (its serializer is in the module anyway, so this
+/// adds no serde code for another format).
+pub(crate) fn via_json<T: Serialize>(v: &T) -> JsValue {
+    serde_json::to_string(v).ok().and_then(|s| js_sys::JSON::parse(&s).ok()).unwrap_or(JsValue::NULL)
+}
+
 pub(crate) fn to_js<T: Serialize>(v: &T) -> JsValue {
     v.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).unwrap_or(JsValue::NULL)
 }
@@ -552,6 +559,17 @@ impl Marksync {
         })
     }
 
+    /// The whole sync of this device as one JSON-ready snapshot, for the
+    /// inspector and a bug report: `{deviceId, user, outbox: [{op, phase,
+    /// attempts, attemptKey, unknown, firstSentAt, lastSentAt}], flight,
+    /// nextRetryAt, recovery, lastError, cycles: [{startedAt, ms, by,
+    /// attempts, sent, applied, duplicate, rejected, verdicts, staleIgnored,
+    /// reconciled, pulled, outcome, error?}], rejections, conflicts, spaces:
+    /// [{space, personal, role, cursor}], schemaVersion}`. Never a token.
+    pub fn diagnostics(&self) -> JsValue {
+        via_json(&self.inner.engine.borrow().inspect())
+    }
+
     /// Edits of this device that lost to concurrent ones (PROTOCOL §2a),
     /// until dismissed: `[{ id, table, rowId, space?, field, mine: { value,
     /// at, opId }, theirs: { value, at, opId, user? } }]`, oldest first. The
@@ -561,7 +579,7 @@ impl Marksync {
         if engine.hides_rows() {
             return Array::new().into();
         }
-        to_js(&engine.conflicts())
+        via_json(&engine.conflicts())
     }
 
     /// Dismisses a conflict. Resolves `true` if there was one not yet dismissed.

@@ -12,7 +12,7 @@ test('npm pack ships the module, its types, a README and the licences, and nothi
   const out = execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: join(root, 'www'), encoding: 'utf8' });
   const files = JSON.parse(out)[0].files.map((f) => f.path).sort();
   for (const f of ['README.md', 'LICENSE-MIT', 'LICENSE-APACHE', 'package.json', 'index.js', 'index.d.ts', 'react.js', 'react.d.ts',
-    'sw.js', 'sw.d.ts', 'vite.js', 'vite.d.ts', 'pkg/marksync.js', 'pkg/marksync.d.ts', 'pkg/marksync_bg.wasm']) {
+    'sw.js', 'sw.d.ts', 'vite.js', 'vite.d.ts', 'devtools.js', 'devtools.d.ts', 'pkg/marksync.js', 'pkg/marksync.d.ts', 'pkg/marksync_bg.wasm']) {
     assert.ok(files.includes(f), `${f} is in the package: ${files.join(', ')}`);
   }
   const stray = files.filter((f) => /^(test|demo|bench|dist|node_modules|pkg-bench)\//.test(f));
