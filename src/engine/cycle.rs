@@ -79,11 +79,6 @@ impl Engine {
         self.with_sync(Txn::default())
     }
 
-    /// The sync cycles kept, oldest first.
-    pub fn cycles(&self) -> impl Iterator<Item = &CycleLog> {
-        self.sync.cycles.iter()
-    }
-
     /// An attempt recorded as in flight with no context waiting for it (its
     /// context closed, crashed or reloaded with the request out): its outcome
     /// is unknown. Returns the txn that records it, if there was one. Call

@@ -572,11 +572,6 @@ impl Row {
         self.notes.as_ref().and_then(|n| n.get(field))
     }
 
-    /// The note of one field's cell, made if missing.
-    pub fn note_mut(&mut self, field: &str) -> &mut CellNote {
-        self.notes.get_or_insert_with(Default::default).entry(field.to_owned()).or_default()
-    }
-
     /// The row without its notes: what a device keeps.
     pub fn without_notes(mut self) -> Row {
         self.notes = None;
