@@ -110,6 +110,7 @@ impl BenchDoc {
             at,
             schema: 1,
             space: None,
+            seen: None,
         };
         crate::order::merge(self.rows.entry(op.row_id.clone()).or_default(), &op);
         self.log.push(op);
