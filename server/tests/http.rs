@@ -584,3 +584,61 @@ async fn a_schema_file_is_loaded() {
     drop_database(&database).await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The keys of every mark of every row in `rows`, sorted and deduplicated.
+fn mark_keys<'a>(rows: impl IntoIterator<Item = &'a Value>) -> Vec<String> {
+    let mut keys: Vec<String> = rows
+        .into_iter()
+        .flat_map(|r| r["marks"].as_object().unwrap().values())
+        .flat_map(|m| m.as_object().unwrap().keys().cloned())
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// PROTOCOL §2a: a device that does not name `notes` in `marksync-accept`
+/// (one older than the notes, whose strict reader refuses a mark key it does
+/// not know) gets marks of `at` and `opId` only — from the pulls, the push
+/// answer and the verdicts; a device that names it gets the cells' notes.
+async fn only_a_device_that_reads_notes_gets_them(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    // The phone's 6 (seen 0) loses to the tablet's later 7, made without knowledge of it.
+    let mut phone = full("phone:1", "r1", 10, 6);
+    phone["seen"] = json!(0);
+    let mut tablet = full("tablet:1", "r1", 20, 7);
+    tablet["seen"] = json!(0);
+    assert_eq!(statuses(&t.push_ok("u", &[tablet]).await), ["applied"]);
+    assert_eq!(statuses(&t.push_ok("u", &[phone]).await), ["applied"]);
+    let refused = json!({"attemptKey": "phone:a9", "batch": [op("phone:2", "r1", 30, json!({"reps": 1000}))]}).to_string();
+    let ask = |path: &str, accept: Option<&str>, body: Option<String>| {
+        let mut r = match body {
+            Some(body) => t.http.post(t.url(path)).body(body),
+            None => t.http.get(t.url(path)),
+        }
+        .header("authorization", "Bearer dev:u")
+        .header("content-type", "application/json");
+        if let Some(a) = accept {
+            r = r.header("marksync-accept", a);
+        }
+        async move { r.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    for (accept, expected) in [
+        (None, vec!["at", "opId"]),
+        (Some("notes"), vec!["at", "opId", "overwrites", "seq"]),
+        (Some("future, Notes"), vec!["at", "opId", "overwrites", "seq"]),
+    ] {
+        let page = ask("/v1/pull?cursor=0", accept, None).await;
+        assert_eq!(mark_keys(page["changes"].as_array().unwrap()), expected, "GET /v1/pull, {accept:?}: {page}");
+        let spaces = ask("/v1/pull", accept, Some(json!({"spaces": {}}).to_string())).await;
+        let rows = spaces["spaces"].as_array().unwrap().iter().flat_map(|p| p["changes"].as_array().unwrap().iter());
+        assert_eq!(mark_keys(rows), expected, "POST /v1/pull, {accept:?}: {spaces}");
+        let pushed = ask("/v1/push", accept, Some(refused.clone())).await;
+        assert_eq!(pushed["verdicts"][0]["status"], "rejected", "{pushed}");
+        assert_eq!(mark_keys([&pushed["verdicts"][0]["row"]]), expected, "POST /v1/push, {accept:?}: {pushed}");
+        let recalled = ask("/v1/verdicts", accept, Some(json!({"opIds": ["phone:2"]}).to_string())).await;
+        assert_eq!(mark_keys([&recalled["verdicts"][0]["row"]]), expected, "POST /v1/verdicts, {accept:?}: {recalled}");
+    }
+    t.stop().await;
+}
+both!(only_a_device_that_reads_notes_gets_them);

@@ -1115,6 +1115,61 @@ pub struct VerdictsResponse {
     pub now: Option<u64>,
 }
 
+/// The request header by which a device names the optional parts of the
+/// answers it reads (PROTOCOL §2a), comma-separated. A request without it
+/// gets none of them: a device older than a part reads rows strictly and
+/// would refuse a field it does not know, so a server upgrade must not send
+/// it one.
+pub const ACCEPT_HEADER: &str = "marksync-accept";
+
+/// [`ACCEPT_HEADER`]'s part for the cells' notes inside marks (`seq`, `by`,
+/// `overwrites`): the device tells concurrent overwrites from them.
+pub const ACCEPT_NOTES: &str = "notes";
+
+/// Whether an [`ACCEPT_HEADER`] value names `part`.
+pub fn accepts(header: Option<&str>, part: &str) -> bool {
+    header.is_some_and(|h| h.split(',').any(|p| p.trim().eq_ignore_ascii_case(part)))
+}
+
+/// An answer that carries rows, sent to a device that does not read the
+/// cells' notes ([`ACCEPT_NOTES`]): its rows without them.
+pub trait DropNotes {
+    /// Removes every row's notes.
+    fn drop_notes(&mut self);
+}
+
+impl DropNotes for PushResponse {
+    fn drop_notes(&mut self) {
+        for v in &mut self.verdicts {
+            if let Outcome::Rejected { row: Some(row), .. } = &mut v.outcome {
+                row.notes = None;
+            }
+        }
+    }
+}
+
+impl DropNotes for VerdictsResponse {
+    fn drop_notes(&mut self) {
+        for v in &mut self.verdicts {
+            if let Recalled::Rejected { row: Some(row), .. } = &mut v.recalled {
+                row.notes = None;
+            }
+        }
+    }
+}
+
+impl DropNotes for PullResponse {
+    fn drop_notes(&mut self) {
+        self.changes.iter_mut().for_each(|c| c.row.notes = None);
+    }
+}
+
+impl DropNotes for SpacesPullResponse {
+    fn drop_notes(&mut self) {
+        self.spaces.iter_mut().flat_map(|p| p.changes.iter_mut()).for_each(|c| c.row.notes = None);
+    }
+}
+
 /// The query parameter that names the user a device's database belongs to
 /// (PROTOCOL §5): on every API request once the device knows it; a token of
 /// another user is refused with [`ErrorCode::WrongUser`] before anything is

@@ -191,6 +191,7 @@ impl FetchTransport {
         set(&init, "method", &method.into());
         let headers = Object::new();
         set(&headers, "Content-Type", &"application/json".into());
+        set(&headers, crate::protocol::ACCEPT_HEADER, &crate::protocol::ACCEPT_NOTES.into());
         if let Some(tag) = if_none_match {
             set(&headers, "If-None-Match", &tag.into());
         }

@@ -4,6 +4,7 @@
 // A and B, so the machine's noise falls on both; prints medians and B ÷ A.
 //
 //   node www/bench/side-by-side.mjs <www dir A> <www dir B> [rounds]
+//   MARKSYNC_SBS_OPS=10000 node www/bench/side-by-side.mjs …   # edits per round (default 2,000)
 //
 // Each www dir needs pkg/ and pkg-bench/ (`scripts/build-www.sh --pkg-only --bench-exports`).
 import { startServer, launch } from '../test/helpers.mjs';
@@ -14,6 +15,7 @@ if (!dirA || !dirB) {
   process.exit(2);
 }
 const rounds = Number(roundsArg ?? 5);
+const ops = Number(process.env.MARKSYNC_SBS_OPS ?? 2_000);
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 const browser = await launch();
@@ -30,25 +32,25 @@ async function page(side) {
 
 async function round(side, n) {
   const { context, p } = await page(side);
-  // change(): 2,000 durable edits, each awaited; the p50 of their latencies.
-  const change = await p.evaluate(async (name) => {
+  // change(): `ops` durable edits, each awaited; the p50 of their latencies.
+  const change = await p.evaluate(async ({ name, ops }) => {
     window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${name}`, name, autoSync: false, persist: false });
     const ms = [];
-    for (let i = 0; i < 2_000; i++) {
+    for (let i = 0; i < ops; i++) {
       const t = performance.now();
       await db.change('sets', db.newRowId(), { exercise: 'squat', weightKg: 80, reps: 1 + (i % 100) });
       ms.push(performance.now() - t);
     }
     ms.sort((a, b) => a - b);
     return ms[ms.length >> 1];
-  }, `sbs-${side}-${n}`);
-  // Drain the 2,000 queued ops.
-  const drain = await p.evaluate(async () => {
+  }, { name: `sbs-${side}-${n}`, ops });
+  // Drain the queued ops.
+  const drain = await p.evaluate(async (ops) => {
     const t = performance.now();
     const r = await db.sync();
-    if (!r.ok || r.applied !== 2_000) throw new Error(`drain: ${JSON.stringify(r)}`);
+    if (!r.ok || r.applied !== ops) throw new Error(`drain: ${JSON.stringify(r)}`);
     return performance.now() - t;
-  });
+  }, ops);
   // Cold open: 100k base rows + 1k pending already on disk, opened by a fresh page.
   const seeded = `sbs-open-${side}-${n}`;
   await p.evaluate(async (name) => { const m = await import('/pkg-bench/marksync.js'); await m.default(); await m.__seedDatabase(name, 100_000, 1_000); }, seeded);
@@ -83,4 +85,4 @@ for (const what of ['change', 'drain', 'open']) {
   const b = median(results.B[what]);
   out[what] = { aMedianMs: Math.round(a * 1000) / 1000, bMedianMs: Math.round(b * 1000) / 1000, bOverA: Math.round((b / a) * 1000) / 1000 };
 }
-console.log(JSON.stringify({ a: dirA, b: dirB, rounds, ...out }, null, 2));
+console.log(JSON.stringify({ a: dirA, b: dirB, rounds, ops, ...out }, null, 2));

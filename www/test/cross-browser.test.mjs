@@ -276,6 +276,35 @@ for (const engine of engines) {
       assert.equal(out.row.reps, 10);
     });
 
+    test('the inspector opens in this engine and shows a cycle, a refusal and a conflict-free outbox', async () => {
+      const user = newUser(`${engine}-inspect`);
+      const s = await device(user, { name: 'xbi' });
+      const out = await s.run(async () => {
+        const { mountInspector } = await import('/devtools.js');
+        const box = document.createElement('div');
+        document.body.append(box);
+        const inspector = mountInspector(db, box);
+        const text = (name) => box.querySelector(`[data-section="${name}"]`)?.textContent ?? '';
+        const until = async (ok) => {
+          for (let i = 0; i < 200 && !ok(); i++) await new Promise((r) => setTimeout(r, 25));
+          return ok();
+        };
+        const id = db.newRowId();
+        const opId = await db.change('sets', id, { exercise: 'row', weightKg: 40, reps: 12 });
+        const queued = await until(() => text('Outbox').includes(opId));
+        await db.change('sets', id, { reps: 1000 }, { check: false });
+        await db.sync();
+        const cycled = await until(() => text('Cycles').includes(`${opId} applied`));
+        const refused = await until(() => text('Rejections').includes('reps must be at most 100'));
+        const emptied = await until(() => text('Outbox').includes('none'));
+        const diagnostics = await db.diagnostics();
+        inspector.unmount?.();
+        return { queued, cycled, refused, emptied, by: diagnostics.cycles.at(-1)?.by, sections: [...box.querySelectorAll('[data-section]')].map((e) => e.dataset.section) };
+      });
+      assert.deepEqual([out.queued, out.cycled, out.refused, out.emptied], [true, true, true, true], JSON.stringify(out));
+      assert.equal(out.by, 'tab');
+    });
+
     test('two devices converge', async () => {
       const user = newUser(`${engine}-converge`);
       const a = await device(user);

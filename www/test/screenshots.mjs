@@ -1,5 +1,6 @@
 // Drives the demo app (www/dist) in headless Chromium at a phone viewport and
-// writes docs/screenshots/{normal,offline,rejected,sharing,shared}.png.
+// writes docs/screenshots/{normal,offline,rejected,sharing,shared,conflict}.png, then
+// the inspector (marksync/devtools) over the test harness: inspector.png.
 //
 //   (cd www && npx vite build --config demo/vite.config.js)   # or scripts/build-www.sh
 //   node www/test/screenshots.mjs
@@ -92,7 +93,56 @@ try {
   console.log('shared.png');
   await coach.context.close();
 
+  // A conflict: Sam's phone, offline, sets 6 reps; the tablet sets 7 and syncs first.
+  const tablet = await openDemo(browser, server, 'sam');
+  await waitAllSynced(tablet.page, 8);
+  await context.setOffline(true);
+  await page.getByTestId('connection').getByText('Offline').waitFor();
+  await editSet(rowOf(page, 'Squat', 0), { reps: '6' });
+  await editSet(rowOf(tablet.page, 'Squat', 0), { reps: '7' });
+  await waitAllSynced(tablet.page, 8);
+  await tablet.context.close();
+  await backOnlineAndSynced(context, page, 8);
+  const conflicts = page.getByTestId('conflicts');
+  await conflicts.getByText(/your 6 reps were replaced by 7/).waitFor();
+  await settle(page);
+  await conflicts.evaluate((el) => window.scrollTo(0, el.getBoundingClientRect().top + window.scrollY - 80));
+  await page.screenshot({ path: join(out, 'conflict.png') });
+  console.log('conflict.png');
   await context.close();
+
+  // The inspector, on a desktop page over the test harness: a few synced
+  // edits, one refused by the server, two waiting.
+  const harness = await startServer('sqlite');
+  try {
+    const desk = await browser.newContext({ viewport: { width: 1100, height: 900 } });
+    const p = await desk.newPage();
+    await p.goto(`${harness.url}/test/harness.html`);
+    await p.evaluate(() => window.ready);
+    await p.evaluate(async () => {
+      window.db = await window.Marksync.open({ endpoint: location.origin, token: 'dev:sam', name: 'inspect', autoSync: false });
+      const { mountInspector } = await import('/devtools.js');
+      const box = document.createElement('div');
+      document.body.append(box);
+      mountInspector(window.db, box);
+      for (const [exercise, weightKg, reps] of [['Squat', 80, 5], ['Squat', 85, 5], ['Bench press', 60, 8]]) {
+        await db.change('sets', db.newRowId(), { exercise, weightKg, reps });
+      }
+      const id = db.newRowId();
+      await db.change('sets', id, { exercise: 'Deadlift', weightKg: 120, reps: 3 });
+      await db.change('sets', id, { reps: 500 }, { check: false });
+      await db.sync();
+      await db.change('sets', db.newRowId(), { exercise: 'Bench press', weightKg: 62.5, reps: 6 });
+      await db.change('sets', db.newRowId(), { exercise: 'Row', weightKg: 50, reps: 10 });
+    });
+    await p.locator('[data-section="Rejections"]').getByText('reps must be at most 100').waitFor();
+    await p.waitForTimeout(300);
+    await p.screenshot({ path: join(out, 'inspector.png'), fullPage: true });
+    console.log('inspector.png');
+    await desk.close();
+  } finally {
+    await harness.stop();
+  }
 } finally {
   await browser.close();
   await server.stop();

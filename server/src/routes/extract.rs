@@ -15,6 +15,22 @@ use marksync::protocol::ErrorCode;
 
 use crate::error::ApiError;
 
+/// Whether the request's device reads the cells' notes inside marks
+/// (PROTOCOL §2a): a device older than them names nothing, and gets rows
+/// without them, which its strict reader takes.
+pub(crate) fn reads_notes(headers: &HeaderMap) -> bool {
+    let h = headers.get(marksync::protocol::ACCEPT_HEADER).and_then(|v| v.to_str().ok());
+    marksync::protocol::accepts(h, marksync::protocol::ACCEPT_NOTES)
+}
+
+/// Drops the answer's notes unless the request reads them ([`reads_notes`]).
+pub(crate) fn for_reader<T: marksync::protocol::DropNotes>(headers: &HeaderMap, mut answer: T) -> T {
+    if !reads_notes(headers) {
+        answer.drop_notes();
+    }
+    answer
+}
+
 /// A query string as axum hands it over: parsed, or why not (a 400 of ours, not axum's).
 pub(crate) type QueryParams = Result<Query<HashMap<String, String>>, QueryRejection>;
 

@@ -32,7 +32,7 @@ mod verdicts;
 
 use std::time::Duration;
 
-use axum::http::{header, HeaderValue, Method};
+use axum::http::{header, HeaderName, HeaderValue, Method};
 use axum::middleware;
 use axum::routing::{any, get, post};
 use axum::Router;
@@ -121,7 +121,13 @@ fn cors(origins: &[String]) -> Result<CorsLayer, ServerError> {
     Ok(CorsLayer::new()
         .allow_origin(allow)
         .allow_methods([Method::GET, Method::POST])
-        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::CONTENT_ENCODING, header::IF_NONE_MATCH])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::CONTENT_ENCODING,
+            header::IF_NONE_MATCH,
+            HeaderName::from_static(marksync::protocol::ACCEPT_HEADER),
+        ])
         .expose_headers([header::RETRY_AFTER, header::ETAG, header::ACCEPT_ENCODING, access::REQUEST_ID])
         .max_age(Duration::from_secs(600)))
 }

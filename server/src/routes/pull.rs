@@ -14,7 +14,7 @@ use marksync::protocol::{
     Change, SpacesPullRequest, SpacesPullResponse, DEFAULT_PULL_LIMIT, MAX_PULL_LIMIT, MAX_SAFE_INTEGER,
 };
 
-use super::extract::{query, read_json, QueryParams};
+use super::extract::{for_reader, query, read_json, QueryParams};
 use crate::app::App;
 use crate::budget::Work;
 use crate::clock::now_ms;
@@ -25,6 +25,7 @@ use crate::guard::User;
 pub(crate) async fn personal(
     State(app): State<App>,
     Extension(User(user)): Extension<User>,
+    headers: HeaderMap,
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let (cursor, limit) = pull_params(&query(q)?)?;
@@ -35,7 +36,7 @@ pub(crate) async fn personal(
     page.schema_version = Some(app.schema.version);
     upgrade_changes(&app, &mut page.changes);
     app.metrics.pulled(page.changes.len());
-    Ok(Json(page).into_response())
+    Ok(Json(for_reader(&headers, page)).into_response())
 }
 
 /// `POST /v1/pull`: every space the device follows.
@@ -55,7 +56,7 @@ pub(crate) async fn spaces(
     let pulled = finish_spaces(&app, &mut answer, now);
     app.budgets.charge(Work::Reads, &user, pulled);
     app.metrics.pulled(pulled);
-    Ok(Json(answer).into_response())
+    Ok(Json(for_reader(&headers, answer)).into_response())
 }
 
 /// Stamps a spaces pull's answer with the clock read before it (`now`) and

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use marksync::protocol::{ErrorCode, PushRequest, PushResponse};
 
-use super::extract::read_json;
+use super::extract::{for_reader, read_json};
 use crate::app::App;
 use crate::budget::Work;
 use crate::error::ApiError;
@@ -86,8 +86,8 @@ pub(crate) async fn push(
         tracing::warn!(user, "fault: committed, now dropping the connection without an answer");
         return Ok(lost_response());
     }
-    Ok(Json(PushResponse { attempt_key: req.attempt_key, verdicts: judgement.verdicts, now: Some(limits.now) })
-        .into_response())
+    let answer = PushResponse { attempt_key: req.attempt_key, verdicts: judgement.verdicts, now: Some(limits.now) };
+    Ok(Json(for_reader(&headers, answer)).into_response())
 }
 
 /// A response whose body fails before its first byte: hyper then closes the

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use marksync::protocol::{VerdictsRequest, VerdictsResponse};
 
-use super::extract::read_json;
+use super::extract::{for_reader, read_json};
 use crate::app::App;
 use crate::budget::Work;
 use crate::error::ApiError;
@@ -25,5 +25,5 @@ pub(crate) async fn verdicts(
     let limits = app.limits();
     app.budgets.charge(Work::Reads, &user, 1 + req.op_ids.len());
     let verdicts = app.store.verdicts(&app.schema, &user, &req.op_ids, &limits).await?;
-    Ok(Json(VerdictsResponse { verdicts, now: Some(limits.now) }).into_response())
+    Ok(Json(for_reader(&headers, VerdictsResponse { verdicts, now: Some(limits.now) })).into_response())
 }
