@@ -276,7 +276,7 @@ for (const engine of engines) {
       assert.equal(out.row.reps, 10);
     });
 
-    test('the inspector opens in this engine and shows a cycle, a refusal and a conflict-free outbox', async () => {
+    test('the inspector opens in this engine: the outbox, a cycle with its verdicts, a refusal, live', async () => {
       const user = newUser(`${engine}-inspect`);
       const s = await device(user, { name: 'xbi' });
       const out = await s.run(async () => {

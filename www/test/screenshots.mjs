@@ -10,7 +10,7 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { root, startServer, launch } from './helpers.mjs';
-import { addSet, backOnlineAndSynced, editSet, openDemo, rowOf, shareWith, typeEdit, waitAllSynced } from './demo-steps.mjs';
+import { acceptInvitation, addSet, backOnlineAndSynced, editSet, openDemo, rowOf, shareWith, typeEdit, waitAllSynced } from './demo-steps.mjs';
 
 const dist = join(root, 'www', 'dist');
 const out = join(root, 'docs', 'screenshots');
@@ -84,6 +84,7 @@ try {
 
   // The coach's phone: Sam's diary, live and view only, below the coach's own (empty) list.
   const coach = await openDemo(browser, server, 'coach');
+  await acceptInvitation(coach.page, 'sam');
   const diary = coach.page.getByTestId('shared-diary');
   await diary.getByText('view only').waitFor();
   await diary.locator('[data-testid=set-row]').nth(7).waitFor();

@@ -3,6 +3,7 @@
 import { Marksync, type Database, type MarksyncError, type Row } from 'marksync';
 import { useQuery, useRows, useRowStatus, useSpaces } from 'marksync/react';
 import marksync from 'marksync/vite';
+import { mountInspector } from 'marksync/devtools';
 
 // vite.config.ts: plugins: [marksync({ worker: 'src/service-worker.ts' })]
 export const plugin = marksync({ worker: 'src/service-worker.ts' });
@@ -61,4 +62,15 @@ export function Hooks({ db }: { db: Database }): number {
   const status = useRowStatus(db, 'sets', 'r1');
   const spaces = useSpaces(db);
   return (rows?.length ?? 0) + all.length + (status ? 1 : 0) + spaces.length;
+}
+
+// The inspector, as the README mounts it.
+export function inspect(db: Database): () => void {
+  const panel = document.createElement('aside');
+  document.body.append(panel);
+  const inspector = mountInspector(db, panel);
+  const el = document.createElement('marksync-inspector');
+  el.db = db;
+  document.body.append(el);
+  return () => inspector.unmount();
 }
