@@ -610,7 +610,8 @@ async fn only_a_device_that_reads_notes_gets_them(b: Backend) {
     tablet["seen"] = json!(0);
     assert_eq!(statuses(&t.push_ok("u", &[tablet]).await), ["applied"]);
     assert_eq!(statuses(&t.push_ok("u", &[phone]).await), ["applied"]);
-    let refused = json!({"attemptKey": "phone:a9", "batch": [op("phone:2", "r1", 30, json!({"reps": 1000}))]}).to_string();
+    let refused =
+        json!({"attemptKey": "phone:a9", "batch": [op("phone:2", "r1", 30, json!({"reps": 1000}))]}).to_string();
     let ask = |path: &str, accept: Option<&str>, body: Option<String>| {
         let mut r = match body {
             Some(body) => t.http.post(t.url(path)).body(body),
