@@ -4,26 +4,17 @@
 // that loses to a later one; an applied edit overwritten by a concurrent one;
 // sequential edits and edits of other fields (none); still there after a
 // reload; dismissed in one tab, dismissed in every tab and after a reload.
-import { test, describe, before, after } from 'node:test';
+import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { backends, startServer, launch, device, newUser, until } from './helpers.mjs';
+import { backends, serverAndBrowser, device, newUser, until } from './helpers.mjs';
 
 for (const backend of backends()) {
   describe(`conflicts on ${backend}`, () => {
-    let server;
-    let browser;
-    before(async () => {
-      server = await startServer(backend);
-      browser = await launch();
-    });
-    after(async () => {
-      await browser?.close();
-      await server?.stop();
-    });
+    const env = serverAndBrowser(backend);
 
     /** A device of `user`: its own context, the database opened without timers (each sync is the test's). */
     async function gadget(user) {
-      const d = await device(browser, server);
+      const d = await device(env.browser, env.server);
       const open = (page) => page.evaluate(async (user) => {
         window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'conflicts', autoSync: false });
       }, user);
@@ -85,7 +76,7 @@ for (const backend of backends()) {
 
       // A second tab of the phone: the same conflict; dismissed there, gone from the first too.
       const tab = await phone.context.newPage();
-      await tab.goto(`${server.url}/test/harness.html`);
+      await tab.goto(`${env.server.url}/test/harness.html`);
       await tab.waitForFunction(() => window.ready);
       await tab.evaluate(() => window.ready);
       await phone.open(tab);

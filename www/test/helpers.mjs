@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createServer } from 'node:net';
+import { before, after } from 'node:test';
 import { chromium } from 'playwright-core';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -126,6 +127,23 @@ export async function device(browser, server) {
 
 let users = 0;
 /** A user id no other test uses (the Postgres database is shared). */
+/**
+ * A suite's server (on `backend`) and Chromium, started before its tests and
+ * closed after them: read them as `env.server` and `env.browser`.
+ */
+export function serverAndBrowser(backend, options) {
+  const env = {};
+  before(async () => {
+    env.server = await startServer(backend, options);
+    env.browser = await launch();
+  });
+  after(async () => {
+    await env.browser?.close();
+    await env.server?.stop();
+  });
+  return env;
+}
+
 export function newUser(tag) {
   users += 1;
   return `${tag}-${process.pid}-${Date.now()}-${users}`;

@@ -2,29 +2,20 @@
 // the outbox, the cycles (attemptKeys, verdicts, who ran them — a cycle the
 // Service Worker ran, seen from a page), conflicts and spaces, live; its
 // buttons sync; Export diagnostics saves one JSON file with no token in it.
-import { test, describe, before, after } from 'node:test';
+import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { backends, startServer, launch, device, newUser, until, workerDevice } from './helpers.mjs';
+import { backends, serverAndBrowser, device, newUser, until, workerDevice } from './helpers.mjs';
 
 for (const backend of backends()) {
   describe(`the inspector on ${backend}`, () => {
-    let server;
-    let browser;
-    before(async () => {
-      server = await startServer(backend);
-      browser = await launch();
-    });
-    after(async () => {
-      await browser?.close();
-      await server?.stop();
-    });
+    const env = serverAndBrowser(backend);
 
     const section = (page, name) => page.locator(`[data-marksync-inspector] [data-section="${name}"]`);
 
     test('outbox, cycles, buttons and Export diagnostics, live, in a page', async () => {
       const user = newUser('inspect');
-      const { context, page } = await device(browser, server);
+      const { context, page } = await device(env.browser, env.server);
       await page.evaluate(async (user) => {
         window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'inspect', autoSync: false });
         const { mountInspector } = await import('/devtools.js');
@@ -78,7 +69,7 @@ for (const backend of backends()) {
     test('a cycle the Service Worker ran shows in the page, by the worker', async () => {
       const user = newUser('inspect-sw');
       // The test worker serves the database `e2e-sw`.
-      const d = await workerDevice(browser, server, 'e2e-sw', user, { autoSync: false });
+      const d = await workerDevice(env.browser, env.server, 'e2e-sw', user, { autoSync: false });
       const [page] = d.pages;
       await page.evaluate(async () => {
         const { mountInspector } = await import('/devtools.js');
@@ -88,7 +79,7 @@ for (const backend of backends()) {
         await db.change('sets', 'w1', { exercise: 'lunge', weightKg: 20, reps: 10 });
       });
       await d.dispatchSync();
-      await until(async () => (await server.rows(user)).size === 1, 'the worker to push');
+      await until(async () => (await env.server.rows(user)).size === 1, 'the worker to push');
       await until(() => page.evaluate(() => db.diagnostics().cycles.some((c) => c.by === 'worker' && c.applied === 1)), 'the worker’s cycle in the page');
       await section(page, 'Cycles').getByText('worker', { exact: true }).waitFor();
       await d.context.close();
