@@ -496,10 +496,10 @@ pub fn judge_batch_with(
     }
     let mut writes: Vec<RowWrite> =
         written.into_iter().filter_map(|(at, seq)| rows.remove(&at).map(|row| RowWrite { space: at.0, key: at.1, row, seq })).collect();
-    writes.sort_by(|a, b| (&a.space, a.seq).cmp(&(&b.space, b.seq)));
+    writes.sort_unstable_by(|a, b| (&a.space, a.seq).cmp(&(&b.space, b.seq)));
     out.writes = writes;
     let mut moved: Vec<(SpaceId, u64)> = slots.into_iter().filter(|s| s.moved).map(|s| (s.name, s.head)).collect();
-    moved.sort();
+    moved.sort_unstable();
     out.heads = moved;
     Ok(out)
 }

@@ -143,7 +143,7 @@ pub fn plan_pull(followed: &std::collections::BTreeMap<String, Follow>, members:
     let mut plan = PullPlan::default();
     let mut member_of = std::collections::HashSet::with_capacity(members.len());
     let mut sorted: Vec<&(String, Role, u64)> = members.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     for (space, role, head) in sorted {
         member_of.insert(space.as_str());
         match followed.get(space) {

@@ -490,7 +490,7 @@ impl Engine {
     /// Conflicts not dismissed (PROTOCOL §2a), oldest lost edit first.
     pub fn conflicts(&self) -> Vec<&Conflict> {
         let mut v: Vec<&Conflict> = self.conflicts.values().filter(|c| !c.dismissed).collect();
-        v.sort_by(|a, b| (a.mine.at, &a.id).cmp(&(b.mine.at, &b.id)));
+        v.sort_unstable_by(|a, b| (a.mine.at, &a.id).cmp(&(b.mine.at, &b.id)));
         v
     }
 
@@ -631,7 +631,7 @@ impl Engine {
         if let Some(f) = &txn.following {
             self.following = f.clone();
         }
-        touched.sort();
+        touched.sort_unstable();
         touched.dedup();
         for key in touched {
             let ops: Vec<Op> = self.outbox.on_row(&key).cloned().collect();

@@ -259,7 +259,7 @@ pub fn run(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> Vec<(
             }
         }),
     }
-    hits.sort_by(|a, b| q.cmp((&a.0, &a.1), (&b.0, &b.1)));
+    hits.sort_unstable_by(|a, b| q.cmp((&a.0, &a.1), (&b.0, &b.1)));
     hits.truncate(limit);
     hits.into_iter().filter_map(|(_, k)| src.get(&k).map(|r| (k.clone(), r.into_owned()))).collect()
 }

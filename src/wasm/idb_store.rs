@@ -199,7 +199,7 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
     let folded = deltas.len();
     if folded > 0 {
         let mut firsts = keys_v.iter().map(key_of).collect::<Result<Vec<_>, _>>()?;
-        firsts.sort();
+        firsts.sort_unstable();
         let mut groups: BTreeMap<Option<usize>, Vec<(RowKey, Row)>> = BTreeMap::new();
         for (k, r) in deltas {
             groups.entry(chunk_of(&firsts, &k)).or_default().push((k, r));
