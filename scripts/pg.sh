@@ -77,10 +77,12 @@ pick_locale() {
   echo C.UTF-8
 }
 
+# Below Linux's ephemeral range (32768-60999 by default): a port probed free
+# there can be taken by any socket the tests open before PostgreSQL binds it.
 free_port() {
   local p
   for _ in $(seq 1 200); do
-    p=$(( 20000 + RANDOM % 40000 ))
+    p=$(( 20000 + RANDOM % 12000 ))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
   done
   echo "pg.sh: no free port found" >&2
@@ -131,8 +133,19 @@ HBA
   # Record the cluster before starting it, so that `stop` can clean up after a failed start.
   mkdir -p "$(dirname "$state")"
   printf 'BIN=%q\nDIR=%q\nPORT=%q\nLOCALE=%q\n' "$bin" "$dir" "$port" "$loc" >"$state"
-  as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null || {
-    cat "$dir/server.log" >&2; exit 1; }
+  # A port found free may still be taken before the server binds it: then
+  # another free port, a few times, unless the caller named one.
+  local tries=3
+  until as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null; do
+    tries=$(( tries - 1 ))
+    if [[ -n "${PG_PORT:-}" || $tries -le 0 ]] || ! grep -q "could not bind\|could not create any TCP/IP sockets" "$dir/server.log"; then
+      cat "$dir/server.log" >&2; exit 1
+    fi
+    port="$(free_port)"
+    echo "pg.sh: port taken, trying $port" >&2
+    as_pg sed -i "s/^port = .*/port = $port/" "$dir/data/postgresql.conf"
+    printf 'BIN=%q\nDIR=%q\nPORT=%q\nLOCALE=%q\n' "$bin" "$dir" "$port" "$loc" >"$state"
+  done
   as_pg "$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qAt \
     -c "CREATE DATABASE marksync" >/dev/null
   echo "pg.sh: PostgreSQL on 127.0.0.1:$port, locale $loc" >&2
