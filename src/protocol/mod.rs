@@ -574,7 +574,7 @@ impl Row {
 
     /// The row without its notes: what a device keeps.
     pub fn without_notes(mut self) -> Row {
-        self.notes = None;
+        self.drop_notes();
         self
     }
 }
@@ -1138,11 +1138,17 @@ pub trait DropNotes {
     fn drop_notes(&mut self);
 }
 
+impl DropNotes for Row {
+    fn drop_notes(&mut self) {
+        self.notes = None;
+    }
+}
+
 impl DropNotes for PushResponse {
     fn drop_notes(&mut self) {
         for v in &mut self.verdicts {
             if let Outcome::Rejected { row: Some(row), .. } = &mut v.outcome {
-                row.notes = None;
+                row.drop_notes();
             }
         }
     }
@@ -1152,7 +1158,7 @@ impl DropNotes for VerdictsResponse {
     fn drop_notes(&mut self) {
         for v in &mut self.verdicts {
             if let Recalled::Rejected { row: Some(row), .. } = &mut v.recalled {
-                row.notes = None;
+                row.drop_notes();
             }
         }
     }
@@ -1160,13 +1166,13 @@ impl DropNotes for VerdictsResponse {
 
 impl DropNotes for PullResponse {
     fn drop_notes(&mut self) {
-        self.changes.iter_mut().for_each(|c| c.row.notes = None);
+        self.changes.iter_mut().for_each(|c| c.row.drop_notes());
     }
 }
 
 impl DropNotes for SpacesPullResponse {
     fn drop_notes(&mut self) {
-        self.spaces.iter_mut().flat_map(|p| p.changes.iter_mut()).for_each(|c| c.row.notes = None);
+        self.spaces.iter_mut().flat_map(|p| p.changes.iter_mut()).for_each(|c| c.row.drop_notes());
     }
 }
 

@@ -298,11 +298,12 @@ for (const engine of engines) {
         const refused = await until(() => text('Rejections').includes('reps must be at most 100'));
         const emptied = await until(() => text('Outbox').includes('none'));
         const diagnostics = await db.diagnostics();
-        inspector.unmount?.();
-        return { queued, cycled, refused, emptied, by: diagnostics.cycles.at(-1)?.by, sections: [...box.querySelectorAll('[data-section]')].map((e) => e.dataset.section) };
+        inspector.unmount();
+        return { queued, cycled, refused, emptied, by: diagnostics.cycles.at(-1)?.by, left: box.childElementCount };
       });
       assert.deepEqual([out.queued, out.cycled, out.refused, out.emptied], [true, true, true, true], JSON.stringify(out));
       assert.equal(out.by, 'tab');
+      assert.equal(out.left, 0, 'unmount() takes the inspector away');
     });
 
     test('two devices converge', async () => {

@@ -125,8 +125,6 @@ export async function device(browser, server) {
   return { context, page };
 }
 
-let users = 0;
-/** A user id no other test uses (the Postgres database is shared). */
 /**
  * A suite's server (on `backend`) and Chromium, started before its tests and
  * closed after them: read them as `env.server` and `env.browser`.
@@ -144,6 +142,8 @@ export function serverAndBrowser(backend, options) {
   return env;
 }
 
+let users = 0;
+/** A user id no other test uses (the Postgres database is shared). */
 export function newUser(tag) {
   users += 1;
   return `${tag}-${process.pid}-${Date.now()}-${users}`;

@@ -137,7 +137,7 @@ try {
       await db.change('sets', db.newRowId(), { exercise: 'Row', weightKg: 50, reps: 10 });
     });
     await p.locator('[data-section="Rejections"]').getByText('reps must be at most 100').waitFor();
-    await p.waitForTimeout(300);
+    await p.locator('[data-section="Outbox"]').getByText('Outbox (2)').waitFor();
     await p.screenshot({ path: join(out, 'inspector.png'), fullPage: true });
     console.log('inspector.png');
     await desk.close();
