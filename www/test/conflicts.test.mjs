@@ -33,6 +33,12 @@ for (const backend of backends()) {
       };
     }
 
+    // Each device stamps `at` from the server's clock as it measured it (an
+    // offset good to about half a round trip), so two edits a few ms apart on
+    // two devices may be stamped in either order. The edit meant to be later
+    // waits this long, far past that error.
+    const later = () => new Promise((r) => setTimeout(r, 100));
+
     const told = (g) => g.run(() => db.conflicts().map((c) => [c.field, c.mine.value, c.theirs.value]));
     const sync = (g) => g.run(async () => { await db.sync(); await db.sync(); });
 
@@ -54,7 +60,7 @@ for (const backend of backends()) {
       const { user, phone, tablet, id } = await twoDevices();
       await phone.context.setOffline(true);
       await phone.run((id) => db.change('sets', id, { reps: 6 }), id);
-      await new Promise((r) => setTimeout(r, 20));
+      await later();
       await tablet.run(async (id) => { await db.change('sets', id, { reps: 7 }); await db.sync(); }, id);
       await phone.context.setOffline(false);
       await sync(phone);
@@ -96,6 +102,7 @@ for (const backend of backends()) {
       const { phone, tablet, id } = await twoDevices();
       await phone.run(async (id) => { await db.change('sets', id, { reps: 6 }); await db.sync(); }, id);
       // The tablet has not pulled the 6 when it sets 7.
+      await later();
       await tablet.run(async (id) => { await db.change('sets', id, { reps: 7 }); await db.sync(); }, id);
       await sync(phone);
       assert.deepEqual(await told(phone), [['reps', 6, 7]]);
@@ -132,6 +139,7 @@ for (const backend of backends()) {
       await bob.run((diary) => db.accept(diary), diary);
       await until(() => sync(bob).then(() => bob.run(({ id, diary }) => db.row('sets', id, { space: diary }), { id, diary })), 'the diary on bob');
       await bob.run(({ id, diary }) => db.change('sets', id, { reps: 6 }, { space: diary }), { id, diary });
+      await later();
       await ann.run(async (id) => { await db.change('sets', id, { reps: 7 }); await db.sync(); }, id);
       await sync(bob);
       const [c] = await bob.run(() => db.conflicts());

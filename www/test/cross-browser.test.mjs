@@ -462,14 +462,19 @@ for (const engine of engines) {
       }
       await s.run((user) => window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'e2e-sw', autoSync: false })
         .then((db) => { window.db = db; }), user);
-      const via = await s.run(async () => {
+      const { id, via } = await s.run(async () => {
         const id = db.newRowId();
         await db.change('sets', id, { exercise: 'dip', weightKg: 0, reps: 12 });
-        return (await db.requestSync()).via;
+        return { id, via: (await db.requestSync()).via };
       });
       assert.ok(['worker', 'background-sync'].includes(via), via);
       console.log(`# ${engine}: requestSync() went via ${via}`);
-      await until(async () => (await server.rows(user)).size === 1, 'the worker to push');
+      // A worker started cold compiles the module first: on a loaded machine
+      // that takes seconds. Should it still time out, say what the page saw.
+      await until(async () => (await server.rows(user)).size === 1, 'the worker to push', 30000).catch(async (e) => {
+        const seen = await s.run((id) => ({ status: db.status('sets', id), metrics: db.metrics() }), id).catch((x) => String(x));
+        throw new Error(`${e.message}; the page saw ${JSON.stringify(seen)}`);
+      });
     });
   });
 }
