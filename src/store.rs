@@ -42,6 +42,13 @@ impl Meta {
         Meta { device_id, counter: 0, cursor: 0, clock: Clock::default() }
     }
 
+    /// Whether `other` (of the same device) is nowhere further on than this
+    /// record: then a step planned from this one is what it would have been
+    /// planned from `other` — the same numbers and `at`s are still free.
+    pub fn covers(&self, other: &Meta) -> bool {
+        self.device_id == other.device_id && self.join(other) == *self
+    }
+
     /// The join of two copies of the meta record (this engine's and the one in
     /// the database, which another tab may have moved): every number at its max.
     pub fn join(&self, other: &Meta) -> Meta {
@@ -251,6 +258,16 @@ pub trait LocalStore {
     /// ops only; `None` writes nothing. Returns whether it wrote. With
     /// `durable`, completes only once the write is flushed to disk.
     async fn update(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError>;
+    /// [`LocalStore::update`] without waiting on the read: `txn` (meta and
+    /// pending ops only) was planned from `assumed`, the meta record as this
+    /// context last knew it, and is written only if the stored record is
+    /// nowhere further on ([`Meta::covers`]); else nothing is written and
+    /// `Ok(false)` says to plan again from what is stored. A store that can
+    /// queue the writes behind the read in one transaction (IndexedDB) saves
+    /// the round trip between them; this default reads first.
+    async fn write_assuming(&self, durable: bool, assumed: &Meta, txn: &Txn) -> Result<bool, StoreError> {
+        self.update(durable, &mut |stored| assumed.covers(stored).then(|| txn.clone())).await
+    }
     /// Lets the database go (another context may then upgrade or delete it).
     fn close(&self) {}
     /// Opens the database again after its connection was closed under the
@@ -273,6 +290,9 @@ impl<S: LocalStore> LocalStore for std::rc::Rc<S> {
     }
     async fn update(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
         S::update(self, durable, plan).await
+    }
+    async fn write_assuming(&self, durable: bool, assumed: &Meta, txn: &Txn) -> Result<bool, StoreError> {
+        S::write_assuming(self, durable, assumed, txn).await
     }
     fn close(&self) {
         S::close(self)
@@ -537,6 +557,7 @@ mod tests {
         run(crate::testing::store_contract::deletes(&MemoryStore::new()));
         run(crate::testing::store_contract::base_rows_are_keyed_by_table_and_row(&MemoryStore::new()));
         run(crate::testing::store_contract::engine_steps_survive_reopen(&MemoryStore::new()));
+        run(crate::testing::store_contract::a_write_assuming_a_moved_record_writes_nothing(&MemoryStore::new()));
     }
 
     #[test]

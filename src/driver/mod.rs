@@ -355,19 +355,34 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     }
 
     /// Records drafts as ops: the numbers and `at`s are taken from the meta
-    /// record read in the same durable transaction that writes the ops, so
-    /// contexts sharing the database never reuse either; the engine learns
-    /// of the ops only once that transaction committed. An edit the engine
-    /// refuses (no `at` left) writes nothing.
+    /// record as stored, checked in the same durable transaction that writes
+    /// the ops, so contexts sharing the database never reuse either; the
+    /// engine learns of the ops only once that transaction committed. An
+    /// edit the engine refuses (no `at` left) writes nothing.
+    ///
+    /// First planned from the record this context knows (the others
+    /// broadcast theirs) and written without waiting on the read — one round
+    /// trip to the disk instead of two; the store aborts it if another
+    /// context moved the record meanwhile, and it is planned again from what
+    /// is stored.
     async fn record(self: &Rc<Self>, drafts: Vec<Draft>) -> Result<Vec<(OpId, String)>, ClientError> {
         self.storage_settled().await;
         let now = self.host.now();
         let (mut planned, mut refused) = (None, None);
-        let mut drafts = Some(drafts);
+        let assumed = self.engine.borrow().meta().clone();
+        let (txn, rec) = self.engine.borrow_mut().plan_records(drafts.clone(), &assumed, now)?;
+        // Any failure here is met again, and told, by the read-first path.
+        if matches!(self.store.write_assuming(true, &assumed, &txn).await, Ok(true)) {
+            planned = Some(rec);
+        }
+        let mut drafts = planned.is_none().then_some(drafts);
         // Twice at most: a database closed under the library before the
         // edit was planned (the usual case: the transaction cannot even
         // start) is opened again and the edit goes into it.
         for retry in [false, true] {
+            if drafts.is_none() {
+                break;
+            }
             let written = self
                 .store
                 .update(true, &mut |stored| {

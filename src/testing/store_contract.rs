@@ -81,6 +81,45 @@ pub async fn deletes<S: LocalStore>(store: &S) -> Result<(), String> {
     check(s.rejections.is_empty(), "a dismissed rejection is gone")
 }
 
+/// A write planned from a meta record another context has since moved
+/// ([`LocalStore::write_assuming`]) writes nothing — not its op, not its
+/// meta — and says so; planned from the record as stored, it is written.
+/// In IndexedDB this proves the abort wins over the commit of the puts
+/// queued behind the read.
+pub async fn a_write_assuming_a_moved_record_writes_nothing<S: LocalStore>(store: &S) -> Result<(), String> {
+    store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+    let stale = Meta::fresh("dev".into());
+    let mut moved = stale.clone();
+    moved.counter = 64;
+    moved.clock.last_at = 20;
+    store.commit(&Txn { meta: Some(moved.clone()), ..Txn::default() }).await.map_err(|e| e.to_string())?;
+    let mut planned = stale.clone();
+    planned.clock.last_at = 10;
+    let txn = Txn { meta: Some(planned), put_pending: vec![op("dev", 1, 10)], ..Txn::default() };
+    let wrote = store.write_assuming(true, &stale, &txn).await.map_err(|e| e.to_string())?;
+    check(!wrote, "a stale assumption is refused")?;
+    let s = store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+    check(s.pending.is_empty(), "nothing of the refused write is stored")?;
+    check(s.meta.as_ref() == Some(&moved), "the stored record is as the other context left it")?;
+
+    let mut planned = moved.clone();
+    planned.clock.last_at = 21;
+    let txn = Txn { meta: Some(planned.clone()), put_pending: vec![op("dev", 65, 21)], ..Txn::default() };
+    let wrote = store.write_assuming(true, &moved, &txn).await.map_err(|e| e.to_string())?;
+    check(wrote, "an assumption that holds is written")?;
+    let s = store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+    check(s.pending.len() == 1 && s.pending[0].at == 21, "the op is stored")?;
+    check(s.meta.as_ref() == Some(&planned), "and the meta record with it")?;
+
+    // A record of another device (the database cleared and filled again) is never assumed.
+    let other = Meta { device_id: "dev2".into(), ..planned.clone() };
+    let txn = Txn { meta: Some(other.clone()), put_pending: vec![op("dev2", 1, 30)], ..Txn::default() };
+    let wrote = store.write_assuming(true, &other, &txn).await.map_err(|e| e.to_string())?;
+    check(!wrote, "another device's record is refused")?;
+    let s = store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+    check(s.pending.len() == 1, "and writes nothing")
+}
+
 /// A base row put twice keeps the second; rows are keyed by (table, rowId).
 pub async fn base_rows_are_keyed_by_table_and_row<S: LocalStore>(store: &S) -> Result<(), String> {
     store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;

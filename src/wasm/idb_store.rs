@@ -546,6 +546,10 @@ impl LocalStore for IdbStore {
         self.update_in(durable, plan).await.map_err(|e| self.fail(e))
     }
 
+    async fn write_assuming(&self, durable: bool, assumed: &Meta, txn: &Txn) -> Result<bool, StoreError> {
+        self.write_assuming_in(durable, assumed, txn).await.map_err(|e| self.fail(e))
+    }
+
     fn close(&self) {
         // Closed by its owner: no loss to tell of.
         self.on_lost.borrow_mut().take();
@@ -643,12 +647,7 @@ impl IdbStore {
     /// (Chromium's default, "relaxed", completes before that), so a
     /// recorded edit survives a power cut. A plan of nothing aborts it.
     async fn update_in(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
-        let tx = if durable {
-            self.db()?;
-            self.durable_transaction(&[META, PENDING])?
-        } else {
-            self.db()?.transaction(&[META, PENDING], TransactionMode::ReadWrite).map_err(failed)?
-        };
+        let tx = self.update_transaction(durable)?;
         let meta_store = tx.object_store(META).map_err(failed)?;
         let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
         let Some(txn) = plan(&stored) else {
@@ -657,6 +656,47 @@ impl IdbStore {
         };
         Self::write(&tx, &txn, Some(&stored)).await?;
         finish(tx, "the transaction").await.map(|()| true)
+    }
+
+    /// A transaction over meta and pending, durable or not.
+    fn update_transaction(&self, durable: bool) -> Result<idb::Transaction, StoreError> {
+        if durable {
+            self.db()?;
+            self.durable_transaction(&[META, PENDING])
+        } else {
+            self.db()?.transaction(&[META, PENDING], TransactionMode::ReadWrite).map_err(failed)
+        }
+    }
+
+    /// The writes queued behind the read of the meta record, in one
+    /// transaction. Requests run in the order they were made, so the read
+    /// sees the record as it was before this transaction's puts; and the
+    /// transaction cannot commit before the read's answer has been heard
+    /// (the puts behind it are still pending, and the answer is heard in a
+    /// microtask of its success event), so the abort always comes first.
+    async fn write_assuming_in(&self, durable: bool, assumed: &Meta, txn: &Txn) -> Result<bool, StoreError> {
+        if txn.touches_more_than_meta_and_pending() || !txn.delete_pending.is_empty() {
+            // Not a recording: read first.
+            return self.update_in(durable, &mut |stored| assumed.covers(stored).then(|| txn.clone())).await;
+        }
+        let tx = self.update_transaction(durable)?;
+        let meta_store = tx.object_store(META).map_err(failed)?;
+        // Listened to from now: its answer is heard whenever it is awaited.
+        let read = std::future::IntoFuture::into_future(meta_store.get(Query::Key(JsValue::from_str(META))).map_err(failed)?);
+        let checked = async {
+            Self::write(&tx, txn, Some(assumed)).await?;
+            let stored = read.await.map_err(failed)?.map(|v| parse::<Meta>(&v)).transpose()?;
+            Ok::<_, StoreError>(stored.is_some_and(|s| assumed.covers(&s)))
+        }
+        .await;
+        match checked {
+            Ok(true) => finish(tx, "the transaction").await.map(|()| true),
+            other => {
+                // Nothing of it may commit: not the plan of a stale record, nor half a write.
+                let _ = tx.abort();
+                other
+            }
+        }
     }
 
     async fn commit_in(&self, txn: &Txn) -> Result<(), StoreError> {
