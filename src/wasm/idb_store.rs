@@ -676,8 +676,8 @@ impl IdbStore {
     /// microtask of its success event), so the abort always comes first.
     async fn write_assuming_in(&self, durable: bool, assumed: &Meta, txn: &Txn) -> Result<bool, StoreError> {
         if txn.touches_more_than_meta_and_pending() || !txn.delete_pending.is_empty() {
-            // Not a recording: read first.
-            return self.update_in(durable, &mut |stored| assumed.covers(stored).then(|| txn.clone())).await;
+            // Not a recording: not written here (the caller plans it again, read first).
+            return Ok(false);
         }
         let tx = self.update_transaction(durable)?;
         let meta_store = tx.object_store(META).map_err(failed)?;

@@ -1,0 +1,58 @@
+// Where one durable `change()` spends its time, on disk (a persistent
+// profile, strict durability), next to raw IndexedDB doing a part of its work:
+// one put per transaction; a read then the puts; the read and the puts queued
+// at once (what `change()` does since it stopped waiting on the read).
+// Prints each one's p50 (second of two rounds); PROF=1 adds a CPU profile's
+// self times; ONLY=change measures `change()` alone.
+//
+//   N=2000 [PROF=1] [ONLY=change] node www/bench/change-trace.mjs
+import { chromium } from 'playwright-core';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startServer, CHROMIUM_ARGS } from '../test/helpers.mjs';
+const server = await startServer('sqlite');
+const ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'tr-')), { executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
+const page = await ctx.newPage();
+await page.goto(`${server.url}/test/harness.html`);
+await page.waitForFunction(() => window.ready);
+await page.evaluate(() => window.ready);
+const N = Number(process.env.N || 2000);
+const cdp = await ctx.newCDPSession(page);
+if (process.env.PROF) { await cdp.send('Profiler.enable'); await cdp.send('Profiler.setSamplingInterval', { interval: 50 }); await cdp.send('Profiler.start'); }
+if (process.env.ONLY) await page.evaluate((o) => { window.ONLY = o; }, process.env.ONLY);
+const out = await page.evaluate(async (N) => {
+  const p50 = (a) => { a.sort((x, y) => x - y); return +a[Math.floor(a.length / 2)].toFixed(3); };
+  const openRaw = (name) => new Promise((res, rej) => { const r = indexedDB.open(name, 1); r.onupgradeneeded = () => { r.result.createObjectStore('a'); r.result.createObjectStore('m'); }; r.onsuccess = () => res(r.result); r.onerror = () => rej(r.error); });
+  const raw = await openRaw('raw-' + Math.random());
+  const done = (tx) => new Promise((res, rej) => { tx.oncomplete = res; tx.onerror = () => rej(tx.error); });
+  const res = {};
+  const runs = {
+    rawPut: async (i) => { const tx = raw.transaction(['a'], 'readwrite', { durability: 'strict' }); tx.objectStore('a').put({ exercise: 'squat', weightKg: 80, reps: i }, i); await done(tx); },
+    rawGetThenPut: async (i) => { const tx = raw.transaction(['a', 'm'], 'readwrite', { durability: 'strict' }); await new Promise((r) => { tx.objectStore('m').get('meta').onsuccess = r; }); tx.objectStore('a').put({ reps: i }, i); tx.objectStore('m').put({ c: i }, 'meta'); await done(tx); },
+    rawGetAndPut: async (i) => { const tx = raw.transaction(['a', 'm'], 'readwrite', { durability: 'strict' }); tx.objectStore('m').get('meta'); tx.objectStore('a').put({ reps: i }, i); tx.objectStore('m').put({ c: i }, 'meta'); await done(tx); },
+  };
+  const db = await window.Marksync.open({ endpoint: location.origin, token: 'dev:trace', name: 'trace-' + Math.random(), autoSync: false, live: false, persist: false });
+  runs.change = async (i) => { await db.change('sets', db.newRowId(), { exercise: 'squat', weightKg: 80, reps: i }); };
+  for (const round of [0, 1]) {
+    for (const [k, f] of Object.entries(runs)) {
+      if (window.ONLY && k !== window.ONLY) continue;
+      const t = [];
+      for (let i = 0; i < N; i++) { const t0 = performance.now(); await f(round * N + i); t.push(performance.now() - t0); }
+      if (round) res[k] = p50(t);
+    }
+  }
+  return res;
+}, N);
+console.log(JSON.stringify(out));
+if (process.env.PROF) {
+  const { profile } = await cdp.send('Profiler.stop');
+  const self = new Map(); const dt = profile.timeDeltas; const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const counts = new Map(); profile.samples.forEach((id, i) => counts.set(id, (counts.get(id) || 0) + (dt[i] || 0)));
+  for (const [id, us] of counts) { const n = byId.get(id); const k = `${n.callFrame.functionName || '(anon)'} ${n.callFrame.url.split('/').pop()}:${n.callFrame.lineNumber}`; self.set(k, (self.get(k) || 0) + us); }
+  const top = [...self].sort((a, b) => b[1] - a[1]).slice(0, 40);
+  for (const [k, us] of top) console.log((us / 1000).toFixed(1).padStart(8), 'ms', k);
+}
+await ctx.close();
+await server.stop?.();
+process.exit(0);

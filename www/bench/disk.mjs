@@ -1,0 +1,49 @@
+// Two builds of the package side by side on disk (a persistent profile):
+// `change()` each awaited and `changeMany` of 10,000, with raw IndexedDB
+// (one put per transaction, strict durability) in the same rounds. Rounds
+// alternate A, B and raw; prints medians and ratios.
+//
+//   N=2000 node www/bench/disk.mjs <www dir A> <www dir B> [rounds]
+//
+// Each www dir needs pkg/ (`scripts/build-www.sh --pkg-only`).
+import { chromium } from 'playwright-core';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startServer, CHROMIUM_ARGS } from '../test/helpers.mjs';
+const [A, B, R] = process.argv.slice(2);
+const N = Number(process.env.N || 2000), rounds = Number(R || 5);
+const servers = { A: await startServer('sqlite', { staticDir: A }), B: await startServer('sqlite', { staticDir: B }) };
+const ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'sbs-')), { executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
+const med = (a) => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)];
+const res = { A: { p50: [], bulk: [] }, B: { p50: [], bulk: [] }, raw: { p50: [] } };
+for (let r = 0; r < rounds; r++) {
+  for (const side of ['A', 'B', 'raw']) {
+    const page = await ctx.newPage();
+    await page.goto(`${servers[side === 'raw' ? 'A' : side].url}/test/harness.html`);
+    await page.evaluate(() => window.ready);
+    const out = await page.evaluate(async ({ N, raw }) => {
+      const t = [];
+      if (raw) {
+        const db = await new Promise((res, rej) => { const q = indexedDB.open('raw-' + Math.random(), 1); q.onupgradeneeded = () => q.result.createObjectStore('a'); q.onsuccess = () => res(q.result); q.onerror = () => rej(q.error); });
+        for (let i = 0; i < N; i++) { const t0 = performance.now(); const tx = db.transaction(['a'], 'readwrite', { durability: 'strict' }); tx.objectStore('a').put({ exercise: 'squat', weightKg: 80, reps: i }, i); await new Promise((r) => { tx.oncomplete = r; }); t.push(performance.now() - t0); }
+        return { t };
+      }
+      const db = await window.Marksync.open({ endpoint: location.origin, token: 'dev:sbs', name: 'sbs-' + Math.random(), autoSync: false, live: false, persist: false });
+      for (let i = 0; i < N; i++) { const t0 = performance.now(); await db.change('sets', db.newRowId(), { exercise: 'squat', weightKg: 80, reps: i }); t.push(performance.now() - t0); }
+      const edits = Array.from({ length: 10000 }, (_, i) => ({ table: 'sets', rowId: `${db.deviceId}-bulk-${i}`, fields: { exercise: 'squat', weightKg: 80, reps: i } }));
+      const b0 = performance.now(); await db.changeMany(edits); const bulk = performance.now() - b0;
+      db.close();
+      return { t, bulk };
+    }, { N, raw: side === 'raw' });
+    res[side].p50.push(med(out.t));
+    if (out.bulk) res[side].bulk.push(out.bulk);
+    await page.close();
+  }
+}
+const f = (x) => x.toFixed(2);
+const a = med(res.A.p50), b = med(res.B.p50), raw = med(res.raw.p50);
+console.log(`change() p50 on disk (strict), medians of ${rounds} rounds of ${N}: A ${f(a)} ms, B ${f(b)} ms (B/A ${f(b / a)}), raw IndexedDB strict ${f(raw)} ms (A/raw ${f(a / raw)}, B/raw ${f(b / raw)})`);
+console.log(`changeMany(10,000): A ${f(med(res.A.bulk))} ms, B ${f(med(res.B.bulk))} ms (B/A ${f(med(res.B.bulk) / med(res.A.bulk))})`);
+await ctx.close();
+process.exit(0);
