@@ -7,6 +7,14 @@ use marksync_server::config::Command;
 use marksync_server::store::Store;
 use marksync_server::{logging, Config};
 
+/// mimalloc, not the system's malloc: a push allocates and frees many small
+/// values (rows, marks, verdicts) on every worker thread at once, where
+/// glibc's allocator contends on its arenas and coalesces freed chunks
+/// (BENCHMARKS.md, "The allocator"). An app embedding the server chooses its
+/// own allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     // Before any thread starts: an empty variable is an unset one, everywhere
     // (`MARKSYNC_JWT_AUDIENCE=` must not demand an empty audience of every token).

@@ -12,6 +12,11 @@ pub fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// The server binary's allocator (see `src/main.rs`), so that an in-process
+/// bench measures the server as it ships.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// A name no other run of this process uses.
