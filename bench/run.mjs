@@ -13,6 +13,7 @@
 //   BENCH_SYSTEMS=a,b     only these systems (marksync, loro, loro-shallow, yjs, automerge, dexie, idb, idb-strict)
 //   BENCH_INCOGNITO=1     an incognito context instead of a persistent profile (Chromium keeps its IndexedDB in memory)
 //   BENCH_NO_BUILD=1      reuse bench/dist
+//   BENCH_W6_ROWS=100000  workload 6 (queries) at these row counts only
 //   CHROMIUM=/path        the browser (default /usr/bin/chromium)
 import { createServer } from 'node:http';
 import { execFileSync } from 'node:child_process';
@@ -35,6 +36,8 @@ const SEED = 20261130;
 const sz = QUICK
   ? { w1Sets: 5_000, w1Keys: 1000, w2Edits: 10_000, w2Rows: 1000, w3N: 300, w4Rows: 2_000, w6Rows: [5_000] }
   : { w1Sets: 100_000, w1Keys: 1000, w2Edits: 259_778, w2Rows: 1000, w3N: 10_000, w4Rows: 100_000, w6Rows: [100_000, 1_000_000] };
+// BENCH_W6_ROWS=100000: workload 6 at these sizes only (comma-separated).
+if (process.env.BENCH_W6_ROWS) sz.w6Rows = process.env.BENCH_W6_ROWS.split(',').map(Number);
 
 const VERSIONS = JSON.parse(readFileSync(join(here, 'package.json'), 'utf8')).devDependencies;
 const PEER_PKG = { loro: 'loro-crdt', yjs: 'yjs', automerge: '@automerge/automerge', dexie: 'dexie' };

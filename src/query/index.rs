@@ -3,11 +3,10 @@
 //! ties by rowId then space. Kept entry by entry as rows change, so a
 //! query reads what it returns, not the table.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::rc::Rc;
 
-use super::field;
-use super::value::{cmp_text, Key};
+use super::{field, sortkey};
 use crate::protocol::{Row, RowKey};
 
 /// An index to keep: a table and its fields, as the app names them.
@@ -19,51 +18,43 @@ pub struct IndexDef {
     pub fields: Vec<String>,
 }
 
-/// A row's place in the tie-break order, or an end of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Tie {
-    /// Below every row.
-    Bottom,
-    /// A row: its id and space.
-    Row(String, String),
-    /// Above every row.
-    Top,
+/// An index entry: the [`sortkey`] bytes of the index's values, then of
+/// the row (its tie-break), shared by the ordered set and the row's lookup.
+pub type Entry = Rc<[u8]>;
+
+/// A row's entry, found by its row: hashed and compared by the entry's tie
+/// (the bytes after the values), so the lookup holds no copy of the row's
+/// id — only a second pointer to the one entry.
+#[derive(Debug, Clone)]
+struct ByRow {
+    entry: Entry,
+    /// Where the tie starts in `entry`.
+    tie: u32,
 }
 
-impl Ord for Tie {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        use std::cmp::Ordering::*;
-        match (self, other) {
-            (Tie::Row(a, s), Tie::Row(b, t)) => cmp_text(a, b).then_with(|| cmp_text(s, t)),
-            (Tie::Bottom, Tie::Bottom) | (Tie::Top, Tie::Top) => Equal,
-            (Tie::Bottom, _) | (_, Tie::Top) => Less,
-            (Tie::Top, _) | (_, Tie::Bottom) => Greater,
-        }
+impl ByRow {
+    fn tie(&self) -> &[u8] {
+        self.entry.get(self.tie as usize..).unwrap_or_default()
     }
 }
 
-impl PartialOrd for Tie {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
+impl PartialEq for ByRow {
+    fn eq(&self, other: &Self) -> bool {
+        self.tie() == other.tie()
     }
 }
 
-/// One entry: the values of the index's fields, then the row.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Entry {
-    /// The values (or ends, in a bound), shared with the row's record of them.
-    pub values: Rc<[Key]>,
-    /// The row (or an end, in a bound).
-    pub tie: Tie,
+impl Eq for ByRow {}
+
+impl std::hash::Hash for ByRow {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.tie().hash(h);
+    }
 }
 
-impl Entry {
-    /// The row's key in `table`, `None` for a bound.
-    pub fn key(&self, table: &str) -> Option<RowKey> {
-        match &self.tie {
-            Tie::Row(id, space) => Some(RowKey::in_space(space.clone(), table, id.clone())),
-            _ => None,
-        }
+impl std::borrow::Borrow<[u8]> for ByRow {
+    fn borrow(&self) -> &[u8] {
+        self.tie()
     }
 }
 
@@ -75,30 +66,38 @@ pub struct Index {
     /// Its entries, in order.
     pub entries: BTreeSet<Entry>,
     /// Each indexed row's entry, to take it out when the row changes.
-    of_row: HashMap<(String, String), Rc<[Key]>>,
+    of_row: HashSet<ByRow>,
 }
 
 impl Index {
-    fn values(&self, row: Option<&Row>) -> Option<Rc<[Key]>> {
-        row.filter(|r| !r.is_deleted()).map(|r| self.fields.iter().map(|f| Key::Val(field(r, f).clone())).collect())
+    /// The entry of a visible row (none for a deleted one): its values, then its row.
+    fn entry(&self, key: &RowKey, row: Option<&Row>) -> Option<ByRow> {
+        let row = row.filter(|r| !r.is_deleted())?;
+        let mut bytes = Vec::with_capacity(16 * self.fields.len() + key.row_id.len() + key.space.len() + 5);
+        for f in &self.fields {
+            sortkey::value(&mut bytes, field(row, f));
+        }
+        let tie = u32::try_from(bytes.len()).ok()?;
+        sortkey::row(&mut bytes, &key.row_id, &key.space);
+        Some(ByRow { entry: bytes.into(), tie })
     }
 
     fn put(&mut self, key: &RowKey, row: Option<&Row>) {
-        let id = (key.row_id.clone(), key.space.clone());
-        let tie = Tie::Row(key.row_id.clone(), key.space.clone());
-        let new = self.values(row);
-        match (self.of_row.get(&id), &new) {
-            (Some(old), Some(new)) if old == new => return,
+        let new = self.entry(key, row);
+        let mut tie = Vec::with_capacity(key.row_id.len() + key.space.len() + 5);
+        sortkey::row(&mut tie, &key.row_id, &key.space);
+        match (self.of_row.get(tie.as_slice()), &new) {
+            (Some(old), Some(new)) if old.entry == new.entry => return,
             (Some(_), _) => {
-                if let Some(old) = self.of_row.remove(&id) {
-                    self.entries.remove(&Entry { values: old, tie: tie.clone() });
+                if let Some(old) = self.of_row.take(tie.as_slice()) {
+                    self.entries.remove(&old.entry);
                 }
             }
             (None, _) => {}
         }
-        if let Some(values) = new {
-            self.entries.insert(Entry { values: values.clone(), tie });
-            self.of_row.insert(id, values);
+        if let Some(new) = new {
+            self.entries.insert(new.entry.clone());
+            self.of_row.insert(new);
         }
     }
 
@@ -107,13 +106,18 @@ impl Index {
     fn fill<'r>(&mut self, rows: impl Iterator<Item = (&'r RowKey, &'r Row)>) {
         let mut entries = Vec::new();
         for (key, row) in rows {
-            if let Some(values) = self.values(Some(row)) {
-                self.of_row.insert((key.row_id.clone(), key.space.clone()), values.clone());
-                entries.push(Entry { values, tie: Tie::Row(key.row_id.clone(), key.space.clone()) });
+            if let Some(e) = self.entry(key, Some(row)) {
+                entries.push(e.entry.clone());
+                self.of_row.insert(e);
             }
         }
         entries.sort_unstable();
         self.entries = entries.into_iter().collect();
+    }
+
+    /// The row an entry names, in `table`.
+    pub fn row_of(&self, table: &str, entry: &[u8]) -> Option<RowKey> {
+        sortkey::row_of(entry, self.fields.len()).map(|(id, space)| RowKey::in_space(space, table, id))
     }
 }
 

@@ -14,6 +14,7 @@
 
 pub mod index;
 pub mod run;
+pub mod sortkey;
 pub mod value;
 
 use std::cmp::Ordering;

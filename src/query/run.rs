@@ -15,7 +15,8 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::ops::Bound;
 
-use super::index::{Entry, Index, Indexes, Tie};
+use super::index::{Index, Indexes};
+use super::sortkey;
 use super::value::{cmp, kind, Key, Kind};
 use super::{Dir, Pred, Query};
 use crate::protocol::{Row, RowKey, Value};
@@ -129,40 +130,46 @@ impl Fit<'_> {
         Explain { index: Some(self.index.fields.clone()), equal, range, ordered: self.ordered.is_some(), plan }
     }
 
-    /// The first and last entries the query can read.
-    fn bounds(&self, after: Option<&[Value]>) -> (Entry, Entry) {
+    /// The first and last entries the query can read, as [`sortkey`] bytes.
+    fn bounds(&self, after: Option<&[Value]>) -> (Vec<u8>, Vec<u8>) {
         let n = self.index.fields.len();
-        let fill = |mut v: Vec<Key>, end: Key| {
-            while v.len() < n {
-                v.push(end.clone());
+        let fill = |v: &[Key], end: &Key, top_tie: bool| {
+            let mut out = Vec::new();
+            for k in v.iter().chain(std::iter::repeat(end)).take(n) {
+                sortkey::key(&mut out, k);
             }
-            v
+            if top_tie {
+                sortkey::top(&mut out);
+            } else {
+                sortkey::bottom(&mut out);
+            }
+            out
         };
         let mut lo_v = self.points.clone();
         let mut hi_v = self.points.clone();
-        let (mut lo_tie, mut hi_tie) = (Tie::Bottom, Tie::Top);
+        let (mut lo_top, mut hi_top) = (false, true);
         let (mut lo_end, mut hi_end) = (Key::Bottom, Key::Top);
         if let Some((lo, hi)) = &self.range {
             lo_v.push(lo.key.clone());
             hi_v.push(hi.key.clone());
             if !lo.incl {
-                (lo_end, lo_tie) = (Key::Top, Tie::Top);
+                (lo_end, lo_top) = (Key::Top, true);
             }
             if !hi.incl {
-                (hi_end, hi_tie) = (Key::Bottom, Tie::Bottom);
+                (hi_end, hi_top) = (Key::Bottom, false);
             }
         }
-        let mut lo = Entry { values: fill(lo_v, lo_end).into(), tie: lo_tie };
-        let mut hi = Entry { values: fill(hi_v, hi_end).into(), tie: hi_tie };
+        let mut lo = fill(&lo_v, &lo_end, lo_top);
+        let mut hi = fill(&hi_v, &hi_end, hi_top);
         // A page's start, when the index gives the order: seek to it.
         if let (Some(a), Some(dir)) = (after, self.ordered) {
             let mut at: Vec<Key> = self.points.clone();
             at.extend(a.iter().cloned().map(Key::Val));
             if at.len() == n {
                 if dir == Dir::Asc {
-                    lo = lo.max(Entry { values: at.into(), tie: Tie::Bottom });
+                    lo = lo.max(fill(&at, &Key::Bottom, false));
                 } else {
-                    hi = hi.min(Entry { values: at.into(), tie: Tie::Top });
+                    hi = hi.min(fill(&at, &Key::Top, true));
                 }
             }
         }
@@ -225,11 +232,11 @@ pub fn run(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> Vec<(
             if lo > hi {
                 return Vec::new();
             }
-            let range = f.index.entries.range((Bound::Included(lo), Bound::Included(hi)));
-            let entries: Box<dyn Iterator<Item = &Entry>> =
+            let range = f.index.entries.range::<[u8], _>((Bound::Included(lo.as_slice()), Bound::Included(hi.as_slice())));
+            let entries: Box<dyn Iterator<Item = &super::index::Entry>> =
                 if f.ordered == Some(Dir::Desc) { Box::new(range.rev()) } else { Box::new(range) };
             for e in entries {
-                let Some(key) = e.key(table) else { continue };
+                let Some(key) = f.index.row_of(table, e) else { continue };
                 let Some(row) = src.get(&key) else { continue };
                 if !q.matches(&key, &row) {
                     continue;
@@ -274,8 +281,8 @@ pub fn count(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> usi
             if lo > hi {
                 return 0;
             }
-            for e in f.index.entries.range((Bound::Included(lo), Bound::Included(hi))) {
-                let Some(key) = e.key(table) else { continue };
+            for e in f.index.entries.range::<[u8], _>((Bound::Included(lo.as_slice()), Bound::Included(hi.as_slice()))) {
+                let Some(key) = f.index.row_of(table, e) else { continue };
                 if src.get(&key).is_some_and(|row| q.matches(&key, &row)) {
                     n += 1;
                 }
