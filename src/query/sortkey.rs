@@ -169,7 +169,7 @@ pub fn tie_of(entry: &[u8], fields: usize) -> Option<&[u8]> {
     entry.get(at..)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use crate::query::value::cmp;
