@@ -129,10 +129,11 @@ pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
     };
     rows.into_iter()
         .map(|RowBin(table, row_id, space, groups)| {
+            let fields = groups.iter().map(|g| g.2.len()).sum();
             let groups = groups
                 .into_iter()
                 .map(|GroupBin(at, op_id, fields)| (at, op_id, fields.into_iter().map(|(f, v)| value_of(v).map(|v| (f.into_owned(), v)))));
-            let (mut key, row) = row_of(table.into_owned(), row_id.into_owned(), groups)?;
+            let (mut key, row) = row_of(table.into_owned(), row_id.into_owned(), fields, groups)?;
             key.space = space.into_owned();
             Ok((key, row))
         })
@@ -151,13 +152,16 @@ fn value_of(v: ValueBin<'_>) -> Result<Value, StoreError> {
 }
 
 /// One decoded row from its groups of cells (the cells of a group share one
-/// mark, so one opId allocation), whatever the encoding.
-fn row_of<'a, G, F>(table: String, row_id: String, groups: G) -> Result<(RowKey, Row), StoreError>
+/// mark, so one opId allocation), whatever the encoding. `fields` is how
+/// many cells the groups hold: the row is allocated at its size once (a
+/// growing vector would leave a row of three fields room for four — a
+/// quarter more of the device's largest allocation, every row it holds).
+fn row_of<'a, G, F>(table: String, row_id: String, fields: usize, groups: G) -> Result<(RowKey, Row), StoreError>
 where
     G: IntoIterator<Item = (u64, Cow<'a, str>, F)>,
     F: IntoIterator<Item = Result<(String, Value), StoreError>>,
 {
-    let mut cells = Cells::new();
+    let mut cells = Cells::with_capacity(fields);
     for (at, op_id, fields) in groups {
         let op_id = OpId::new(op_id.as_ref());
         for field in fields {
@@ -173,7 +177,12 @@ fn decode_chunk_v2(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
     let rows: Vec<RowV2<'_>> = serde_json::from_slice(bytes).map_err(corrupt)?;
     rows.into_iter()
         .map(|RowV2(table, row_id, groups)| {
-            row_of(table, row_id, groups.into_iter().map(|GroupV2(at, op_id, fields)| (at, op_id, fields.into_iter().map(Ok))))
+            row_of(
+                table,
+                row_id,
+                groups.iter().map(|g| g.2.len()).sum(),
+                groups.into_iter().map(|GroupV2(at, op_id, fields)| (at, op_id, fields.into_iter().map(Ok))),
+            )
         })
         .collect()
 }

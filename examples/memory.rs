@@ -1,0 +1,108 @@
+//! Where the device's memory goes, natively: the engine opened on N stored
+//! rows shaped as the query benchmark's (`bench/`, workload 6: `{ exercise,
+//! weightKg, at }`, one index on `[exercise, at]`), then one indexed query;
+//! live and peak heap bytes after each step, from a counting allocator.
+//! Native pointers are 8 bytes where wasm32's are 4, so the browser's
+//! figures are lower; the split between steps is what this is for.
+//!
+//! ```text
+//! cargo run --release --example memory -- 100000
+//! ```
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use marksync::engine::{Config, Engine};
+use marksync::protocol::{Cell, Mark, OpId, Row, RowKey, Value};
+use marksync::query::{Dir, Filter, IndexDef, Order, Pred, Query};
+use marksync::store::{Meta, Snapshot};
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let now = LIVE.fetch_add(l.size(), Relaxed) + l.size();
+        PEAK.fetch_max(now, Relaxed);
+        // SAFETY: forwarded as given.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size(), Relaxed);
+        // SAFETY: forwarded as given.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn mb(b: usize) -> f64 {
+    b as f64 / 1_048_576.0
+}
+
+fn report(step: &str, rows: usize) {
+    let (live, peak) = (LIVE.load(Relaxed), PEAK.load(Relaxed));
+    println!("{step:<34} live {:>7.1} MB ({:>4} B/row)   peak {:>7.1} MB", mb(live), live / rows.max(1), mb(peak));
+}
+
+fn main() {
+    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
+    report("start", n);
+    println!(
+        "sizes: RowKey {} Row {} Cell {} Value {} (key, Row) {}",
+        std::mem::size_of::<RowKey>(),
+        std::mem::size_of::<Row>(),
+        std::mem::size_of::<Cell>(),
+        std::mem::size_of::<Value>(),
+        std::mem::size_of::<(RowKey, Row)>()
+    );
+    let made: Vec<(RowKey, Row)> = (0..n)
+        .map(|i| {
+            let mut r = Row::default();
+            let mark = Mark { at: i as u64 + 1, op_id: OpId::new(format!("srv:{i}")) };
+            for (k, v) in [
+                ("exercise", Value::from(format!("ex{}", i % 50))),
+                ("weightKg", Value::from((i % 300) as f64)),
+                ("at", Value::from(i as f64)),
+            ] {
+                r.cells.insert(k.into(), Cell { value: v, mark: mark.clone() });
+            }
+            (RowKey::new("sets", format!("q{i}")), r)
+        })
+        .collect();
+    // Through the store's encoding, as IndexedDB gives them at open.
+    let chunks = match marksync::chunks::encode_chunks(&made) {
+        Ok(c) => c,
+        Err(e) => panic!("encode: {e}"),
+    };
+    drop(made);
+    let mut base = Vec::with_capacity(n);
+    for c in &chunks {
+        match marksync::chunks::decode_chunk(&c.bytes) {
+            Ok(rows) => base.extend(rows),
+            Err(e) => panic!("decode: {e}"),
+        }
+    }
+    drop(chunks);
+    PEAK.store(LIVE.load(Relaxed), Relaxed);
+    report("rows decoded (as the store gives)", n);
+    let snapshot = Snapshot { meta: Some(Meta::fresh("device".into())), base, ..Snapshot::default() };
+    let config =
+        Config { indexes: vec![IndexDef { table: "sets".into(), fields: vec!["exercise".into(), "at".into()] }], ..Config::default() };
+    let mut engine = match Engine::open(snapshot, config) {
+        Ok(e) => e,
+        Err(e) => panic!("open: {e}"),
+    };
+    report("engine open", n);
+    let q = Query {
+        filters: vec![Filter { field: "exercise".into(), preds: vec![Pred::Eq(Value::from("ex7"))] }],
+        order: vec![Order { field: "at".into(), dir: Dir::Desc }],
+        limit: Some(50),
+        ..Query::default()
+    };
+    let rows = engine.query("sets", &q);
+    assert_eq!(rows.len(), 50.min(n / 50));
+    report("first query (indexes built)", n);
+}
