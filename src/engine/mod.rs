@@ -368,7 +368,7 @@ impl Engine {
 
     /// The visible rows of a table, tombstones hidden, in rowId order.
     pub fn rows(&self, table: &str) -> Vec<(&RowKey, &Row)> {
-        self.replica.table(table).into_iter().filter(|(_, r)| !r.is_deleted()).collect()
+        self.replica.table(table).filter(|(_, r)| !r.is_deleted()).collect()
     }
 
     /// Every visible row, tombstones included (for checks).

@@ -3,6 +3,7 @@
 //! ties by rowId then space. Kept entry by entry as rows change, so a
 //! query reads what it returns, not the table.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::rc::Rc;
 
@@ -103,10 +104,10 @@ impl Index {
 
     /// Fills an empty index at once: entries sorted first, then built in
     /// one pass (an insert per row costs a search per row).
-    fn fill<'r>(&mut self, rows: impl Iterator<Item = (&'r RowKey, &'r Row)>) {
+    fn fill<'r, R: Borrow<Row>>(&mut self, rows: impl Iterator<Item = (&'r RowKey, R)>) {
         let mut entries = Vec::new();
         for (key, row) in rows {
-            if let Some(e) = self.entry(key, Some(row)) {
+            if let Some(e) = self.entry(key, Some(row.borrow())) {
                 entries.push(e.entry.clone());
                 self.of_row.insert(e);
             }
@@ -156,10 +157,14 @@ impl Indexes {
     }
 
     /// Fills the (empty) indexes of `table` from every one of its rows.
-    pub fn fill<'r>(&mut self, table: &str, rows: &[(&'r RowKey, std::borrow::Cow<'r, Row>)]) {
+    pub fn fill<'r, R, I>(&mut self, table: &str, rows: impl Fn() -> I)
+    where
+        R: Borrow<Row>,
+        I: Iterator<Item = (&'r RowKey, R)>,
+    {
         if let Some(ix) = self.tables.get_mut(table) {
             for i in ix {
-                i.fill(rows.iter().map(|(k, r)| (*k, r.as_ref())));
+                i.fill(rows());
             }
         }
     }
