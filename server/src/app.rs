@@ -47,6 +47,8 @@ pub struct AppState {
     pub budgets: Budgets,
     /// Each user's queue of pushes before the writer.
     pub turns: Arc<Turns>,
+    /// Each user's queue of reads (every read but the event stream): one at a time per user.
+    pub read_turns: Arc<Turns>,
     /// Head pokes for `/v1/events`.
     pub pokes: Arc<crate::poke::Hub>,
     /// Body limit in bytes.
@@ -86,6 +88,17 @@ impl AppState {
     /// Whether pushes wait for their user's turn (always).
     #[cfg(not(feature = "sabotage"))]
     pub fn takes_turns(&self) -> bool {
+        true
+    }
+
+    /// Whether a user's reads wait for each other: not under `Sabotage::ReadsAtOnce`.
+    #[cfg(feature = "sabotage")]
+    pub fn reads_in_turn(&self) -> bool {
+        self.sabotage != Sabotage::ReadsAtOnce
+    }
+    /// Whether a user's reads wait for each other (always).
+    #[cfg(not(feature = "sabotage"))]
+    pub fn reads_in_turn(&self) -> bool {
         true
     }
 }
@@ -234,6 +247,7 @@ impl App {
                 Budgets::new(ops, reads)
             },
             turns: Arc::default(),
+            read_turns: Arc::default(),
             pokes,
             max_body: config.max_body_bytes,
             max_future_ms: (config.max_future_ms > 0).then_some(config.max_future_ms),

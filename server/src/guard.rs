@@ -4,7 +4,9 @@
 //! authenticated, takes one token of its user's rate limit, is refused while
 //! its user is in debt on the budget the route spends ([`crate::budget`]), and
 //! takes a place among its user's requests in progress (or, for `/v1/events`,
-//! among the user's and the server's open streams, [`crate::caps`]); the
+//! among the user's and the server's open streams, [`crate::caps`]); a read
+//! other than the event stream waits for the user's reads before it (one at
+//! a time per user, [`crate::turn`]) and asks the budget again; the
 //! handler sees the user as [`User`]. Every `429`, here or from a handler, is
 //! held back `--refusal-delay-ms` (at most 64 at once), so a client that
 //! ignores `Retry-After` cannot make the server refuse as fast as it can
@@ -142,6 +144,19 @@ async fn admit(
         let e = ApiError { message: format!("{why}; retry later"), ..ApiError::rate_limited(CAP_RETRY_AFTER) };
         return refuse(&app, req, e).await;
     }
+    // A user's reads go one at a time: read work is paid once it is known,
+    // so reads running at once would all find the budget unspent (eight
+    // pulls of 10,000 spaces, both cores, every time the budget refills).
+    // In turn, each one asks the budget after the one before it has paid.
+    let _turn = if work_of(req.method(), req.uri().path()) == Work::Reads && !events && app.reads_in_turn() {
+        let turn = app.read_turns.take(user).await;
+        if let Err(e) = app.budgets.ready(Work::Reads, user, &app.metrics) {
+            return refuse(&app, req, e).await;
+        }
+        Some(turn)
+    } else {
+        None
+    };
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(User(user.to_owned()));
     let timed_out = Arc::new(AtomicBool::new(false));

@@ -12,6 +12,10 @@
 //! as well ([`crate::store`]'s writer, for every write, membership writes
 //! included); the turn keeps a user's pushes from queuing there at all, and
 //! it alone protects PostgreSQL's pool.
+//!
+//! The same queue serves a user's reads ([`crate::guard`]): one pull (list,
+//! verdicts request) of a user at a time, each asking the read budget once
+//! the one before it has paid.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

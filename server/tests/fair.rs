@@ -174,6 +174,40 @@ async fn a_pull_naming_many_spaces_is_budgeted_per_user(b: Backend) {
 }
 both!(a_pull_naming_many_spaces_is_budgeted_per_user);
 
+/// A user's reads go one at a time, each asking the budget after the one
+/// before it has paid: eight pulls of 2,000 spaces sent at once against a
+/// budget of 2,500 are two served (the second leaves the debt) and six
+/// refused, whatever their timing (before: all eight found the budget
+/// unspent and were served — 16,000 spaces read on a budget of 2,500;
+/// `Sabotage::ReadsAtOnce` brings that back).
+async fn reads_sent_at_once_cannot_overrun_the_budget(b: Backend) {
+    let Some(t) = start(b, |c| {
+        c.read_rate = SLOW;
+        c.read_burst = Some(2_500.0);
+    })
+    .await
+    else {
+        return;
+    };
+    let body = json!({ "spaces": follows(2_000) }).to_string();
+    let sends = (0..8).map(|_| {
+        let (http, url, body) = (t.http.clone(), t.url("/v1/pull"), body.clone());
+        tokio::spawn(async move {
+            http.post(url).bearer_auth("dev:greedy").body(body).send().await.unwrap().status().as_u16()
+        })
+    });
+    let mut statuses = Vec::new();
+    for s in sends.collect::<Vec<_>>() {
+        statuses.push(s.await.unwrap());
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 429, 429, 429, 429, 429, 429], "served, then refused once in debt");
+    // Another user's reads are their own.
+    assert_eq!(pull(&t, "other", follows(2_000)).await["left"].as_array().unwrap().len(), 2_000);
+    t.stop().await;
+}
+both!(reads_sent_at_once_cannot_overrun_the_budget);
+
 /// Rows read are paid after the read (they are known only then): a pull of
 /// 1,000 rows against a budget of 1,000 leaves its user in debt, and then
 /// every read of theirs — a pull, a members listing, a list of spaces, a

@@ -62,6 +62,9 @@ pub enum Sabotage {
     /// ([`super::writer`]): nothing stands between a flooder's queue and
     /// everyone else.
     Unfair,
+    /// A user's reads run at once ([`crate::guard`]): concurrent pulls all
+    /// find the read budget unspent before any of them pays for its work.
+    ReadsAtOnce,
 }
 
 impl PushControl {
