@@ -23,6 +23,15 @@ async fn start(b: Backend, tune: impl FnOnce(&mut Config)) -> Option<TestServer>
     Some(TestServer::start(c).await.owning_database())
 }
 
+/// A server whose read budget is `burst`, never refilled within a test.
+async fn start_reading(b: Backend, burst: f64) -> Option<TestServer> {
+    start(b, |c| {
+        c.read_rate = SLOW;
+        c.read_burst = Some(burst);
+    })
+    .await
+}
+
 fn batch(user: &str, from: usize, n: usize) -> Vec<Value> {
     (from..from + n).map(|i| full(&format!("{user}:{i}"), &format!("r{i}"), i as u64 + 1, 5)).collect()
 }
@@ -153,14 +162,7 @@ async fn flood_then_victim(t: &TestServer) -> Vec<String> {
 /// big pull is served (before: a user could name 10,000 spaces in every
 /// pull, at the request rate).
 async fn a_pull_naming_many_spaces_is_budgeted_per_user(b: Backend) {
-    let Some(t) = start(b, |c| {
-        c.read_rate = SLOW;
-        c.read_burst = Some(2_500.0);
-    })
-    .await
-    else {
-        return;
-    };
+    let Some(t) = start_reading(b, 2_500.0).await else { return };
     let answer = pull(&t, "greedy", follows(2_000)).await;
     assert_eq!(answer["left"].as_array().unwrap().len(), 2_000);
     assert_eq!(pull(&t, "greedy", follows(1_000)).await["left"].as_array().unwrap().len(), 1_000);
@@ -181,14 +183,7 @@ both!(a_pull_naming_many_spaces_is_budgeted_per_user);
 /// unspent and were served — 16,000 spaces read on a budget of 2,500;
 /// `Sabotage::ReadsAtOnce` brings that back).
 async fn reads_sent_at_once_cannot_overrun_the_budget(b: Backend) {
-    let Some(t) = start(b, |c| {
-        c.read_rate = SLOW;
-        c.read_burst = Some(2_500.0);
-    })
-    .await
-    else {
-        return;
-    };
+    let Some(t) = start_reading(b, 2_500.0).await else { return };
     let body = json!({ "spaces": follows(2_000) }).to_string();
     let sends = (0..8).map(|_| {
         let (http, url, body) = (t.http.clone(), t.url("/v1/pull"), body.clone());
@@ -214,14 +209,7 @@ both!(reads_sent_at_once_cannot_overrun_the_budget);
 /// pull with a body — is refused in the guard, before its body is read;
 /// another user reads on (before: reads were bounded by the request rate only).
 async fn rows_read_are_paid_after_and_a_debt_refuses_every_read(b: Backend) {
-    let Some(t) = start(b, |c| {
-        c.read_rate = SLOW;
-        c.read_burst = Some(1_000.0);
-    })
-    .await
-    else {
-        return;
-    };
+    let Some(t) = start_reading(b, 1_000.0).await else { return };
     for from in [0, 500] {
         t.push_ok("reader", &batch("reader", from, 500)).await;
     }
