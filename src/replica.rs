@@ -194,15 +194,17 @@ impl Replica {
     /// them).
     pub fn table<'a>(&'a self, table: &str) -> impl Iterator<Item = (&'a RowKey, &'a Row)> + 'a {
         let start = RowKey::new(table, "");
-        let (a, b) = (table.to_owned(), table.to_owned());
-        let mut base = self.base.range(start.clone()..).take_while(move |(k, _)| k.table == a).peekable();
-        let mut over = self.overlay.range(start..).take_while(move |(k, _)| k.table == b).peekable();
-        std::iter::from_fn(move || match (base.peek(), over.peek()) {
-            (Some(b), Some(o)) if b.0 == o.0 => {
+        let mut base = self.base.range(start.clone()..).peekable();
+        let mut over = self.overlay.range(start.clone()..).peekable();
+        fn key_in<'a>(row: Option<&(&'a RowKey, &'a Row)>, table: &str) -> Option<&'a RowKey> {
+            row.map(|(k, _)| *k).filter(|k| k.table == table)
+        }
+        std::iter::from_fn(move || match (key_in(base.peek(), &start.table), key_in(over.peek(), &start.table)) {
+            (Some(b), Some(o)) if b == o => {
                 base.next();
                 over.next()
             }
-            (Some(b), Some(o)) if b.0 < o.0 => base.next(),
+            (Some(b), Some(o)) if b < o => base.next(),
             (_, Some(_)) => over.next(),
             (Some(_), None) => base.next(),
             (None, None) => None,

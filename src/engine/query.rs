@@ -100,7 +100,7 @@ impl Engine {
             let tables: BTreeSet<String> = indexes.defs().into_iter().map(|d| d.table).collect();
             if !self.hides_rows() {
                 for table in &tables {
-                    indexes.fill(table, || self.replica.table(table).map(|(k, r)| (k, self.app_row(table, r))));
+                    indexes.fill(table, self.replica.table(table).map(|(k, r)| (k, self.app_row(table, r))));
                 }
             }
             self.view.indexes = indexes;

@@ -102,18 +102,19 @@ impl Index {
         }
     }
 
-    /// Fills an empty index at once: entries sorted first, then built in
-    /// one pass (an insert per row costs a search per row).
-    fn fill<'r, R: Borrow<Row>>(&mut self, rows: impl Iterator<Item = (&'r RowKey, R)>) {
-        let mut entries = Vec::new();
-        for (key, row) in rows {
-            if let Some(e) = self.entry(key, Some(row.borrow())) {
-                entries.push(e.entry.clone());
-                self.of_row.insert(e);
-            }
+    /// Takes a row into an index being filled: its entry goes to `pending`
+    /// (sorted and built in one pass by [`Index::finish`]; an insert per row
+    /// costs a search per row).
+    fn gather(&mut self, key: &RowKey, row: &Row, pending: &mut Vec<Entry>) {
+        if let Some(e) = self.entry(key, Some(row)) {
+            pending.push(e.entry.clone());
+            self.of_row.insert(e);
         }
-        entries.sort_unstable();
-        self.entries = entries.into_iter().collect();
+    }
+
+    fn finish(&mut self, mut pending: Vec<Entry>) {
+        pending.sort_unstable();
+        self.entries = pending.into_iter().collect();
     }
 
     /// The row an entry names, in `table`.
@@ -156,16 +157,19 @@ impl Indexes {
         self.tables.get(table).map_or(&[], Vec::as_slice)
     }
 
-    /// Fills the (empty) indexes of `table` from every one of its rows.
-    pub fn fill<'r, R, I>(&mut self, table: &str, rows: impl Fn() -> I)
-    where
-        R: Borrow<Row>,
-        I: Iterator<Item = (&'r RowKey, R)>,
-    {
-        if let Some(ix) = self.tables.get_mut(table) {
-            for i in ix {
-                i.fill(rows());
+    /// Fills the (empty) indexes of `table` from every one of its rows, in
+    /// one walk of them: each row is read (and spelled for the app) once,
+    /// however many indexes the table has.
+    pub fn fill<'r, R: Borrow<Row>>(&mut self, table: &str, rows: impl Iterator<Item = (&'r RowKey, R)>) {
+        let Some(ix) = self.tables.get_mut(table) else { return };
+        let mut pending: Vec<Vec<Entry>> = vec![Vec::new(); ix.len()];
+        for (key, row) in rows {
+            for (i, p) in ix.iter_mut().zip(&mut pending) {
+                i.gather(key, row.borrow(), p);
             }
+        }
+        for (i, p) in ix.iter_mut().zip(pending) {
+            i.finish(p);
         }
     }
 

@@ -101,7 +101,9 @@ fn indexes() -> impl Strategy<Value = Vec<Vec<&'static str>>> {
     prop::collection::vec(prop::sample::subsequence(FIELDS.to_vec(), 1..=3).prop_shuffle(), 0..3)
 }
 
-fn build(spec: Vec<(String, bool, bool, Vec<(usize, Value)>)>, ix: &[Vec<&str>]) -> (Rows, Indexes) {
+/// The rows of `spec` and indexes `ix` over them: kept row by row as rows
+/// change (`put`), or `filled` at once from every row (as an engine opens).
+fn build_by(spec: Vec<(String, bool, bool, Vec<(usize, Value)>)>, ix: &[Vec<&str>], filled: bool) -> (Rows, Indexes) {
     let mut map = BTreeMap::new();
     for (id, shared, deleted, fields) in spec {
         let key = RowKey::in_space(if shared { "team" } else { "" }, "t", id);
@@ -113,18 +115,28 @@ fn build(spec: Vec<(String, bool, bool, Vec<(usize, Value)>)>, ix: &[Vec<&str>])
     }
     map.insert(RowKey::new("other", "r1"), row(&[("a", Value::Null)]));
     let mut indexes = Indexes::new(ix.iter().map(|f| IndexDef { table: "t".into(), fields: f.iter().map(|s| (*s).to_owned()).collect() }));
-    for (k, r) in &map {
-        indexes.put(k, Some(r));
+    if filled {
+        for table in ["t", "other"] {
+            indexes.fill(table, map.iter().filter(|(k, _)| k.table == table));
+        }
+    } else {
+        for (k, r) in &map {
+            indexes.put(k, Some(r));
+        }
     }
     (Rows(map), indexes)
+}
+
+fn build(spec: Vec<(String, bool, bool, Vec<(usize, Value)>)>, ix: &[Vec<&str>]) -> (Rows, Indexes) {
+    build_by(spec, ix, false)
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn a_query_and_every_page_walk_equal_the_reference(spec in rows(), ix in indexes(), q in query()) {
-        let (rows, indexes) = build(spec, &ix);
+    fn a_query_and_every_page_walk_equal_the_reference(spec in rows(), ix in indexes(), filled in any::<bool>(), q in query()) {
+        let (rows, indexes) = build_by(spec, &ix, filled);
         let got = keys(run(&rows, &indexes, "t", &q));
         prop_assert_eq!(&got, &reference(&rows, "t", &q), "{}", explain(&indexes, "t", &q).plan);
         prop_assert_eq!(count(&rows, &indexes, "t", &q), reference(&rows, "t", &Query { limit: None, ..q.clone() }).len());
