@@ -148,6 +148,9 @@ async fn admit(
     // so reads running at once would all find the budget unspent (eight
     // pulls of 10,000 spaces, both cores, every time the budget refills).
     // In turn, each one asks the budget after the one before it has paid.
+    // The turn is held through the answer, a held-back refusal included:
+    // a user's refused reads leave one a delay, not one a delay per
+    // connection.
     let _turn = if work_of(req.method(), req.uri().path()) == Work::Reads && !events && app.reads_in_turn() {
         let turn = app.read_turns.take(user).await;
         if let Err(e) = app.budgets.ready(Work::Reads, user, &app.metrics) {
