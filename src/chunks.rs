@@ -83,6 +83,11 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
 
 /// The encoding of one row (an element of a chunk's sequence).
 fn encode_row(key: &RowKey, row: &Row) -> Result<Vec<u8>, StoreError> {
+    encode_into(key, row, Vec::new())
+}
+
+/// The encoding of one row, appended to `out`.
+fn encode_into(key: &RowKey, row: &Row, out: Vec<u8>) -> Result<Vec<u8>, StoreError> {
     let mut groups: Vec<GroupBin<'_>> = Vec::new();
     for (f, c) in &row.cells {
         let value = match &c.value {
@@ -96,7 +101,7 @@ fn encode_row(key: &RowKey, row: &Row) -> Result<Vec<u8>, StoreError> {
             None => groups.push(GroupBin(c.mark.at, Cow::Borrowed(c.mark.op_id.as_str()), vec![(Cow::Borrowed(f), value)])),
         }
     }
-    postcard::to_allocvec(&RowBin(Cow::Borrowed(&key.table), Cow::Borrowed(&key.row_id), Cow::Borrowed(&key.space), groups))
+    postcard::to_extend(&RowBin(Cow::Borrowed(&key.table), Cow::Borrowed(&key.row_id), Cow::Borrowed(&key.space), groups), out)
         .map_err(corrupt)
 }
 
@@ -127,17 +132,64 @@ pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
     } else {
         return decode_chunk_v2(bytes);
     };
-    rows.into_iter()
-        .map(|RowBin(table, row_id, space, groups)| {
-            let fields = groups.iter().map(|g| g.2.len()).sum();
-            let groups = groups
-                .into_iter()
-                .map(|GroupBin(at, op_id, fields)| (at, op_id, fields.into_iter().map(|(f, v)| value_of(v).map(|v| (f.into_owned(), v)))));
-            let (mut key, row) = row_of(table.into_owned(), row_id.into_owned(), fields, groups)?;
-            key.space = space.into_owned();
-            Ok((key, row))
-        })
-        .collect()
+    rows.into_iter().map(row_from_bin).collect()
+}
+
+fn row_from_bin(RowBin(table, row_id, space, groups): RowBin<'_>) -> Result<(RowKey, Row), StoreError> {
+    let fields = groups.iter().map(|g| g.2.len()).sum();
+    let groups = groups
+        .into_iter()
+        .map(|GroupBin(at, op_id, fields)| (at, op_id, fields.into_iter().map(|(f, v)| value_of(v).map(|v| (f.into_owned(), v)))));
+    let (mut key, row) = row_of(table.into_owned(), row_id.into_owned(), fields, groups)?;
+    key.space = space.into_owned();
+    Ok((key, row))
+}
+
+/// The encoding of one row alone, as it sits in an encoding-4 chunk (what
+/// [`split_chunk`] finds and [`decode_row`] reads back), appended to `out`.
+pub fn encode_one(key: &RowKey, row: &Row, out: Vec<u8>) -> Result<Vec<u8>, StoreError> {
+    encode_into(key, row, out)
+}
+
+/// Decodes one row of an encoding-4 chunk (its bytes as [`split_chunk`] bounds them).
+pub fn decode_row(bytes: &[u8]) -> Result<(RowKey, Row), StoreError> {
+    row_from_bin(postcard::from_bytes(bytes).map_err(corrupt)?)
+}
+
+/// The key of one encoded row — table, rowId, space — borrowed from its
+/// bytes: a search among packed rows reads no more than this.
+pub fn key_of(bytes: &[u8]) -> Result<(&str, &str, &str), StoreError> {
+    postcard::take_from_bytes::<(&str, &str, &str)>(bytes).map(|(k, _)| k).map_err(corrupt)
+}
+
+/// Where the rows of an encoding-4 chunk start, so that they can be kept
+/// as they are stored and read one at a time. Every row is checked here —
+/// its values, that it is a row and not a removal, that keys strictly
+/// increase — so that reading one later cannot fail. `Ok(None)`: the chunk
+/// is of an earlier encoding, or its rows are not so (decode it instead).
+pub fn split_chunk(bytes: &[u8]) -> Result<Option<Vec<u32>>, StoreError> {
+    let Some(body) = bytes.strip_prefix(&MAGIC) else { return Ok(None) };
+    let (count, mut rest) = postcard::take_from_bytes::<usize>(body).map_err(corrupt)?;
+    let mut starts = Vec::with_capacity(count.min(rest.len()));
+    let mut last: Option<(&str, &str, &str)> = None;
+    for _ in 0..count {
+        let at = bytes.len() - rest.len();
+        let (row, tail) = postcard::take_from_bytes::<RowBin<'_>>(rest).map_err(corrupt)?;
+        let key = (row.0.as_ref(), row.1.as_ref(), row.2.as_ref());
+        let finite = row.3.iter().flat_map(|g| &g.2).all(|(_, v)| !matches!(v, ValueBin::Number(n) if !n.is_finite()));
+        let ordered = last.is_none_or(|l| l < key);
+        if row.3.iter().all(|g| g.2.is_empty()) || !finite || !ordered {
+            return Ok(None);
+        }
+        // Borrowed from `bytes`, which outlives the loop: keep the key, not the row.
+        last = key_of(&bytes[at..]).ok();
+        starts.push(u32::try_from(at).map_err(corrupt)?);
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        return Err(corrupt("bytes after the last row"));
+    }
+    Ok(Some(starts))
 }
 
 /// A field value of encoding 3; numbers must be finite, as on the wire.
@@ -247,18 +299,6 @@ pub fn fold(chunk: Vec<(RowKey, Row)>, deltas: impl IntoIterator<Item = (RowKey,
     rows.into_iter().filter(|(_, r)| !r.is_gone()).collect()
 }
 
-/// Base rows as loaded at open: every chunk row unless a delta replaces (or
-/// removes) it, then the deltas that are rows.
-pub fn overlay(chunks: Vec<(RowKey, Row)>, deltas: Vec<(RowKey, Row)>) -> Vec<(RowKey, Row)> {
-    if deltas.is_empty() {
-        return chunks;
-    }
-    let newer: BTreeMap<RowKey, Row> = deltas.into_iter().collect();
-    let mut base: Vec<(RowKey, Row)> = chunks.into_iter().filter(|(k, _)| !newer.contains_key(k)).collect();
-    base.extend(newer.into_iter().filter(|(_, r)| !r.is_gone()));
-    base
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,7 +369,6 @@ mod tests {
         let gone = (shared.clone(), Row::default());
         assert_eq!(decode_chunk(&encode_snapshot(std::slice::from_ref(&gone)).unwrap()).unwrap(), vec![gone.clone()]);
         assert_eq!(fold(rows.clone(), [gone.clone()]), vec![(mine.clone(), r.clone())]);
-        assert_eq!(overlay(rows, vec![gone]), vec![(mine, r)]);
     }
 
     #[test]

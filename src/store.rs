@@ -196,7 +196,11 @@ impl Txn {
 pub struct Snapshot {
     /// The meta record (created by [`LocalStore::open`] if missing).
     pub meta: Option<Meta>,
-    /// Base rows.
+    /// Base chunks as stored ([`crate::chunks`]), kept packed by the
+    /// replica rather than decoded at open; `base` applies over them.
+    #[serde(skip)]
+    pub base_chunks: Vec<Vec<u8>>,
+    /// Base rows (over `base_chunks`, in order: a row with no cell removes).
     pub base: Vec<(RowKey, Row)>,
     /// Pending ops, in `at` order.
     pub pending: Vec<Op>,
@@ -214,6 +218,15 @@ pub struct Snapshot {
     /// The spaces the device follows, if it ever pulled them.
     #[serde(default)]
     pub following: Option<Following>,
+}
+
+impl Snapshot {
+    /// The base rows the snapshot holds, decoded, in key order: the chunks,
+    /// then `base` over them (a row with no cell removing).
+    pub fn base_rows(&self) -> Result<Vec<(RowKey, Row)>, StoreError> {
+        let packed = crate::replica::Packed::open(self.base_chunks.clone(), self.base.iter().cloned())?;
+        Ok(packed.range_from(&RowKey::new("", "")).filter_map(|(k, found)| Some((k, found.row()?))).collect())
+    }
 }
 
 /// What can go wrong in a local store.
@@ -366,11 +379,18 @@ impl Tables {
         }
     }
 
-    /// The tables as a snapshot.
+    /// The tables as a snapshot: the base rows as chunks, as IndexedDB
+    /// gives them (so every reopen in a test reads packed rows).
     pub fn snapshot(&self) -> Snapshot {
+        let rows: Vec<(RowKey, Row)> = self.base.iter().map(|(k, r)| (k.clone(), r.clone())).collect();
+        let (base_chunks, base) = match crate::chunks::encode_chunks(&rows) {
+            Ok(chunks) => (chunks.into_iter().map(|c| c.bytes).collect(), Vec::new()),
+            Err(_) => (Vec::new(), rows),
+        };
         Snapshot {
+            base_chunks,
             meta: self.meta.clone(),
-            base: self.base.iter().map(|(k, r)| (k.clone(), r.clone())).collect(),
+            base,
             pending: self.pending.values().cloned().collect(),
             rejections: self.rejections.values().cloned().collect(),
             conflicts: self.conflicts.values().cloned().collect(),

@@ -48,6 +48,21 @@ impl Engine {
         }
     }
 
+    /// [`Engine::app_row`] of a row that may be owned already (a base row
+    /// is decoded from its packed run when read): no second copy either way.
+    pub fn app_cow<'r>(&self, table: &str, row: std::borrow::Cow<'r, Row>) -> std::borrow::Cow<'r, Row> {
+        match row {
+            std::borrow::Cow::Borrowed(r) => self.app_row(table, r),
+            std::borrow::Cow::Owned(r) => {
+                let renamed = match self.app_row(table, &r) {
+                    std::borrow::Cow::Owned(x) => Some(x),
+                    std::borrow::Cow::Borrowed(_) => None,
+                };
+                std::borrow::Cow::Owned(renamed.unwrap_or(r))
+            }
+        }
+    }
+
     /// A visible row as the app spells it ([`Schema::row_at`] for the app's
     /// version): an app older than the known schema sees renamed fields under
     /// its own names, and fields it does not know passed through. Borrowed
@@ -73,7 +88,7 @@ impl Engine {
     /// visible row may hold a queued op the server will refuse; an edit of
     /// another field is not refused for it.)
     fn row_as_judged(&self, schema: &Schema, key: &RowKey) -> Option<Row> {
-        let mut row = self.replica.base(key).cloned();
+        let mut row = self.replica.base(key);
         for op in self.outbox.on_row(key) {
             if let Ok(after) = schema.edit(&Edit::of(op), row.as_ref(), MAX_ROW_BYTES) {
                 row = Some(after.row);
@@ -113,7 +128,7 @@ impl Engine {
                     let name = self.following.name(local).unwrap_or(local);
                     // Who created the row, as the server last said (its base row).
                     let me = self.following.personal.as_deref().and_then(crate::space::personal_owner).unwrap_or_default();
-                    schema.check_sender(&edit, name, Some(role), me, self.replica.base(&key)).map_err(|r| (i, r))?;
+                    schema.check_sender(&edit, name, Some(role), me, self.replica.base(&key).as_ref()).map_err(|r| (i, r))?;
                 }
             }
             match schema.edit(&edit, current.as_ref(), MAX_ROW_BYTES) {

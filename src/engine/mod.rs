@@ -38,6 +38,7 @@ mod query;
 mod record;
 mod salvage;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -107,6 +108,9 @@ pub enum EngineError {
     /// The snapshot has no meta record (the store must create it at open).
     #[error("the local database has no meta record")]
     NoMeta,
+    /// The stored base rows do not decode.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
     /// No reserved id is left; the adapter must reserve a block first.
     #[error("no reserved id left: reserve a block")]
     IdsExhausted,
@@ -233,7 +237,7 @@ impl Engine {
     /// Opens an engine on a loaded snapshot.
     pub fn open(snapshot: Snapshot, config: Config) -> Result<Engine, EngineError> {
         let meta = snapshot.meta.ok_or(EngineError::NoMeta)?;
-        let replica = Replica::new(snapshot.base, &snapshot.pending);
+        let replica = Replica::open(snapshot.base_chunks, snapshot.base, &snapshot.pending)?;
         let outbox = Outbox::new(snapshot.pending);
         let rejections = snapshot.rejections.into_iter().map(|r| (r.op.op_id.clone(), r)).collect();
         let conflicts = snapshot.conflicts.into_iter().map(|c| (c.id.clone(), c)).collect();
@@ -328,7 +332,7 @@ impl Engine {
     // ----- reading ---------------------------------------------------------
 
     /// The visible row (base ⊕ pending), `None` if absent or deleted.
-    pub fn row(&self, key: &RowKey) -> Option<&Row> {
+    pub fn row(&self, key: &RowKey) -> Option<Cow<'_, Row>> {
         self.replica.visible(key).filter(|r| !r.is_deleted())
     }
 
@@ -336,7 +340,7 @@ impl Engine {
     /// copy (a tombstone too), the personal space's first when several
     /// spaces hold one; `None` when no space does.
     pub fn locate(&self, table: &str, row_id: &str) -> Option<RowKey> {
-        self.replica.named(table, row_id).first().map(|(k, _)| (*k).clone())
+        self.replica.named(table, row_id).into_iter().next().map(|(k, _)| k)
     }
 
     /// The key a status of `table/row_id` is about when no space is named:
@@ -367,7 +371,7 @@ impl Engine {
     }
 
     /// The visible rows of a table, tombstones hidden, in rowId order.
-    pub fn rows(&self, table: &str) -> Vec<(&RowKey, &Row)> {
+    pub fn rows(&self, table: &str) -> Vec<(Cow<'_, RowKey>, Cow<'_, Row>)> {
         self.replica.table(table).filter(|(_, r)| !r.is_deleted()).collect()
     }
 
@@ -377,7 +381,7 @@ impl Engine {
     }
 
     /// The base row of a key (last known server state).
-    pub fn base(&self, key: &RowKey) -> Option<&Row> {
+    pub fn base(&self, key: &RowKey) -> Option<Row> {
         self.replica.base(key)
     }
 

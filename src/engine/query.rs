@@ -52,13 +52,13 @@ struct Visible<'e>(&'e Engine);
 impl Source for Visible<'_> {
     fn get(&self, key: &RowKey) -> Option<Cow<'_, Row>> {
         let e = self.0;
-        e.replica.visible(key).map(|r| e.app_row(&key.table, r))
+        e.replica.visible(key).map(|r| e.app_cow(&key.table, r))
     }
 
     fn scan(&self, table: &str, f: &mut dyn FnMut(&RowKey, &Row)) {
         let e = self.0;
         for (k, r) in e.replica.table(table) {
-            f(k, &e.app_row(table, r));
+            f(&k, &e.app_cow(table, r));
         }
     }
 }
@@ -100,7 +100,7 @@ impl Engine {
             let tables: BTreeSet<String> = indexes.defs().into_iter().map(|d| d.table).collect();
             if !self.hides_rows() {
                 for table in &tables {
-                    indexes.fill(table, self.replica.table(table).map(|(k, r)| (k, self.app_row(table, r))));
+                    indexes.fill(table, self.replica.table(table).map(|(k, r)| (k, self.app_cow(table, r))));
                 }
             }
             self.view.indexes = indexes;
@@ -110,7 +110,7 @@ impl Engine {
         }
         for key in touched {
             if self.view.indexes.covers(&key.table) {
-                let row = self.replica.visible(&key).map(|r| self.app_row(&key.table, r).into_owned());
+                let row = self.replica.visible(&key).map(|r| self.app_cow(&key.table, r).into_owned());
                 self.view.indexes.put(&key, row.as_ref());
             }
             if !self.view.changes.tables.contains(&key.table) {

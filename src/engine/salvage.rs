@@ -77,6 +77,7 @@ impl Engine {
     /// Intact (a connection closed, the data kept): nothing.
     pub fn salvage(&self, disk: &Snapshot) -> Option<Txn> {
         let cleared = disk.sync.is_none()
+            && disk.base_chunks.is_empty()
             && disk.base.is_empty()
             && disk.pending.is_empty()
             && disk.rejections.is_empty()

@@ -361,7 +361,7 @@ fn an_editor_changes_only_the_rows_they_created() {
     bob.learn_schema(text.to_owned(), None).unwrap();
     sync(&mut bob, &mut s, "bob", &mut store);
     let key = RowKey::in_space("gym", "sets", "a-1");
-    assert_eq!(bob.base(&key).and_then(|r| r.get(crate::protocol::CREATED_BY)), Some(&Value::from("alice")));
+    assert_eq!(bob.base(&key).and_then(|r| r.get(crate::protocol::CREATED_BY).cloned()), Some(Value::from("alice")));
 
     // Bob's own row: created, then changed again after a sync.
     let d = bob.draft_in(Some("gym"), "sets", "b-1", set(5)).unwrap();
@@ -385,7 +385,7 @@ fn an_editor_changes_only_the_rows_they_created() {
     sync(&mut bob, &mut s, "bob", &mut store);
     let refused: Vec<(String, String)> = bob.rejections().map(|r| (r.code.clone(), r.reason.clone())).collect();
     assert_eq!(refused, vec![(device.code.as_str().to_owned(), device.reason.clone())]);
-    assert_eq!(bob.base(&RowKey::in_space("gym", "sets", "b-1")).and_then(|r| r.get("reps")), Some(&Value::from(6)));
+    assert_eq!(bob.base(&RowKey::in_space("gym", "sets", "b-1")).and_then(|r| r.get("reps").cloned()), Some(Value::from(6)));
 
     // The owner changes bob's row.
     let mut op = crate::workload::set_op("a", 7, 2, 8);

@@ -160,12 +160,12 @@ impl Indexes {
     /// Fills the (empty) indexes of `table` from every one of its rows, in
     /// one walk of them: each row is read (and spelled for the app) once,
     /// however many indexes the table has.
-    pub fn fill<'r, R: Borrow<Row>>(&mut self, table: &str, rows: impl Iterator<Item = (&'r RowKey, R)>) {
+    pub fn fill<K: Borrow<RowKey>, R: Borrow<Row>>(&mut self, table: &str, rows: impl Iterator<Item = (K, R)>) {
         let Some(ix) = self.tables.get_mut(table) else { return };
         let mut pending: Vec<Vec<Entry>> = vec![Vec::new(); ix.len()];
         for (key, row) in rows {
             for (i, p) in ix.iter_mut().zip(&mut pending) {
-                i.gather(key, row.borrow(), p);
+                i.gather(key.borrow(), row.borrow(), p);
             }
         }
         for (i, p) in ix.iter_mut().zip(pending) {

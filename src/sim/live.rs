@@ -50,7 +50,7 @@ pub fn reference(engine: &Engine, table: &str, q: &Query) -> Vec<(RowKey, Row)> 
     let mut hits: Vec<(Vec<Value>, RowKey, Row)> = engine
         .rows(table)
         .into_iter()
-        .map(|(k, r)| (k.clone(), engine.app_row(table, r).into_owned()))
+        .map(|(k, r)| (k.into_owned(), engine.app_cow(table, r).into_owned()))
         .filter(|(k, r)| q.matches(k, r))
         .map(|(k, r)| (q.order_values(&r), k, r))
         .collect();

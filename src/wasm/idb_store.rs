@@ -36,7 +36,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use crate::protocol::{Op, Row, RowKey};
 use crate::store::{LocalStore, Meta, Rejection, Snapshot, StoreError, Txn};
 
-use crate::chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, encode_snapshot, fold, overlay};
+use crate::chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, encode_snapshot, fold};
 
 const META: &str = "meta";
 /// The key of the sync state's record in the `meta` store.
@@ -606,11 +606,18 @@ impl IdbStore {
         let schema_v = schema_req.await.map_err(failed)?;
         let following_v = following_req.await.map_err(failed)?;
         finish(tx, "open").await?;
-        let mut rows = Vec::new();
+        // Chunks go to the replica as stored (it keeps them packed); only
+        // the first encoding's text is decoded here.
+        let (mut base_chunks, mut rows) = (Vec::with_capacity(chunks_v.len()), Vec::new());
         for v in &chunks_v {
-            rows.extend(chunk_rows(v)?);
+            match v.dyn_ref::<Uint8Array>() {
+                Some(bytes) => base_chunks.push(bytes.to_vec()),
+                None => rows.extend(chunk_rows(v)?),
+            }
         }
         let deltas = deltas_in_order(&delta_v, &batches_v)?;
+        let counted = deltas.len();
+        rows.extend(deltas);
         let pending = pending_v.iter().map(parse::<Op>).collect::<Result<Vec<_>, _>>()?;
         let (mut rejections, mut conflicts) = (Vec::new(), Vec::new());
         for v in &rej_v {
@@ -622,7 +629,7 @@ impl IdbStore {
                 Err(refusal) => conflicts.push(parse::<crate::conflict::Conflict>(v).map_err(|_| refusal)?),
             }
         }
-        self.deltas.set(deltas.len());
+        self.deltas.set(counted);
         self.compact_soon();
         // An unreadable sync state is not worth losing the database over: the
         // outbox is what matters, and attempts are counted again from zero.
@@ -632,7 +639,7 @@ impl IdbStore {
         // The followed spaces must read: without them a left space's rows
         // could not be told from the rest.
         let following = following_v.map(|v| parse(&v)).transpose()?;
-        Ok(Snapshot { meta: Some(meta), base: overlay(rows, deltas), pending, rejections, conflicts, sync, schema, following })
+        Ok(Snapshot { meta: Some(meta), base_chunks, base: rows, pending, rejections, conflicts, sync, schema, following })
     }
 
     async fn read_sync_in(&self) -> Result<Option<crate::sync_state::SyncState>, StoreError> {

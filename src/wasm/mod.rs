@@ -374,10 +374,10 @@ impl Marksync {
                 .rows(&table)
                 .into_iter()
                 .filter(|(k, _)| local.is_none_or(|l| k.space == l))
-                .map(|(k, r)| (k, engine.app_row(&table, r)))
+                .map(|(k, r)| (k, engine.app_cow(&table, r)))
                 .collect()
         };
-        let v = rows_to_js(rows.iter().map(|(k, r)| (*k, r.as_ref())));
+        let v = rows_to_js(rows.iter().map(|(k, r)| (k.as_ref(), r.as_ref())));
         cache.1.insert(cache_key, v.clone());
         Ok(v)
     }
@@ -391,7 +391,7 @@ impl Marksync {
             return Ok(JsValue::NULL);
         }
         Ok(match engine.row(&key) {
-            Some(r) => Array::from(&rows_to_js(std::iter::once((&key, engine.app_row(&key.table, r).as_ref())))).get(0),
+            Some(r) => Array::from(&rows_to_js(std::iter::once((&key, engine.app_cow(&key.table, r).as_ref())))).get(0),
             None => JsValue::NULL,
         })
     }

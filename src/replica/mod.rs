@@ -5,15 +5,22 @@
 //! in place; keys with no pending op are visible straight from `base`.
 //! After a rejection the overlay is rebuilt from `base` and the ops that remain.
 
+use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use crate::order::{merge, merge_row};
 use crate::protocol::{Op, Row, RowKey};
+use crate::store::StoreError;
+
+mod packed;
+
+pub use packed::Packed;
 
 /// Base rows and the overlay of rows that have pending ops.
 #[derive(Debug, Clone, Default)]
 pub struct Replica {
-    base: BTreeMap<RowKey, Row>,
+    base: Packed,
     overlay: BTreeMap<RowKey, Row>,
     /// The shared spaces a row was ever put in (until the space is dropped):
     /// kept as rows come, so a pull need not scan every key to know them.
@@ -26,24 +33,45 @@ pub struct Replica {
 
 impl Replica {
     /// A replica from stored base rows and pending ops.
-    pub fn new(base: impl IntoIterator<Item = (RowKey, Row)>, pending: &[Op]) -> Self {
-        let mut r = Replica { base: base.into_iter().filter(|(_, row)| !row.is_gone()).collect(), ..Replica::default() };
-        let shared: std::collections::BTreeSet<String> = r.base.keys().filter(|k| !k.space.is_empty()).map(|k| k.space.clone()).collect();
+    pub fn new(base: impl IntoIterator<Item = (RowKey, Row)>, pending: &[Op]) -> Result<Self, StoreError> {
+        Self::open(Vec::new(), base, pending)
+    }
+
+    /// A replica from the store's base chunks, kept packed as stored
+    /// ([`Packed`]), the base rows stored beside them, and pending ops.
+    pub fn open(chunks: Vec<Vec<u8>>, base: impl IntoIterator<Item = (RowKey, Row)>, pending: &[Op]) -> Result<Self, StoreError> {
+        let mut r = Replica { base: Packed::open(chunks, base)?, ..Replica::default() };
+        let mut shared = std::collections::BTreeSet::new();
+        let mut last = "";
+        for (_, _, space) in r.base.keys() {
+            if !space.is_empty() && space != last && !shared.contains(space) {
+                shared.insert(space.to_owned());
+            }
+            last = space;
+        }
         r.spaces = shared;
         for op in pending {
             r.add_pending(op);
         }
-        r
+        Ok(r)
     }
 
     /// The base row of a key.
-    pub fn base(&self, key: &RowKey) -> Option<&Row> {
+    pub fn base(&self, key: &RowKey) -> Option<Row> {
         self.base.get(key)
     }
 
     /// The visible row of a key (tombstones included).
-    pub fn visible(&self, key: &RowKey) -> Option<&Row> {
-        self.overlay.get(key).or_else(|| self.base.get(key))
+    pub fn visible(&self, key: &RowKey) -> Option<Cow<'_, Row>> {
+        match self.overlay.get(key) {
+            Some(r) => Some(Cow::Borrowed(r)),
+            None => self.base.get(key).map(Cow::Owned),
+        }
+    }
+
+    /// How many base rows are held packed and how many decoded.
+    pub fn base_counts(&self) -> (usize, usize) {
+        self.base.counts()
     }
 
     /// A new local op: merged into the visible row.
@@ -54,7 +82,7 @@ impl Replica {
         let row = match self.overlay.entry(key) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
-                let start = self.base.get(e.key()).cloned().unwrap_or_default();
+                let start = self.base.get(e.key()).unwrap_or_default();
                 e.insert(start)
             }
         };
@@ -68,25 +96,31 @@ impl Replica {
         let key = op.place();
         self.note(&key.space);
         self.touch(&key);
-        let base = self.base.entry(key.clone()).or_default();
-        merge(base, op);
-        let out = base.clone();
+        let mut base = Row::default();
+        self.base.update(&key, |row| {
+            merge(row, op);
+            base = row.clone();
+            true
+        });
         if !still_pending {
             self.overlay.remove(&key);
         }
-        out
+        base
     }
 
     /// An op was rejected: the base takes the server's row, and the visible row
     /// is rebuilt from the base and the ops that `remain` on the row.
     /// Returns the new base row, if there is one.
     pub fn reject<'a>(&mut self, key: &RowKey, server_row: Option<&Row>, remain: impl IntoIterator<Item = &'a Op>) -> Option<Row> {
+        let mut base = self.base.get(key);
         if let Some(server) = server_row {
             self.note(&key.space);
-            merge_row(self.base.entry(key.clone()).or_default(), server);
+            let row = base.get_or_insert_with(Row::default);
+            merge_row(row, server);
+            self.base.put(key.clone(), row.clone());
         }
         self.rebuild(key, remain);
-        self.base.get(key).cloned()
+        base
     }
 
     /// Rebuilds the overlay of a key from its base and `ops`.
@@ -94,7 +128,7 @@ impl Replica {
         self.touch(key);
         let mut row: Option<Row> = None;
         for op in ops {
-            let r = row.get_or_insert_with(|| self.base.get(key).cloned().unwrap_or_default());
+            let r = row.get_or_insert_with(|| self.base.get(key).unwrap_or_default());
             merge(r, op);
         }
         match row {
@@ -111,9 +145,14 @@ impl Replica {
     /// the base and into the visible row. Returns the new base row if it moved.
     pub fn merge_remote(&mut self, key: &RowKey, row: &Row) -> Option<Row> {
         self.note(&key.space);
-        let base = self.base.entry(key.clone()).or_default();
-        let moved = merge_row(base, row);
-        let out = moved.then(|| base.clone());
+        let mut out = None;
+        let moved = self.base.update(key, |base| {
+            let moved = merge_row(base, row);
+            if moved {
+                out = Some(base.clone());
+            }
+            moved
+        });
         if moved {
             self.touch(key);
         }
@@ -127,12 +166,10 @@ impl Replica {
     /// a row with no cell removes it.
     pub fn put_base(&mut self, key: &RowKey, row: &Row) {
         self.touch(key);
-        if row.is_gone() {
-            self.base.remove(key);
-        } else {
+        if !row.is_gone() {
             self.note(&key.space);
-            self.base.insert(key.clone(), row.clone());
         }
+        self.base.put(key.clone(), row.clone());
     }
 
     fn touch(&mut self, key: &RowKey) {
@@ -150,7 +187,12 @@ impl Replica {
     /// Removes every base row of `space` (the user left it); returns their
     /// keys. Rows with pending ops stay visible until those are answered.
     pub fn drop_space(&mut self, space: &str) -> Vec<RowKey> {
-        let gone: Vec<RowKey> = self.base.keys().filter(|k| k.space == space).cloned().collect();
+        let gone: Vec<RowKey> = self
+            .base
+            .keys()
+            .filter(|k| k.2 == space)
+            .map(|(t, r, s)| RowKey { table: t.into(), row_id: r.into(), space: s.into() })
+            .collect();
         for k in &gone {
             self.base.remove(k);
         }
@@ -181,39 +223,52 @@ impl Replica {
 
     /// Every visible row named `table/row_id`, in any space (the personal
     /// space's first, then by space name), tombstones included.
-    pub fn named<'a>(&'a self, table: &str, row_id: &str) -> Vec<(&'a RowKey, &'a Row)> {
+    pub fn named(&self, table: &str, row_id: &str) -> Vec<(RowKey, Cow<'_, Row>)> {
         let start = RowKey::new(table, row_id);
-        let same = |(k, _): &(&RowKey, &Row)| k.table == table && k.row_id == row_id;
-        let mut out: BTreeMap<&RowKey, &Row> = self.base.range(start.clone()..).take_while(same).collect();
-        out.extend(self.overlay.range(start..).take_while(same));
+        let mut out: BTreeMap<RowKey, Cow<'_, Row>> = self
+            .base
+            .range_from(&start)
+            .take_while(|(k, _)| k.table == table && k.row_id == row_id)
+            .filter_map(|(k, found)| Some((k, Cow::Owned(found.row()?))))
+            .collect();
+        out.extend(
+            self.overlay.range(start..).take_while(|(k, _)| k.table == table && k.row_id == row_id).map(|(k, r)| (k.clone(), Cow::Borrowed(r))),
+        );
         out.into_iter().collect()
     }
 
     /// The visible rows of `table` in rowId order, tombstones included: read
-    /// as they are walked (an index fill over a large table holds no list of
-    /// them).
-    pub fn table<'a>(&'a self, table: &str) -> impl Iterator<Item = (&'a RowKey, &'a Row)> + 'a {
+    /// (and decoded) as they are walked — an index fill over a large table
+    /// holds no list of them.
+    pub fn table<'a>(&'a self, table: &str) -> impl Iterator<Item = (Cow<'a, RowKey>, Cow<'a, Row>)> + 'a {
         let start = RowKey::new(table, "");
-        let mut base = self.base.range(start.clone()..).peekable();
-        let mut over = self.overlay.range(start.clone()..).peekable();
-        fn key_in<'a>(row: Option<&(&'a RowKey, &'a Row)>, table: &str) -> Option<&'a RowKey> {
-            row.map(|(k, _)| *k).filter(|k| k.table == table)
-        }
-        std::iter::from_fn(move || match (key_in(base.peek(), &start.table), key_in(over.peek(), &start.table)) {
-            (Some(b), Some(o)) if b == o => {
+        let (t1, t2) = (table.to_owned(), table.to_owned());
+        let mut base = self.base.range_from(&start).take_while(move |(k, _)| k.table == t1).peekable();
+        let mut over = self.overlay.range(start..).take_while(move |(k, _)| k.table == t2).peekable();
+        std::iter::from_fn(move || loop {
+            let order = match (base.peek(), over.peek()) {
+                (None, None) => return None,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some((b, _)), Some((o, _))) => b.cmp(o),
+            };
+            if order == Ordering::Equal {
+                // The visible row is the overlay's: the base copy is not decoded.
                 base.next();
-                over.next()
             }
-            (Some(b), Some(o)) if b < o => base.next(),
-            (_, Some(_)) => over.next(),
-            (Some(_), None) => base.next(),
-            (None, None) => None,
+            if order != Ordering::Less {
+                return over.next().map(|(k, r)| (Cow::Borrowed(k), Cow::Borrowed(r)));
+            }
+            if let Some((k, row)) = base.next().and_then(|(k, found)| Some((k, found.row()?))) {
+                return Some((Cow::Owned(k), Cow::Owned(row)));
+            }
         })
     }
 
     /// Every visible row (for checks and exports).
     pub fn all_visible(&self) -> BTreeMap<RowKey, Row> {
-        let mut out = self.base.clone();
+        let mut out: BTreeMap<RowKey, Row> =
+            self.base.range_from(&RowKey::new("", "")).filter_map(|(k, found)| Some((k, found.row()?))).collect();
         for (k, r) in &self.overlay {
             out.insert(k.clone(), r.clone());
         }
@@ -277,7 +332,7 @@ mod tests {
         r.add_pending(&o);
         let base = r.fold(&o, false);
         assert!(r.merge_remote(&key("x"), &base).is_none(), "an echo moves no mark");
-        assert_eq!(r.visible(&key("x")), Some(&base));
+        assert_eq!(r.visible(&key("x")).as_deref(), Some(&base));
     }
 
     #[test]
@@ -305,8 +360,8 @@ mod tests {
         let mut other = op("d:4", "a", 10, &[("a", 1.0)]);
         other.table = "zzz".into();
         r.add_pending(&other);
-        let ids: Vec<&str> = r.table("sets").map(|(k, _)| k.row_id.as_str()).collect();
+        let ids: Vec<String> = r.table("sets").map(|(k, _)| k.row_id.clone()).collect();
         assert_eq!(ids, vec!["a", "b", "c"]);
-        assert_eq!(r.table("sets").nth(1).and_then(|(_, r)| r.get("a")), Some(&Value::Number(1.0)));
+        assert_eq!(r.table("sets").nth(1).and_then(|(_, r)| r.get("a").cloned()), Some(Value::Number(1.0)));
     }
 }
