@@ -220,15 +220,6 @@ pub struct Snapshot {
     pub following: Option<Following>,
 }
 
-impl Snapshot {
-    /// The base rows the snapshot holds, decoded, in key order: the chunks,
-    /// then `base` over them (a row with no cell removing).
-    pub fn base_rows(&self) -> Result<Vec<(RowKey, Row)>, StoreError> {
-        let packed = crate::replica::Packed::open(self.base_chunks.clone(), self.base.iter().cloned())?;
-        Ok(packed.range_from(&RowKey::new("", "")).filter_map(|(k, found)| Some((k, found.row()?))).collect())
-    }
-}
-
 /// What can go wrong in a local store.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -379,18 +370,13 @@ impl Tables {
         }
     }
 
-    /// The tables as a snapshot: the base rows as chunks, as IndexedDB
-    /// gives them (so every reopen in a test reads packed rows).
+    /// The tables as a snapshot (the base rows decoded: the replica packs
+    /// them — in tests and the simulator as soon as there are a few).
     pub fn snapshot(&self) -> Snapshot {
-        let rows: Vec<(RowKey, Row)> = self.base.iter().map(|(k, r)| (k.clone(), r.clone())).collect();
-        let (base_chunks, base) = match crate::chunks::encode_chunks(&rows) {
-            Ok(chunks) => (chunks.into_iter().map(|c| c.bytes).collect(), Vec::new()),
-            Err(_) => (Vec::new(), rows),
-        };
         Snapshot {
-            base_chunks,
+            base_chunks: Vec::new(),
             meta: self.meta.clone(),
-            base,
+            base: self.base.iter().map(|(k, r)| (k.clone(), r.clone())).collect(),
             pending: self.pending.values().cloned().collect(),
             rejections: self.rejections.values().cloned().collect(),
             conflicts: self.conflicts.values().cloned().collect(),

@@ -246,7 +246,7 @@ async fn a_late_answer_to_an_old_attempt_changes_nothing_on_disk() {
     assert!(c.engine.borrow_mut().on_push_response(late, 2).is_none());
     let snap = c.store.open(Meta::fresh("x".into())).await.unwrap();
     assert_eq!(snap.pending.len(), 1, "still queued on disk");
-    assert!(snap.base_rows().unwrap().is_empty());
+    assert!(marksync::replica::base_rows(&snap).unwrap().is_empty());
 }
 
 fn base_row(at: u64, reps: f64) -> marksync::protocol::Row {
@@ -263,7 +263,7 @@ async fn reopened_base(name: &str) -> Base {
     let store = IdbStore::connect(name).await.unwrap();
     let snap = store.open(Meta::fresh("x".into())).await.unwrap();
     store.close();
-    let rows = snap.base_rows().unwrap();
+    let rows = marksync::replica::base_rows(&snap).unwrap();
     let n = rows.len();
     let base: Base = rows.into_iter().collect();
     assert_eq!(base.len(), n, "each row once in the snapshot");
@@ -387,7 +387,7 @@ async fn an_old_layout_database_opens_after_the_upgrade() {
     let snap = store.open(Meta::fresh("new-device".into())).await.unwrap();
     assert_eq!(snap.meta.as_ref(), Some(&meta), "the old meta record is kept");
     assert_eq!(snap.pending, vec![op.clone()]);
-    assert_eq!(snap.base_rows().unwrap().into_iter().collect::<Base>(), expected, "old per-row records read as deltas");
+    assert_eq!(marksync::replica::base_rows(&snap).unwrap().into_iter().collect::<Base>(), expected, "old per-row records read as deltas");
     let newer = (RowKey::new("sets", "old-3"), base_row(1_000, 99.0));
     store.commit(&Txn { put_base: vec![newer.clone()], ..Txn::default() }).await.unwrap();
     expected.insert(newer.0, newer.1);

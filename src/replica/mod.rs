@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::order::{merge, merge_row};
 use crate::protocol::{Op, Row, RowKey};
-use crate::store::StoreError;
+use crate::store::{Snapshot, StoreError};
 
 mod packed;
 
@@ -274,6 +274,13 @@ impl Replica {
         }
         out
     }
+}
+
+/// The base rows a snapshot holds, decoded, in key order: its chunks, then
+/// its `base` rows over them (a row with no cell removing).
+pub fn base_rows(snapshot: &Snapshot) -> Result<Vec<(RowKey, Row)>, StoreError> {
+    let packed = Packed::open(snapshot.base_chunks.clone(), snapshot.base.iter().cloned())?;
+    Ok(packed.range_from(&RowKey::new("", "")).filter_map(|(k, found)| Some((k, found.row()?))).collect())
 }
 
 #[cfg(test)]

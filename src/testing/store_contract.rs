@@ -61,7 +61,7 @@ pub async fn commit_then_reopen<S: LocalStore>(store: &S) -> Result<(), String> 
     store.commit(&txn).await.map_err(|e| e.to_string())?;
     let s = store.open(Meta::fresh("other".into())).await.map_err(|e| e.to_string())?;
     check(s.meta.as_ref() == Some(&meta), "meta survives")?;
-    check(s.base_rows().map_err(|e| e.to_string())? == vec![(key, row(5, "srv:1"))], "base rows survive")?;
+    check(crate::replica::base_rows(&s).map_err(|e| e.to_string())? == vec![(key, row(5, "srv:1"))], "base rows survive")?;
     let ats: Vec<u64> = s.pending.iter().map(|o| o.at).collect();
     check(ats == vec![10, 20, 30], "pending ops come back in `at` order (not opId text order)")?;
     check(s.pending[0] == op("dev", 1, 10), "pending ops survive whole")?;
@@ -130,7 +130,7 @@ pub async fn base_rows_are_keyed_by_table_and_row<S: LocalStore>(store: &S) -> R
     let txn = Txn { put_base: vec![(a.clone(), row(3, "s:3"))], ..Txn::default() };
     store.commit(&txn).await.map_err(|e| e.to_string())?;
     let s = store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
-    let mut got = s.base_rows().map_err(|e| e.to_string())?;
+    let mut got = crate::replica::base_rows(&s).map_err(|e| e.to_string())?;
     got.sort_by(|x, y| x.0.cmp(&y.0));
     check(got == vec![(b, row(2, "s:2")), (a, row(3, "s:3"))], "two tables, same rowId, each kept; latest put wins")
 }
