@@ -136,13 +136,16 @@ pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
 }
 
 fn row_from_bin(RowBin(table, row_id, space, groups): RowBin<'_>) -> Result<(RowKey, Row), StoreError> {
+    let row = cells_from_bin(groups)?;
+    Ok((RowKey { table: table.into_owned(), row_id: row_id.into_owned(), space: space.into_owned() }, row))
+}
+
+fn cells_from_bin(groups: Vec<GroupBin<'_>>) -> Result<Row, StoreError> {
     let fields = groups.iter().map(|g| g.2.len()).sum();
     let groups = groups
         .into_iter()
         .map(|GroupBin(at, op_id, fields)| (at, op_id, fields.into_iter().map(|(f, v)| value_of(v).map(|v| (f.into_owned(), v)))));
-    let (mut key, row) = row_of(table.into_owned(), row_id.into_owned(), fields, groups)?;
-    key.space = space.into_owned();
-    Ok((key, row))
+    cells_of(fields, groups)
 }
 
 /// The encoding of one row alone, as it sits in an encoding-4 chunk (what
@@ -154,6 +157,18 @@ pub fn encode_one(key: &RowKey, row: &Row, out: Vec<u8>) -> Result<Vec<u8>, Stor
 /// Decodes one row of an encoding-4 chunk (its bytes as [`split_chunk`] bounds them).
 pub fn decode_row(bytes: &[u8]) -> Result<(RowKey, Row), StoreError> {
     row_from_bin(postcard::from_bytes(bytes).map_err(corrupt)?)
+}
+
+/// [`decode_row`] without its key (a read by key knows it).
+pub fn decode_cells(bytes: &[u8]) -> Result<Row, StoreError> {
+    let RowBin(_, _, _, groups) = postcard::from_bytes(bytes).map_err(corrupt)?;
+    cells_from_bin(groups)
+}
+
+/// [`key_of`] as bytes: UTF-8 sorts as its bytes do, so a search compares
+/// them without checking them again.
+pub fn key_bytes_of(bytes: &[u8]) -> Result<(&[u8], &[u8], &[u8]), StoreError> {
+    postcard::take_from_bytes::<(&[u8], &[u8], &[u8])>(bytes).map(|(k, _)| k).map_err(corrupt)
 }
 
 /// The key of one encoded row — table, rowId, space — borrowed from its
@@ -213,6 +228,14 @@ where
     G: IntoIterator<Item = (u64, Cow<'a, str>, F)>,
     F: IntoIterator<Item = Result<(String, Value), StoreError>>,
 {
+    Ok((RowKey::new(table, row_id), cells_of(fields, groups)?))
+}
+
+fn cells_of<'a, G, F>(fields: usize, groups: G) -> Result<Row, StoreError>
+where
+    G: IntoIterator<Item = (u64, Cow<'a, str>, F)>,
+    F: IntoIterator<Item = Result<(String, Value), StoreError>>,
+{
     let mut cells = Cells::with_capacity(fields);
     for (at, op_id, fields) in groups {
         let op_id = OpId::new(op_id.as_ref());
@@ -221,7 +244,7 @@ where
             cells.insert(f, Cell { value, mark: Mark { at, op_id: op_id.clone() } });
         }
     }
-    Ok((RowKey::new(table, row_id), Row { cells, notes: None }))
+    Ok(Row { cells, notes: None })
 }
 
 /// Decodes a chunk in encoding 2 (the UTF-8 bytes of a JSON array).

@@ -12,7 +12,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use crate::chunks::{chunk_of, decode_chunk, decode_row, encode_one, key_of, split_chunk};
+use crate::chunks::{chunk_of, decode_cells, decode_chunk, decode_row, encode_one, key_bytes_of, key_of, split_chunk};
 use crate::protocol::{Row, RowKey};
 use crate::store::StoreError;
 
@@ -57,11 +57,12 @@ impl Run {
 
     /// Where `key` is, or would be, among the run's rows.
     fn find(&self, key: &RowKey) -> Result<usize, usize> {
-        let want = (key.table.as_str(), key.row_id.as_str(), key.space.as_str());
+        let want = (key.table.as_bytes(), key.row_id.as_bytes(), key.space.as_bytes());
         let (mut lo, mut hi) = (0, self.len());
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match self.key(mid).cmp(&want) {
+            let here = key_bytes_of(self.row_bytes(mid)).unwrap_or((b"", b"", b""));
+            match here.cmp(&want) {
                 Ordering::Less => lo = mid + 1,
                 Ordering::Greater => hi = mid,
                 Ordering::Equal => return Ok(mid),
@@ -162,7 +163,7 @@ impl Found<'_> {
     /// The row, decoded.
     pub fn row(&self) -> Option<Row> {
         match self {
-            Found::Packed(bytes) => decode_row(bytes).ok().map(|(_, r)| r),
+            Found::Packed(bytes) => decode_cells(bytes).ok(),
             Found::Fresh(r) => Some((*r).clone()),
         }
     }
@@ -211,7 +212,9 @@ impl Packed {
             return fresh.clone();
         }
         let run = &self.runs[chunk_of_runs(&self.runs, key)?];
-        run.find(key).ok().and_then(|i| run.decode(i)).map(|(_, r)| r)
+        let row = decode_cells(run.row_bytes(run.find(key).ok()?));
+        debug_assert!(row.is_ok(), "a packed row was checked when packed");
+        row.ok()
     }
 
     /// Changes the base row of a key in place (an absent row starts empty):
