@@ -111,6 +111,12 @@ impl<'o> Builder<'o> {
         if self.starts.len() == self.size {
             self.finish();
         }
+        if self.starts.is_empty() {
+            // About a run's worth at once (rows are some 100 bytes): a few
+            // large allocations per run, not one per doubling.
+            self.bytes.reserve(self.size.min(RUN_ROWS) * 128);
+            self.starts.reserve(self.size.min(RUN_ROWS));
+        }
         self.starts.push(u32::try_from(self.bytes.len()).map_err(|_| StoreError::Corrupt("a run past 4 GB".into()))?);
         Ok(())
     }
