@@ -387,7 +387,11 @@ async fn an_old_layout_database_opens_after_the_upgrade() {
     let snap = store.open(Meta::fresh("new-device".into())).await.unwrap();
     assert_eq!(snap.meta.as_ref(), Some(&meta), "the old meta record is kept");
     assert_eq!(snap.pending, vec![op.clone()]);
-    assert_eq!(marksync::replica::base_rows(&snap).unwrap().into_iter().collect::<Base>(), expected, "old per-row records read as deltas");
+    assert_eq!(
+        marksync::replica::base_rows(&snap).unwrap().into_iter().collect::<Base>(),
+        expected,
+        "old per-row records read as deltas"
+    );
     let newer = (RowKey::new("sets", "old-3"), base_row(1_000, 99.0));
     store.commit(&Txn { put_base: vec![newer.clone()], ..Txn::default() }).await.unwrap();
     expected.insert(newer.0, newer.1);

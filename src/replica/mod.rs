@@ -232,7 +232,10 @@ impl Replica {
             .filter_map(|(k, found)| Some((k, Cow::Owned(found.row()?))))
             .collect();
         out.extend(
-            self.overlay.range(start..).take_while(|(k, _)| k.table == table && k.row_id == row_id).map(|(k, r)| (k.clone(), Cow::Borrowed(r))),
+            self.overlay
+                .range(start..)
+                .take_while(|(k, _)| k.table == table && k.row_id == row_id)
+                .map(|(k, r)| (k.clone(), Cow::Borrowed(r))),
         );
         out.into_iter().collect()
     }

@@ -12,7 +12,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use crate::chunks::{chunk_of, decode_cells, decode_chunk, decode_row, encode_one, key_bytes_of, key_of, split_chunk};
+use crate::chunks::{decode_cells, decode_chunk, decode_row, encode_one, key_bytes_of, key_of, split_chunk};
 use crate::protocol::{Row, RowKey};
 use crate::store::StoreError;
 
@@ -77,7 +77,6 @@ impl Run {
         let first = RowKey { table: t.into(), row_id: r.into(), space: s.into() };
         Some(Run { first, bytes: bytes.into_boxed_slice(), starts: starts.into_boxed_slice() })
     }
-
 }
 
 /// Builds runs of at most `size` rows from encoded rows given in key order.
@@ -155,7 +154,11 @@ impl Default for Packed {
 
 impl std::fmt::Debug for Packed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Packed").field("runs", &self.runs.len()).field("packed_rows", &self.packed_rows).field("fresh", &self.fresh.len()).finish()
+        f.debug_struct("Packed")
+            .field("runs", &self.runs.len())
+            .field("packed_rows", &self.packed_rows)
+            .field("fresh", &self.fresh.len())
+            .finish()
     }
 }
 
@@ -243,8 +246,8 @@ impl Packed {
     pub fn put(&mut self, key: RowKey, row: Row) {
         self.fresh.insert(key, (!row.is_gone()).then_some(row));
         if let Err(e) = self.fold_if_due() {
-            // Encoding a decoded row cannot fail; if it ever did, the rows
-            // stay decoded (more memory, nothing lost).
+            // Encoding a decoded row cannot fail; if it ever did, the fold
+            // changed nothing and the rows stay decoded (more memory, nothing lost).
             debug_assert!(false, "fold: {e}");
         }
     }
@@ -332,63 +335,64 @@ impl Packed {
     /// Folds the fresh rows into the runs: only the runs that receive one
     /// are rewritten.
     fn fold(&mut self) -> Result<(), StoreError> {
-        let fresh = std::mem::take(&mut self.fresh);
-        let firsts: Vec<RowKey> = self.runs.iter().map(|r| r.first.clone()).collect();
-        let mut per_run: BTreeMap<usize, Vec<(RowKey, Option<Row>)>> = BTreeMap::new();
-        let mut orphans = Vec::new();
-        for (k, r) in fresh {
-            match chunk_of(&firsts, &k) {
-                Some(i) => per_run.entry(i).or_default().push((k, r)),
-                None => orphans.push((k, r)),
-            }
+        // The touched runs are rebuilt first, from borrowed rows; the runs
+        // and the fresh rows change only once all of them are built, so a
+        // fold that fails leaves everything as it was.
+        let mut per_run: BTreeMap<usize, Vec<(&RowKey, Option<&Row>)>> = BTreeMap::new();
+        for (k, r) in &self.fresh {
+            per_run.entry(chunk_of_runs(&self.runs, k).unwrap_or(0)).or_default().push((k, r.as_ref()));
         }
-        let old = std::mem::take(&mut self.runs);
-        let mut runs = Vec::with_capacity(old.len() + per_run.len());
-        for (i, run) in old.into_iter().enumerate() {
-            let Some(changes) = per_run.remove(&i) else {
-                runs.push(run);
-                continue;
-            };
+        let mut rebuilt: BTreeMap<usize, Vec<Run>> = BTreeMap::new();
+        for (i, changes) in per_run {
+            let mut built = Vec::new();
+            let mut out = Builder::new(self.run_rows, &mut built);
+            let mut changes = changes.into_iter().peekable();
             // The run's rows are copied as they are, never decoded: only
             // the fresh rows are encoded.
-            let mut out = Builder::new(self.run_rows, &mut runs);
-            let mut changes = changes.into_iter().peekable();
-            for j in 0..run.len() {
-                let here = run.key(j);
-                let mut replaced = false;
-                while let Some((k, _)) = changes.peek() {
-                    let order = (k.table.as_str(), k.row_id.as_str(), k.space.as_str()).cmp(&here);
-                    if order == Ordering::Greater {
-                        break;
+            if let Some(run) = self.runs.get(i) {
+                for j in 0..run.len() {
+                    let here = run.key(j);
+                    let mut replaced = false;
+                    while let Some((k, _)) = changes.peek() {
+                        let order = (k.table.as_str(), k.row_id.as_str(), k.space.as_str()).cmp(&here);
+                        if order == Ordering::Greater {
+                            break;
+                        }
+                        replaced = order == Ordering::Equal;
+                        if let Some((k, Some(row))) = changes.next() {
+                            out.encode(k, row)?;
+                        }
+                        if replaced {
+                            break;
+                        }
                     }
-                    replaced = order == Ordering::Equal;
-                    if let Some((k, Some(row))) = changes.next() {
-                        out.encode(&k, &row)?;
+                    if !replaced {
+                        out.push(run.row_bytes(j))?;
                     }
-                    if replaced {
-                        break;
-                    }
-                }
-                if !replaced {
-                    out.push(run.row_bytes(j))?;
                 }
             }
             for (k, row) in changes {
                 if let Some(row) = row {
-                    out.encode(&k, &row)?;
+                    out.encode(k, row)?;
                 }
             }
+            drop(out);
+            rebuilt.insert(i, built);
         }
-        {
-            let mut out = Builder::new(self.run_rows, &mut runs);
-            for (k, row) in orphans {
-                if let Some(row) = row {
-                    out.encode(&k, &row)?;
-                }
+        let old = std::mem::take(&mut self.runs);
+        let mut runs = Vec::with_capacity(old.len() + rebuilt.len());
+        if old.is_empty() {
+            runs.extend(rebuilt.remove(&0).unwrap_or_default());
+        }
+        for (i, run) in old.into_iter().enumerate() {
+            match rebuilt.remove(&i) {
+                Some(new) => runs.extend(new),
+                None => runs.push(run),
             }
         }
         self.packed_rows = runs.iter().map(Run::len).sum();
         self.runs = runs;
+        self.fresh.clear();
         Ok(())
     }
 }
