@@ -6,7 +6,6 @@
 //! After a rejection the overlay is rebuilt from `base` and the ops that remain.
 
 use std::borrow::Cow;
-use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use crate::order::{merge, merge_row};
@@ -16,6 +15,7 @@ use crate::store::{Snapshot, StoreError};
 mod packed;
 
 pub use packed::Packed;
+use packed::{layered, Layer};
 
 /// Base rows and the overlay of rows that have pending ops.
 #[derive(Debug, Clone, Default)]
@@ -246,25 +246,12 @@ impl Replica {
     pub fn table<'a>(&'a self, table: &str) -> impl Iterator<Item = (Cow<'a, RowKey>, Cow<'a, Row>)> + 'a {
         let start = RowKey::new(table, "");
         let (t1, t2) = (table.to_owned(), table.to_owned());
-        let mut base = self.base.range_from(&start).take_while(move |(k, _)| k.table == t1).peekable();
-        let mut over = self.overlay.range(start..).take_while(move |(k, _)| k.table == t2).peekable();
-        std::iter::from_fn(move || loop {
-            let order = match (base.peek(), over.peek()) {
-                (None, None) => return None,
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (Some((b, _)), Some((o, _))) => b.cmp(o),
-            };
-            if order == Ordering::Equal {
-                // The visible row is the overlay's: the base copy is not decoded.
-                base.next();
-            }
-            if order != Ordering::Less {
-                return over.next().map(|(k, r)| (Cow::Borrowed(k), Cow::Borrowed(r)));
-            }
-            if let Some((k, row)) = base.next().and_then(|(k, found)| Some((k, found.row()?))) {
-                return Some((Cow::Owned(k), Cow::Owned(row)));
-            }
+        let base = self.base.range_from(&start).take_while(move |(k, _)| k.table == t1);
+        let over = self.overlay.range(start..).take_while(move |(k, _)| k.table == t2);
+        // Where both hold a row, the visible row is the overlay's: the base copy is not decoded.
+        layered(base, over, |(b, _), (o, _)| b.cmp(o)).filter_map(|layer| match layer {
+            Layer::Under((k, found)) => Some((Cow::Owned(k), Cow::Owned(found.row()?))),
+            Layer::Over((k, r)) => Some((Cow::Borrowed(k), Cow::Borrowed(r))),
         })
     }
 

@@ -263,7 +263,7 @@ impl Packed {
             Some(r) => (r, self.runs[r].find(start).unwrap_or_else(|i| i)),
             None => (0, 0),
         };
-        let mut packed = std::iter::from_fn(move || loop {
+        let packed = std::iter::from_fn(move || loop {
             let r = self.runs.get(run)?;
             if at < r.len() {
                 at += 1;
@@ -272,51 +272,22 @@ impl Packed {
             }
             run += 1;
             at = 0;
-        })
-        .peekable();
-        let mut fresh = self.fresh.range(start.clone()..).peekable();
-        std::iter::from_fn(move || loop {
-            let order = match (packed.peek(), fresh.peek()) {
-                (None, None) => return None,
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (Some((p, _)), Some((f, _))) => p.cmp(f),
-            };
-            if order == Ordering::Equal {
-                // A fresh row stands over its packed copy.
-                packed.next();
-            }
-            if order != Ordering::Less {
-                match fresh.next() {
-                    Some((k, Some(row))) => return Some((k.clone(), Found::Fresh(row))),
-                    _ => continue,
-                }
-            }
-            return packed.next().map(|(k, b)| (k, Found::Packed(b)));
+        });
+        let fresh = self.fresh.range(start.clone()..);
+        layered(packed, fresh, |(p, _), (f, _)| p.cmp(f)).filter_map(|layer| match layer {
+            Layer::Under((k, bytes)) => Some((k, Found::Packed(bytes))),
+            Layer::Over((k, Some(row))) => Some((k.clone(), Found::Fresh(row))),
+            Layer::Over((_, None)) => None,
         })
     }
 
     /// Every key, in order, borrowed: (table, rowId, space).
     pub fn keys(&self) -> impl Iterator<Item = (&str, &str, &str)> + '_ {
-        let mut packed = self.runs.iter().flat_map(|r| (0..r.len()).map(move |i| r.key(i))).peekable();
-        let mut fresh = self.fresh.iter().map(|(k, r)| ((k.table.as_str(), k.row_id.as_str(), k.space.as_str()), r.is_some())).peekable();
-        std::iter::from_fn(move || loop {
-            let order = match (packed.peek(), fresh.peek()) {
-                (None, None) => return None,
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (Some(p), Some((f, _))) => p.cmp(f),
-            };
-            if order == Ordering::Less {
-                return packed.next();
-            }
-            if order == Ordering::Equal {
-                packed.next();
-            }
-            match fresh.next() {
-                Some((k, true)) => return Some(k),
-                _ => continue,
-            }
+        let packed = self.runs.iter().flat_map(|r| (0..r.len()).map(move |i| r.key(i)));
+        let fresh = self.fresh.iter().map(|(k, r)| ((k.table.as_str(), k.row_id.as_str(), k.space.as_str()), r.is_some()));
+        layered(packed, fresh, |p, (f, _)| p.cmp(f)).filter_map(|layer| match layer {
+            Layer::Under(k) | Layer::Over((k, true)) => Some(k),
+            Layer::Over((_, false)) => None,
         })
     }
 
@@ -395,6 +366,41 @@ impl Packed {
         self.fresh.clear();
         Ok(())
     }
+}
+
+/// An item of [`layered`]: from the layer below, or the one over it.
+pub enum Layer<U, O> {
+    /// From below.
+    Under(U),
+    /// From over it.
+    Over(O),
+}
+
+/// Two iterators in one key order as one: where both hold a key (`cmp`
+/// says equal), the item over it stands and the one under it is skipped —
+/// fresh rows over packed ones, pending edits over base rows.
+pub fn layered<U, O>(
+    under: impl Iterator<Item = U>,
+    over: impl Iterator<Item = O>,
+    cmp: impl Fn(&U, &O) -> Ordering,
+) -> impl Iterator<Item = Layer<U, O>> {
+    let (mut under, mut over) = (under.peekable(), over.peekable());
+    std::iter::from_fn(move || {
+        let order = match (under.peek(), over.peek()) {
+            (None, None) => return None,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(u), Some(o)) => cmp(u, o),
+        };
+        if order == Ordering::Equal {
+            under.next();
+        }
+        if order == Ordering::Less {
+            under.next().map(Layer::Under)
+        } else {
+            over.next().map(Layer::Over)
+        }
+    })
 }
 
 /// The run a key belongs to (see [`chunk_of`]), without a list of first keys.
