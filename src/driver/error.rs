@@ -98,6 +98,8 @@ impl From<EngineError> for ClientError {
             EngineError::ClockExhausted => ClientError::ClockExhausted(e.to_string()),
             EngineError::Denied(d) => ClientError::Denied(d),
             e @ EngineError::WrongUser { .. } => ClientError::WrongUser(e.to_string()),
+            // The stored rows do not decode: the database's fault, not the app's input.
+            EngineError::Store(s) => ClientError::from(s),
             other => ClientError::BadInput(other.to_string()),
         }
     }
@@ -187,5 +189,11 @@ mod tests {
         let mut typed = typed_codes();
         typed.sort();
         assert_eq!(typed, codes, "www/index.d.ts MarksyncError['code'] against what the boundary throws");
+    }
+
+    #[test]
+    fn stored_rows_that_do_not_decode_are_a_storage_failure_not_bad_input() {
+        let e = ClientError::from(EngineError::Store(StoreError::Corrupt("base chunk: truncated".into())));
+        assert_eq!(e.code(), Code::StorageFailed.as_str(), "{e:?}");
     }
 }
