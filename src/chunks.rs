@@ -304,14 +304,16 @@ pub fn encode_chunks(rows: &[(RowKey, Row)]) -> Result<Vec<ChunkOut>, StoreError
     Ok(out)
 }
 
-/// Which stored chunk a row belongs to: the index, in `firsts` (sorted), of
-/// the chunk with the greatest first key at or below `key`; the first chunk
-/// for keys below all of them. `None` when there are no chunks.
-pub fn chunk_of(firsts: &[RowKey], key: &RowKey) -> Option<usize> {
-    if firsts.is_empty() {
+/// Which stored chunk a row belongs to: the index, in `chunks` (sorted by
+/// their first keys, which `first` reads), of the chunk with the greatest
+/// first key at or below `key`; the first chunk for keys below all of them.
+/// `None` when there are no chunks. (The replica's packed runs are found
+/// the same way.)
+pub fn chunk_of<T>(chunks: &[T], key: &RowKey, first: impl Fn(&T) -> &RowKey) -> Option<usize> {
+    if chunks.is_empty() {
         return None;
     }
-    Some(firsts.partition_point(|f| f <= key).saturating_sub(1))
+    Some(chunks.partition_point(|c| first(c) <= key).saturating_sub(1))
 }
 
 /// Folds `deltas` (latest wins; a removal drops the row) into the rows of
@@ -375,7 +377,7 @@ mod tests {
         assert_eq!(back, rows);
         let firsts: Vec<_> = chunks.iter().map(|c| c.first.clone()).collect();
         for (k, _) in &rows {
-            let i = chunk_of(&firsts, k).unwrap();
+            let i = chunk_of(&firsts, k, |f| f).unwrap();
             assert!(decode_chunk(&chunks[i].bytes).unwrap().iter().any(|(x, _)| x == k), "{k:?} not in the chunk chunk_of names");
         }
     }

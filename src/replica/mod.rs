@@ -32,11 +32,6 @@ pub struct Replica {
 }
 
 impl Replica {
-    /// A replica from stored base rows and pending ops.
-    pub fn new(base: impl IntoIterator<Item = (RowKey, Row)>, pending: &[Op]) -> Result<Self, StoreError> {
-        Self::open(Vec::new(), base, pending)
-    }
-
     /// A replica from the store's base chunks, kept packed as stored
     /// ([`Packed`]), the base rows stored beside them, and pending ops.
     pub fn open(chunks: Vec<Vec<u8>>, base: impl IntoIterator<Item = (RowKey, Row)>, pending: &[Op]) -> Result<Self, StoreError> {
@@ -67,11 +62,6 @@ impl Replica {
             Some(r) => Some(Cow::Borrowed(r)),
             None => self.base.get(key).map(Cow::Owned),
         }
-    }
-
-    /// How many base rows are held packed and how many decoded.
-    pub fn base_counts(&self) -> (usize, usize) {
-        self.base.counts()
     }
 
     /// A new local op: merged into the visible row.

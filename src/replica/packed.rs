@@ -12,7 +12,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use crate::chunks::{decode_cells, decode_chunk, decode_row, encode_one, key_bytes_of, key_of, split_chunk};
+use crate::chunks::{chunk_of, decode_cells, decode_chunk, decode_row, encode_one, key_bytes_of, key_of, split_chunk};
 use crate::protocol::{Row, RowKey};
 use crate::store::StoreError;
 
@@ -291,8 +291,9 @@ impl Packed {
         })
     }
 
-    /// How many rows are held packed and how many decoded (for reports).
-    pub fn counts(&self) -> (usize, usize) {
+    /// How many rows are held packed and how many decoded.
+    #[cfg(all(test, not(target_arch = "wasm32")))]
+    fn counts(&self) -> (usize, usize) {
         (self.packed_rows, self.fresh.len())
     }
 
@@ -403,12 +404,9 @@ pub fn layered<U, O>(
     })
 }
 
-/// The run a key belongs to (see [`chunk_of`]), without a list of first keys.
+/// The run a key belongs to, as a stored chunk is found ([`chunk_of`]).
 fn chunk_of_runs(runs: &[Run], key: &RowKey) -> Option<usize> {
-    if runs.is_empty() {
-        return None;
-    }
-    Some(runs.partition_point(|r| r.first <= *key).saturating_sub(1))
+    chunk_of(runs, key, |r| &r.first)
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]

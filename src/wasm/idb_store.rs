@@ -202,7 +202,7 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
         firsts.sort_unstable();
         let mut groups: BTreeMap<Option<usize>, Vec<(RowKey, Row)>> = BTreeMap::new();
         for (k, r) in deltas {
-            groups.entry(chunk_of(&firsts, &k)).or_default().push((k, r));
+            groups.entry(chunk_of(&firsts, &k, |f| f)).or_default().push((k, r));
         }
         let mut reads = Vec::with_capacity(groups.len());
         for (at, rows) in groups {
