@@ -58,7 +58,7 @@ fn main() {
         std::mem::size_of::<Value>(),
         std::mem::size_of::<(RowKey, Row)>()
     );
-    let made: Vec<(RowKey, Row)> = (0..n)
+    let mut made: Vec<(RowKey, Row)> = (0..n)
         .map(|i| {
             let mut r = Row::default();
             let mark = Mark { at: i as u64 + 1, op_id: OpId::new(format!("srv:{i}")) };
@@ -74,7 +74,6 @@ fn main() {
         .collect();
     // Through the store's encoding: IndexedDB gives the chunks' bytes at
     // open, their rows in key order.
-    let mut made = made;
     made.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let chunks = match marksync::chunks::encode_chunks(&made) {
         Ok(c) => c,

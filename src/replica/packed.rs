@@ -205,11 +205,7 @@ impl Packed {
         let packed_rows = runs.iter().map(Run::len).sum();
         let mut base = Packed { runs, packed_rows, ..Packed::default() };
         for (k, r) in loose.into_iter().chain(rows) {
-            if r.is_gone() {
-                base.fresh.insert(k, None);
-            } else {
-                base.fresh.insert(k, Some(r));
-            }
+            base.fresh.insert(k, (!r.is_gone()).then_some(r));
         }
         base.fold_if_due()?;
         Ok(base)
