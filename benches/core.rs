@@ -133,6 +133,8 @@ fn bench_device_pull(c: &mut Criterion) {
                         ..SpacesPullResponse::default()
                     };
                     step = e.on_pull_response(&req, answer, 0).unwrap().1;
+                    // As the driver does after every committed step (live queries, indexes).
+                    black_box(e.take_changes());
                 }
                 black_box(e)
             },

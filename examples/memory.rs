@@ -86,20 +86,26 @@ fn main() {
     let snapshot = Snapshot { meta: Some(Meta::fresh("device".into())), base_chunks, ..Snapshot::default() };
     let config =
         Config { indexes: vec![IndexDef { table: "sets".into(), fields: vec!["exercise".into(), "at".into()] }], ..Config::default() };
+    let t = std::time::Instant::now();
     let mut engine = match Engine::open(snapshot, config) {
         Ok(e) => e,
         Err(e) => panic!("open: {e}"),
     };
+    let open_ms = t.elapsed().as_secs_f64() * 1e3;
     report("engine open", n);
+    println!("engine open {open_ms:.0} ms");
     let q = Query {
         filters: vec![Filter { field: "exercise".into(), preds: vec![Pred::Eq(Value::from("ex7"))] }],
         order: vec![Order { field: "at".into(), dir: Dir::Desc }],
         limit: Some(50),
         ..Query::default()
     };
+    let t = std::time::Instant::now();
     let rows = engine.query("sets", &q);
+    let first_ms = t.elapsed().as_secs_f64() * 1e3;
     assert_eq!(rows.len(), 50.min(n / 50));
     report("first query (indexes built)", n);
+    println!("first query (the index built) {first_ms:.0} ms");
     // The time of the same query once the indexes are built (the rows
     // read are decoded from their packed runs each time).
     let mut times: Vec<f64> = (0..200)

@@ -23,6 +23,7 @@
 //! | [`space`] | spaces and roles: who may write where, what a pull reads |
 //! | [`following`] | the spaces a device follows, their cursors and roles |
 //! | [`replica`] | base rows ⊕ pending ops = visible rows |
+//! | [`layered`] | two ordered layers read as one, the upper hiding the lower |
 //! | [`outbox`] | pending ops in record order |
 //! | [`attempt`] | attempts, failures, backoff, row status |
 //! | [`store`] | the device's durable state, [`store::Txn`], the store contract |
@@ -45,6 +46,7 @@ pub mod following;
 pub mod ids;
 pub mod judge;
 pub mod known_schema;
+pub mod layered;
 pub mod memory_server;
 pub mod order;
 pub mod outbox;

@@ -103,15 +103,17 @@ impl Engine {
                     indexes.fill(table, self.replica.table(table).map(|(k, r)| (k, self.app_cow(table, r))));
                 }
             }
+            self.replica.keep_was(tables);
             self.view.indexes = indexes;
             self.view.built = Some(for_what);
             self.view.changes.all = true;
             return;
         }
-        for key in touched {
+        for (key, was) in touched {
             if self.view.indexes.covers(&key.table) {
-                let row = self.replica.visible(&key).map(|r| self.app_cow(&key.table, r).into_owned());
-                self.view.indexes.put(&key, row.as_ref());
+                let old = was.as_ref().map(|r| self.app_cow(&key.table, Cow::Borrowed(r)));
+                let new = self.replica.visible(&key).map(|r| self.app_cow(&key.table, r));
+                self.view.indexes.put(&key, old.as_deref(), new.as_deref());
             }
             if !self.view.changes.tables.contains(&key.table) {
                 self.view.changes.tables.insert(key.table);

@@ -83,3 +83,21 @@ fn deleted_rows_leave_queries_and_indexes_and_come_back_restored() {
     assert!(changes.touches("sets") && !changes.touches("notes"));
     assert!(e.take_changes().is_empty(), "changes are told once");
 }
+
+#[test]
+fn an_edited_row_moves_in_its_index_and_leaves_its_old_place() {
+    let mut e = engine(1);
+    e.config.indexes = vec![crate::query::IndexDef { table: "sets".into(), fields: vec!["weightKg".into()] }];
+    record(&mut e, "a", &[("exercise", "squat".into()), ("weightKg", 10.0.into())]);
+    record(&mut e, "b", &[("exercise", "squat".into()), ("weightKg", 20.0.into())]);
+    let q = Query { order: vec![Order { field: "weightKg".into(), dir: Dir::Asc }], ..Query::default() };
+    let ids = |e: &mut Engine| e.query("sets", &q).into_iter().map(|(k, _)| k.row_id).collect::<Vec<_>>();
+    assert_eq!(ids(&mut e), ["a", "b"]);
+    // Edited twice between two reads: the index keeps the row once, where it is now.
+    record(&mut e, "a", &[("weightKg", 30.0.into())]);
+    record(&mut e, "a", &[("weightKg", 40.0.into())]);
+    assert_eq!(ids(&mut e), ["b", "a"]);
+    let light = Query { filters: vec![Filter { field: "weightKg".into(), preds: vec![Pred::Lt(Value::from(35.0))] }], ..Query::default() };
+    assert_eq!(e.count("sets", &light), 1, "the old places are gone");
+    assert_eq!(e.explain("sets", &light).index.as_deref(), Some(&["weightKg".to_owned()][..]));
+}

@@ -4,9 +4,9 @@
 //! query reads what it returns, not the table.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::rc::Rc;
+use std::collections::{BTreeMap, BTreeSet};
 
+use super::entries::Entries;
 use super::{field, sortkey};
 use crate::protocol::{Row, RowKey};
 
@@ -19,102 +19,42 @@ pub struct IndexDef {
     pub fields: Vec<String>,
 }
 
-/// An index entry: the [`sortkey`] bytes of the index's values, then of
-/// the row (its tie-break), shared by the ordered set and the row's lookup.
-pub type Entry = Rc<[u8]>;
-
-/// A row's entry, found by its row: hashed and compared by the entry's tie
-/// (the bytes after the values), so the lookup holds no copy of the row's
-/// id — only a second pointer to the one entry.
-#[derive(Debug, Clone)]
-struct ByRow {
-    entry: Entry,
-    /// Where the tie starts in `entry`.
-    tie: u32,
-}
-
-impl ByRow {
-    fn tie(&self) -> &[u8] {
-        self.entry.get(self.tie as usize..).unwrap_or_default()
-    }
-}
-
-impl PartialEq for ByRow {
-    fn eq(&self, other: &Self) -> bool {
-        self.tie() == other.tie()
-    }
-}
-
-impl Eq for ByRow {}
-
-impl std::hash::Hash for ByRow {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        self.tie().hash(h);
-    }
-}
-
-impl std::borrow::Borrow<[u8]> for ByRow {
-    fn borrow(&self) -> &[u8] {
-        self.tie()
-    }
-}
-
 /// One kept index.
 #[derive(Debug, Clone, Default)]
 pub struct Index {
     /// Its fields.
     pub fields: Vec<String>,
-    /// Its entries, in order.
-    pub entries: BTreeSet<Entry>,
-    /// Each indexed row's entry, to take it out when the row changes.
-    of_row: HashSet<ByRow>,
+    /// Its entries, in order: the [`sortkey`] bytes of the index's values,
+    /// then of the row (its tie-break).
+    pub entries: Entries,
 }
 
 impl Index {
-    /// The entry of a visible row (none for a deleted one): its values, then its row.
-    fn entry(&self, key: &RowKey, row: Option<&Row>) -> Option<ByRow> {
-        let row = row.filter(|r| !r.is_deleted())?;
-        let mut bytes = Vec::with_capacity(16 * self.fields.len() + key.row_id.len() + key.space.len() + 5);
+    /// Appends the entry of a visible row (none for a deleted one): its
+    /// values, then its row. Says whether there is one.
+    fn entry(&self, out: &mut Vec<u8>, key: &RowKey, row: Option<&Row>) -> bool {
+        let Some(row) = row.filter(|r| !r.is_deleted()) else { return false };
         for f in &self.fields {
-            sortkey::value(&mut bytes, field(row, f));
+            sortkey::value(out, field(row, f));
         }
-        let tie = u32::try_from(bytes.len()).ok()?;
-        sortkey::row(&mut bytes, &key.row_id, &key.space);
-        Some(ByRow { entry: bytes.into(), tie })
+        sortkey::row(out, &key.row_id, &key.space);
+        true
     }
 
-    fn put(&mut self, key: &RowKey, row: Option<&Row>) {
-        let new = self.entry(key, row);
-        let mut tie = Vec::with_capacity(key.row_id.len() + key.space.len() + 5);
-        sortkey::row(&mut tie, &key.row_id, &key.space);
-        match (self.of_row.get(tie.as_slice()), &new) {
-            (Some(old), Some(new)) if old.entry == new.entry => return,
-            (Some(_), _) => {
-                if let Some(old) = self.of_row.take(tie.as_slice()) {
-                    self.entries.remove(&old.entry);
-                }
-            }
-            (None, _) => {}
+    /// A row changed from `old` to `new` (as the app sees them).
+    fn put(&mut self, key: &RowKey, old: Option<&Row>, new: Option<&Row>) {
+        let (mut was, mut is) = (Vec::new(), Vec::new());
+        let had = self.entry(&mut was, key, old);
+        let has = self.entry(&mut is, key, new);
+        if had && has && was == is {
+            return;
         }
-        if let Some(new) = new {
-            self.entries.insert(new.entry.clone());
-            self.of_row.insert(new);
+        if had {
+            self.entries.remove(&was);
         }
-    }
-
-    /// Takes a row into an index being filled: its entry goes to `pending`
-    /// (sorted and built in one pass by [`Index::finish`]; an insert per row
-    /// costs a search per row).
-    fn gather(&mut self, key: &RowKey, row: &Row, pending: &mut Vec<Entry>) {
-        if let Some(e) = self.entry(key, Some(row)) {
-            pending.push(e.entry.clone());
-            self.of_row.insert(e);
+        if has {
+            self.entries.insert(&is);
         }
-    }
-
-    fn finish(&mut self, mut pending: Vec<Entry>) {
-        pending.sort_unstable();
-        self.entries = pending.into_iter().collect();
     }
 
     /// The row an entry names, in `table`.
@@ -162,23 +102,27 @@ impl Indexes {
     /// however many indexes the table has.
     pub fn fill<K: Borrow<RowKey>, R: Borrow<Row>>(&mut self, table: &str, rows: impl Iterator<Item = (K, R)>) {
         let Some(ix) = self.tables.get_mut(table) else { return };
-        let mut pending: Vec<Vec<Entry>> = vec![Vec::new(); ix.len()];
+        // Each index's entries end to end, sorted and packed once at the end
+        // (an insert per row would cost a search per row).
+        let mut pending: Vec<(Vec<u8>, Vec<u32>)> = vec![(Vec::new(), Vec::new()); ix.len()];
         for (key, row) in rows {
-            for (i, p) in ix.iter_mut().zip(&mut pending) {
-                i.gather(key.borrow(), row.borrow(), p);
+            for (i, (bytes, ends)) in ix.iter().zip(&mut pending) {
+                if i.entry(bytes, key.borrow(), Some(row.borrow())) {
+                    ends.push(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
+                }
             }
         }
-        for (i, p) in ix.iter_mut().zip(pending) {
-            i.finish(p);
+        for (i, (bytes, ends)) in ix.iter_mut().zip(pending) {
+            i.entries = Entries::from_unsorted(&bytes, &ends);
         }
     }
 
-    /// A row's visible state (as the app sees it) changed: `None` or a
-    /// tombstone takes it out.
-    pub fn put(&mut self, key: &RowKey, row: Option<&Row>) {
+    /// A row's visible state (as the app sees it) changed from `old` to
+    /// `new`: `None` or a tombstone is no row.
+    pub fn put(&mut self, key: &RowKey, old: Option<&Row>, new: Option<&Row>) {
         if let Some(ix) = self.tables.get_mut(&key.table) {
             for i in ix {
-                i.put(key, row);
+                i.put(key, old, new);
             }
         }
     }

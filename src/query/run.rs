@@ -13,7 +13,6 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::ops::Bound;
 
 use super::index::{Index, Indexes};
 use super::sortkey;
@@ -232,10 +231,7 @@ pub fn run(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> Vec<(
             if lo > hi {
                 return Vec::new();
             }
-            let range = f.index.entries.range::<[u8], _>((Bound::Included(lo.as_slice()), Bound::Included(hi.as_slice())));
-            let entries: Box<dyn Iterator<Item = &super::index::Entry>> =
-                if f.ordered == Some(Dir::Desc) { Box::new(range.rev()) } else { Box::new(range) };
-            for e in entries {
+            for e in f.index.entries.range(&lo, &hi, f.ordered == Some(Dir::Desc)) {
                 let Some(key) = f.index.row_of(table, e) else { continue };
                 let Some(row) = src.get(&key) else { continue };
                 if !q.matches(&key, &row) {
@@ -281,7 +277,7 @@ pub fn count(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> usi
             if lo > hi {
                 return 0;
             }
-            for e in f.index.entries.range::<[u8], _>((Bound::Included(lo.as_slice()), Bound::Included(hi.as_slice()))) {
+            for e in f.index.entries.range(&lo, &hi, false) {
                 let Some(key) = f.index.row_of(table, e) else { continue };
                 if src.get(&key).is_some_and(|row| q.matches(&key, &row)) {
                     n += 1;

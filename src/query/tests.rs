@@ -121,7 +121,7 @@ fn build_by(spec: Vec<(String, bool, bool, Vec<(usize, Value)>)>, ix: &[Vec<&str
         }
     } else {
         for (k, r) in &map {
-            indexes.put(k, Some(r));
+            indexes.put(k, None, Some(r));
         }
     }
     (Rows(map), indexes)

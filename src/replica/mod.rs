@@ -14,8 +14,8 @@ use crate::store::{Snapshot, StoreError};
 
 mod packed;
 
+use crate::layered::{layered, Layer};
 pub use packed::Packed;
-use packed::{layered, Layer};
 
 /// Base rows and the overlay of rows that have pending ops.
 #[derive(Debug, Clone, Default)]
@@ -25,10 +25,15 @@ pub struct Replica {
     /// The shared spaces a row was ever put in (until the space is dropped):
     /// kept as rows come, so a pull need not scan every key to know them.
     spaces: std::collections::BTreeSet<String>,
-    /// Keys whose visible row may have changed since [`Replica::take_touched`].
-    touched: Vec<RowKey>,
+    /// Keys whose visible row may have changed since [`Replica::take_touched`],
+    /// each with its visible row before the first such change: what an
+    /// index takes out (it keeps no map from a row to its entry).
+    /// Kept in the order they came (a touch is a push), sorted once when taken.
+    touched: Vec<(RowKey, Option<Row>)>,
     /// Whether anyone reads `touched` (else it is not kept).
     tracking: bool,
+    /// The tables whose touched rows keep what they were.
+    keep_was: std::collections::BTreeSet<String>,
 }
 
 impl Replica {
@@ -102,6 +107,7 @@ impl Replica {
     /// is rebuilt from the base and the ops that `remain` on the row.
     /// Returns the new base row, if there is one.
     pub fn reject<'a>(&mut self, key: &RowKey, server_row: Option<&Row>, remain: impl IntoIterator<Item = &'a Op>) -> Option<Row> {
+        self.touch(key);
         let mut base = self.base.get(key);
         if let Some(server) = server_row {
             self.note(&key.space);
@@ -136,15 +142,26 @@ impl Replica {
     pub fn merge_remote(&mut self, key: &RowKey, row: &Row) -> Option<Row> {
         self.note(&key.space);
         let mut out = None;
+        // The row as it was is kept only if it moves (nothing new is no
+        // change for indexes or live queries), and is read from the row
+        // being merged: no second lookup.
+        let keep = self.tracking && self.keeps(&key.table);
+        let mut was: Option<Option<Row>> = match self.overlay.get(key) {
+            Some(v) if keep => Some(Some(v.clone())),
+            _ => None,
+        };
         let moved = self.base.update(key, |base| {
+            if keep && was.is_none() {
+                was = Some((!base.is_gone()).then(|| base.clone()));
+            }
             let moved = merge_row(base, row);
             if moved {
                 out = Some(base.clone());
             }
             moved
         });
-        if moved {
-            self.touch(key);
+        if moved && self.tracking {
+            self.touched.push((key.clone(), was.flatten()));
         }
         if let Some(v) = self.overlay.get_mut(key) {
             merge_row(v, row);
@@ -162,10 +179,26 @@ impl Replica {
         self.base.put(key.clone(), row.clone());
     }
 
+    /// Notes a change to come to a key's visible row (so call it before
+    /// the change), with the row as it was if its table [keeps what it
+    /// was](Replica::keep_was): of a key's touches since
+    /// [`Replica::take_touched`], the first one's counts.
     fn touch(&mut self, key: &RowKey) {
         if self.tracking {
-            self.touched.push(key.clone());
+            let was = if self.keeps(&key.table) { self.visible(key).map(Cow::into_owned) } else { None };
+            self.touched.push((key.clone(), was));
         }
+    }
+
+    /// Whether a touched row of `table` keeps what it was.
+    fn keeps(&self, table: &str) -> bool {
+        self.keep_was.contains(table)
+    }
+
+    /// The tables whose touched rows keep what they were (those with an
+    /// index): the rest are only named, at no cost of a read.
+    pub fn keep_was(&mut self, tables: std::collections::BTreeSet<String>) {
+        self.keep_was = tables;
     }
 
     fn note(&mut self, space: &str) {
@@ -184,10 +217,8 @@ impl Replica {
             .map(|(t, r, s)| RowKey { table: t.into(), row_id: r.into(), space: s.into() })
             .collect();
         for k in &gone {
+            self.touch(k);
             self.base.remove(k);
-        }
-        if self.tracking {
-            self.touched.extend(gone.iter().cloned());
         }
         if !self.overlay.keys().any(|k| k.space == space) {
             self.spaces.remove(space);
@@ -195,14 +226,16 @@ impl Replica {
         gone
     }
 
-    /// The keys whose visible row may have changed since the last call
-    /// (each once, in key order): what indexes and live queries look at.
-    pub fn take_touched(&mut self) -> Vec<RowKey> {
+    /// The keys whose visible row may have changed since the last call,
+    /// in key order, each with its visible row as it was before: what
+    /// indexes and live queries look at.
+    pub fn take_touched(&mut self) -> Vec<(RowKey, Option<Row>)> {
         self.tracking = true;
-        let mut keys = std::mem::take(&mut self.touched);
-        keys.sort_unstable();
-        keys.dedup();
-        keys
+        let mut touched = std::mem::take(&mut self.touched);
+        // Stable: of a key's touches, the first (what the row was before them all) stays.
+        touched.sort_by(|a, b| a.0.cmp(&b.0));
+        touched.dedup_by(|later, first| later.0 == first.0);
+        touched
     }
 
     /// The shared spaces this replica may hold a row of (base or pending):

@@ -13,6 +13,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use crate::chunks::{chunk_of, decode_cells, decode_chunk, decode_row, encode_one, key_bytes_of, key_of, split_chunk};
+use crate::layered::{layered, Layer};
 use crate::protocol::{Row, RowKey};
 use crate::store::StoreError;
 
@@ -363,41 +364,6 @@ impl Packed {
         self.fresh.clear();
         Ok(())
     }
-}
-
-/// An item of [`layered`]: from the layer below, or the one over it.
-pub enum Layer<U, O> {
-    /// From below.
-    Under(U),
-    /// From over it.
-    Over(O),
-}
-
-/// Two iterators in one key order as one: where both hold a key (`cmp`
-/// says equal), the item over it stands and the one under it is skipped —
-/// fresh rows over packed ones, pending edits over base rows.
-pub fn layered<U, O>(
-    under: impl Iterator<Item = U>,
-    over: impl Iterator<Item = O>,
-    cmp: impl Fn(&U, &O) -> Ordering,
-) -> impl Iterator<Item = Layer<U, O>> {
-    let (mut under, mut over) = (under.peekable(), over.peekable());
-    std::iter::from_fn(move || {
-        let order = match (under.peek(), over.peek()) {
-            (None, None) => return None,
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-            (Some(u), Some(o)) => cmp(u, o),
-        };
-        if order == Ordering::Equal {
-            under.next();
-        }
-        if order == Ordering::Less {
-            under.next().map(Layer::Under)
-        } else {
-            over.next().map(Layer::Over)
-        }
-    })
 }
 
 /// The run a key belongs to, as a stored chunk is found ([`chunk_of`]).
