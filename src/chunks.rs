@@ -267,8 +267,12 @@ pub fn decode_chunk_v1(text: &str) -> Result<Vec<(RowKey, Row)>, StoreError> {
     let rows: Vec<RowV1> = serde_json::from_str(text).map_err(corrupt)?;
     Ok(rows
         .into_iter()
-        .map(|RowV1(table, row_id, cells)| {
-            let cells = cells.into_iter().map(|CellV1(f, value, at, op_id)| (f, Cell { value, mark: Mark { at, op_id } })).collect();
+        .map(|RowV1(table, row_id, cells_v1)| {
+            // Inserted, not collected: a collect sorts, one more sort in the wasm.
+            let mut cells = crate::protocol::Cells::new();
+            for CellV1(f, value, at, op_id) in cells_v1 {
+                cells.insert(f, Cell { value, mark: Mark { at, op_id } });
+            }
             (RowKey::new(table, row_id), Row { cells, notes: None })
         })
         .collect())
@@ -319,7 +323,9 @@ pub fn chunk_of<T>(chunks: &[T], key: &RowKey, first: impl Fn(&T) -> &RowKey) ->
 /// Folds `deltas` (latest wins; a removal drops the row) into the rows of
 /// one chunk; returns all rows sorted.
 pub fn fold(chunk: Vec<(RowKey, Row)>, deltas: impl IntoIterator<Item = (RowKey, Row)>) -> Vec<(RowKey, Row)> {
-    let mut rows: BTreeMap<RowKey, Row> = chunk.into_iter().collect();
+    // Inserted, not collected: a collect sorts, one more sort in the wasm for each type.
+    let mut rows: BTreeMap<RowKey, Row> = BTreeMap::new();
+    rows.extend(chunk);
     rows.extend(deltas);
     rows.into_iter().filter(|(_, r)| !r.is_gone()).collect()
 }

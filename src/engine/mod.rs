@@ -239,8 +239,11 @@ impl Engine {
         let meta = snapshot.meta.ok_or(EngineError::NoMeta)?;
         let replica = Replica::open(snapshot.base_chunks, snapshot.base, &snapshot.pending)?;
         let outbox = Outbox::new(snapshot.pending);
-        let rejections = snapshot.rejections.into_iter().map(|r| (r.op.op_id.clone(), r)).collect();
-        let conflicts = snapshot.conflicts.into_iter().map(|c| (c.id.clone(), c)).collect();
+        // Inserted, not collected: a collect sorts, one more sort in the wasm for each type.
+        let mut rejections = BTreeMap::new();
+        rejections.extend(snapshot.rejections.into_iter().map(|r| (r.op.op_id.clone(), r)));
+        let mut conflicts = BTreeMap::new();
+        conflicts.extend(snapshot.conflicts.into_iter().map(|c| (c.id.clone(), c)));
         let sync = snapshot.sync.unwrap_or_default();
         let mut rng = SplitMix::new(config.seed);
         let attempt_seq = rng.next_u64() >> 40;

@@ -97,7 +97,8 @@ impl Engine {
             let for_what: Built = (self.schema.as_ref().map(|(k, s)| (s.version, k.etag.clone(), k.text.len())), hidden);
             let defs = self.index_defs();
             let mut indexes = Indexes::new(defs);
-            let tables: BTreeSet<String> = indexes.defs().into_iter().map(|d| d.table).collect();
+            let mut tables: BTreeSet<String> = BTreeSet::new();
+            tables.extend(indexes.defs().into_iter().map(|d| d.table));
             if !self.hides_rows() {
                 for table in &tables {
                     indexes.fill(table, self.replica.table(table).map(|(k, r)| (k, self.app_cow(table, r))));

@@ -73,7 +73,9 @@ impl Indexes {
     /// Empty indexes for these definitions (duplicates kept once).
     pub fn new(defs: impl IntoIterator<Item = IndexDef>) -> Self {
         let mut tables: BTreeMap<String, Vec<Index>> = BTreeMap::new();
-        for d in defs.into_iter().collect::<BTreeSet<_>>() {
+        let mut unique = BTreeSet::new();
+        unique.extend(defs);
+        for d in unique {
             if d.fields.is_empty() {
                 continue;
             }

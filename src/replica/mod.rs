@@ -229,13 +229,14 @@ impl Replica {
     /// The keys whose visible row may have changed since the last call,
     /// in key order, each with its visible row as it was before: what
     /// indexes and live queries look at.
-    pub fn take_touched(&mut self) -> Vec<(RowKey, Option<Row>)> {
+    pub fn take_touched(&mut self) -> BTreeMap<RowKey, Option<Row>> {
         self.tracking = true;
-        let mut touched = std::mem::take(&mut self.touched);
-        // Stable: of a key's touches, the first (what the row was before them all) stays.
-        touched.sort_by(|a, b| a.0.cmp(&b.0));
-        touched.dedup_by(|later, first| later.0 == first.0);
-        touched
+        let mut out = BTreeMap::new();
+        // Of a key's touches, the first (what the row was before them all) stays.
+        for (key, was) in std::mem::take(&mut self.touched) {
+            out.entry(key).or_insert(was);
+        }
+        out
     }
 
     /// The shared spaces this replica may hold a row of (base or pending):
@@ -248,12 +249,13 @@ impl Replica {
     /// space's first, then by space name), tombstones included.
     pub fn named(&self, table: &str, row_id: &str) -> Vec<(RowKey, Cow<'_, Row>)> {
         let start = RowKey::new(table, row_id);
-        let mut out: BTreeMap<RowKey, Cow<'_, Row>> = self
-            .base
-            .range_from(&start)
-            .take_while(|(k, _)| k.table == table && k.row_id == row_id)
-            .filter_map(|(k, found)| Some((k, Cow::Owned(found.row()?))))
-            .collect();
+        let mut out: BTreeMap<RowKey, Cow<'_, Row>> = BTreeMap::new();
+        out.extend(
+            self.base
+                .range_from(&start)
+                .take_while(|(k, _)| k.table == table && k.row_id == row_id)
+                .filter_map(|(k, found)| Some((k, Cow::Owned(found.row()?)))),
+        );
         out.extend(
             self.overlay
                 .range(start..)

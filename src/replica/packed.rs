@@ -192,7 +192,8 @@ impl Packed {
                 None => loose.extend(decode_chunk(&bytes)?),
             }
         }
-        runs.sort_by(|a, b| a.first.cmp(&b.first));
+        // Equal firsts overlap, and are read by decoding: any order of them will do.
+        runs.sort_unstable_by(|a, b| a.first.cmp(&b.first));
         // Runs must not overlap: a run's last key below the next run's first.
         let overlap = runs.windows(2).any(|w| {
             let last = w[0].key(w[0].len() - 1);

@@ -226,10 +226,12 @@ pub(crate) fn replay(file: &SchemaFile) -> Result<Replayed, SchemaError> {
 
 /// Where two sets of tables first differ (`sets.reps`), or `None`.
 fn first_difference(a: &BTreeMap<String, TableRules>, b: &BTreeMap<String, TableRules>) -> Option<String> {
-    let names: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    let mut names: BTreeSet<&String> = BTreeSet::new();
+    names.extend(a.keys().chain(b.keys()));
     for table in names {
         let (Some(x), Some(y)) = (a.get(table), b.get(table)) else { return Some(table.clone()) };
-        let fields: BTreeSet<&String> = x.fields.keys().chain(y.fields.keys()).collect();
+        let mut fields: BTreeSet<&String> = BTreeSet::new();
+        fields.extend(x.fields.keys().chain(y.fields.keys()));
         for f in fields {
             if x.fields.get(f) != y.fields.get(f) {
                 return Some(format!("{table}.{f}"));

@@ -279,7 +279,9 @@ impl Schema {
                 *slot = (a.died, a.old.clone());
             }
         }
-        names.into_iter().map(|(newest, (_, old))| (newest, old)).collect()
+        let mut out = BTreeMap::new();
+        out.extend(names.into_iter().map(|(newest, (_, old))| (newest, old)));
+        out
     }
 
     /// A row as an app written for `version` spells it: cells under their

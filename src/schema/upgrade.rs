@@ -29,18 +29,20 @@ impl<'a> Spelled<'a> {
         if aliases.is_empty() || !fields.keys().any(|k| find(aliases, k).is_some()) {
             return Spelled::Same(fields);
         }
-        // (newest name, value, the version that gave up the name the op used).
-        let mut out: Vec<(&'a str, &'a Value, u32)> = Vec::with_capacity(fields.len());
-        for (name, value) in fields {
+        // (newest name, value, the version that gave up the name the op used,
+        // the field's place: the order is total, so an unstable sort is
+        // the stable one, without a second sort in the wasm).
+        let mut out: Vec<(&'a str, &'a Value, u32, usize)> = Vec::with_capacity(fields.len());
+        for (i, (name, value)) in fields.iter().enumerate() {
             match find(aliases, name) {
                 Some(Alias { to: None, .. }) => {}
-                Some(Alias { to: Some(to), died, .. }) => out.push((to.as_str(), value, *died)),
-                None => out.push((name.as_str(), value, u32::MAX)),
+                Some(Alias { to: Some(to), died, .. }) => out.push((to.as_str(), value, *died, i)),
+                None => out.push((name.as_str(), value, u32::MAX, i)),
             }
         }
-        out.sort_by(|a, b| a.0.cmp(b.0).then_with(|| rank(a.2, version).cmp(&rank(b.2, version))));
+        out.sort_unstable_by(|a, b| a.0.cmp(b.0).then_with(|| rank(a.2, version).cmp(&rank(b.2, version))).then(a.3.cmp(&b.3)));
         out.dedup_by(|later, first| later.0 == first.0);
-        Spelled::Mapped(out.into_iter().map(|(k, v, _)| (k, v)).collect())
+        Spelled::Mapped(out.into_iter().map(|(k, v, _, _)| (k, v)).collect())
     }
 
     /// Each (name, value), names distinct.
