@@ -19,8 +19,9 @@ use std::ops::Bound;
 
 use crate::layered::{layered, Layer};
 
-/// Entries a run holds at most (~15 KB of keys).
-const RUN_ENTRIES: usize = 512;
+/// Entries a run holds at most (~15 KB of keys); a few under test, so
+/// tests walk across runs.
+const RUN_ENTRIES: usize = if cfg!(any(test, feature = "sim")) { 3 } else { 512 };
 /// Changes kept beside the runs before they are folded in (or half the
 /// packed entries, whichever is more): small under test, so folds are
 /// exercised by every test that writes.
@@ -76,6 +77,10 @@ struct Filler {
 }
 
 impl Filler {
+    fn last(&self) -> Option<&[u8]> {
+        self.runs.last().and_then(|r| r.len().checked_sub(1).map(|i| r.get(i)))
+    }
+
     fn push(&mut self, e: &[u8]) {
         if self.runs.last().is_none_or(|r| r.len() >= self.size) {
             self.runs.push(Run { bytes: Vec::with_capacity(self.size * 32), ends: Vec::with_capacity(self.size) });
@@ -112,30 +117,108 @@ impl Default for Entries {
     }
 }
 
-impl Entries {
-    /// The set of these entries, given end to end in `bytes` (`ends` says
-    /// where each ends), in any order: sorted once, packed once.
-    pub fn from_unsorted(bytes: &[u8], ends: &[u32]) -> Entries {
-        let mut spans: Vec<(u32, u32)> = Vec::with_capacity(ends.len());
-        let mut start = 0;
-        for &end in ends {
-            spans.push((start, end));
-            start = end;
+/// Builds the entries of an index being filled, given in any order, with
+/// a peak of memory near what the entries take: entries are gathered in
+/// blocks of [`BLOCK_BYTES`], each block is sorted and packed as it fills,
+/// and the blocks are merged at the end, each run freed as it is read.
+/// (One buffer of every entry, sorted at the end, peaked at ~2.5× that:
+/// the buffer's doublings, the sort's spans, then the runs beside it — and
+/// a wasm memory never gives back its peak.)
+#[derive(Default)]
+pub struct Builder {
+    /// The block being gathered: entries end to end, and where each ends.
+    pub bytes: Vec<u8>,
+    ends: Vec<u32>,
+    blocks: Vec<Vec<Run>>,
+}
+
+/// The next entry of block `i`, at its place `at[i]` (run, entry).
+fn head<'b>(blocks: &'b [Vec<Run>], at: &[(usize, usize)], i: usize) -> Option<&'b [u8]> {
+    let (r, e) = at[i];
+    blocks[i].get(r).filter(|run| e < run.len()).map(|run| run.get(e))
+}
+
+/// Puts block `i` in its place in `order` (by next entry, the smallest
+/// last), if it has entries left.
+fn place(order: &mut Vec<usize>, blocks: &[Vec<Run>], at: &[(usize, usize)], i: usize) {
+    if let Some(h) = head(blocks, at, i) {
+        let place = order.partition_point(|&x| head(blocks, at, x) > Some(h));
+        order.insert(place, i);
+    }
+}
+
+/// Bytes a block gathers before it is sorted and packed: a few entries
+/// under test, so every test that fills an index merges blocks.
+const BLOCK_BYTES: usize = if cfg!(any(test, feature = "sim")) { 6 } else { 1 << 18 };
+
+impl Builder {
+    /// The entry written at the end of [`Builder::bytes`] since the last
+    /// call is whole.
+    pub fn ended(&mut self) {
+        self.ends.push(u32::try_from(self.bytes.len()).unwrap_or(u32::MAX));
+        if self.bytes.len() >= BLOCK_BYTES {
+            self.pack_block();
         }
-        let at = |(s, e): (u32, u32)| &bytes[s as usize..e as usize];
-        spans.sort_unstable_by(|a, b| at(*a).cmp(at(*b)));
-        spans.dedup_by(|a, b| at(*a) == at(*b));
-        let mut out = Entries::default();
-        let mut fill = Filler { size: out.run_entries, runs: Vec::new() };
-        for s in spans.iter() {
-            fill.push(at(*s));
-        }
-        out.runs = fill.finish();
-        out.packed = spans.len();
-        out.len = spans.len();
-        out
     }
 
+    /// Sorts the block gathered and packs it into runs.
+    fn pack_block(&mut self) {
+        if self.ends.is_empty() {
+            return;
+        }
+        let (bytes, ends) = (&self.bytes, &self.ends);
+        let at = |i: u32| {
+            let i = i as usize;
+            &bytes[if i == 0 { 0 } else { ends[i - 1] as usize }..ends[i] as usize]
+        };
+        let mut order: Vec<u32> = (0..u32::try_from(ends.len()).unwrap_or(u32::MAX)).collect();
+        order.sort_unstable_by(|&a, &b| at(a).cmp(at(b)));
+        let mut fill = Filler { size: RUN_ENTRIES, runs: Vec::new() };
+        for i in order {
+            fill.push(at(i));
+        }
+        self.blocks.push(fill.finish());
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    /// The entries, sorted (one of each).
+    pub fn finish(mut self) -> Entries {
+        self.pack_block();
+        self.bytes = Vec::new();
+        let mut blocks = std::mem::take(&mut self.blocks);
+        // Each block's place: its run, and the entry in it.
+        let mut at: Vec<(usize, usize)> = vec![(0, 0); blocks.len()];
+        // The blocks with entries left, by their next entry, the smallest last.
+        let mut order: Vec<usize> = Vec::with_capacity(blocks.len());
+        for i in 0..blocks.len() {
+            place(&mut order, &blocks, &at, i);
+        }
+        let mut fill = Filler { size: RUN_ENTRIES, runs: Vec::new() };
+        let mut n = 0;
+        while let Some(i) = order.pop() {
+            if let Some(e) = head(&blocks, &at, i) {
+                if fill.last() != Some(e) {
+                    fill.push(e);
+                    n += 1;
+                }
+            }
+            at[i].1 += 1;
+            let (r, e) = at[i];
+            if blocks[i].get(r).is_some_and(|run| e >= run.len()) {
+                // Read: freed now, so the runs being built take its place.
+                if let Some(run) = blocks[i].get_mut(r) {
+                    *run = Run::default();
+                }
+                at[i] = (r + 1, 0);
+            }
+            place(&mut order, &blocks, &at, i);
+        }
+        Entries { runs: fill.finish(), packed: n, len: n, ..Entries::default() }
+    }
+}
+
+impl Entries {
     /// How many entries.
     pub fn len(&self) -> usize {
         self.len
@@ -326,14 +409,13 @@ mod tests {
         /// sorted set, whatever the order of inserts, removals and folds.
         #[test]
         fn entries_read_as_a_sorted_set(start in prop::collection::vec(entry(), 0..40), steps in prop::collection::vec(step(), 0..80), run_entries in 1usize..5, fold_after in 0usize..6) {
-            let mut bytes = Vec::new();
-            let mut ends = Vec::new();
+            let mut b = Builder::default();
             for e in &start {
-                bytes.extend_from_slice(e);
-                ends.push(bytes.len() as u32);
+                b.bytes.extend_from_slice(e);
+                b.ended();
             }
             let mut set: BTreeSet<Vec<u8>> = start.into_iter().collect();
-            let mut got = Entries::from_unsorted(&bytes, &ends);
+            let mut got = b.finish();
             got.run_entries = run_entries;
             got.fold_after = fold_after;
             for s in steps {

@@ -6,7 +6,7 @@
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::entries::Entries;
+use super::entries::{Builder, Entries};
 use super::{field, sortkey};
 use crate::protocol::{Row, RowKey};
 
@@ -104,18 +104,18 @@ impl Indexes {
     /// however many indexes the table has.
     pub fn fill<K: Borrow<RowKey>, R: Borrow<Row>>(&mut self, table: &str, rows: impl Iterator<Item = (K, R)>) {
         let Some(ix) = self.tables.get_mut(table) else { return };
-        // Each index's entries end to end, sorted and packed once at the end
+        // Each index's entries gathered, sorted and packed as they come
         // (an insert per row would cost a search per row).
-        let mut pending: Vec<(Vec<u8>, Vec<u32>)> = vec![(Vec::new(), Vec::new()); ix.len()];
+        let mut built: Vec<Builder> = ix.iter().map(|_| Builder::default()).collect();
         for (key, row) in rows {
-            for (i, (bytes, ends)) in ix.iter().zip(&mut pending) {
-                if i.entry(bytes, key.borrow(), Some(row.borrow())) {
-                    ends.push(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
+            for (i, b) in ix.iter().zip(&mut built) {
+                if i.entry(&mut b.bytes, key.borrow(), Some(row.borrow())) {
+                    b.ended();
                 }
             }
         }
-        for (i, (bytes, ends)) in ix.iter_mut().zip(pending) {
-            i.entries = Entries::from_unsorted(&bytes, &ends);
+        for (i, b) in ix.iter_mut().zip(built) {
+            i.entries = b.finish();
         }
     }
 
