@@ -165,6 +165,28 @@ pub fn decode_cells(bytes: &[u8]) -> Result<Row, StoreError> {
     cells_from_bin(groups)
 }
 
+/// The values of `names` in one encoded row (`Null` where it has none),
+/// and whether the row is deleted — without decoding the rest of it: what
+/// filling an index reads of each of a table's packed rows (a decode
+/// allocates every name, value and opId of the row).
+pub fn project(bytes: &[u8], names: &[&str], out: &mut Vec<Value>) -> Result<bool, StoreError> {
+    let RowBin(_, _, _, groups) = postcard::from_bytes(bytes).map_err(corrupt)?;
+    out.clear();
+    out.resize(names.len(), Value::Null);
+    let mut deleted = false;
+    for GroupBin(_, _, fields) in groups {
+        for (f, v) in fields {
+            if f == crate::protocol::DELETED {
+                deleted = matches!(v, ValueBin::Bool(true));
+            }
+            if let Some(i) = names.iter().position(|n| *n == f) {
+                out[i] = value_of(v)?;
+            }
+        }
+    }
+    Ok(deleted)
+}
+
 /// [`key_of`] as bytes: UTF-8 sorts as its bytes do, so a search compares
 /// them without checking them again.
 pub fn key_bytes_of(bytes: &[u8]) -> Result<(&[u8], &[u8], &[u8]), StoreError> {

@@ -74,6 +74,12 @@ impl Engine {
         }
     }
 
+    /// Whether the app sees every row as stored ([`Engine::app_row`] is the
+    /// row itself): no schema known, or the app writes its newest version.
+    pub fn sees_as_stored(&self) -> bool {
+        self.schema.as_ref().is_none_or(|(_, s)| self.config.schema >= s.version)
+    }
+
     /// The schema edits are checked against: the known one, unless the app
     /// writes a newer version than it (the server will answer 409 and wait;
     /// the newer server judges those edits, not this schema).

@@ -12,7 +12,9 @@ use std::collections::BTreeSet;
 
 use super::Engine;
 use crate::protocol::{Row, RowKey};
+use crate::query::index::Raw;
 use crate::query::{self, Explain, IndexDef, Indexes, Query, Source};
+use crate::replica::Found;
 
 /// What the device's queries read, kept by the engine.
 #[derive(Debug, Clone, Default)]
@@ -101,7 +103,18 @@ impl Engine {
             tables.extend(indexes.defs().into_iter().map(|d| d.table));
             if !self.hides_rows() {
                 for table in &tables {
-                    indexes.fill(table, self.replica.table(table).map(|(k, r)| (k, self.app_cow(table, r))));
+                    if self.sees_as_stored() {
+                        let rows = self.replica.table_raw(table).map(|(k, found)| {
+                            let raw = match found {
+                                Found::Packed(bytes) => Raw::Packed(bytes),
+                                Found::Fresh(row) => Raw::Row(row),
+                            };
+                            (k, raw)
+                        });
+                        indexes.fill_raw(table, rows);
+                    } else {
+                        indexes.fill(table, self.replica.table(table).map(|(k, r)| (k, self.app_cow(table, r))));
+                    }
                 }
             }
             self.replica.keep_was(tables);

@@ -155,6 +155,38 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    /// Filling an index from rows still encoded (only their indexed values
+    /// read) gives the entries the decoded rows give.
+    #[test]
+    fn an_index_filled_from_packed_rows_equals_one_filled_from_decoded_rows(spec in rows(), ix in indexes(), packed in prop::collection::vec(any::<bool>(), 24)) {
+        let (rows, decoded) = build_by(spec, &ix, true);
+        let encoded: Vec<(RowKey, Option<Vec<u8>>)> = rows
+            .0
+            .iter()
+            .enumerate()
+            .map(|(n, (k, r))| (k.clone(), packed.get(n).copied().unwrap_or(true).then(|| crate::chunks::encode_one(k, r, Vec::new()).unwrap())))
+            .collect();
+        let mut raw = Indexes::new(ix.iter().map(|f| IndexDef { table: "t".into(), fields: f.iter().map(|s| (*s).to_owned()).collect() }));
+        raw.fill_raw(
+            "t",
+            encoded.iter().zip(rows.0.values()).filter(|((k, _), _)| k.table == "t").map(|((k, bytes), r)| {
+                let row = match bytes {
+                    Some(b) => index::Raw::Packed(b),
+                    None => index::Raw::Row(r),
+                };
+                ((k.row_id.as_str(), k.space.as_str()), row)
+            }),
+        );
+        for (a, b) in decoded.of("t").iter().zip(raw.of("t")) {
+            let all = |i: &index::Index| i.entries.range(&[], &[0xFF; 4], false).map(<[u8]>::to_vec).collect::<Vec<_>>();
+            prop_assert_eq!(all(a), all(b));
+        }
+    }
+}
+
 #[test]
 fn a_missing_field_reads_as_null_and_a_range_keeps_to_its_kind() {
     let (rows, indexes) = build(

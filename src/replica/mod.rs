@@ -15,7 +15,7 @@ use crate::store::{Snapshot, StoreError};
 mod packed;
 
 use crate::layered::{layered, Layer};
-pub use packed::Packed;
+pub use packed::{Found, Packed};
 
 /// Base rows and the overlay of rows that have pending ops.
 #[derive(Debug, Clone, Default)]
@@ -277,6 +277,18 @@ impl Replica {
         layered(base, over, |(b, _), (o, _)| b.cmp(o)).filter_map(|layer| match layer {
             Layer::Under((k, found)) => Some((Cow::Owned(k), Cow::Owned(found.row()?))),
             Layer::Over((k, r)) => Some((Cow::Borrowed(k), Cow::Borrowed(r))),
+        })
+    }
+
+    /// [`Replica::table`] with borrowed keys (rowId, space) and packed
+    /// rows left packed: what filling an index walks.
+    pub fn table_raw<'a>(&'a self, table: &'a str) -> impl Iterator<Item = ((&'a str, &'a str), Found<'a>)> + 'a {
+        let start = RowKey::new(table, "");
+        let over =
+            self.overlay.range(start..).take_while(move |(k, _)| k.table == table).map(|(k, r)| ((k.row_id.as_str(), k.space.as_str()), r));
+        layered(self.base.table_raw(table), over, |(b, _), (o, _)| b.cmp(o)).map(|layer| match layer {
+            Layer::Under(item) => item,
+            Layer::Over((k, r)) => (k, Found::Fresh(r)),
         })
     }
 

@@ -165,7 +165,9 @@ impl std::fmt::Debug for Packed {
 
 /// Where an iterated row comes from: a packed run (decoded when read) or the fresh rows.
 pub enum Found<'a> {
+    /// Its bytes in a run (checked when the run was made).
     Packed(&'a [u8]),
+    /// Decoded: written since its run was packed, or pending.
     Fresh(&'a Row),
 }
 
@@ -275,6 +277,36 @@ impl Packed {
         layered(packed, fresh, |(p, _), (f, _)| p.cmp(f)).filter_map(|layer| match layer {
             Layer::Under((k, bytes)) => Some((k, Found::Packed(bytes))),
             Layer::Over((k, Some(row))) => Some((k.clone(), Found::Fresh(row))),
+            Layer::Over((_, None)) => None,
+        })
+    }
+
+    /// The rows of `table`, in key order, keys borrowed: (rowId, space) —
+    /// a walk of every row that allocates no key.
+    pub fn table_raw<'a>(&'a self, table: &'a str) -> impl Iterator<Item = ((&'a str, &'a str), Found<'a>)> + 'a {
+        let start = RowKey::new(table, "");
+        let (mut run, mut at) = match chunk_of_runs(&self.runs, &start) {
+            Some(r) => (r, self.runs[r].find(&start).unwrap_or_else(|i| i)),
+            None => (0, 0),
+        };
+        let packed = std::iter::from_fn(move || loop {
+            let r = self.runs.get(run)?;
+            if at < r.len() {
+                at += 1;
+                return Some((r.key(at - 1), r.row_bytes(at - 1)));
+            }
+            run += 1;
+            at = 0;
+        })
+        .take_while(move |((t, _, _), _)| *t == table);
+        let fresh = self
+            .fresh
+            .range(start..)
+            .map(|(k, r)| ((k.table.as_str(), k.row_id.as_str(), k.space.as_str()), r))
+            .take_while(move |((t, _, _), _)| *t == table);
+        layered(packed, fresh, |(p, _), (f, _)| p.cmp(f)).filter_map(|layer| match layer {
+            Layer::Under(((_, r, s), bytes)) => Some(((r, s), Found::Packed(bytes))),
+            Layer::Over(((_, r, s), Some(row))) => Some(((r, s), Found::Fresh(row))),
             Layer::Over((_, None)) => None,
         })
     }
