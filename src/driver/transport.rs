@@ -36,8 +36,8 @@ impl CallError {
 
     /// The server's refusal, code and words.
     pub fn of(e: ErrorBody) -> CallError {
-        let code = serde_json::to_value(e.error.code).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "error".into());
-        CallError { code, message: e.error.message }
+        // `as_str` is the wire's spelling (`protocol::code::tests`).
+        CallError { code: e.error.code.as_str().into(), message: e.error.message }
     }
 }
 

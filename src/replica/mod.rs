@@ -269,23 +269,23 @@ impl Replica {
     /// (and decoded) as they are walked — an index fill over a large table
     /// holds no list of them.
     pub fn table<'a>(&'a self, table: &str) -> impl Iterator<Item = (Cow<'a, RowKey>, Cow<'a, Row>)> + 'a {
-        let start = RowKey::new(table, "");
-        let (t1, t2) = (table.to_owned(), table.to_owned());
-        let base = self.base.range_from(&start).take_while(move |(k, _)| k.table == t1);
-        let over = self.overlay.range(start..).take_while(move |(k, _)| k.table == t2);
-        // Where both hold a row, the visible row is the overlay's: the base copy is not decoded.
-        layered(base, over, |(b, _), (o, _)| b.cmp(o)).filter_map(|layer| match layer {
-            Layer::Under((k, found)) => Some((Cow::Owned(k), Cow::Owned(found.row()?))),
-            Layer::Over((k, r)) => Some((Cow::Borrowed(k), Cow::Borrowed(r))),
+        let table = table.to_owned();
+        self.table_raw(&table).filter_map(move |((r, s), found)| {
+            let row = match found {
+                Found::Packed(bytes) => Cow::Owned(crate::chunks::decode_cells(bytes).ok()?),
+                Found::Fresh(row) => Cow::Borrowed(row),
+            };
+            Some((Cow::Owned(RowKey::in_space(s, table.as_str(), r)), row))
         })
     }
 
     /// [`Replica::table`] with borrowed keys (rowId, space) and packed
     /// rows left packed: what filling an index walks.
-    pub fn table_raw<'a>(&'a self, table: &'a str) -> impl Iterator<Item = ((&'a str, &'a str), Found<'a>)> + 'a {
+    pub fn table_raw<'a>(&'a self, table: &str) -> impl Iterator<Item = ((&'a str, &'a str), Found<'a>)> + 'a {
         let start = RowKey::new(table, "");
+        let t = start.table.clone();
         let over =
-            self.overlay.range(start..).take_while(move |(k, _)| k.table == table).map(|(k, r)| ((k.row_id.as_str(), k.space.as_str()), r));
+            self.overlay.range(start..).take_while(move |(k, _)| k.table == t).map(|(k, r)| ((k.row_id.as_str(), k.space.as_str()), r));
         layered(self.base.table_raw(table), over, |(b, _), (o, _)| b.cmp(o)).map(|layer| match layer {
             Layer::Under(item) => item,
             Layer::Over((k, r)) => (k, Found::Fresh(r)),

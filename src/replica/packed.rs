@@ -259,34 +259,22 @@ impl Packed {
 
     /// The rows from `start` on, in key order, each with where it is.
     pub fn range_from<'a>(&'a self, start: &RowKey) -> impl Iterator<Item = (RowKey, Found<'a>)> + 'a {
-        let (mut run, mut at) = match chunk_of_runs(&self.runs, start) {
-            Some(r) => (r, self.runs[r].find(start).unwrap_or_else(|i| i)),
-            None => (0, 0),
-        };
-        let packed = std::iter::from_fn(move || loop {
-            let r = self.runs.get(run)?;
-            if at < r.len() {
-                at += 1;
-                let (t, i, s) = r.key(at - 1);
-                return Some((RowKey { table: t.into(), row_id: i.into(), space: s.into() }, r.row_bytes(at - 1)));
-            }
-            run += 1;
-            at = 0;
-        });
-        let fresh = self.fresh.range(start.clone()..);
-        layered(packed, fresh, |(p, _), (f, _)| p.cmp(f)).filter_map(|layer| match layer {
-            Layer::Under((k, bytes)) => Some((k, Found::Packed(bytes))),
-            Layer::Over((k, Some(row))) => Some((k.clone(), Found::Fresh(row))),
-            Layer::Over((_, None)) => None,
-        })
+        self.walk_from(start).map(|((t, r, s), found)| (RowKey { table: t.into(), row_id: r.into(), space: s.into() }, found))
     }
 
     /// The rows of `table`, in key order, keys borrowed: (rowId, space) —
     /// a walk of every row that allocates no key.
-    pub fn table_raw<'a>(&'a self, table: &'a str) -> impl Iterator<Item = ((&'a str, &'a str), Found<'a>)> + 'a {
+    pub fn table_raw<'a>(&'a self, table: &str) -> impl Iterator<Item = ((&'a str, &'a str), Found<'a>)> + 'a {
         let start = RowKey::new(table, "");
-        let (mut run, mut at) = match chunk_of_runs(&self.runs, &start) {
-            Some(r) => (r, self.runs[r].find(&start).unwrap_or_else(|i| i)),
+        let walk = self.walk_from(&start);
+        walk.take_while(move |((t, _, _), _)| *t == start.table).map(|((_, r, s), found)| ((r, s), found))
+    }
+
+    /// The rows from `start` on, in key order, keys borrowed (from the
+    /// runs' bytes or the fresh rows' keys).
+    fn walk_from<'a>(&'a self, start: &RowKey) -> impl Iterator<Item = ((&'a str, &'a str, &'a str), Found<'a>)> + 'a {
+        let (mut run, mut at) = match chunk_of_runs(&self.runs, start) {
+            Some(r) => (r, self.runs[r].find(start).unwrap_or_else(|i| i)),
             None => (0, 0),
         };
         let packed = std::iter::from_fn(move || loop {
@@ -297,28 +285,18 @@ impl Packed {
             }
             run += 1;
             at = 0;
-        })
-        .take_while(move |((t, _, _), _)| *t == table);
-        let fresh = self
-            .fresh
-            .range(start..)
-            .map(|(k, r)| ((k.table.as_str(), k.row_id.as_str(), k.space.as_str()), r))
-            .take_while(move |((t, _, _), _)| *t == table);
+        });
+        let fresh = self.fresh.range(start.clone()..).map(|(k, r)| ((k.table.as_str(), k.row_id.as_str(), k.space.as_str()), r));
         layered(packed, fresh, |(p, _), (f, _)| p.cmp(f)).filter_map(|layer| match layer {
-            Layer::Under(((_, r, s), bytes)) => Some(((r, s), Found::Packed(bytes))),
-            Layer::Over(((_, r, s), Some(row))) => Some(((r, s), Found::Fresh(row))),
+            Layer::Under((k, bytes)) => Some((k, Found::Packed(bytes))),
+            Layer::Over((k, Some(row))) => Some((k, Found::Fresh(row))),
             Layer::Over((_, None)) => None,
         })
     }
 
     /// Every key, in order, borrowed: (table, rowId, space).
     pub fn keys(&self) -> impl Iterator<Item = (&str, &str, &str)> + '_ {
-        let packed = self.runs.iter().flat_map(|r| (0..r.len()).map(move |i| r.key(i)));
-        let fresh = self.fresh.iter().map(|(k, r)| ((k.table.as_str(), k.row_id.as_str(), k.space.as_str()), r.is_some()));
-        layered(packed, fresh, |p, (f, _)| p.cmp(f)).filter_map(|layer| match layer {
-            Layer::Under(k) | Layer::Over((k, true)) => Some(k),
-            Layer::Over((_, false)) => None,
-        })
+        self.walk_from(&RowKey::new("", "")).map(|(k, _)| k)
     }
 
     /// How many rows are held packed and how many decoded.

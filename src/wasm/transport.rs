@@ -330,13 +330,13 @@ impl Transport for FetchTransport {
 
     async fn decline(&self, space: &str) -> Result<(), CallError> {
         let body = serde_json::to_string(&SpaceName { space: space.to_owned() }).ok();
-        let _: serde_json::Value = self.call("POST", "/v1/invitations/decline", body).await?;
+        let _: serde::de::IgnoredAny = self.call("POST", "/v1/invitations/decline", body).await?;
         Ok(())
     }
 
     async fn leave(&self, space: &str) -> Result<(), CallError> {
         let body = serde_json::to_string(&SpaceName { space: space.to_owned() }).ok();
-        let _: serde_json::Value = self.call("POST", "/v1/spaces/leave", body).await?;
+        let _: serde::de::IgnoredAny = self.call("POST", "/v1/spaces/leave", body).await?;
         Ok(())
     }
 }
