@@ -59,6 +59,113 @@ struct RowBin<'a>(
     #[serde(borrow)] Vec<GroupBin<'a>>,
 );
 
+/// Reads one encoded row (a [`RowBin`]) without collecting it: its key is
+/// returned borrowed, and each cell is handed to `f` as it is read — the
+/// row's groups and cells are never put in vectors. What the checks at
+/// open and the reads of an index's values do for each of many rows.
+struct Visit<'f, 'de>(&'f mut dyn FnMut(&'de str, ValueBin<'de>));
+
+/// What a [`Visit`] gives back: the row's key.
+type KeyOf<'de> = (&'de str, &'de str, &'de str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Visit<'_, 'de> {
+    type Value = KeyOf<'de>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_tuple(4, self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Visit<'_, 'de> {
+    type Value = KeyOf<'de>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a row")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error;
+        let mut part = || -> Result<&'de str, A::Error> { seq.next_element()?.ok_or_else(|| A::Error::custom("a row cut short")) };
+        let key = (part()?, part()?, part()?);
+        seq.next_element_seed(Groups(self.0))?.ok_or_else(|| A::Error::custom("a row cut short"))?;
+        Ok(key)
+    }
+}
+
+/// The groups of a row, visited.
+struct Groups<'f, 'de>(&'f mut dyn FnMut(&'de str, ValueBin<'de>));
+
+impl<'de> serde::de::DeserializeSeed<'de> for Groups<'_, 'de> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Groups<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("groups of cells")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        // A group: (at, opId, cells); only the cells are visited.
+        while let Some(()) = seq.next_element_seed(Group(&mut *self.0))? {}
+        Ok(())
+    }
+}
+
+/// One group of a row, its cells visited.
+struct Group<'f, 'de>(&'f mut dyn FnMut(&'de str, ValueBin<'de>));
+
+impl<'de> serde::de::DeserializeSeed<'de> for Group<'_, 'de> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_tuple(3, self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Group<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a group of cells")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        use serde::de::Error;
+        let short = || A::Error::custom("a group cut short");
+        let _at: u64 = seq.next_element()?.ok_or_else(short)?;
+        let _op_id: &'de str = seq.next_element()?.ok_or_else(short)?;
+        seq.next_element_seed(CellList(self.0))?.ok_or_else(short)
+    }
+}
+
+/// A group's cells, each handed on as read.
+struct CellList<'f, 'de>(&'f mut dyn FnMut(&'de str, ValueBin<'de>));
+
+impl<'de> serde::de::DeserializeSeed<'de> for CellList<'_, 'de> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for CellList<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cells")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some((name, value)) = seq.next_element::<(&'de str, ValueBin<'de>)>()? {
+            (self.0)(name, value);
+        }
+        Ok(())
+    }
+}
+
+/// Visits one encoded row: its key, each cell handed to `f`; and the bytes after it.
+fn visit_row<'de>(bytes: &'de [u8], f: &mut dyn FnMut(&'de str, ValueBin<'de>)) -> Result<(KeyOf<'de>, &'de [u8]), StoreError> {
+    let mut d = postcard::Deserializer::from_bytes(bytes);
+    let key = serde::de::DeserializeSeed::deserialize(Visit(f), &mut d).map_err(corrupt)?;
+    let rest = d.finalize().map_err(corrupt)?;
+    Ok((key, rest))
+}
+
 /// Encoding 3, still read: a row with no space.
 #[derive(Deserialize)]
 struct RowV3<'a>(#[serde(borrow)] Cow<'a, str>, #[serde(borrow)] Cow<'a, str>, #[serde(borrow)] Vec<GroupBin<'a>>);
@@ -170,19 +277,23 @@ pub fn decode_cells(bytes: &[u8]) -> Result<Row, StoreError> {
 /// filling an index reads of each of a table's packed rows (a decode
 /// allocates every name, value and opId of the row).
 pub fn project(bytes: &[u8], names: &[&str], out: &mut Vec<Value>) -> Result<bool, StoreError> {
-    let RowBin(_, _, _, groups) = postcard::from_bytes(bytes).map_err(corrupt)?;
     out.clear();
     out.resize(names.len(), Value::Null);
     let mut deleted = false;
-    for GroupBin(_, _, fields) in groups {
-        for (f, v) in fields {
-            if f == crate::protocol::DELETED {
-                deleted = matches!(v, ValueBin::Bool(true));
-            }
-            if let Some(i) = names.iter().position(|n| *n == f) {
-                out[i] = value_of(v)?;
+    let mut bad = false;
+    visit_row(bytes, &mut |f, v| {
+        if f == crate::protocol::DELETED {
+            deleted = matches!(v, ValueBin::Bool(true));
+        }
+        if let Some(i) = names.iter().position(|n| *n == f) {
+            match value_of(v) {
+                Ok(v) => out[i] = v,
+                Err(_) => bad = true,
             }
         }
+    })?;
+    if bad {
+        return Err(corrupt("a number is not finite"));
     }
     Ok(deleted)
 }
@@ -211,15 +322,16 @@ pub fn split_chunk(bytes: &[u8]) -> Result<Option<Vec<u32>>, StoreError> {
     let mut last: Option<(&str, &str, &str)> = None;
     for _ in 0..count {
         let at = bytes.len() - rest.len();
-        let (row, tail) = postcard::take_from_bytes::<RowBin<'_>>(rest).map_err(corrupt)?;
-        let key = (row.0.as_ref(), row.1.as_ref(), row.2.as_ref());
-        let finite = row.3.iter().flat_map(|g| &g.2).all(|(_, v)| !matches!(v, ValueBin::Number(n) if !n.is_finite()));
+        let (mut cells, mut finite) = (0usize, true);
+        let (key, tail) = visit_row(rest, &mut |_, v| {
+            cells += 1;
+            finite &= !matches!(v, ValueBin::Number(n) if !n.is_finite());
+        })?;
         let ordered = last.is_none_or(|l| l < key);
-        if row.3.iter().all(|g| g.2.is_empty()) || !finite || !ordered {
+        if cells == 0 || !finite || !ordered {
             return Ok(None);
         }
-        // Borrowed from `bytes`, which outlives the loop: keep the key, not the row.
-        last = key_of(&bytes[at..]).ok();
+        last = Some(key);
         starts.push(u32::try_from(at).map_err(corrupt)?);
         rest = tail;
     }

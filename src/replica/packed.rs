@@ -491,6 +491,33 @@ mod tests {
         assert_eq!(p.keys().count(), 2);
     }
 
+    /// What opening checks of each row, so that reading one later cannot
+    /// fail: a chunk holding a value that is not a finite number, or a
+    /// removal (a row with no cell), is not kept packed.
+    #[test]
+    fn a_chunk_with_a_non_finite_value_or_a_removal_is_not_kept_packed() {
+        let chunk = |rows: &[(RowKey, Row)]| {
+            let mut c = crate::chunks::MAGIC.to_vec();
+            c.extend(postcard::to_allocvec(&rows.len()).unwrap());
+            for (k, r) in rows {
+                c = encode_one(k, r, c).unwrap();
+            }
+            c
+        };
+        let mut nan = row(1);
+        for (_, cell) in nan.cells.iter_mut() {
+            cell.value = crate::protocol::Value::Number(f64::NAN);
+        }
+        let bad = chunk(&[(key(0, 1, 0), row(1)), (key(0, 2, 0), nan)]);
+        assert_eq!(split_chunk(&bad).unwrap(), None, "a NaN");
+        assert!(Packed::open(vec![bad], []).is_err(), "and decoding it refuses it");
+        let removal = chunk(&[(key(0, 1, 0), row(1)), (key(0, 2, 0), Row::default())]);
+        assert_eq!(split_chunk(&removal).unwrap(), None, "a removal");
+        let p = Packed::open(vec![removal], []).unwrap();
+        assert_eq!(p.keys().count(), 1, "the removal is no row");
+        assert_eq!(split_chunk(&chunk(&[(key(0, 1, 0), row(1)), (key(0, 2, 0), row(2))])).unwrap().map(|s| s.len()), Some(2));
+    }
+
     #[test]
     fn damaged_chunks_are_an_error() {
         let bytes = encode_chunks(&[(key(0, 1, 0), row(1))]).unwrap().remove(0).bytes;
