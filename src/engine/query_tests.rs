@@ -65,14 +65,23 @@ fn an_index_naming_a_field_the_table_lacks_is_refused_with_the_schema() {
     assert!(crate::schema::Schema::from_json(&twice).is_err());
 }
 
-#[test]
-fn deleted_rows_leave_queries_and_indexes_and_come_back_restored() {
+/// An engine with an index on `weightKg` and two squats, `a` (10) and `b` (20).
+fn by_weight() -> Engine {
     let mut e = engine(1);
     e.config.indexes = vec![crate::query::IndexDef { table: "sets".into(), fields: vec!["weightKg".into()] }];
     record(&mut e, "a", &[("exercise", "squat".into()), ("weightKg", 10.0.into())]);
     record(&mut e, "b", &[("exercise", "squat".into()), ("weightKg", 20.0.into())]);
-    let q = Query { order: vec![Order { field: "weightKg".into(), dir: Dir::Asc }], ..Query::default() };
-    let ids = |e: &mut Engine| e.query("sets", &q).into_iter().map(|(k, _)| k.row_id).collect::<Vec<_>>();
+    e
+}
+
+fn lightest_first() -> Query {
+    Query { order: vec![Order { field: "weightKg".into(), dir: Dir::Asc }], ..Query::default() }
+}
+
+#[test]
+fn deleted_rows_leave_queries_and_indexes_and_come_back_restored() {
+    let mut e = by_weight();
+    let ids = |e: &mut Engine| e.query("sets", &lightest_first()).into_iter().map(|(k, _)| k.row_id).collect::<Vec<_>>();
     assert_eq!(ids(&mut e), ["a", "b"]);
     assert!(e.take_changes().all, "the first look sees everything");
     record(&mut e, "a", &[(crate::protocol::DELETED, true.into())]);
@@ -86,12 +95,8 @@ fn deleted_rows_leave_queries_and_indexes_and_come_back_restored() {
 
 #[test]
 fn an_edited_row_moves_in_its_index_and_leaves_its_old_place() {
-    let mut e = engine(1);
-    e.config.indexes = vec![crate::query::IndexDef { table: "sets".into(), fields: vec!["weightKg".into()] }];
-    record(&mut e, "a", &[("exercise", "squat".into()), ("weightKg", 10.0.into())]);
-    record(&mut e, "b", &[("exercise", "squat".into()), ("weightKg", 20.0.into())]);
-    let q = Query { order: vec![Order { field: "weightKg".into(), dir: Dir::Asc }], ..Query::default() };
-    let ids = |e: &mut Engine| e.query("sets", &q).into_iter().map(|(k, _)| k.row_id).collect::<Vec<_>>();
+    let mut e = by_weight();
+    let ids = |e: &mut Engine| e.query("sets", &lightest_first()).into_iter().map(|(k, _)| k.row_id).collect::<Vec<_>>();
     assert_eq!(ids(&mut e), ["a", "b"]);
     // Edited twice between two reads: the index keeps the row once, where it is now.
     record(&mut e, "a", &[("weightKg", 30.0.into())]);
