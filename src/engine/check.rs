@@ -77,7 +77,7 @@ impl Engine {
     /// Whether the app sees every row as stored ([`Engine::app_row`] is the
     /// row itself): no schema known, or the app writes its newest version.
     pub fn sees_as_stored(&self) -> bool {
-        self.schema.as_ref().is_none_or(|(_, s)| self.config.schema >= s.version)
+        self.schema.as_ref().is_none_or(|(_, s)| s.seen_as_stored_at(self.config.schema))
     }
 
     /// The schema edits are checked against: the known one, unless the app

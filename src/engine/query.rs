@@ -12,9 +12,7 @@ use std::collections::BTreeSet;
 
 use super::Engine;
 use crate::protocol::{Row, RowKey};
-use crate::query::index::Raw;
 use crate::query::{self, Explain, IndexDef, Indexes, Query, Source};
-use crate::replica::Found;
 
 /// What the device's queries read, kept by the engine.
 #[derive(Debug, Clone, Default)]
@@ -104,14 +102,7 @@ impl Engine {
             if !self.hides_rows() {
                 for table in &tables {
                     if self.sees_as_stored() {
-                        let rows = self.replica.table_raw(table).map(|(k, found)| {
-                            let raw = match found {
-                                Found::Packed(bytes) => Raw::Packed(bytes),
-                                Found::Fresh(row) => Raw::Row(row),
-                            };
-                            (k, raw)
-                        });
-                        indexes.fill_raw(table, rows);
+                        indexes.fill_raw(table, self.replica.table_raw(table));
                     } else {
                         indexes.fill(table, self.replica.table(table).map(|(k, r)| (k, self.app_cow(table, r))));
                     }

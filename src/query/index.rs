@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::entries::{Builder, Entries};
 use super::{field, sortkey};
 use crate::protocol::{Row, RowKey, Value};
+use crate::replica::Found;
 
 /// An index to keep: a table and its fields, as the app names them.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -55,8 +56,12 @@ impl Index {
                 sortkey::row(out, row_id, space);
                 true
             }
-            // A packed row was checked when it was packed; a deleted row has no entry.
-            _ => false,
+            // A deleted row has no entry.
+            Ok(true) => false,
+            Err(e) => {
+                debug_assert!(false, "a packed row was checked when it was packed: {e}");
+                false
+            }
         }
     }
 
@@ -80,15 +85,6 @@ impl Index {
     pub fn row_of(&self, table: &str, entry: &[u8]) -> Option<RowKey> {
         sortkey::row_of(entry, self.fields.len()).map(|(id, space)| RowKey::in_space(space, table, id))
     }
-}
-
-/// A row as the replica keeps it: still encoded, or decoded.
-#[derive(Clone, Copy)]
-pub enum Raw<'r> {
-    /// Its bytes in a packed run (`chunks::split_chunk` checked them).
-    Packed(&'r [u8]),
-    /// Decoded.
-    Row(&'r Row),
 }
 
 /// Every kept index, by table.
@@ -131,38 +127,38 @@ impl Indexes {
     /// one walk of them: each row is read (and spelled for the app) once,
     /// however many indexes the table has.
     pub fn fill<K: Borrow<RowKey>, R: Borrow<Row>>(&mut self, table: &str, rows: impl Iterator<Item = (K, R)>) {
-        let Some(ix) = self.tables.get_mut(table) else { return };
-        // Each index's entries gathered, sorted and packed as they come
-        // (an insert per row would cost a search per row).
-        let mut built: Vec<Builder> = ix.iter().map(|_| Builder::default()).collect();
-        for (key, row) in rows {
-            for (i, b) in ix.iter().zip(&mut built) {
-                if i.entry(&mut b.bytes, key.borrow(), Some(row.borrow())) {
-                    b.ended();
-                }
-            }
-        }
-        for (i, b) in ix.iter_mut().zip(built) {
-            i.entries = b.finish();
-        }
+        self.fill_by(table, rows, |i, _, out, (key, row), _| i.entry(out, key.borrow(), Some(row.borrow())));
     }
 
     /// [`Indexes::fill`] from rows as the replica keeps them, keys borrowed
     /// and packed rows read for their indexed values alone — for a table
     /// whose rows the app sees as stored (no field renamed for it). At 1M
     /// rows this is what the first query after opening waits for.
-    pub fn fill_raw<'r>(&mut self, table: &str, rows: impl Iterator<Item = ((&'r str, &'r str), Raw<'r>)>) {
+    pub fn fill_raw<'r>(&mut self, table: &str, rows: impl Iterator<Item = ((&'r str, &'r str), Found<'r>)>) {
+        self.fill_by(table, rows, |i, names, out, (key, row), values| match row {
+            Found::Packed(bytes) => Index::entry_packed(out, *key, bytes, names, values),
+            Found::Fresh(row) => i.entry_of(out, *key, Some(row)),
+        });
+    }
+
+    /// Fills the (empty) indexes of `table` from `rows`, `entry` appending
+    /// a row's entry in an index (given its field names and a buffer of
+    /// values) and saying whether it has one. Each index's entries are
+    /// gathered, sorted and packed as they come (an insert per row would
+    /// cost a search per row).
+    fn fill_by<T>(
+        &mut self,
+        table: &str,
+        rows: impl Iterator<Item = T>,
+        entry: impl Fn(&Index, &[&str], &mut Vec<u8>, &T, &mut Vec<Value>) -> bool,
+    ) {
         let Some(ix) = self.tables.get_mut(table) else { return };
         let mut built: Vec<Builder> = ix.iter().map(|_| Builder::default()).collect();
         let mut values = Vec::new();
         let names: Vec<Vec<&str>> = ix.iter().map(|i| i.fields.iter().map(String::as_str).collect()).collect();
-        for (key, row) in rows {
+        for row in rows {
             for ((i, b), names) in ix.iter().zip(&mut built).zip(&names) {
-                let whole = match row {
-                    Raw::Packed(bytes) => Index::entry_packed(&mut b.bytes, key, bytes, names, &mut values),
-                    Raw::Row(row) => i.entry_of(&mut b.bytes, key, Some(row)),
-                };
-                if whole {
+                if entry(i, names, &mut b.bytes, &row, &mut values) {
                     b.ended();
                 }
             }

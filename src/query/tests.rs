@@ -174,8 +174,8 @@ proptest! {
             "t",
             encoded.iter().zip(rows.0.values()).filter(|((k, _), _)| k.table == "t").map(|((k, bytes), r)| {
                 let row = match bytes {
-                    Some(b) => index::Raw::Packed(b),
-                    None => index::Raw::Row(r),
+                    Some(b) => crate::replica::Found::Packed(b),
+                    None => crate::replica::Found::Fresh(r),
                 };
                 ((k.row_id.as_str(), k.space.as_str()), row)
             }),

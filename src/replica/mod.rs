@@ -28,7 +28,8 @@ pub struct Replica {
     /// Keys whose visible row may have changed since [`Replica::take_touched`],
     /// each with its visible row before the first such change: what an
     /// index takes out (it keeps no map from a row to its entry).
-    /// Kept in the order they came (a touch is a push), sorted once when taken.
+    /// Kept in the order they came (a touch is a push); a key's first
+    /// touch is the one [`Replica::take_touched`] keeps.
     touched: Vec<(RowKey, Option<Row>)>,
     /// Whether anyone reads `touched` (else it is not kept).
     tracking: bool,

@@ -284,12 +284,18 @@ impl Schema {
         out
     }
 
+    /// Whether an app written for `version` sees every row as it is stored
+    /// ([`Schema::row_at`] gives the row itself): it knows every name.
+    pub fn seen_as_stored_at(&self, version: u32) -> bool {
+        version >= self.version
+    }
+
     /// A row as an app written for `version` spells it: cells under their
     /// newest names first (two names of one field keep the newer mark), then
     /// renamed fields under the app's names. Fields the app does not know
     /// (added later) are kept as they are. Borrowed when nothing changes.
     pub fn row_at<'r>(&self, version: u32, table: &str, row: &'r Row) -> Cow<'r, Row> {
-        if version >= self.version {
+        if self.seen_as_stored_at(version) {
             return Cow::Borrowed(row);
         }
         let names = self.names_at(version, table);
