@@ -52,6 +52,11 @@ impl Outbox {
         self.remove(&id)
     }
 
+    /// The op queued at `at`.
+    pub fn at(&self, at: u64) -> Option<&Op> {
+        self.ops.get(&at)
+    }
+
     /// The op with this opId.
     pub fn get(&self, id: &OpId) -> Option<&Op> {
         self.by_id.get(id).and_then(|at| self.ops.get(at))

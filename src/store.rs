@@ -190,6 +190,63 @@ impl Txn {
     }
 }
 
+/// A span of base rows a step is about to read (PROTOCOL §7, "The lazy
+/// store"): every row from `from` up to, not including, `to` (`None`: to
+/// the last). An engine opened lazily asks its store for the spans it does
+/// not hold before the step runs — the step itself stays pure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Want {
+    /// The first key of the span.
+    pub from: RowKey,
+    /// The first key past it.
+    pub to: Option<RowKey>,
+}
+
+impl Want {
+    /// One row.
+    pub fn row(key: &RowKey) -> Want {
+        Want { from: key.clone(), to: Some(RowKey { space: format!("{}\0", key.space), ..key.clone() }) }
+    }
+    /// Every row named `table/row_id`, in any space.
+    pub fn named(table: &str, row_id: &str) -> Want {
+        Want { from: RowKey::new(table, row_id), to: Some(RowKey::new(table, format!("{row_id}\0"))) }
+    }
+    /// Every row of a table.
+    pub fn table(table: &str) -> Want {
+        Want { from: RowKey::new(table, ""), to: Some(RowKey::new(format!("{table}\0"), "")) }
+    }
+    /// Every row.
+    pub fn all() -> Want {
+        Want { from: RowKey::new("", ""), to: None }
+    }
+    /// Whether `key` is in the span.
+    pub fn holds(&self, key: &RowKey) -> bool {
+        *key >= self.from && self.to.as_ref().is_none_or(|to| key < to)
+    }
+}
+
+/// What a store read for a [`Want`]: every base row it holds in `[from,
+/// to)` — a span at least as wide as the one wanted (a store answers with
+/// whole chunks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provided {
+    /// The first key of the span answered for.
+    pub from: RowKey,
+    /// The first key past it (`None`: to the last).
+    pub to: Option<RowKey>,
+    /// The rows.
+    pub rows: ProvidedRows,
+}
+
+/// The rows of a [`Provided`] span, as the store holds them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProvidedRows {
+    /// A chunk as stored ([`crate::chunks`]).
+    Chunk(Vec<u8>),
+    /// Decoded, in key order (a store in memory).
+    Rows(Vec<(RowKey, Row)>),
+}
+
 /// Everything a store holds, as loaded at open.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -218,6 +275,14 @@ pub struct Snapshot {
     /// The spaces the device follows, if it ever pulled them.
     #[serde(default)]
     pub following: Option<Following>,
+    /// The store reads base rows on demand ([`LocalStore::read_base`]):
+    /// `base_chunks` is empty, and `base` holds only what was written since
+    /// the chunks (the store's log).
+    #[serde(skip)]
+    pub lazy: bool,
+    /// Of a lazy store: the base rows of the keys with pending ops, read at open.
+    #[serde(skip)]
+    pub provided: Vec<Provided>,
 }
 
 /// What can go wrong in a local store.
@@ -272,6 +337,12 @@ pub trait LocalStore {
     async fn write_assuming(&self, durable: bool, assumed: &Meta, txn: &Txn) -> Result<bool, StoreError> {
         self.update(durable, &mut |stored| assumed.covers(stored).then(|| txn.clone())).await
     }
+    /// Reads the base rows of each span, for an engine opened lazily
+    /// ([`Snapshot::lazy`]); a store that loads every row at open is never asked.
+    async fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
+        let _ = wants;
+        Err(StoreError::Unavailable("this store reads every base row at open".into()))
+    }
     /// Lets the database go (another context may then upgrade or delete it).
     fn close(&self) {}
     /// Opens the database again after its connection was closed under the
@@ -297,6 +368,9 @@ impl<S: LocalStore> LocalStore for std::rc::Rc<S> {
     }
     async fn write_assuming(&self, durable: bool, assumed: &Meta, txn: &Txn) -> Result<bool, StoreError> {
         S::write_assuming(self, durable, assumed, txn).await
+    }
+    async fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
+        S::read_base(self, wants).await
     }
     fn close(&self) {
         S::close(self)
@@ -383,7 +457,53 @@ impl Tables {
             sync: self.sync.clone(),
             schema: self.schema.clone(),
             following: self.following.clone(),
+            lazy: false,
+            provided: Vec::new(),
         }
+    }
+
+    /// A lazy snapshot: no base row but those of keys with pending ops.
+    pub fn lazy_snapshot(&self) -> Result<Snapshot, StoreError> {
+        let mut s = self.snapshot();
+        s.base = Vec::new();
+        s.lazy = true;
+        let wants: Vec<Want> = s.pending.iter().map(|op| Want::row(&op.place())).collect();
+        s.provided = self.read_base(&wants)?;
+        Ok(s)
+    }
+
+    /// The base rows of each span, widened by a few rows on each side (as
+    /// a store of chunks answers with whole chunks), so that what is held
+    /// overlaps and meets in every way.
+    pub fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
+        const WIDEN: usize = 3;
+        const PIECE: usize = 4;
+        let mut out = Vec::with_capacity(wants.len());
+        for w in wants {
+            let from =
+                self.base.range(..w.from.clone()).rev().nth(WIDEN - 1).map(|(k, _)| k.clone()).unwrap_or_else(|| RowKey::new("", ""));
+            let to = match &w.to {
+                None => None,
+                Some(to) => self.base.range(to.clone()..).nth(WIDEN - 1).map(|(k, _)| k.clone()),
+            };
+            let upper = match &to {
+                Some(t) => std::ops::Bound::Excluded(t.clone()),
+                None => std::ops::Bound::Unbounded,
+            };
+            let rows: Vec<(RowKey, Row)> =
+                self.base.range((std::ops::Bound::Included(from.clone()), upper)).map(|(k, r)| (k.clone(), r.clone())).collect();
+            // In pieces of a few rows, as a store of chunks answers.
+            let pieces: Vec<&[(RowKey, Row)]> = if rows.is_empty() { vec![&rows[..]] } else { rows.chunks(PIECE).collect() };
+            for (i, piece) in pieces.iter().enumerate() {
+                let start = if i == 0 { from.clone() } else { piece[0].0.clone() };
+                let end = match pieces.get(i + 1) {
+                    Some(next) => Some(next[0].0.clone()),
+                    None => to.clone(),
+                };
+                out.push(Provided { from: start, to: end, rows: ProvidedRows::Rows(piece.to_vec()) });
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -397,12 +517,20 @@ pub struct MemoryStore {
     generation: std::cell::Cell<u64>,
     /// The generation its own connection (the store used directly) opened.
     seen: std::cell::Cell<u64>,
+    /// Opens lazily: base rows are read on demand ([`LocalStore::read_base`]).
+    lazy: std::cell::Cell<bool>,
 }
 
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+    /// A store that opens lazily, as a browser's does past a few rows.
+    pub fn lazy() -> Self {
+        let s = Self::default();
+        s.lazy.set(true);
+        s
     }
     /// Makes the next `n` commits fail without writing anything.
     pub fn fail_next_commits(&self, n: u32) {
@@ -469,6 +597,10 @@ impl LocalStore for MemoryConnection {
         self.usable()?;
         self.store.update_tables(plan)
     }
+    async fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
+        self.usable()?;
+        self.store.tables.borrow().read_base(wants)
+    }
     async fn reconnect(&self) -> Result<(), StoreError> {
         self.seen.set(self.store.generation.get());
         Ok(())
@@ -492,6 +624,9 @@ impl MemoryStore {
         let mut t = self.tables.borrow_mut();
         if t.meta.is_none() {
             t.meta = Some(fresh);
+        }
+        if self.lazy.get() {
+            return t.lazy_snapshot();
         }
         Ok(t.snapshot())
     }
@@ -537,6 +672,11 @@ impl LocalStore for MemoryStore {
     async fn update(&self, _durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
         self.usable()?;
         self.update_tables(plan)
+    }
+
+    async fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
+        self.usable()?;
+        self.tables.borrow().read_base(wants)
     }
 
     async fn reconnect(&self) -> Result<(), StoreError> {

@@ -107,7 +107,11 @@ fn frozen_seeds() {
     // 130: a cycle's commit wrote a context's stale meta record over the
     // stored one, taking the clock back: a later edit lost to an older mark
     // its device had seen (causality). The store now joins meta records.
-    for seed in [146, 33, 45, 130] {
+    // Once every other device read its base rows on demand:
+    // 44: a lazy context filled an index while a check held every row, let
+    // the rows go, and read them again newer than the index knew: a live
+    // query missed rows. A table with a filled index is now kept whole.
+    for seed in [146, 33, 45, 130, 44] {
         if let Err(f) = run(seed, &cfg) {
             panic!("frozen seed {seed} fails again\n{f}");
         }

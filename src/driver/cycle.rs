@@ -175,7 +175,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     }
                     self.commit_planned(unsaved.take(), copy).await?;
                     let out = match self.net().push(&req).await {
-                        Ok(resp) => self.engine.borrow_mut().on_push_response(resp, self.host.now()),
+                        Ok(resp) => {
+                            self.ensure(|e| e.wants_answer()).await?;
+                            self.engine.borrow_mut().on_push_response(resp, self.host.now())
+                        }
                         Err(f) => match self.after_refusal(f, &mut refreshed).await {
                             // A fresh token: this attempt is over, the same ops go again at once.
                             Ok(()) => Some(self.engine.borrow_mut().abandon_attempt(&key, self.host.now())),
@@ -187,7 +190,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 Step::Reconcile(ids) => {
                     self.commit_planned(unsaved.take(), copy).await?;
                     let out = match self.net().verdicts(&ids).await {
-                        Ok(resp) => self.engine.borrow_mut().on_verdicts(resp, self.host.now()),
+                        Ok(resp) => {
+                            self.ensure(|e| e.wants_answer()).await?;
+                            self.engine.borrow_mut().on_verdicts(resp, self.host.now())
+                        }
                         Err(f) => self.engine.borrow_mut().on_verdicts_failed(f, self.host.now()),
                     };
                     self.or_restart(out, &mut unsaved)
@@ -196,7 +202,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     let (saved, page) = futures_util::future::join(self.commit_planned(unsaved.take(), copy), self.net().pull(&req)).await;
                     saved?;
                     let out = match page {
-                        Ok(page) => self.engine.borrow_mut().on_pull_response(&req, page, self.host.now()),
+                        Ok(page) => {
+                            self.ensure(|e| e.wants_pull(&page)).await?;
+                            self.engine.borrow_mut().on_pull_response(&req, page, self.host.now())
+                        }
                         Err(f) => match self.after_refusal(f, &mut refreshed).await {
                             Ok(()) => None, // a fresh token: the cycle starts again
                             Err(f) => self.engine.borrow_mut().on_pull_failed(&req, f, self.host.now()),
@@ -307,7 +316,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
         };
         let (out, error) = match self.net().verdicts(&ids).await {
-            Ok(resp) => (self.engine.borrow_mut().on_verdicts(resp, self.host.now()), None),
+            Ok(resp) => {
+                self.ensure(|e| e.wants_answer()).await?;
+                (self.engine.borrow_mut().on_verdicts(resp, self.host.now()), None)
+            }
             Err(f) => (self.engine.borrow_mut().on_verdicts_failed(f.clone(), self.host.now()), Some(f.to_string())),
         };
         let Some((txn, step)) = out else {

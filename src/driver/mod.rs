@@ -14,6 +14,7 @@
 mod cycle;
 pub mod error;
 pub mod host;
+mod reads;
 mod storage;
 pub mod transport;
 pub mod watch;
@@ -32,6 +33,16 @@ use crate::protocol::space::{Invitation, MemberChange};
 use crate::protocol::{CreateSpace, Fields, MembersList, OpId, SetMember};
 use crate::space::{Membership, Role};
 use crate::store::{LocalStore, Meta, StoreError, Txn};
+
+/// A recording under way, from the read of its rows to its step: no row
+/// is let go meanwhile ([`Driver::trim`]).
+struct Recording<'a>(&'a Cell<u32>);
+
+impl Drop for Recording<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
+}
 
 /// A listener for "what the app can see changed".
 pub type Listener = Rc<dyn Fn()>;
@@ -93,6 +104,10 @@ pub struct Driver<S: LocalStore, T: Transport, H: Host> {
     resets: Cell<u64>,
     /// This driver, for the timers a recovery sets.
     me: Weak<Self>,
+    /// Recordings between the read of their rows and their step.
+    recording: Cell<u32>,
+    /// Other contexts' steps waiting for their rows to be read.
+    heard: reads::Heard,
 }
 
 impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<S, T, H> {
@@ -138,6 +153,8 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             recovered: Signal::default(),
             resets: Cell::new(0),
             me: me.clone(),
+            recording: Cell::new(0),
+            heard: reads::Heard::default(),
         });
         *driver.seen_sync.borrow_mut() = driver.status_part();
         driver.reserve().await?;
@@ -154,8 +171,18 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         Ok(driver)
     }
 
-    /// Another context committed `txn`: take it in, and tell listeners.
-    pub fn absorb(&self, txn: &Txn) {
+    /// Another context committed `txn`: take it in, and tell listeners —
+    /// once the rows it reads are held (over a lazy store, after a read).
+    pub fn absorb(self: &Rc<Self>, txn: &Txn) {
+        if self.closed.get() {
+            return;
+        }
+        if self.hear(txn) {
+            self.take_in(txn);
+        }
+    }
+
+    fn take_in(&self, txn: &Txn) {
         if self.closed.get() {
             return;
         }
@@ -180,6 +207,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             }
         }
         self.refresh_watches();
+        self.trim();
         let view = txn.is_none_or(Txn::changes_data);
         let status = self.status_part();
         let moved = *self.seen_sync.borrow() != status;
@@ -291,6 +319,9 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         check: bool,
     ) -> Result<OpId, ClientError> {
         self.check_open()?;
+        self.recording.set(self.recording.get() + 1);
+        let _done = Recording(&self.recording);
+        self.ensure(|_| vec![Engine::wants_edit(table, row_id)]).await?;
         let draft = self.engine.borrow().draft_in(space, table, row_id, fields)?;
         if check {
             self.engine.borrow().check_drafts(std::slice::from_ref(&draft)).map_err(|(_, e)| ClientError::Invalid(e))?;
@@ -309,6 +340,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// [`Driver::change_many`]; without `check`, the server alone judges the edits.
     pub async fn change_many_with(self: &Rc<Self>, edits: Vec<Edit>, check: bool) -> Result<Vec<(OpId, String)>, ClientError> {
         self.check_open()?;
+        self.recording.set(self.recording.get() + 1);
+        let _done = Recording(&self.recording);
+        let named: Vec<(String, String)> = edits.iter().filter_map(|e| Some((e.table.clone(), e.row_id.clone()?))).collect();
+        self.ensure(|_| named.iter().map(|(t, r)| Engine::wants_edit(t, r)).collect()).await?;
         let drafts = {
             let engine = self.engine.borrow();
             edits
@@ -345,6 +380,9 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// lives (or in `space`).
     pub async fn set_deleted(self: &Rc<Self>, space: Option<&str>, table: &str, row_id: &str, deleted: bool) -> Result<OpId, ClientError> {
         self.check_open()?;
+        self.recording.set(self.recording.get() + 1);
+        let _done = Recording(&self.recording);
+        self.ensure(|_| vec![Engine::wants_edit(table, row_id)]).await?;
         let draft = self.engine.borrow().draft_deleted(space, table, row_id, deleted)?;
         self.record_one(draft).await
     }

@@ -56,8 +56,13 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         let id = self.watches.next.get() + 1;
         self.watches.next.set(id);
         self.watches.list.borrow_mut().push(Watch { id, table: table.to_owned(), query, last: None, listener });
-        let me = self.clone();
-        self.host.spawn(Box::pin(async move { me.refresh(Some(id)) }));
+        let (me, table) = (self.clone(), table.to_owned());
+        self.host.spawn(Box::pin(async move {
+            // Over a lazy store, its table is read first (and kept whole).
+            if me.ensure_table(&table).await.is_ok() {
+                me.refresh(Some(id));
+            }
+        }));
         id
     }
 
@@ -80,15 +85,32 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         // A first run reads the rows as they are and leaves the changes to
         // the step that made them (the other live queries still need them).
         let changes: Changes = if first.is_some() { Changes::default() } else { self.engine.borrow_mut().take_changes() };
+        self.run_watches(&|w| match first {
+            Some(id) => w.id == id && w.last.is_none(),
+            None => w.last.is_some() && changes.touches(&w.table),
+        });
+    }
+
+    /// Runs again the live queries `due` names and tells the ones whose
+    /// result moved. A live query whose table is not all held (a reopened
+    /// engine over a lazy store) runs once its rows are read.
+    fn run_watches(&self, due: &dyn Fn(&Watch) -> bool) {
         let mut heard: Vec<(WatchListener, Vec<(RowKey, Row)>)> = Vec::new();
+        let mut unread: Vec<String> = Vec::new();
         {
             let mut list = self.watches.list.borrow_mut();
             for w in list.iter_mut() {
-                let due = match first {
-                    Some(id) => w.id == id && w.last.is_none(),
-                    None => w.last.is_some() && changes.touches(&w.table),
+                if !due(w) {
+                    continue;
+                }
+                let held = {
+                    let e = self.engine.borrow();
+                    e.missing(vec![crate::store::Want::table(&w.table)]).is_empty()
                 };
-                if !due {
+                if !held {
+                    if !unread.contains(&w.table) {
+                        unread.push(w.table.clone());
+                    }
                     continue;
                 }
                 let rows = self.engine.borrow_mut().query(&w.table, &w.query);
@@ -98,6 +120,16 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 w.last = Some(rows.clone());
                 heard.push((w.listener.clone(), rows));
             }
+        }
+        if let (false, Some(me)) = (unread.is_empty(), self.me.upgrade()) {
+            self.host.spawn(Box::pin(async move {
+                for t in &unread {
+                    if me.ensure_table(t).await.is_err() {
+                        return;
+                    }
+                }
+                me.run_watches(&|w| w.last.is_some() && unread.contains(&w.table));
+            }));
         }
         // Listeners run with nothing borrowed: they may read, watch or unwatch.
         for (l, rows) in heard {

@@ -35,6 +35,7 @@ mod check;
 mod cycle;
 mod inspect;
 mod query;
+mod reads;
 mod record;
 mod salvage;
 
@@ -52,6 +53,7 @@ use crate::protocol::{Op, OpId, PushRequest, Row, RowKey, ShapeError, SpacesPull
 use crate::replica::Replica;
 use crate::store::{Meta, Rejection, Snapshot, Txn};
 pub use crate::sync_state::{CycleLog, Metrics, RetryPolicy, SyncState, VerdictLog};
+pub use reads::CACHE_BYTES;
 
 pub use inspect::{Followed, Inspection, Queued};
 pub use query::{Changes, View};
@@ -81,6 +83,8 @@ pub struct Config {
     pub id_block: u64,
     /// Indexes the app keeps on the device, besides the schema's.
     pub indexes: Vec<crate::query::IndexDef>,
+    /// Over a lazy store: the bytes of base rows kept read between steps.
+    pub cache_bytes: usize,
 }
 
 impl Default for Config {
@@ -95,6 +99,7 @@ impl Default for Config {
             retry: RetryPolicy::default(),
             id_block: crate::ids::BLOCK,
             indexes: Vec::new(),
+            cache_bytes: reads::CACHE_BYTES,
         }
     }
 }
@@ -228,6 +233,8 @@ pub struct Engine {
     /// The cycle running in this context, as the inspector will show it.
     cycle: CycleLog,
     view: View,
+    /// Over a lazy store: the tables read whole, kept so between steps.
+    whole: std::collections::BTreeSet<String>,
 }
 
 /// How many "nothing judged, call again now" answers in a row before backing off.
@@ -237,7 +244,11 @@ impl Engine {
     /// Opens an engine on a loaded snapshot.
     pub fn open(snapshot: Snapshot, config: Config) -> Result<Engine, EngineError> {
         let meta = snapshot.meta.ok_or(EngineError::NoMeta)?;
-        let replica = Replica::open(snapshot.base_chunks, snapshot.base, &snapshot.pending)?;
+        let replica = if snapshot.lazy {
+            Replica::open_lazy(snapshot.provided, snapshot.base, &snapshot.pending)?
+        } else {
+            Replica::open(snapshot.base_chunks, snapshot.base, &snapshot.pending)?
+        };
         let outbox = Outbox::new(snapshot.pending);
         // Inserted, not collected: a collect sorts, one more sort in the wasm for each type.
         let mut rejections = BTreeMap::new();
@@ -275,6 +286,7 @@ impl Engine {
             last_failure: None,
             cycle: CycleLog::default(),
             view: View::default(),
+            whole: std::collections::BTreeSet::new(),
         };
         if let Some(known) = &snapshot.schema {
             engine.absorb_schema(known);

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use super::Engine;
 use crate::protocol::{Row, RowKey};
 use crate::query::{self, Explain, IndexDef, Indexes, Query, Source};
+use crate::store::Want;
 
 /// What the device's queries read, kept by the engine.
 #[derive(Debug, Clone, Default)]
@@ -21,6 +22,9 @@ pub struct View {
     /// What the indexes were built for (their definitions, the schema, hidden or not).
     built: Option<Built>,
     changes: Changes,
+    /// Over a lazy store: tables with an index not filled yet, their rows
+    /// not all read (filled at the first query, once they are).
+    unfilled: BTreeSet<String>,
 }
 
 /// Which tables' visible rows changed since the last [`Engine::take_changes`].
@@ -99,15 +103,17 @@ impl Engine {
             let mut indexes = Indexes::new(defs);
             let mut tables: BTreeSet<String> = BTreeSet::new();
             tables.extend(indexes.defs().into_iter().map(|d| d.table));
+            self.view.unfilled.clear();
             if !self.hides_rows() {
                 for table in &tables {
-                    if self.sees_as_stored() {
-                        indexes.fill_raw(table, self.replica.table_raw(table));
+                    if self.replica.missing(vec![Want::table(table)]).is_empty() {
+                        self.fill(&mut indexes, table);
                     } else {
-                        indexes.fill(table, self.replica.table(table).map(|(k, r)| (k, self.app_cow(table, r))));
+                        self.view.unfilled.insert(table.clone());
                     }
                 }
             }
+            tables.retain(|t| !self.view.unfilled.contains(t));
             self.replica.keep_was(tables);
             self.view.indexes = indexes;
             self.view.built = Some(for_what);
@@ -115,7 +121,7 @@ impl Engine {
             return;
         }
         for (key, was) in touched {
-            if self.view.indexes.covers(&key.table) {
+            if self.view.indexes.covers(&key.table) && !self.view.unfilled.contains(&key.table) {
                 let old = was.as_ref().map(|r| self.app_cow(&key.table, Cow::Borrowed(r)));
                 let new = self.replica.visible(&key).map(|r| self.app_cow(&key.table, r));
                 self.view.indexes.put(&key, old.as_deref(), new.as_deref());
@@ -126,6 +132,36 @@ impl Engine {
         }
     }
 
+    /// Fills `table`'s indexes from the visible rows; over a lazy store the
+    /// table is kept whole from now on (an index holds every row of it, so
+    /// a row it changes must be held to take its old entry out).
+    fn fill(&mut self, indexes: &mut Indexes, table: &str) {
+        if !self.whole.contains(table) {
+            self.whole.insert(table.to_owned());
+        }
+        if self.sees_as_stored() {
+            indexes.fill_raw(table, self.replica.table_raw(table));
+        } else {
+            indexes.fill(table, self.replica.table(table).map(|(k, r)| (k, self.app_cow(table, r))));
+        }
+    }
+
+    /// Brings the indexes up, and fills `table`'s if it waited for its
+    /// rows and they are all held now.
+    fn settle_for(&mut self, table: &str) {
+        self.settle();
+        if self.view.unfilled.contains(table) && self.replica.missing(vec![Want::table(table)]).is_empty() {
+            let mut indexes = std::mem::take(&mut self.view.indexes);
+            self.fill(&mut indexes, table);
+            self.view.indexes = indexes;
+            self.view.unfilled.remove(table);
+            let mut tables: BTreeSet<String> = BTreeSet::new();
+            tables.extend(self.view.indexes.defs().into_iter().map(|d| d.table).filter(|t| !self.view.unfilled.contains(t)));
+            self.replica.keep_was(tables);
+        }
+        debug_assert!(self.replica.missing(vec![Want::table(table)]).is_empty(), "a query of {table} ran before its rows were read");
+    }
+
     /// What changed for queries since the last call (the first call: all).
     pub fn take_changes(&mut self) -> Changes {
         self.settle();
@@ -134,7 +170,7 @@ impl Engine {
 
     /// The visible rows `q` asks for, in its order: none while rows are hidden.
     pub fn query(&mut self, table: &str, q: &Query) -> Vec<(RowKey, Row)> {
-        self.settle();
+        self.settle_for(table);
         if self.hides_rows() {
             return Vec::new();
         }
@@ -143,7 +179,7 @@ impl Engine {
 
     /// How many visible rows match `q`'s filters.
     pub fn count(&mut self, table: &str, q: &Query) -> usize {
-        self.settle();
+        self.settle_for(table);
         if self.hides_rows() {
             return 0;
         }

@@ -32,6 +32,8 @@ pub struct Recorded {
     pub ops: Vec<Op>,
     meta: Meta,
     block: Option<IdBlock>,
+    /// The rows the step named (no base row of them exists anywhere).
+    named: Vec<RowKey>,
 }
 
 impl Engine {
@@ -138,6 +140,7 @@ impl Engine {
         let mut meta = self.meta.join(stored);
         let mut block = None::<IdBlock>;
         let mut ops = Vec::with_capacity(drafts.len());
+        let mut named = Vec::new();
         // Numbers are taken from a copy: a refused step must not use any up.
         let mut mine = self.ids;
         let size = self.config.id_block;
@@ -157,7 +160,9 @@ impl Engine {
             // A new row the app did not name is named here, from the same counter.
             let row_id = if draft.row_id.is_empty() {
                 let n = number(&mut meta)?;
-                ids::row_id(&meta.device_id, n)
+                let id = ids::row_id(&meta.device_id, n);
+                named.push(RowKey::in_space(draft.space.clone().unwrap_or_default(), draft.table.as_str(), id.as_str()));
+                id
             } else {
                 draft.row_id
             };
@@ -180,7 +185,7 @@ impl Engine {
         }
         self.ids = mine;
         let txn = Txn { meta: Some(meta.clone()), put_pending: ops.clone(), ..Txn::default() };
-        Ok((txn, Recorded { ops, meta, block }))
+        Ok((txn, Recorded { ops, meta, block, named }))
     }
 
     /// The record transaction committed: the op is queued and visible.
@@ -188,6 +193,9 @@ impl Engine {
         self.meta = self.meta.join(&rec.meta);
         if let Some(b) = rec.block {
             self.ids = b;
+        }
+        for key in &rec.named {
+            self.replica.note_absent(key);
         }
         for op in rec.ops {
             self.replica.add_pending(&op);

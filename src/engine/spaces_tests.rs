@@ -450,3 +450,38 @@ fn declared_rules_on_the_device_equal_the_servers_verdicts_over_a_corpus() {
         assert!(seen.get(code).copied().unwrap_or(0) >= 5, "corpus too narrow: {seen:?}");
     }
 }
+
+/// Over a lazy store, a pull that says the user left a space reads every
+/// base row first (PROTOCOL §7, "The lazy store"): the space's rows go from
+/// the store too, not only those the device happened to hold.
+#[test]
+fn a_lazy_device_that_leaves_a_space_takes_every_row_of_it_away() {
+    let mut s = gym();
+    grant(&mut s, Role::Viewer);
+    let (mut bob, mut store) = (engine("b"), Tables::default());
+    sync(&mut bob, &mut s, "bob", &mut store);
+    assert_eq!(gym_rows(&bob).len(), 2);
+    s.set_member(Some("alice"), "gym", "bob", None).unwrap();
+
+    // Reopened over a lazy store: no base row held.
+    let mut bob = Engine::open(store.lazy_snapshot().unwrap(), Config::default()).unwrap();
+    let (t, mut step) = bob.start_sync(1_000);
+    store.apply(&t);
+    loop {
+        step = match step {
+            Step::Pull(req) => {
+                let answer = s.pull_spaces("bob", &req);
+                let missing = bob.missing(bob.wants_pull(&answer));
+                bob.provide(store.read_base(&missing).unwrap()).unwrap();
+                let (t, next) = bob.on_pull_response(&req, answer, 1_000).unwrap();
+                store.apply(&t);
+                next
+            }
+            Step::Done(_) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(store.base.keys().all(|k| k.space != "gym"), "the space's rows left the store");
+    let again = Engine::open(store.snapshot(), Config::default()).unwrap();
+    assert!(gym_rows(&again).is_empty());
+}

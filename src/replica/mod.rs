@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::order::{merge, merge_row};
 use crate::protocol::{Op, Row, RowKey};
-use crate::store::{Snapshot, StoreError};
+use crate::store::{Provided, Snapshot, StoreError, Want};
 
 mod packed;
 
@@ -55,6 +55,87 @@ impl Replica {
             r.add_pending(op);
         }
         Ok(r)
+    }
+
+    /// A replica over a lazy store ([`Snapshot::lazy`]): no base row held
+    /// but those `provided` and the store's log (`base`); the rest is read
+    /// as steps ask for it ([`Replica::missing`], [`Replica::provide`]).
+    pub fn open_lazy(provided: Vec<Provided>, base: impl IntoIterator<Item = (RowKey, Row)>, pending: &[Op]) -> Result<Self, StoreError> {
+        let mut r = Replica { base: Packed::lazy(Vec::new(), base)?, ..Replica::default() };
+        let spaces: Vec<String> = r.base.keys().map(|(_, _, s)| s).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+        for s in spaces {
+            r.note(&s);
+        }
+        for p in provided {
+            r.provide(p)?;
+        }
+        for op in pending {
+            r.add_pending(op);
+        }
+        Ok(r)
+    }
+
+    /// Of `wants`, the spans whose base rows are not all held: what to ask
+    /// the store for before a step that reads them. None, unless lazy.
+    pub fn missing(&self, wants: Vec<Want>) -> Vec<Want> {
+        let mut out: Vec<Want> = Vec::new();
+        for w in wants {
+            if self.base.covers(&w) || out.contains(&w) {
+                continue;
+            }
+            // One row written since open is known without a read.
+            if w == Want::row(&w.from) && self.base.is_fresh(&w.from) {
+                continue;
+            }
+            out.push(w);
+        }
+        out
+    }
+
+    /// Takes base rows the store read. Rows it shows changed (a read newer
+    /// than what was held) are marked touched, as any change is.
+    pub fn provide(&mut self, p: Provided) -> Result<(), StoreError> {
+        let span = Want { from: p.from.clone(), to: p.to.clone() };
+        let changed = self.base.provide(p)?;
+        for (key, was) in changed {
+            let keep = self.tracking && self.keeps(&key.table);
+            let was = match self.overlay.get_mut(&key) {
+                // The visible row is the overlay's (base ⊕ queued ops): the newer base joins it.
+                Some(row) => {
+                    let before = keep.then(|| row.clone());
+                    if let Some(base) = self.base.get(&key) {
+                        merge_row(row, &base);
+                    }
+                    before
+                }
+                None => was.filter(|_| keep),
+            };
+            if self.tracking {
+                self.touched.push((key, was));
+            }
+        }
+        let spaces: Vec<String> =
+            self.base.range_from(&span.from).take_while(|(k, _)| span.holds(k)).map(|(k, _)| k.space).filter(|s| !s.is_empty()).collect();
+        for s in spaces {
+            self.note(&s);
+        }
+        Ok(())
+    }
+
+    /// Lets go of base rows read from the store, least recently read first,
+    /// until they weigh `budget` bytes; spans `pinned` says to keep stay.
+    pub fn trim(&mut self, budget: usize, pinned: impl Fn(&RowKey, Option<&RowKey>) -> bool) {
+        self.base.trim(budget, pinned);
+    }
+
+    /// What the base rows read from the store weigh (bytes).
+    pub fn held(&self) -> usize {
+        self.base.held()
+    }
+
+    /// A row this device names now has no base row anywhere: nothing need be read for it.
+    pub fn note_absent(&mut self, key: &RowKey) {
+        self.base.note_absent(key);
     }
 
     /// The base row of a key.
@@ -331,6 +412,56 @@ mod tests {
 
     fn key(row: &str) -> RowKey {
         RowKey::new("sets", row)
+    }
+
+    /// A row of `n`: `a = n`, marked at `n`.
+    fn row_of(n: u64) -> Row {
+        let mut r = Row::default();
+        r.cells.insert("a".into(), Cell { value: Value::Number(n as f64), mark: Mark { at: n, op_id: OpId::new(format!("s:{n}")) } });
+        r
+    }
+
+    fn read(rows: &[(&str, u64)]) -> Provided {
+        let rows: Vec<(RowKey, Row)> = rows.iter().map(|(id, n)| (key(id), row_of(*n))).collect();
+        Provided {
+            from: RowKey::new("", ""),
+            to: None,
+            rows: crate::store::ProvidedRows::Chunk(crate::chunks::encode_snapshot(&rows).unwrap()),
+        }
+    }
+
+    /// A read newer than what a lazy replica held (another context wrote,
+    /// and its step is not taken in yet) is a change like any other: each
+    /// row it moves, adds or takes away is touched, with what it was, so
+    /// an index takes the old entry out; a row with queued ops has the newer
+    /// base joined under them.
+    #[test]
+    fn a_read_newer_than_what_was_held_touches_every_row_it_moves() {
+        let mut r = Replica::open_lazy(vec![read(&[("a", 1), ("b", 2), ("c", 3)])], [], &[]).unwrap();
+        r.keep_was(["sets".to_owned()].into());
+        r.add_pending(&op("d:1", "c", 10, &[("b", 7.0)]));
+        assert!(r.take_touched().len() <= 1);
+        r.provide(read(&[("a", 1), ("b", 5), ("c", 4), ("d", 6)])).unwrap();
+        let touched = r.take_touched();
+        let got: Vec<(&str, Option<f64>)> = touched
+            .iter()
+            .map(|(k, was)| {
+                (
+                    k.row_id.as_str(),
+                    was.as_ref().and_then(|w| match w.get("a") {
+                        Some(Value::Number(n)) => Some(*n),
+                        _ => None,
+                    }),
+                )
+            })
+            .collect();
+        assert_eq!(got, [("b", Some(2.0)), ("c", Some(3.0)), ("d", None)]);
+        assert_eq!(r.visible(&key("b")).unwrap().get("a"), Some(&Value::Number(5.0)));
+        let c = r.visible(&key("c")).unwrap();
+        assert_eq!((c.get("a"), c.get("b")), (Some(&Value::Number(4.0)), Some(&Value::Number(7.0))), "the newer base, under the queued op");
+        r.provide(read(&[("a", 1), ("c", 4), ("d", 6)])).unwrap();
+        assert_eq!(r.take_touched().keys().map(|k| k.row_id.as_str()).collect::<Vec<_>>(), ["b"], "a row gone from the store");
+        assert!(r.visible(&key("b")).is_none());
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! when asked for; rows written since their run was packed sit decoded
 //! beside the runs until there are enough of them to fold in.
 //!
-//! A run is the unit the lazy store will load and evict (PROTOCOL §7): its
-//! first key names it, as a stored chunk's does.
+//! A run is the unit the lazy store loads and evicts (PROTOCOL §7, "The
+//! lazy store"): opened lazily, the base holds only the runs its engine
+//! asked the store for ([`Packed::provide`]), each with the span of keys it
+//! answers for, so a key outside every span is unknown, not absent.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -15,7 +17,7 @@ use std::collections::BTreeMap;
 use crate::chunks::{chunk_of, decode_cells, decode_chunk, decode_row, encode_one, key_bytes_of, key_of, split_chunk};
 use crate::layered::{layered, Layer};
 use crate::protocol::{Row, RowKey};
-use crate::store::StoreError;
+use crate::store::{Provided, ProvidedRows, StoreError, Want};
 
 /// Runs born of a fold hold at most this many rows: folding a row into a
 /// run re-encodes the run, so runs are kept short.
@@ -29,9 +31,20 @@ const FOLD_AFTER: usize = if cfg!(any(test, feature = "sim")) { 8 } else { 4_096
 /// Rows in encoding 4, as stored: row `i` is `bytes[starts[i]..starts[i + 1]]`.
 #[derive(Clone)]
 struct Run {
+    /// Its first row's key; in a lazy base, the start of its span.
     first: RowKey,
     bytes: Box<[u8]>,
     starts: Box<[u32]>,
+    /// In a lazy base: the end of the keys it answers for (`None`: to the
+    /// last key), and when it was last read (for eviction).
+    span: Option<Span>,
+}
+
+/// What a run of a lazy base answers for: every base row in `[first, to)`.
+#[derive(Clone)]
+struct Span {
+    to: Option<RowKey>,
+    used: std::cell::Cell<u64>,
 }
 
 impl Run {
@@ -76,7 +89,21 @@ impl Run {
     fn from_chunk(bytes: Vec<u8>, starts: Vec<u32>) -> Option<Run> {
         let (t, r, s) = key_of(&bytes[*starts.first()? as usize..]).ok()?;
         let first = RowKey { table: t.into(), row_id: r.into(), space: s.into() };
-        Some(Run { first, bytes: bytes.into_boxed_slice(), starts: starts.into_boxed_slice() })
+        Some(Run { first, bytes: bytes.into_boxed_slice(), starts: starts.into_boxed_slice(), span: None })
+    }
+
+    /// Whether its span holds `key` (a run of an eager base holds every key
+    /// from its first to the next run's).
+    fn spans(&self, key: &RowKey) -> bool {
+        match &self.span {
+            None => true,
+            Some(span) => *key >= self.first && span.to.as_ref().is_none_or(|to| key < to),
+        }
+    }
+
+    /// The bytes it holds (what the cache counts).
+    fn weight(&self) -> usize {
+        self.bytes.len() + self.starts.len() * 4 + std::mem::size_of::<Run>()
     }
 }
 
@@ -145,11 +172,25 @@ pub struct Packed {
     /// [`FOLD_AFTER`] and [`RUN_ROWS`], smaller in tests.
     fold_after: usize,
     run_rows: usize,
+    /// Opened lazily: the runs are what the store provided, each with its
+    /// span; the fresh rows are never folded into them (a run stays a copy
+    /// of what the store holds, so it can be let go at any time).
+    lazy: bool,
+    /// The clock of reads, for eviction (least recently read first).
+    reads: std::cell::Cell<u64>,
 }
 
 impl Default for Packed {
     fn default() -> Packed {
-        Packed { runs: Vec::new(), fresh: BTreeMap::new(), packed_rows: 0, fold_after: FOLD_AFTER, run_rows: RUN_ROWS }
+        Packed {
+            runs: Vec::new(),
+            fresh: BTreeMap::new(),
+            packed_rows: 0,
+            fold_after: FOLD_AFTER,
+            run_rows: RUN_ROWS,
+            lazy: false,
+            reads: std::cell::Cell::new(0),
+        }
     }
 }
 
@@ -220,7 +261,19 @@ impl Packed {
         if let Some(fresh) = self.fresh.get(key) {
             return fresh.clone();
         }
-        let run = &self.runs[chunk_of_runs(&self.runs, key)?];
+        let Some(at) = chunk_of_runs(&self.runs, key) else {
+            debug_assert!(!self.lazy, "a step read a base row it did not ask the store for: {key:?}");
+            return None;
+        };
+        let run = &self.runs[at];
+        if !run.spans(key) {
+            debug_assert!(false, "a step read a base row it did not ask the store for: {key:?}");
+            return None;
+        }
+        if let Some(span) = &run.span {
+            self.reads.set(self.reads.get() + 1);
+            span.used.set(self.reads.get());
+        }
         let row = decode_cells(run.row_bytes(run.find(key).ok()?));
         debug_assert!(row.is_ok(), "a packed row was checked when packed");
         row.ok()
@@ -299,6 +352,170 @@ impl Packed {
         self.walk_from(&RowKey::new("", "")).map(|(k, _)| k)
     }
 
+    /// A lazy base: no run yet but those `provided` (what a step read at
+    /// open), the store's rows written since its chunks (`rows`) over them.
+    pub fn lazy(provided: Vec<Provided>, rows: impl IntoIterator<Item = (RowKey, Row)>) -> Result<Packed, StoreError> {
+        let mut base = Packed { lazy: true, ..Packed::default() };
+        for p in provided {
+            base.provide(p)?;
+        }
+        for (k, r) in rows {
+            base.fresh.insert(k, (!r.is_gone()).then_some(r));
+        }
+        Ok(base)
+    }
+
+    /// Whether every base row of `want` is known here: read from the store,
+    /// or written since. Always, in a base that is not lazy.
+    pub fn covers(&self, want: &Want) -> bool {
+        if !self.lazy {
+            return true;
+        }
+        let Some(mut i) = chunk_of_runs(&self.runs, &want.from) else { return false };
+        if !self.runs[i].spans(&want.from) {
+            return false;
+        }
+        // Spans that meet end to end cover the want up to its end.
+        loop {
+            let to = self.runs[i].span.as_ref().and_then(|s| s.to.as_ref());
+            match (to, &want.to) {
+                (None, _) => return true,
+                (Some(to), Some(end)) if to >= end => return true,
+                (Some(to), _) => match self.runs.get(i + 1) {
+                    Some(next) if next.first == *to => i += 1,
+                    _ => return false,
+                },
+            }
+        }
+    }
+
+    /// Takes what the store read: its rows for the span they answer for.
+    /// Runs held for any part of that span are joined with it into one, the
+    /// new read standing where they overlap. Returns the rows it changed
+    /// where a run held them already, each with what it was: a read can be
+    /// newer than what this base held (another context wrote since, and
+    /// its step has not been taken in yet), and what reads the rows — an
+    /// index, a live query — must hear of it as of any change.
+    pub fn provide(&mut self, p: Provided) -> Result<Vec<(RowKey, Option<Row>)>, StoreError> {
+        if !self.lazy {
+            return Ok(Vec::new());
+        }
+        let mut span = Want { from: p.from, to: p.to };
+        let overlaps = |r: &Run, w: &Want| {
+            let starts_before_end = w.to.as_ref().is_none_or(|to| r.first < *to);
+            let ends_after_start = r.span.as_ref().and_then(|s| s.to.as_ref()).is_none_or(|to| *to > w.from);
+            starts_before_end && ends_after_start
+        };
+        let new_span = span.clone();
+        let read = match p.rows {
+            ProvidedRows::Chunk(bytes) => decode_chunk(&bytes)?,
+            ProvidedRows::Rows(rows) => rows,
+        };
+        let mut rows: Vec<(RowKey, Row)> = read.into_iter().filter(|(k, r)| !r.is_gone() && new_span.holds(k)).collect();
+        let (old, kept): (Vec<Run>, Vec<Run>) = std::mem::take(&mut self.runs).into_iter().partition(|r| overlaps(r, &new_span));
+        self.runs = kept;
+        let mut changed: Vec<(RowKey, Option<Row>)> = Vec::new();
+        {
+            let read: BTreeMap<&RowKey, &Row> = rows.iter().map(|(k, r)| (k, r)).collect();
+            for run in &old {
+                let held: BTreeMap<RowKey, Row> = (0..run.len()).filter_map(|i| run.decode(i)).filter(|(k, _)| new_span.holds(k)).collect();
+                for (k, was) in &held {
+                    if read.get(k).is_none_or(|now| *now != was) && !self.fresh.contains_key(k) {
+                        changed.push((k.clone(), Some(was.clone())));
+                    }
+                }
+                for k in read.keys() {
+                    if run.spans(k) && !held.contains_key(*k) && !self.fresh.contains_key(*k) {
+                        changed.push(((*k).clone(), None));
+                    }
+                }
+            }
+        }
+        for run in old {
+            let to = run.span.as_ref().and_then(|s| s.to.clone());
+            rows.extend((0..run.len()).filter_map(|i| run.decode(i)).filter(|(k, _)| !new_span.holds(k)));
+            if run.first < span.from {
+                span.from = run.first.clone();
+            }
+            span.to = match (span.to, to) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                _ => None,
+            };
+        }
+        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        if rows.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(StoreError::Corrupt("a provided chunk holds a row twice".into()));
+        }
+        let (mut bytes, mut starts) = (Vec::new(), Vec::with_capacity(rows.len()));
+        for (k, r) in &rows {
+            starts.push(u32::try_from(bytes.len()).map_err(|_| StoreError::Corrupt("a run past 4 GB".into()))?);
+            bytes = encode_one(k, r, bytes)?;
+        }
+        let used = std::cell::Cell::new(self.reads.get());
+        let run = Run {
+            first: span.from,
+            bytes: bytes.into_boxed_slice(),
+            starts: starts.into_boxed_slice(),
+            span: Some(Span { to: span.to, used }),
+        };
+        let at = self.runs.partition_point(|r| r.first < run.first);
+        self.runs.insert(at, run);
+        self.packed_rows = self.runs.iter().map(Run::len).sum();
+        Ok(changed)
+    }
+
+    /// Lets go of the least recently read runs until those held weigh at
+    /// most `budget` bytes, keeping every run `pinned` says to keep.
+    pub fn trim(&mut self, budget: usize, pinned: impl Fn(&RowKey, Option<&RowKey>) -> bool) {
+        if !self.lazy {
+            return;
+        }
+        let mut held: usize = self.runs.iter().map(Run::weight).sum();
+        if held <= budget {
+            return;
+        }
+        let mut order: Vec<(u64, usize)> = self
+            .runs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !pinned(&r.first, r.span.as_ref().and_then(|s| s.to.as_ref())))
+            .map(|(i, r)| (r.span.as_ref().map_or(0, |s| s.used.get()), i))
+            .collect();
+        order.sort_unstable();
+        let mut gone = vec![false; self.runs.len()];
+        for (_, i) in order {
+            if held <= budget {
+                break;
+            }
+            held -= self.runs[i].weight();
+            gone[i] = true;
+        }
+        let mut i = 0;
+        self.runs.retain(|_| {
+            i += 1;
+            !gone[i - 1]
+        });
+        self.packed_rows = self.runs.iter().map(Run::len).sum();
+    }
+
+    /// Notes that no base row of `key` exists (a row this device names
+    /// now, never seen by anyone): nothing need be read for it.
+    pub fn note_absent(&mut self, key: &RowKey) {
+        if self.lazy && !self.fresh.contains_key(key) && !self.covers(&Want::row(key)) {
+            self.fresh.insert(key.clone(), None);
+        }
+    }
+
+    /// Whether `key`'s base row was written since open (held decoded).
+    pub fn is_fresh(&self, key: &RowKey) -> bool {
+        self.fresh.contains_key(key)
+    }
+
+    /// What the runs held weigh (bytes).
+    pub fn held(&self) -> usize {
+        self.runs.iter().map(Run::weight).sum()
+    }
+
     /// How many rows are held packed and how many decoded.
     #[cfg(all(test, not(target_arch = "wasm32")))]
     fn counts(&self) -> (usize, usize) {
@@ -306,7 +523,7 @@ impl Packed {
     }
 
     fn fold_if_due(&mut self) -> Result<(), StoreError> {
-        if self.fresh.len() > self.fold_after.max(self.packed_rows / 2) {
+        if !self.lazy && self.fresh.len() > self.fold_after.max(self.packed_rows / 2) {
             self.fold()?;
         }
         Ok(())
@@ -471,6 +688,68 @@ mod tests {
             p.fold().unwrap();
             prop_assert_eq!(p.counts(), (reference.len(), 0));
             same(&p, &reference, &start)?;
+        }
+    }
+
+    /// What a store of `disk` answers for a want, widened by `wide` rows on each side.
+    fn read(disk: &BTreeMap<RowKey, Row>, w: &Want, wide: usize) -> Provided {
+        let from = if wide == 0 {
+            w.from.clone()
+        } else {
+            disk.range(..w.from.clone()).rev().nth(wide - 1).map_or_else(|| RowKey::new("", ""), |(k, _)| k.clone())
+        };
+        let to = match &w.to {
+            Some(to) if wide == 0 => Some(to.clone()),
+            Some(to) => disk.range(to.clone()..).nth(wide - 1).map(|(k, _)| k.clone()),
+            None => None,
+        };
+        let span = Want { from: from.clone(), to: to.clone() };
+        let rows: Vec<(RowKey, Row)> = disk.iter().filter(|(k, _)| span.holds(k)).map(|(k, r)| (k.clone(), r.clone())).collect();
+        Provided { from, to, rows: ProvidedRows::Chunk(crate::chunks::encode_snapshot(&rows).unwrap()) }
+    }
+
+    fn a_want() -> impl Strategy<Value = Want> {
+        prop_oneof![
+            a_key().prop_map(|k| Want::row(&k)),
+            a_key().prop_map(|k| Want::named(&k.table, &k.row_id)),
+            (0u8..2).prop_map(|t| Want::table(&format!("t{t}"))),
+            Just(Want::all()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+        /// A lazy base, fed what a store answers for random wants (spans
+        /// as wide as the wants or wider, overlapping in every way), written
+        /// to and trimmed between reads: every row of a span it says it
+        /// covers reads as the store (with what was written since) holds it.
+        #[test]
+        fn a_lazy_base_reads_what_the_store_holds_where_it_says_it_covers(
+            stored in proptest::collection::btree_map(a_key(), 0u16..500, 0..40),
+            steps in proptest::collection::vec((a_want(), 0usize..4, proptest::option::of((a_key(), proptest::option::of(0u16..500))), 0usize..3), 0..40),
+        ) {
+            let mut disk: BTreeMap<RowKey, Row> = stored.iter().map(|(k, v)| (k.clone(), row(*v))).collect();
+            let mut p = Packed::lazy(Vec::new(), []).unwrap();
+            for (want, wide, put, trim) in steps {
+                if !p.covers(&want) {
+                    p.provide(read(&disk, &want, wide)).unwrap();
+                }
+                prop_assert!(p.covers(&want), "{:?} is covered once provided", want);
+                let held: Vec<(RowKey, Row)> = p.range_from(&want.from).take_while(|(k, _)| want.holds(k)).filter_map(|(k, f)| Some((k, f.row()?))).collect();
+                let truth: Vec<(RowKey, Row)> = disk.iter().filter(|(k, _)| want.holds(k)).map(|(k, r)| (k.clone(), r.clone())).collect();
+                prop_assert_eq!(held, truth, "the rows of {:?}", want);
+                for k in disk.keys().filter(|k| want.holds(k)) {
+                    prop_assert_eq!(p.get(k), disk.get(k).cloned());
+                }
+                // A write (committed: the store holds it too), then a trim.
+                if let Some((k, v)) = put {
+                    match v {
+                        Some(v) => { p.put(k.clone(), row(v)); disk.insert(k, row(v)); }
+                        None => { p.remove(&k); disk.remove(&k); }
+                    }
+                }
+                p.trim([0, 200, usize::MAX][trim], |_, _| false);
+            }
         }
     }
 

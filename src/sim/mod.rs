@@ -236,7 +236,12 @@ impl Sim {
         let rng = Rng::with_seed(seed);
         let world = World::new(cfg.devices, 1_000);
         let devices = (0..cfg.devices)
-            .map(|_| Device { store: Rc::new(MemoryStore::new()), contexts: (0..CONTEXTS).map(|_| Ctx::default()).collect() })
+            // Every other device reads its base rows on demand, keeping none between steps.
+            .enumerate()
+            .map(|(d, _)| Device {
+                store: Rc::new(if d % 2 == 1 { MemoryStore::lazy() } else { MemoryStore::new() }),
+                contexts: (0..CONTEXTS).map(|_| Ctx::default()).collect(),
+            })
             .collect();
         let mut sim = Sim {
             rng,
@@ -268,6 +273,18 @@ impl Sim {
 
     fn driver(&self, d: usize, c: usize) -> Option<Rc<SimDriver>> {
         self.devices[d].contexts[c].driver.clone()
+    }
+
+    /// Has a context of a lazy device hold every base row, for the checks
+    /// (and the app's choice of a row) that look at all of them: read from
+    /// its store as the driver's read would, without yielding to other tasks.
+    fn hold_all(&self, d: usize, driver: &SimDriver) -> Result<(), SimFailure> {
+        let missing = driver.engine.borrow().missing(vec![crate::store::Want::all()]);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let read = self.devices[d].store.tables().read_base(&missing).map_err(|e| self.fail(format!("dev{d}: read: {e}")))?;
+        driver.engine.borrow_mut().provide(read).map_err(|e| self.fail(format!("dev{d}: provide: {e}")))
     }
 
     /// Opens context `c` of device `d` with the shipped driver, and checks
@@ -385,7 +402,9 @@ impl Sim {
         let table = self.cfg.tables[self.rng.usize(..self.cfg.tables.len())].clone();
         let want_new = self.rng.u8(..3) == 0;
         let pick = self.rng.u64(..);
+        self.hold_all(d, &driver)?;
         let visible = driver.engine.borrow().all_visible();
+        driver.trim();
         let rows: Vec<&RowKey> = visible.keys().filter(|k| k.table == table).collect();
         let (row_id, current) = if rows.is_empty() || want_new {
             match driver.new_row_id() {
@@ -622,6 +641,7 @@ impl Sim {
                 if ctx.checked.replace(driver.version()) == driver.version() {
                     continue;
                 }
+                self.hold_all(d, driver)?;
                 for l in &ctx.live {
                     let want = live::reference(&driver.engine.borrow(), &l.table, &l.query);
                     let fresh = driver.engine.borrow_mut().query(&l.table, &l.query);
@@ -746,6 +766,7 @@ impl Sim {
         for (d, dev) in self.devices.iter().enumerate() {
             for (c, ctx) in dev.contexts.iter().enumerate() {
                 let driver = ctx.driver.as_ref().ok_or_else(|| self.fail(format!("dev{d}.{c} is down after heal")))?;
+                self.hold_all(d, driver)?;
                 let engine = driver.engine.borrow();
                 if engine.pending_len() != 0 {
                     return Err(self.fail(format!("dev{d}.{c}: outbox not empty ({} ops)", engine.pending_len())));
@@ -835,7 +856,8 @@ fn engine_config(cfg: &SimConfig) -> Config {
     // remembers, and small blocks of numbers, so contexts cross their edges.
     let retry = RetryPolicy { max_attempts: 3, max_elapsed_ms: 30_000 };
     let indexes = live::indexes(&cfg.tables[0]);
-    Config { max_batch: cfg.max_batch, pull_limit: cfg.pull_limit, retry, id_block: 8, indexes, ..Config::default() }
+    // A lazy device keeps no base row read between steps but its indexed tables'.
+    Config { max_batch: cfg.max_batch, pull_limit: cfg.pull_limit, retry, id_block: 8, indexes, cache_bytes: 0, ..Config::default() }
 }
 
 /// Runs one seeded schedule and checks every promise. `Err` carries the

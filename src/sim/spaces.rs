@@ -317,11 +317,13 @@ impl Run {
             self.world.alive.borrow_mut().insert(who);
             let host = SimHost { world: self.world.clone(), who, random: RefCell::new(SplitMix::new(self.rng.u64(..))) };
             let transport = SimTransport { world: self.world.clone(), who };
-            let config = Config { pull_limit: 3, max_batch: 4, ..Config::default() };
+            // Every other user's device reads its base rows on demand, keeping none between steps.
+            let lazy = dev % 2 == 1;
+            let config = Config { pull_limit: 3, max_batch: 4, cache_bytes: 0, ..Config::default() };
             let options = Options { config, auto_sync: false, resume_exhausted: true, user: None };
             let opened = Rc::new(RefCell::new(None));
             let slot = opened.clone();
-            let store = Rc::new(MemoryStore::new());
+            let store = Rc::new(if lazy { MemoryStore::lazy() } else { MemoryStore::new() });
             self.world.spawn(
                 who,
                 Box::pin(async move {
@@ -356,7 +358,13 @@ impl Run {
         // Without a space the edit goes where the row lives: that space's rule.
         let target = match &space {
             Some(s) => s.clone(),
-            None => driver.engine.borrow().locate("sets", &row).map(|k| k.space).unwrap_or_default(),
+            None => {
+                let read = driver.ensure(|_| vec![crate::engine::Engine::wants_edit("sets", &row)]).now_or_never();
+                if !matches!(read, Some(Ok(()))) {
+                    return Err(self.fail(format!("{user}'s device could not read its row: {read:?}")));
+                }
+                driver.engine.borrow().locate("sets", &row).map(|k| k.space).unwrap_or_default()
+            }
         };
         let known = driver.engine.borrow().following().may_write(&target);
         let outcome: Result<Option<Op>, String> = match driver.change_with(space.as_deref(), "sets", &row, fields, false).now_or_never() {
@@ -475,6 +483,9 @@ impl Run {
     fn check_device(&mut self, user: &str) -> Result<(), SpacesFailure> {
         self.flush_device(user)?;
         let dev = &self.devices[user];
+        if !matches!(dev.driver.ensure_all().now_or_never(), Some(Ok(()))) {
+            return Err(self.fail(format!("{user}'s device could not read its rows")));
+        }
         let engine = dev.driver.engine.borrow();
         let visible = engine.all_visible();
         let mut all = self.spaces.clone();

@@ -1,0 +1,96 @@
+//! Base rows read before the steps that need them (PROTOCOL §7, "The lazy
+//! store"): the engine names what a step reads, this reads what it does not
+//! hold and hands it over, and the step runs with nothing awaited between
+//! the last check and the step — so no other task can take the rows away
+//! in between. Rows are let go between steps, never during one.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use super::{ClientError, Driver, Host, LocalStore, Transport};
+use crate::engine::Engine;
+use crate::store::{Txn, Want};
+
+/// How many times a step's rows are read before it runs anyway: another
+/// context's writes can move what a read answers, never forever.
+const READS_PER_STEP: usize = 8;
+
+/// Steps of other contexts heard while their rows were being read, taken
+/// in in the order they came.
+#[derive(Default)]
+pub(super) struct Heard {
+    queue: std::cell::RefCell<VecDeque<Txn>>,
+    draining: std::cell::Cell<bool>,
+}
+
+impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<S, T, H> {
+    /// Reads what `wants` names and the engine does not hold, until it
+    /// holds it all. Call it right before the step, with nothing awaited
+    /// after it.
+    pub async fn ensure(&self, wants: impl Fn(&mut Engine) -> Vec<Want>) -> Result<(), ClientError> {
+        for _ in 0..READS_PER_STEP {
+            let missing = {
+                let mut e = self.engine.borrow_mut();
+                let w = wants(&mut e);
+                e.missing(w)
+            };
+            if missing.is_empty() {
+                return Ok(());
+            }
+            let got = self.store.read_base(&missing).await?;
+            self.engine.borrow_mut().provide(got)?;
+        }
+        Err(ClientError::StorageFailed("the rows a step reads could not all be read".into()))
+    }
+
+    /// Reads every base row (what a check of all visible rows needs).
+    pub async fn ensure_all(&self) -> Result<(), ClientError> {
+        self.ensure(|_| vec![Engine::wants_all()]).await
+    }
+
+    /// Reads a whole table, kept whole from now on (queries, full reads).
+    pub async fn ensure_table(&self, table: &str) -> Result<(), ClientError> {
+        self.ensure(|e| vec![e.wants_table(table)]).await
+    }
+
+    /// Lets base rows go beyond the cache's budget, unless a recording is
+    /// between its read and its step.
+    pub fn trim(&self) {
+        if self.recording.get() == 0 {
+            self.engine.borrow_mut().trim();
+        }
+    }
+
+    /// Another context's step: taken in now if every row it reads is held
+    /// and nothing heard before it waits; else queued behind what waits.
+    pub(super) fn hear(self: &Rc<Self>, txn: &Txn) -> bool {
+        let ready = self.heard.queue.borrow().is_empty() && {
+            let e = self.engine.borrow();
+            e.missing(e.wants_absorb(txn)).is_empty()
+        };
+        if ready {
+            return true;
+        }
+        self.heard.queue.borrow_mut().push_back(txn.clone());
+        if !self.heard.draining.replace(true) {
+            let me = self.clone();
+            self.host.spawn(Box::pin(async move { me.drain_heard().await }));
+        }
+        false
+    }
+
+    async fn drain_heard(self: Rc<Self>) {
+        loop {
+            let Some(txn) = self.heard.queue.borrow().front().cloned() else { break };
+            // A read that fails leaves the step to a reload: the store has it.
+            if self.ensure(|e| e.wants_absorb(&txn)).await.is_err() {
+                self.heard.queue.borrow_mut().clear();
+                let _ = self.reload().await;
+                break;
+            }
+            self.heard.queue.borrow_mut().pop_front();
+            self.take_in(&txn);
+        }
+        self.heard.draining.set(false);
+    }
+}
