@@ -283,6 +283,9 @@ pub struct Snapshot {
     /// Of a lazy store: the base rows of the keys with pending ops, read at open.
     #[serde(skip)]
     pub provided: Vec<Provided>,
+    /// Of a lazy store: it holds base rows besides `base` (its chunks).
+    #[serde(skip)]
+    pub more_on_disk: bool,
 }
 
 /// What can go wrong in a local store.
@@ -459,6 +462,7 @@ impl Tables {
             following: self.following.clone(),
             lazy: false,
             provided: Vec::new(),
+            more_on_disk: false,
         }
     }
 
@@ -469,6 +473,7 @@ impl Tables {
         s.lazy = true;
         let wants: Vec<Want> = s.pending.iter().map(|op| Want::row(&op.place())).collect();
         s.provided = self.read_base(&wants)?;
+        s.more_on_disk = !self.base.is_empty();
         Ok(s)
     }
 
@@ -704,6 +709,7 @@ mod tests {
         run(crate::testing::store_contract::base_rows_are_keyed_by_table_and_row(&MemoryStore::new()));
         run(crate::testing::store_contract::engine_steps_survive_reopen(&MemoryStore::new()));
         run(crate::testing::store_contract::a_write_assuming_a_moved_record_writes_nothing(&MemoryStore::new()));
+        run(crate::testing::store_contract::lazy_reads_answer_every_row_of_a_span(&MemoryStore::lazy(), || async {}));
     }
 
     #[test]

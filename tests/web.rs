@@ -68,7 +68,7 @@ async fn check(f: impl std::future::Future<Output = Result<(), String>>) {
 
 #[wasm_bindgen_test]
 async fn indexeddb_store_keeps_the_contract() {
-    for (i, name) in ["open", "commit", "deletes", "keys", "engine", "assuming"].iter().enumerate() {
+    for (i, name) in ["open", "commit", "deletes", "keys", "engine", "assuming", "lazy"].iter().enumerate() {
         let store = IdbStore::connect(&unique(name)).await.unwrap();
         match i {
             0 => check(contract::open_creates_meta_once(&store)).await,
@@ -76,7 +76,14 @@ async fn indexeddb_store_keeps_the_contract() {
             2 => check(contract::deletes(&store)).await,
             3 => check(contract::base_rows_are_keyed_by_table_and_row(&store)).await,
             4 => check(contract::engine_steps_survive_reopen(&store)).await,
-            _ => check(contract::a_write_assuming_a_moved_record_writes_nothing(&store)).await,
+            5 => check(contract::a_write_assuming_a_moved_record_writes_nothing(&store)).await,
+            _ => {
+                store.open_lazily(true);
+                check(contract::lazy_reads_answer_every_row_of_a_span(&store, || async {
+                    store.compact().await.unwrap();
+                }))
+                .await
+            }
         }
         store.close();
     }

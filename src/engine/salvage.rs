@@ -79,6 +79,7 @@ impl Engine {
         let cleared = disk.sync.is_none()
             && disk.base_chunks.is_empty()
             && disk.base.is_empty()
+            && !disk.more_on_disk
             && disk.pending.is_empty()
             && disk.rejections.is_empty()
             && disk.conflicts.is_empty();

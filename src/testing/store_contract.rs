@@ -206,6 +206,85 @@ pub async fn engine_steps_survive_reopen<S: LocalStore>(store: &S) -> Result<(),
     check(reopened.meta().counter >= 2 && reopened.meta().clock.last_at >= 101, "counter and clock were stored")
 }
 
+/// A store opened lazily answers every row of every span asked
+/// (PROTOCOL §7, "The lazy store"): what it reads for a span, under the
+/// log it gave at open, is what was committed there — rows of several
+/// tables and spaces, one removed, some folded into chunks (`settle`: an
+/// IndexedDB compaction) and some still in the log; and the rows of keys
+/// with queued ops come with the open.
+pub async fn lazy_reads_answer_every_row_of_a_span<S: LocalStore, F: std::future::Future<Output = ()>>(
+    store: &S,
+    settle: impl Fn() -> F,
+) -> Result<(), String> {
+    use crate::replica::Packed;
+    use crate::store::Want;
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    store.open(Meta::fresh("dev".into())).await.map_err(|e| err(&e))?;
+    let mut truth: std::collections::BTreeMap<RowKey, Row> = std::collections::BTreeMap::new();
+    let mut put = |txn: &mut Txn, k: RowKey, r: Row| {
+        if r.is_gone() {
+            truth.remove(&k);
+        } else {
+            truth.insert(k.clone(), r.clone());
+        }
+        txn.put_base.push((k, r));
+    };
+    let mut first = Txn::default();
+    // Past a chunk's 2,000 rows: the store holds several, and a span meets the next.
+    for i in 0..2_100u64 {
+        let table = ["notes", "sets", "tags"][(i % 3) as usize];
+        let space = if i % 4 == 0 { "gym" } else { "" };
+        put(&mut first, RowKey::in_space(space, table, format!("r{:02}", i / 3)), row(i + 1, "srv:1"));
+    }
+    store.commit(&first).await.map_err(|e| err(&e))?;
+    settle().await;
+    let mut later = Txn::default();
+    put(&mut later, RowKey::new("sets", "r03"), Row::default());
+    put(&mut later, RowKey::new("sets", "r99"), row(90, "srv:2"));
+    put(&mut later, RowKey::new("aa", "first"), row(91, "srv:2"));
+    later.put_pending.push(op("dev", 5, 100));
+    store.commit(&later).await.map_err(|e| err(&e))?;
+    let snap = store.open(Meta::fresh("x".into())).await.map_err(|e| err(&e))?;
+    check(snap.lazy && snap.base_chunks.is_empty(), "a lazy store reads no chunk at open")?;
+    check(snap.more_on_disk, "and says it holds rows besides its log")?;
+    let queued = Packed::lazy(snap.provided.clone(), snap.base.clone()).map_err(|e| err(&e))?;
+    check(queued.covers(&Want::row(&snap.pending[0].place())), "the row of a queued op comes with the open")?;
+    let wants = [
+        Want::row(&RowKey::new("sets", "r01")),
+        Want::row(&RowKey::new("sets", "r03")),
+        Want::row(&RowKey::new("zz", "none")),
+        Want::row(&RowKey::new("", "")),
+        Want::named("sets", "r04"),
+        Want::named("notes", "r00"),
+        Want::named("sets", "r350"),
+        Want { from: RowKey::new("notes", "r600"), to: Some(RowKey::new("sets", "r10")) },
+        Want::table("sets"),
+        Want::table("tags"),
+        Want::table("nothing"),
+        Want::all(),
+    ];
+    // Each span read alone, and all of them into one base, read only where
+    // it does not already cover (what it says it covers must hold).
+    let mut held = Packed::lazy(Vec::new(), snap.base.clone()).map_err(|e| err(&e))?;
+    for w in wants {
+        let read = store.read_base(std::slice::from_ref(&w)).await.map_err(|e| err(&e))?;
+        if !held.covers(&w) {
+            for p in read.clone() {
+                held.provide(p).map_err(|e| err(&e))?;
+            }
+        }
+        let alone = Packed::lazy(read, snap.base.clone()).map_err(|e| err(&e))?;
+        let want: Vec<(RowKey, Row)> = truth.iter().filter(|(k, _)| w.holds(k)).map(|(k, r)| (k.clone(), r.clone())).collect();
+        for (base, how) in [(&alone, "alone"), (&held, "with the spans read before")] {
+            check(base.covers(&w), &format!("what is read for {w:?} covers it ({how})"))?;
+            let got: Vec<(RowKey, Row)> =
+                base.range_from(&w.from).take_while(|(k, _)| w.holds(k)).filter_map(|(k, f)| Some((k, f.row()?))).collect();
+            check(got == want, &format!("the rows read for {w:?} are the rows committed there ({how})"))?;
+        }
+    }
+    Ok(())
+}
+
 fn check(ok: bool, what: &str) -> Result<(), String> {
     if ok {
         Ok(())

@@ -34,7 +34,7 @@ use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 
 use crate::protocol::{Op, Row, RowKey};
-use crate::store::{LocalStore, Meta, Rejection, Snapshot, StoreError, Txn};
+use crate::store::{LocalStore, Meta, Provided, ProvidedRows, Rejection, Snapshot, StoreError, Txn, Want};
 
 use crate::chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, encode_snapshot, fold};
 
@@ -88,6 +88,9 @@ pub struct IdbStore {
     /// Base deltas written since the last compaction, as far as this context knows.
     deltas: Rc<Cell<usize>>,
     compacting: Rc<Cell<bool>>,
+    /// Opens lazily: no chunk is read at open, base rows are read as the
+    /// engine asks ([`LocalStore::read_base`]).
+    lazy: Cell<bool>,
 }
 
 /// A failed call in the words of the store's contract: the quota used up
@@ -234,6 +237,47 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
     finish(tx, "compaction").await.map(|()| folded)
 }
 
+/// The chunks that answer `wants`, each with the span it answers for: from
+/// its first key (the first chunk's from the least key) to the next chunk's
+/// first key. A want below every chunk, or in a store with none, is
+/// answered by an empty span up to the first chunk.
+async fn read_spans(chunks: &idb::ObjectStore, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
+    let keys_v = chunks.get_all_keys(None, None).map_err(failed)?.await.map_err(failed)?;
+    let mut firsts = keys_v.iter().map(key_of).collect::<Result<Vec<_>, _>>()?;
+    firsts.sort_unstable();
+    let least = RowKey::new("", "");
+    let mut need = std::collections::BTreeSet::new();
+    let mut head = false;
+    for w in wants {
+        // Chunk `i` answers for `[firsts[i], firsts[i + 1])`, the first one from the least key.
+        let below = firsts.first().is_none_or(|f| w.from < *f);
+        head |= below;
+        let mut i = if below { 0 } else { chunk_of(&firsts, &w.from, |f| f).unwrap_or(0) };
+        while i < firsts.len() && w.to.as_ref().is_none_or(|to| firsts[i] < *to) {
+            need.insert(i);
+            i += 1;
+        }
+    }
+    let mut out = Vec::with_capacity(need.len() + 1);
+    if head && !need.contains(&0) {
+        out.push(Provided { from: least.clone(), to: firsts.first().cloned(), rows: ProvidedRows::Rows(Vec::new()) });
+    }
+    let mut reads = Vec::with_capacity(need.len());
+    for i in need {
+        reads.push((i, chunks.get(Query::Key(row_key(&firsts[i]))).map_err(failed)?));
+    }
+    for (i, req) in reads {
+        let v = req.await.map_err(failed)?.ok_or_else(|| failed("a base chunk vanished during a read"))?;
+        let rows = match v.dyn_ref::<Uint8Array>() {
+            Some(bytes) => ProvidedRows::Chunk(bytes.to_vec()),
+            None => ProvidedRows::Rows(chunk_rows(&v)?),
+        };
+        let from = if i == 0 { least.clone() } else { firsts[i].clone() };
+        out.push(Provided { from, to: firsts.get(i + 1).cloned(), rows });
+    }
+    Ok(out)
+}
+
 impl IdbStore {
     /// Opens (creating if needed) the database `name`.
     pub async fn connect(name: &str) -> Result<IdbStore, StoreError> {
@@ -246,8 +290,15 @@ impl IdbStore {
             name: name.to_owned(),
             deltas: Rc::new(Cell::new(0)),
             compacting: Rc::new(Cell::new(false)),
+            lazy: Cell::new(false),
         };
         Ok(store)
+    }
+
+    /// From the next open on, reads no chunk at open: base rows are read
+    /// as the engine asks for them (PROTOCOL §7, "The lazy store").
+    pub fn open_lazily(&self, lazy: bool) {
+        self.lazy.set(lazy);
     }
 
     /// Calls `f` once the connection is found closed under the library.
@@ -560,6 +611,10 @@ impl LocalStore for IdbStore {
         self.commit_in(txn).await.map_err(|e| self.fail(e))
     }
 
+    async fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
+        self.read_base_in(wants).await.map_err(|e| self.fail(e))
+    }
+
     /// A new connection to the database (a cleared one is created again,
     /// empty, at this layout).
     async fn reconnect(&self) -> Result<(), StoreError> {
@@ -588,8 +643,12 @@ impl IdbStore {
                 fresh
             }
         };
+        let lazy = self.lazy.get();
         let get_all = |name: &str| -> Result<_, StoreError> { tx.object_store(name).map_err(failed)?.get_all(None, None).map_err(failed) };
-        let (chunks_req, delta_req, batches_req) = (get_all(CHUNKS)?, get_all(DELTA)?, get_all(BATCHES)?);
+        // Lazily: the chunks are counted, not read.
+        let chunks_req = if lazy { None } else { Some(get_all(CHUNKS)?) };
+        let count_req = if lazy { Some(tx.object_store(CHUNKS).map_err(failed)?.count(None).map_err(failed)?) } else { None };
+        let (delta_req, batches_req) = (get_all(DELTA)?, get_all(BATCHES)?);
         let (pending_req, rej_req) = (get_all(PENDING)?, get_all(REJECTIONS)?);
         // Last: the idb crate hears a request's success only once it is awaited,
         // and requests complete in the order they were made — so they are
@@ -597,7 +656,14 @@ impl IdbStore {
         let sync_req = meta_store.get(Query::Key(JsValue::from_str(SYNC))).map_err(failed)?;
         let schema_req = meta_store.get(Query::Key(JsValue::from_str(SCHEMA))).map_err(failed)?;
         let following_req = meta_store.get(Query::Key(JsValue::from_str(FOLLOWING))).map_err(failed)?;
-        let chunks_v = chunks_req.await.map_err(failed)?;
+        let chunks_v = match chunks_req {
+            Some(r) => r.await.map_err(failed)?,
+            None => Vec::new(),
+        };
+        let chunk_count = match count_req {
+            Some(r) => r.await.map_err(failed)?,
+            None => 0,
+        };
         let delta_v = delta_req.await.map_err(failed)?;
         let batches_v = batches_req.await.map_err(failed)?;
         let pending_v = pending_req.await.map_err(failed)?;
@@ -605,6 +671,14 @@ impl IdbStore {
         let sync_v = sync_req.await.map_err(failed)?;
         let schema_v = schema_req.await.map_err(failed)?;
         let following_v = following_req.await.map_err(failed)?;
+        let pending = pending_v.iter().map(parse::<Op>).collect::<Result<Vec<_>, _>>()?;
+        // The rows of queued ops: the engine builds their visible rows at open.
+        let provided = if lazy {
+            let wants: Vec<Want> = pending.iter().map(|op| Want::row(&op.place())).collect();
+            read_spans(&tx.object_store(CHUNKS).map_err(failed)?, &wants).await?
+        } else {
+            Vec::new()
+        };
         finish(tx, "open").await?;
         // Chunks go to the replica as stored (it keeps them packed); only
         // the first encoding's text is decoded here.
@@ -618,7 +692,6 @@ impl IdbStore {
         let deltas = deltas_in_order(&delta_v, &batches_v)?;
         let counted = deltas.len();
         rows.extend(deltas);
-        let pending = pending_v.iter().map(parse::<Op>).collect::<Result<Vec<_>, _>>()?;
         let (mut rejections, mut conflicts) = (Vec::new(), Vec::new());
         for v in &rej_v {
             // A record of this store is a refusal (it has an `op`) or a
@@ -639,7 +712,27 @@ impl IdbStore {
         // The followed spaces must read: without them a left space's rows
         // could not be told from the rest.
         let following = following_v.map(|v| parse(&v)).transpose()?;
-        Ok(Snapshot { meta: Some(meta), base_chunks, base: rows, pending, rejections, conflicts, sync, schema, following })
+        Ok(Snapshot {
+            meta: Some(meta),
+            base_chunks,
+            base: rows,
+            pending,
+            rejections,
+            conflicts,
+            sync,
+            schema,
+            following,
+            lazy,
+            provided,
+            more_on_disk: chunk_count > 0,
+        })
+    }
+
+    async fn read_base_in(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
+        let tx = self.db()?.transaction(&[CHUNKS], TransactionMode::ReadOnly).map_err(failed)?;
+        let out = read_spans(&tx.object_store(CHUNKS).map_err(failed)?, wants).await?;
+        let _ = tx.await;
+        Ok(out)
     }
 
     async fn read_sync_in(&self) -> Result<Option<crate::sync_state::SyncState>, StoreError> {
