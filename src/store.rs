@@ -346,6 +346,12 @@ pub trait LocalStore {
         let _ = wants;
         Err(StoreError::Unavailable("this store reads every base row at open".into()))
     }
+    /// Folds the base rows written since the last compaction into the
+    /// chunks (a store that keeps no log has nothing to do): afterwards
+    /// every base row committed before the call is in a chunk.
+    async fn compact(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Lets the database go (another context may then upgrade or delete it).
     fn close(&self) {}
     /// Opens the database again after its connection was closed under the
@@ -374,6 +380,9 @@ impl<S: LocalStore> LocalStore for std::rc::Rc<S> {
     }
     async fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
         S::read_base(self, wants).await
+    }
+    async fn compact(&self) -> Result<(), StoreError> {
+        S::compact(self).await
     }
     fn close(&self) {
         S::close(self)

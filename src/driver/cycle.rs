@@ -64,6 +64,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         *self.last_cycle.borrow_mut() = Some(r.clone());
         self.cycles.set((self.cycles.get().0, want));
         self.idle.notify();
+        self.flush_soon();
         r
     }
 
@@ -176,7 +177,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     self.commit_planned(unsaved.take(), copy).await?;
                     let out = match self.net().push(&req).await {
                         Ok(resp) => {
-                            self.ensure(|e| e.wants_answer()).await?;
+                            self.ensure(&|e| e.wants_answer()).await?;
                             self.engine.borrow_mut().on_push_response(resp, self.host.now())
                         }
                         Err(f) => match self.after_refusal(f, &mut refreshed).await {
@@ -191,7 +192,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     self.commit_planned(unsaved.take(), copy).await?;
                     let out = match self.net().verdicts(&ids).await {
                         Ok(resp) => {
-                            self.ensure(|e| e.wants_answer()).await?;
+                            self.ensure(&|e| e.wants_answer()).await?;
                             self.engine.borrow_mut().on_verdicts(resp, self.host.now())
                         }
                         Err(f) => self.engine.borrow_mut().on_verdicts_failed(f, self.host.now()),
@@ -203,7 +204,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     saved?;
                     let out = match page {
                         Ok(page) => {
-                            self.ensure(|e| e.wants_pull(&page)).await?;
+                            self.ensure(&|e| e.wants_pull(&page)).await?;
                             self.engine.borrow_mut().on_pull_response(&req, page, self.host.now())
                         }
                         Err(f) => match self.after_refusal(f, &mut refreshed).await {
@@ -317,7 +318,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         };
         let (out, error) = match self.net().verdicts(&ids).await {
             Ok(resp) => {
-                self.ensure(|e| e.wants_answer()).await?;
+                self.ensure(&|e| e.wants_answer()).await?;
                 (self.engine.borrow_mut().on_verdicts(resp, self.host.now()), None)
             }
             Err(f) => (self.engine.borrow_mut().on_verdicts_failed(f.clone(), self.host.now()), Some(f.to_string())),

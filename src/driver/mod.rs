@@ -35,12 +35,20 @@ use crate::space::{Membership, Role};
 use crate::store::{LocalStore, Meta, StoreError, Txn};
 
 /// A recording under way, from the read of its rows to its step: no row
-/// is let go meanwhile ([`Driver::trim`]).
-struct Recording<'a>(&'a Cell<u32>);
+/// is let go meanwhile ([`Driver::trim`]); once it ends, a flush due may run.
+struct Recording<'a, S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static>(&'a Driver<S, T, H>);
 
-impl Drop for Recording<'_> {
+impl<'a, S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Recording<'a, S, T, H> {
+    fn start(driver: &'a Driver<S, T, H>) -> Self {
+        driver.recording.set(driver.recording.get() + 1);
+        Recording(driver)
+    }
+}
+
+impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Drop for Recording<'_, S, T, H> {
     fn drop(&mut self) {
-        self.0.set(self.0.get().saturating_sub(1));
+        self.0.recording.set(self.0.recording.get().saturating_sub(1));
+        self.0.flush_soon();
     }
 }
 
@@ -319,9 +327,8 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         check: bool,
     ) -> Result<OpId, ClientError> {
         self.check_open()?;
-        self.recording.set(self.recording.get() + 1);
-        let _done = Recording(&self.recording);
-        self.ensure(|_| vec![Engine::wants_edit(table, row_id)]).await?;
+        let _done = Recording::start(self);
+        self.ensure(&|_| vec![Engine::wants_edit(table, row_id)]).await?;
         let draft = self.engine.borrow().draft_in(space, table, row_id, fields)?;
         if check {
             self.engine.borrow().check_drafts(std::slice::from_ref(&draft)).map_err(|(_, e)| ClientError::Invalid(e))?;
@@ -340,10 +347,9 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// [`Driver::change_many`]; without `check`, the server alone judges the edits.
     pub async fn change_many_with(self: &Rc<Self>, edits: Vec<Edit>, check: bool) -> Result<Vec<(OpId, String)>, ClientError> {
         self.check_open()?;
-        self.recording.set(self.recording.get() + 1);
-        let _done = Recording(&self.recording);
+        let _done = Recording::start(self);
         let named: Vec<(String, String)> = edits.iter().filter_map(|e| Some((e.table.clone(), e.row_id.clone()?))).collect();
-        self.ensure(|_| named.iter().map(|(t, r)| Engine::wants_edit(t, r)).collect()).await?;
+        self.ensure(&|_| named.iter().map(|(t, r)| Engine::wants_edit(t, r)).collect()).await?;
         let drafts = {
             let engine = self.engine.borrow();
             edits
@@ -380,9 +386,8 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// lives (or in `space`).
     pub async fn set_deleted(self: &Rc<Self>, space: Option<&str>, table: &str, row_id: &str, deleted: bool) -> Result<OpId, ClientError> {
         self.check_open()?;
-        self.recording.set(self.recording.get() + 1);
-        let _done = Recording(&self.recording);
-        self.ensure(|_| vec![Engine::wants_edit(table, row_id)]).await?;
+        let _done = Recording::start(self);
+        self.ensure(&|_| vec![Engine::wants_edit(table, row_id)]).await?;
         let draft = self.engine.borrow().draft_deleted(space, table, row_id, deleted)?;
         self.record_one(draft).await
     }

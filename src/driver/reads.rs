@@ -21,13 +21,15 @@ const READS_PER_STEP: usize = 8;
 pub(super) struct Heard {
     queue: std::cell::RefCell<VecDeque<Txn>>,
     draining: std::cell::Cell<bool>,
+    /// A flush of the rows written since open is under way.
+    flushing: std::cell::Cell<bool>,
 }
 
 impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<S, T, H> {
     /// Reads what `wants` names and the engine does not hold, until it
     /// holds it all. Call it right before the step, with nothing awaited
     /// after it.
-    pub async fn ensure(&self, wants: impl Fn(&mut Engine) -> Vec<Want>) -> Result<(), ClientError> {
+    pub async fn ensure(&self, wants: &dyn Fn(&mut Engine) -> Vec<Want>) -> Result<(), ClientError> {
         for _ in 0..READS_PER_STEP {
             let missing = {
                 let mut e = self.engine.borrow_mut();
@@ -37,28 +39,58 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             if missing.is_empty() {
                 return Ok(());
             }
-            let got = self.store.read_base(&missing).await?;
-            self.engine.borrow_mut().provide(got)?;
+            self.read_into_engine(&missing).await?;
         }
         Err(ClientError::StorageFailed("the rows a step reads could not all be read".into()))
     }
 
+    /// Reads `missing` and hands it to the engine (one copy of the read in
+    /// the wasm, whatever asks for it).
+    async fn read_into_engine(&self, missing: &[Want]) -> Result<(), ClientError> {
+        let got = self.store.read_base(missing).await?;
+        self.engine.borrow_mut().provide(got)?;
+        Ok(())
+    }
+
     /// Reads every base row (what a check of all visible rows needs).
     pub async fn ensure_all(&self) -> Result<(), ClientError> {
-        self.ensure(|_| vec![Engine::wants_all()]).await
+        self.ensure(&|_| vec![Engine::wants_all()]).await
     }
 
     /// Reads a whole table, kept whole from now on (queries, full reads).
     pub async fn ensure_table(&self, table: &str) -> Result<(), ClientError> {
-        self.ensure(|e| vec![e.wants_table(table)]).await
+        self.ensure(&|e| vec![e.wants_table(table)]).await
     }
 
     /// Lets base rows go beyond the cache's budget, unless a recording is
-    /// between its read and its step.
+    /// between its read and its step; and flushes the rows written since
+    /// open once there are many, when nothing of this context is under way.
     pub fn trim(&self) {
         if self.recording.get() == 0 {
             self.engine.borrow_mut().trim();
         }
+        self.flush_soon();
+    }
+
+    /// Over a lazy store, rows written since open are held decoded until
+    /// the store holds them in its chunks: once there are many, and no job,
+    /// recording or heard step of this context is under way (so every one
+    /// of them is committed), the store compacts and they are let go.
+    pub(super) fn flush_soon(&self) {
+        let quiet = !self.busy.get() && self.recording.get() == 0 && self.heard.queue.borrow().is_empty() && !self.heard.flushing.get();
+        if !quiet {
+            return;
+        }
+        let Some(mark) = self.engine.borrow().flush_mark() else { return };
+        let Some(me) = self.me.upgrade() else { return };
+        self.heard.flushing.set(true);
+        self.host.spawn(Box::pin(async move {
+            // A compaction that fails leaves the rows held: tried again after a later step.
+            if me.store.compact().await.is_ok() {
+                let _ = me.engine.borrow_mut().flushed(mark);
+            }
+            me.heard.flushing.set(false);
+        }));
     }
 
     /// Another context's step: taken in now if every row it reads is held
@@ -83,7 +115,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         loop {
             let Some(txn) = self.heard.queue.borrow().front().cloned() else { break };
             // A read that fails leaves the step to a reload: the store has it.
-            if self.ensure(|e| e.wants_absorb(&txn)).await.is_err() {
+            if self.ensure(&|e| e.wants_absorb(&txn)).await.is_err() {
                 self.heard.queue.borrow_mut().clear();
                 let _ = self.reload().await;
                 break;

@@ -6,8 +6,6 @@
 //! stays a pure function of what the engine holds. Over a store that reads
 //! every row at open nothing is ever missing.
 
-use std::collections::BTreeSet;
-
 use super::{Engine, EngineError};
 use crate::protocol::{RowKey, SpacesPullResponse};
 use crate::store::{Provided, Txn, Want};
@@ -42,6 +40,18 @@ impl Engine {
         self.replica.trim(self.config.cache_bytes, pinned);
     }
 
+    /// Over a lazy store: the rows written since open are many enough to
+    /// be let go once the store holds them in its chunks — a mark of them
+    /// to hand back to [`Engine::flushed`] after the store compacted.
+    pub fn flush_mark(&self) -> Option<Vec<(RowKey, Option<crate::protocol::Row>)>> {
+        self.replica.wants_flush().then(|| self.replica.flush_mark())
+    }
+
+    /// The store compacted after `mark` was taken: what it marks is let go.
+    pub fn flushed(&mut self, mark: Vec<(RowKey, Option<crate::protocol::Row>)>) -> Result<(), EngineError> {
+        Ok(self.replica.flushed(mark)?)
+    }
+
     /// What the base rows read from the store weigh now (bytes).
     pub fn held(&self) -> usize {
         self.replica.held()
@@ -63,8 +73,7 @@ impl Engine {
     /// What an answer about queued ops reads (a push's verdicts, or the
     /// remembered ones): the rows of every queued op.
     pub fn wants_answer(&self) -> Vec<Want> {
-        let places: BTreeSet<RowKey> = self.outbox.iter().map(|op| op.place()).collect();
-        places.iter().map(Want::row).collect()
+        rows(self.outbox.iter().map(|op| op.place()).collect())
     }
 
     /// What a pull page reads: the rows it changes, where the device keeps
@@ -74,28 +83,36 @@ impl Engine {
         if !following.learn(answer).left.is_empty() {
             return vec![Want::all()];
         }
-        let mut keys: BTreeSet<RowKey> = BTreeSet::new();
+        let mut keys: Vec<RowKey> = Vec::new();
         for page in &answer.spaces {
             let local = following.local(&page.space);
             keys.extend(page.changes.iter().map(|c| RowKey::in_space(local, c.key.table.as_str(), c.key.row_id.as_str())));
         }
-        keys.iter().map(Want::row).collect()
+        rows(keys)
     }
 
     /// What taking in another context's step reads: the rows whose queued
     /// ops it adds or takes away (their visible rows are built again).
     pub fn wants_absorb(&self, txn: &Txn) -> Vec<Want> {
-        let mut keys: BTreeSet<RowKey> = BTreeSet::new();
+        let mut keys: Vec<RowKey> = Vec::new();
         keys.extend(txn.put_pending.iter().map(|op| op.place()));
         keys.extend(txn.delete_pending.iter().filter_map(|at| self.outbox.at(*at)).map(|op| op.place()));
         // A base row it puts is taken whole; read only where an index must
         // take out what the row was.
         keys.extend(txn.put_base.iter().filter(|(k, _)| self.whole.contains(&k.table)).map(|(k, _)| k.clone()));
-        keys.iter().map(Want::row).collect()
+        rows(keys)
     }
 
     /// What a check of every visible row reads: all of them.
     pub fn wants_all() -> Want {
         Want::all()
     }
+}
+
+/// One want per row, each once (sorted, not collected into a set: one
+/// more tree type costs the wasm kilobytes).
+fn rows(mut keys: Vec<RowKey>) -> Vec<Want> {
+    keys.sort_unstable();
+    keys.dedup();
+    keys.iter().map(Want::row).collect()
 }

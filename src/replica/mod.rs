@@ -128,6 +128,21 @@ impl Replica {
         self.base.trim(budget, pinned);
     }
 
+    /// Whether rows written since open are many enough to flush.
+    pub fn wants_flush(&self) -> bool {
+        self.base.wants_flush()
+    }
+
+    /// The rows written since open, as they are now ([`Packed::flush_mark`]).
+    pub fn flush_mark(&self) -> Vec<(RowKey, Option<Row>)> {
+        self.base.flush_mark()
+    }
+
+    /// The store holds `mark` in its chunks ([`Packed::flushed`]).
+    pub fn flushed(&mut self, mark: Vec<(RowKey, Option<Row>)>) -> Result<(), StoreError> {
+        self.base.flushed(mark)
+    }
+
     /// What the base rows read from the store weigh (bytes).
     pub fn held(&self) -> usize {
         self.base.held()

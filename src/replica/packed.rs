@@ -101,6 +101,17 @@ impl Run {
         }
     }
 
+    /// Runs given in key order as one, named `first`, with `span`.
+    fn joined(first: RowKey, runs: Vec<Run>, span: Option<Span>) -> Result<Run, StoreError> {
+        let (mut bytes, mut starts) = (Vec::new(), Vec::new());
+        for run in runs {
+            let base = u32::try_from(bytes.len()).map_err(|_| StoreError::Corrupt("a run past 4 GB".into()))?;
+            starts.extend(run.starts.iter().map(|s| s + base));
+            bytes.extend_from_slice(&run.bytes);
+        }
+        Ok(Run { first, bytes: bytes.into_boxed_slice(), starts: starts.into_boxed_slice(), span })
+    }
+
     /// The bytes it holds (what the cache counts).
     fn weight(&self) -> usize {
         self.bytes.len() + self.starts.len() * 4 + std::mem::size_of::<Run>()
@@ -400,64 +411,81 @@ impl Packed {
         if !self.lazy {
             return Ok(Vec::new());
         }
-        let mut span = Want { from: p.from, to: p.to };
-        let overlaps = |r: &Run, w: &Want| {
-            let starts_before_end = w.to.as_ref().is_none_or(|to| r.first < *to);
-            let ends_after_start = r.span.as_ref().and_then(|s| s.to.as_ref()).is_none_or(|to| *to > w.from);
+        let new_span = Want { from: p.from, to: p.to };
+        // The read as a run, its rows kept as stored (a chunk that does not
+        // check out — an earlier encoding, a removal — is decoded and encoded again).
+        let (bytes, starts) = match p.rows {
+            ProvidedRows::Chunk(bytes) => match split_chunk(&bytes)? {
+                Some(starts) => (bytes, starts),
+                None => encode_rows(decode_chunk(&bytes)?)?,
+            },
+            ProvidedRows::Rows(rows) => encode_rows(rows)?,
+        };
+        let read = Run { first: new_span.from.clone(), bytes: bytes.into_boxed_slice(), starts: starts.into_boxed_slice(), span: None };
+        let inside = |k: (&str, &str, &str)| {
+            let k = RowKey { table: k.0.into(), row_id: k.1.into(), space: k.2.into() };
+            new_span.holds(&k)
+        };
+        if read.len() > 0 && !(inside(read.key(0)) && inside(read.key(read.len() - 1))) {
+            return Err(StoreError::Corrupt("a read holds rows outside the span it answers for".into()));
+        }
+        let overlaps = |r: &Run| {
+            let starts_before_end = new_span.to.as_ref().is_none_or(|to| r.first < *to);
+            let ends_after_start = r.span.as_ref().and_then(|s| s.to.as_ref()).is_none_or(|to| *to > new_span.from);
             starts_before_end && ends_after_start
         };
-        let new_span = span.clone();
-        let read = match p.rows {
-            ProvidedRows::Chunk(bytes) => decode_chunk(&bytes)?,
-            ProvidedRows::Rows(rows) => rows,
-        };
-        let mut rows: Vec<(RowKey, Row)> = read.into_iter().filter(|(k, r)| !r.is_gone() && new_span.holds(k)).collect();
-        let (old, kept): (Vec<Run>, Vec<Run>) = std::mem::take(&mut self.runs).into_iter().partition(|r| overlaps(r, &new_span));
+        let (old, kept): (Vec<Run>, Vec<Run>) = std::mem::take(&mut self.runs).into_iter().partition(|r| overlaps(r));
         self.runs = kept;
+        // What the read changes where a run held rows already, compared as
+        // stored bytes (decoded only when they differ).
         let mut changed: Vec<(RowKey, Option<Row>)> = Vec::new();
-        {
-            let read: BTreeMap<&RowKey, &Row> = rows.iter().map(|(k, r)| (k, r)).collect();
-            for run in &old {
-                let held: BTreeMap<RowKey, Row> = (0..run.len()).filter_map(|i| run.decode(i)).filter(|(k, _)| new_span.holds(k)).collect();
-                for (k, was) in &held {
-                    if read.get(k).is_none_or(|now| *now != was) && !self.fresh.contains_key(k) {
-                        changed.push((k.clone(), Some(was.clone())));
-                    }
-                }
-                for k in read.keys() {
-                    if run.spans(k) && !held.contains_key(*k) && !self.fresh.contains_key(*k) {
-                        changed.push(((*k).clone(), None));
+        let (mut span_from, mut span_to) = (new_span.from.clone(), new_span.to.clone());
+        let mut joined = Vec::new();
+        let mut out = Builder::new(usize::MAX, &mut joined);
+        for run in &old {
+            for i in 0..run.len() {
+                let (t, r, sp) = run.key(i);
+                let k = RowKey { table: t.into(), row_id: r.into(), space: sp.into() };
+                if k < new_span.from {
+                    out.push(run.row_bytes(i))?;
+                } else if new_span.holds(&k) && !self.fresh.contains_key(&k) {
+                    let same = read.find(&k).is_ok_and(|j| read.row_bytes(j) == run.row_bytes(i));
+                    if !same {
+                        changed.push((k, run.decode(i).map(|(_, was)| was)));
                     }
                 }
             }
         }
-        for run in old {
-            let to = run.span.as_ref().and_then(|s| s.to.clone());
-            rows.extend((0..run.len()).filter_map(|i| run.decode(i)).filter(|(k, _)| !new_span.holds(k)));
-            if run.first < span.from {
-                span.from = run.first.clone();
+        for j in 0..read.len() {
+            let k = read.key(j);
+            let k = RowKey { table: k.0.into(), row_id: k.1.into(), space: k.2.into() };
+            if !self.fresh.contains_key(&k) && old.iter().any(|r| r.spans(&k) && r.find(&k).is_err()) {
+                changed.push((k, None));
             }
-            span.to = match (span.to, to) {
-                (Some(a), Some(b)) => Some(a.max(b)),
+            out.push(read.row_bytes(j))?;
+        }
+        for run in &old {
+            for i in 0..run.len() {
+                let (t, r, sp) = run.key(i);
+                let past = new_span.to.as_ref().is_some_and(|to| (t, r, sp) >= (to.table.as_str(), to.row_id.as_str(), to.space.as_str()));
+                if past {
+                    out.push(run.row_bytes(i))?;
+                }
+            }
+            if run.first < span_from {
+                span_from = run.first.clone();
+            }
+            span_to = match (span_to, run.span.as_ref().map(|s| s.to.clone())) {
+                (Some(a), Some(Some(b))) => Some(a.max(b)),
                 _ => None,
             };
         }
-        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        if rows.windows(2).any(|w| w[0].0 == w[1].0) {
-            return Err(StoreError::Corrupt("a provided chunk holds a row twice".into()));
-        }
-        let (mut bytes, mut starts) = (Vec::new(), Vec::with_capacity(rows.len()));
-        for (k, r) in &rows {
-            starts.push(u32::try_from(bytes.len()).map_err(|_| StoreError::Corrupt("a run past 4 GB".into()))?);
-            bytes = encode_one(k, r, bytes)?;
-        }
+        drop(out);
         let used = std::cell::Cell::new(self.reads.get());
-        let run = Run {
-            first: span.from,
-            bytes: bytes.into_boxed_slice(),
-            starts: starts.into_boxed_slice(),
-            span: Some(Span { to: span.to, used }),
-        };
+        let run = Run::joined(span_from, joined, Some(Span { to: span_to, used }))?;
+        if (1..run.len()).any(|i| run.key(i - 1) >= run.key(i)) {
+            return Err(StoreError::Corrupt("a read's rows are not in key order".into()));
+        }
         let at = self.runs.partition_point(|r| r.first < run.first);
         self.runs.insert(at, run);
         self.packed_rows = self.runs.iter().map(Run::len).sum();
@@ -474,20 +502,18 @@ impl Packed {
         if held <= budget {
             return;
         }
-        let mut order: Vec<(u64, usize)> = self
-            .runs
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| !pinned(&r.first, r.span.as_ref().and_then(|s| s.to.as_ref())))
-            .map(|(i, r)| (r.span.as_ref().map_or(0, |s| s.used.get()), i))
-            .collect();
-        order.sort_unstable();
+        // The least recently read first, one at a time (no sort: a few runs
+        // go at a time, and a sort of one more type costs the wasm kilobytes).
         let mut gone = vec![false; self.runs.len()];
-        for (_, i) in order {
-            if held <= budget {
-                break;
-            }
-            held -= self.runs[i].weight();
+        while held > budget {
+            let next = self
+                .runs
+                .iter()
+                .enumerate()
+                .filter(|(i, r)| !gone[*i] && !pinned(&r.first, r.span.as_ref().and_then(|s| s.to.as_ref())))
+                .min_by_key(|(_, r)| r.span.as_ref().map_or(0, |s| s.used.get()));
+            let Some((i, run)) = next else { break };
+            held -= run.weight();
             gone[i] = true;
         }
         let mut i = 0;
@@ -504,6 +530,51 @@ impl Packed {
         if self.lazy && !self.fresh.contains_key(key) && !self.covers(&Want::row(key)) {
             self.fresh.insert(key.clone(), None);
         }
+    }
+
+    /// Whether the rows written since open are many enough to flush
+    /// ([`Packed::flushed`]): in a lazy base, they are never folded into
+    /// the runs as they come (a run stays a copy of what the store holds).
+    pub fn wants_flush(&self) -> bool {
+        self.lazy && self.fresh.len() > self.fold_after
+    }
+
+    /// The rows written since open, as they are now: once the store holds
+    /// them all in its chunks, [`Packed::flushed`] lets them go.
+    pub fn flush_mark(&self) -> Vec<(RowKey, Option<Row>)> {
+        self.fresh.iter().map(|(k, r)| (k.clone(), r.clone())).collect()
+    }
+
+    /// The store holds every row of `mark` in its chunks: each still as it
+    /// was marked is let go — folded into the run that spans it (which is
+    /// then what the store holds there), or simply dropped where no run
+    /// does (a later read brings it). A row written again since stays.
+    pub fn flushed(&mut self, mark: Vec<(RowKey, Option<Row>)>) -> Result<(), StoreError> {
+        if !self.lazy {
+            return Ok(());
+        }
+        let unchanged: Vec<(RowKey, Option<Row>)> = mark.into_iter().filter(|(k, r)| self.fresh.get(k) == Some(r)).collect();
+        let mut per_run: BTreeMap<usize, Vec<(&RowKey, Option<&Row>)>> = BTreeMap::new();
+        for (k, r) in &unchanged {
+            if let Some(i) = chunk_of_runs(&self.runs, k).filter(|i| self.runs[*i].spans(k)) {
+                per_run.entry(i).or_default().push((k, r.as_ref()));
+            }
+        }
+        let mut rebuilt: Vec<(usize, Run)> = Vec::with_capacity(per_run.len());
+        for (i, changes) in per_run {
+            let run = &self.runs[i];
+            let mut built = Vec::new();
+            merge_into(Some(run), changes, &mut Builder::new(usize::MAX, &mut built))?;
+            rebuilt.push((i, Run::joined(run.first.clone(), built, run.span.clone())?));
+        }
+        for (i, run) in rebuilt {
+            self.runs[i] = run;
+        }
+        for (k, _) in &unchanged {
+            self.fresh.remove(k);
+        }
+        self.packed_rows = self.runs.iter().map(Run::len).sum();
+        Ok(())
     }
 
     /// Whether `key`'s base row was written since open (held decoded).
@@ -542,38 +613,7 @@ impl Packed {
         let mut rebuilt: BTreeMap<usize, Vec<Run>> = BTreeMap::new();
         for (i, changes) in per_run {
             let mut built = Vec::new();
-            let mut out = Builder::new(self.run_rows, &mut built);
-            let mut changes = changes.into_iter().peekable();
-            // The run's rows are copied as they are, never decoded: only
-            // the fresh rows are encoded.
-            if let Some(run) = self.runs.get(i) {
-                for j in 0..run.len() {
-                    let here = run.key(j);
-                    let mut replaced = false;
-                    while let Some((k, _)) = changes.peek() {
-                        let order = (k.table.as_str(), k.row_id.as_str(), k.space.as_str()).cmp(&here);
-                        if order == Ordering::Greater {
-                            break;
-                        }
-                        replaced = order == Ordering::Equal;
-                        if let Some((k, Some(row))) = changes.next() {
-                            out.encode(k, row)?;
-                        }
-                        if replaced {
-                            break;
-                        }
-                    }
-                    if !replaced {
-                        out.push(run.row_bytes(j))?;
-                    }
-                }
-            }
-            for (k, row) in changes {
-                if let Some(row) = row {
-                    out.encode(k, row)?;
-                }
-            }
-            drop(out);
+            merge_into(self.runs.get(i), changes, &mut Builder::new(self.run_rows, &mut built))?;
             rebuilt.insert(i, built);
         }
         let old = std::mem::take(&mut self.runs);
@@ -592,6 +632,51 @@ impl Packed {
         self.fresh.clear();
         Ok(())
     }
+}
+
+/// A run's rows with `changes` (in key order; `None` removes) written over
+/// them, into `out`: the run's rows are copied as they are, never decoded;
+/// only the changes are encoded.
+fn merge_into(run: Option<&Run>, changes: Vec<(&RowKey, Option<&Row>)>, out: &mut Builder<'_>) -> Result<(), StoreError> {
+    let mut changes = changes.into_iter().peekable();
+    if let Some(run) = run {
+        for j in 0..run.len() {
+            let here = run.key(j);
+            let mut replaced = false;
+            while let Some((k, _)) = changes.peek() {
+                let order = (k.table.as_str(), k.row_id.as_str(), k.space.as_str()).cmp(&here);
+                if order == Ordering::Greater {
+                    break;
+                }
+                replaced = order == Ordering::Equal;
+                if let Some((k, Some(row))) = changes.next() {
+                    out.encode(k, row)?;
+                }
+                if replaced {
+                    break;
+                }
+            }
+            if !replaced {
+                out.push(run.row_bytes(j))?;
+            }
+        }
+    }
+    for (k, row) in changes {
+        if let Some(row) = row {
+            out.encode(k, row)?;
+        }
+    }
+    Ok(())
+}
+
+/// Rows encoded as a run holds them (removals left out).
+fn encode_rows(rows: Vec<(RowKey, Row)>) -> Result<(Vec<u8>, Vec<u32>), StoreError> {
+    let (mut bytes, mut starts) = (Vec::new(), Vec::with_capacity(rows.len()));
+    for (k, r) in rows.iter().filter(|(_, r)| !r.is_gone()) {
+        starts.push(u32::try_from(bytes.len()).map_err(|_| StoreError::Corrupt("a run past 4 GB".into()))?);
+        bytes = encode_one(k, r, bytes)?;
+    }
+    Ok((bytes, starts))
 }
 
 /// The run a key belongs to, as a stored chunk is found ([`chunk_of`]).
@@ -726,11 +811,19 @@ mod tests {
         #[test]
         fn a_lazy_base_reads_what_the_store_holds_where_it_says_it_covers(
             stored in proptest::collection::btree_map(a_key(), 0u16..500, 0..40),
-            steps in proptest::collection::vec((a_want(), 0usize..4, proptest::option::of((a_key(), proptest::option::of(0u16..500))), 0usize..3), 0..40),
+            steps in proptest::collection::vec((a_want(), 0usize..4, proptest::option::of((a_key(), proptest::option::of(0u16..500))), 0usize..3, 0u8..4), 0..40),
         ) {
             let mut disk: BTreeMap<RowKey, Row> = stored.iter().map(|(k, v)| (k.clone(), row(*v))).collect();
             let mut p = Packed::lazy(Vec::new(), []).unwrap();
-            for (want, wide, put, trim) in steps {
+            let mut mark = None;
+            for (want, wide, put, trim, flush) in steps {
+                // A flush marks what was written (the store has it all), and
+                // lets it go later, with writes in between.
+                match flush {
+                    0 => mark = Some(p.flush_mark()),
+                    1 => if let Some(m) = mark.take() { p.flushed(m).unwrap() },
+                    _ => {}
+                }
                 if !p.covers(&want) {
                     p.provide(read(&disk, &want, wide)).unwrap();
                 }

@@ -359,7 +359,7 @@ impl Run {
         let target = match &space {
             Some(s) => s.clone(),
             None => {
-                let read = driver.ensure(|_| vec![crate::engine::Engine::wants_edit("sets", &row)]).now_or_never();
+                let read = driver.ensure(&|_| vec![crate::engine::Engine::wants_edit("sets", &row)]).now_or_never();
                 if !matches!(read, Some(Ok(()))) {
                     return Err(self.fail(format!("{user}'s device could not read its row: {read:?}")));
                 }

@@ -246,7 +246,7 @@ async fn read_spans(chunks: &idb::ObjectStore, wants: &[Want]) -> Result<Vec<Pro
     let mut firsts = keys_v.iter().map(key_of).collect::<Result<Vec<_>, _>>()?;
     firsts.sort_unstable();
     let least = RowKey::new("", "");
-    let mut need = std::collections::BTreeSet::new();
+    let mut need = vec![false; firsts.len()];
     let mut head = false;
     for w in wants {
         // Chunk `i` answers for `[firsts[i], firsts[i + 1])`, the first one from the least key.
@@ -254,10 +254,11 @@ async fn read_spans(chunks: &idb::ObjectStore, wants: &[Want]) -> Result<Vec<Pro
         head |= below;
         let mut i = if below { 0 } else { chunk_of(&firsts, &w.from, |f| f).unwrap_or(0) };
         while i < firsts.len() && w.to.as_ref().is_none_or(|to| firsts[i] < *to) {
-            need.insert(i);
+            need[i] = true;
             i += 1;
         }
     }
+    let need: Vec<usize> = (0..firsts.len()).filter(|i| need[*i]).collect();
     let mut out = Vec::with_capacity(need.len() + 1);
     if head && !need.contains(&0) {
         out.push(Provided { from: least.clone(), to: firsts.first().cloned(), rows: ProvidedRows::Rows(Vec::new()) });
@@ -613,6 +614,10 @@ impl LocalStore for IdbStore {
 
     async fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
         self.read_base_in(wants).await.map_err(|e| self.fail(e))
+    }
+
+    async fn compact(&self) -> Result<(), StoreError> {
+        IdbStore::compact(self).await.map(|_| ())
     }
 
     /// A new connection to the database (a cleared one is created again,
