@@ -798,3 +798,46 @@ async fn a_shared_space_is_backfilled_refused_to_a_viewer_and_gone_after_a_revok
     assert_eq!(e.rejections().count(), 1);
     assert_eq!(e.spaces().len(), 1, "only the personal space is listed");
 }
+
+/// The Service Worker's way: a context opened lazily holds no row at open,
+/// reads only what its sync needs — the rows of queued ops, of an answer,
+/// of a pulled page — and what it writes is whole when the tab opens the
+/// database again (PROTOCOL §7, "The lazy store").
+#[wasm_bindgen_test]
+async fn a_lazy_context_syncs_rows_it_does_not_hold_and_loses_none() {
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let name = unique("lazy-sync");
+    let tab = client(&name, &server).await;
+    // Past a chunk's 2,000 rows, compacted: the database holds several chunks.
+    let rows: Vec<Edit> = (0..2_100).map(|i| Edit { space: None, table: "sets".into(), row_id: None, fields: set(1 + i % 90) }).collect();
+    let named = tab.change_many(rows).await.unwrap();
+    tab.sync().await.unwrap();
+    tab.store.compact().await.unwrap();
+    // Another device changes one of them; this tab queues an edit of another.
+    let other = client(&unique("lazy-other"), &server).await;
+    other.sync().await.unwrap();
+    let (theirs, mine) = (named[100].1.clone(), named[2_000].1.clone());
+    other.change("sets", &theirs, set(77)).await.unwrap();
+    other.sync().await.unwrap();
+    tab.change("sets", &mine, set(55)).await.unwrap();
+    tab.close();
+
+    // A cache of one byte: every row read is let go after each step, so each step reads what it needs.
+    let config = Config { cache_bytes: 1, ..Config::default() };
+    let worker = Client::open_with(&name, memory(&server), config, false, false, None, true).await.unwrap();
+    let held = worker.engine.borrow().held();
+    assert!(held < 200_000, "a lazy open holds the queued op's chunk at most, not 2,100 rows: {held} bytes");
+    let report = worker.sync().await.unwrap();
+    assert!(report.ok, "{report:?}");
+    assert_eq!(worker.engine.borrow().pending_len(), 0, "the queued edit went");
+    worker.close();
+
+    let again = client(&name, &server).await;
+    let visible = again.engine.borrow().all_visible();
+    assert_eq!(visible.len(), 2_100, "every row is there");
+    let reps = |id: &str| visible.get(&RowKey::new("sets", id)).and_then(|r| r.get("reps").cloned());
+    assert_eq!(reps(&theirs), Some(Value::from(77)), "the other device's change, pulled by the worker");
+    assert_eq!(reps(&mine), Some(Value::from(55)), "the queued edit, answered to the worker");
+    assert_eq!(reps(&named[0].1), Some(Value::from(1)), "a row the worker never read");
+    again.close();
+}

@@ -285,7 +285,12 @@ export interface OpenOptions {
   wasm?: string | URL;
   /** Indexes only this device needs, besides the server schema's: `{ sets: [['exercise', 'at']] }`. */
   indexes?: Readonly<Record<string, readonly (readonly string[])[]>>;
-  /** The bound of the row cache, in bytes (default 16 MiB). */
+  /**
+   * The bound of the rows a lazily opened database keeps read between its
+   * steps, in bytes (default 16 MiB). The Service Worker of `marksync/sw`
+   * opens lazily: it reads only the rows its sync needs. A page opens with
+   * every row, as before (its reads are synchronous).
+   */
   cacheBytes?: number;
 }
 

@@ -70,7 +70,7 @@ export function installSyncWorker(scope, { endpoint, name = 'marksync', token } 
   function db() {
     // `resumeExhausted: false`: when retries ran out, only a person (or the
     // app's next open) sends again — never a worker woken in the background.
-    dbPromise ??= Marksync.open({ endpoint, name, token: getToken, autoSync: false, persist: false, live: false, resumeExhausted: false })
+    dbPromise ??= Marksync.open({ endpoint, name, token: getToken, autoSync: false, persist: false, live: false, resumeExhausted: false, lazy: true })
       .catch((e) => { dbPromise = null; throw e; });
     return dbPromise;
   }

@@ -206,7 +206,22 @@ impl<T: Transport + 'static> Driver<IdbStore, T, BrowserHost> {
         resume_exhausted: bool,
         user: Option<&str>,
     ) -> Result<Rc<Self>, ClientError> {
+        Self::open_with(name, transport, config, auto_sync, resume_exhausted, user, false).await
+    }
+
+    /// [`Driver::open`]; `lazy`: the store reads no chunk at open, and rows
+    /// are read as steps ask for them (PROTOCOL §7, "The lazy store").
+    pub async fn open_with(
+        name: &str,
+        transport: T,
+        config: Config,
+        auto_sync: bool,
+        resume_exhausted: bool,
+        user: Option<&str>,
+        lazy: bool,
+    ) -> Result<Rc<Self>, ClientError> {
         let store = IdbStore::connect(name).await?;
+        store.open_lazily(lazy);
         let options = Options { config, auto_sync, resume_exhausted, user: user.map(str::to_owned) };
         let client = Driver::start(store, transport, BrowserHost::new(name), options).await?;
         client.host.listen(&client);

@@ -173,6 +173,8 @@ fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit
 pub struct Marksync {
     inner: Rc<Client<FetchTransport>>,
     cache: Rc<RefCell<(u64, HashMap<String, JsValue>)>>,
+    /// Opened lazily (the Service Worker's): rows are read only as sync needs them.
+    lazy: bool,
 }
 
 #[wasm_bindgen]
@@ -233,17 +235,22 @@ impl Marksync {
             }
         }
         let indexes = query::read_indexes(&args::get(&options, "indexes"))?;
-        // The bound of the row cache (PROTOCOL §7): read here so a bad value is refused.
-        args::opt_int(&options, "cacheBytes", o, 1.0, crate::protocol::MAX_SAFE_INTEGER as f64)?;
+        // The bound of the row cache (PROTOCOL §7, "The lazy store").
+        let cache_bytes = args::opt_int(&options, "cacheBytes", o, 1.0, crate::protocol::MAX_SAFE_INTEGER as f64)?
+            .map_or(crate::engine::CACHE_BYTES, |n| n as usize);
+        // Internal: the Service Worker opens lazily — it reads rows only as
+        // its sync needs them, never a whole table at open.
+        let lazy = args::opt_bool(&options, "lazy", o)?.unwrap_or(false);
         let token = token_source(args::get(&options, "token"))?;
         let transport = FetchTransport::new(&endpoint, token, timeout_ms);
         // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
-        let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, retry, indexes, ..Config::default() };
-        let inner = Client::open(&name, transport, config, auto_sync, resume_exhausted, user.as_deref()).await.map_err(client_error)?;
+        let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, retry, indexes, cache_bytes, ..Config::default() };
+        let inner =
+            Client::open_with(&name, transport, config, auto_sync, resume_exhausted, user.as_deref(), lazy).await.map_err(client_error)?;
         if auto_sync {
             inner.schedule_sync(0);
         }
-        Ok(Marksync { inner, cache: Rc::new(RefCell::new((0, HashMap::new()))) })
+        Ok(Marksync { inner, cache: Rc::new(RefCell::new((0, HashMap::new()))), lazy })
     }
 
     /// This device's id (random UUID v4, born at the first open).
@@ -351,6 +358,7 @@ impl Marksync {
     /// something changes: fit for `useSyncExternalStore`. Empty while the
     /// token in use is another user's than the database's (`wrong_user`).
     pub fn rows(&self, table: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
+        self.held_only("rows()")?;
         let table = args::text(&table, "table")?;
         let only = space_of(&options, "options")?;
         let version = self.inner.version();
@@ -385,6 +393,7 @@ impl Marksync {
     /// One visible row, or `null` if absent or deleted: in `options.space`,
     /// or where the row lives (the personal space's copy first).
     pub fn row(&self, table: JsValue, row_id: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
+        self.held_only("row()")?;
         let engine = self.inner.engine.borrow();
         let key = Self::key_of(&engine, &table, &row_id, &options)?;
         if engine.hides_rows() {
@@ -394,6 +403,19 @@ impl Marksync {
             Some(r) => Array::from(&rows_to_js(std::iter::once((&key, engine.app_cow(&key.table, r).as_ref())))).get(0),
             None => JsValue::NULL,
         })
+    }
+
+    /// A synchronous read of rows, refused by a database opened lazily (the
+    /// Service Worker's), which does not hold them: never an answer from
+    /// part of the rows.
+    fn held_only(&self, what: &str) -> Result<(), JsValue> {
+        if self.lazy {
+            return Err(js_error(
+                Code::BadInput.as_str(),
+                &format!("{what} reads rows this database does not hold: it was opened lazily, to sync (the Service Worker's)"),
+            ));
+        }
+        Ok(())
     }
 
     /// The key of `table/row_id` in `options.space`, or where it lives.
@@ -445,6 +467,7 @@ impl Marksync {
     /// edit throws `bad_input` as `change()` would.
     pub fn check(&self, table: JsValue, row_id: JsValue, fields: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
         self.inner.check_open().map_err(client_error)?;
+        self.held_only("check()")?;
         let engine = self.inner.engine.borrow();
         let space = space_of(&options, "options")?;
         let edit = edit_of(&engine, &table, Some(&row_id), &fields, space, "")?;
@@ -488,6 +511,7 @@ impl Marksync {
     /// device has never seen — no copy, nothing queued, no refusal — which
     /// has no sync status.
     pub fn status(&self, table: JsValue, row_id: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
+        self.held_only("status()")?;
         let engine = self.inner.engine.borrow();
         let key = Self::key_of(&engine, &table, &row_id, &options)?;
         Ok(engine.known_status(&key).map_or(JsValue::NULL, |s| to_js(&s)))

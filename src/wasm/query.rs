@@ -216,6 +216,7 @@ impl Marksync {
     /// scan of the table.
     pub fn query(&self, table: JsValue, query: JsValue) -> Result<JsValue, JsValue> {
         self.inner.check_open().map_err(client_error)?;
+        self.held_only("query()")?;
         let table = args::text(&table, "table")?;
         let mut engine = self.inner.engine.borrow_mut();
         let q = read_query(&engine, &query, true)?;
@@ -226,6 +227,7 @@ impl Marksync {
     /// How many visible rows of `table` match `{ where, space }`.
     pub fn count(&self, table: JsValue, query: JsValue) -> Result<u32, JsValue> {
         self.inner.check_open().map_err(client_error)?;
+        self.held_only("count()")?;
         let table = args::text(&table, "table")?;
         let mut engine = self.inner.engine.borrow_mut();
         let q = read_query(&engine, &query, false)?;
