@@ -54,7 +54,7 @@ async fn client(name: &str, server: &Rc<RefCell<MemoryServer>>) -> Rc<Client<Mem
 }
 
 async fn client_as(name: &str, server: &Rc<RefCell<MemoryServer>>, user: &str) -> Rc<Client<MemoryTransport>> {
-    match Client::open(name, memory_as(server, user), Config::default(), false, true, None).await {
+    match Client::open(name, memory_as(server, user), Config::default(), false, true, None, false).await {
         Ok(c) => c,
         Err(e) => panic!("open {name}: {e}"),
     }
@@ -224,7 +224,7 @@ async fn a_lost_answer_is_retried_without_duplicates() {
     let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
     let t = memory(&server);
     *t.lose_next.borrow_mut() = 1;
-    let c = Client::open(&unique("lost"), t, Config::default(), false, true, None).await.unwrap();
+    let c = Client::open(&unique("lost"), t, Config::default(), false, true, None, false).await.unwrap();
     let row = c.new_row_id().unwrap();
     c.change("sets", &row, set(5)).await.unwrap();
     let first = c.sync().await.unwrap();
@@ -630,7 +630,7 @@ async fn exhausted_retries_ask_the_server_then_wait_for_a_person_in_every_contex
     let name = unique("exhaust");
     let config = Config { retry: marksync::engine::RetryPolicy { max_attempts: 2, max_elapsed_ms: u64::MAX }, ..Config::default() };
     let t = memory(&server);
-    let c = Client::open(&name, t, config.clone(), false, true, None).await.unwrap();
+    let c = Client::open(&name, t, config.clone(), false, true, None, false).await.unwrap();
     let applied = c.new_row_id().unwrap();
     c.change("sets", &applied, set(5)).await.unwrap();
     *c.transport.lose_next.borrow_mut() = 1; // attempt 1 is judged; its answer is lost
@@ -646,7 +646,7 @@ async fn exhausted_retries_ask_the_server_then_wait_for_a_person_in_every_contex
     assert_eq!(phase(&c, &applied), Phase::Synced, "settled by asking the server");
     assert_eq!(phase(&c, &never), Phase::RecoveryRequired);
     // The Service Worker's open does not lift the stop: nothing is sent.
-    let worker = Client::open(&name, memory(&server), config.clone(), false, false, None).await.unwrap();
+    let worker = Client::open(&name, memory(&server), config.clone(), false, false, None, false).await.unwrap();
     assert_eq!(phase(&worker, &never), Phase::RecoveryRequired);
     *worker.transport.fail_next.borrow_mut() = 0;
     assert!(worker.sync().await.is_err());
@@ -824,7 +824,7 @@ async fn a_lazy_context_syncs_rows_it_does_not_hold_and_loses_none() {
 
     // A cache of one byte: every row read is let go after each step, so each step reads what it needs.
     let config = Config { cache_bytes: 1, ..Config::default() };
-    let worker = Client::open_with(&name, memory(&server), config, false, false, None, true).await.unwrap();
+    let worker = Client::open(&name, memory(&server), config, false, false, None, true).await.unwrap();
     let held = worker.engine.borrow().held();
     assert!(held < 200_000, "a lazy open holds the queued op's chunk at most, not 2,100 rows: {held} bytes");
     let report = worker.sync().await.unwrap();

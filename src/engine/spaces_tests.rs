@@ -30,17 +30,27 @@ fn record(e: &mut Engine, d: Draft, store: &mut Tables) -> Op {
     op
 }
 
-/// Runs `step` and the rest of its cycle as `user`, committing every txn to `store`.
+/// Runs `step` and the rest of its cycle as `user`, committing every txn to
+/// `store`, and reading from it first what each step reads, as the driver
+/// does (nothing, for an engine that holds every row).
 fn run(e: &mut Engine, s: &mut MemoryServer, user: &str, mut step: Step, store: &mut Tables) -> SyncReport {
+    let read = |e: &mut Engine, wants: Vec<crate::store::Want>, store: &Tables| {
+        let missing = e.missing(wants);
+        e.provide(store.read_base(&missing).unwrap()).unwrap();
+    };
     loop {
         step = match step {
             Step::Push(req) => {
-                let (t, next) = e.on_push_response(s.push(user, &req).unwrap(), 1_000).unwrap();
+                let answer = s.push(user, &req).unwrap();
+                read(e, e.wants_answer(), store);
+                let (t, next) = e.on_push_response(answer, 1_000).unwrap();
                 store.apply(&t);
                 next
             }
             Step::Pull(req) => {
-                let (t, next) = e.on_pull_response(&req, s.pull_spaces(user, &req), 1_000).unwrap();
+                let answer = s.pull_spaces(user, &req);
+                read(e, e.wants_pull(&answer), store);
+                let (t, next) = e.on_pull_response(&req, answer, 1_000).unwrap();
                 store.apply(&t);
                 next
             }
@@ -74,6 +84,15 @@ fn grant(s: &mut MemoryServer, role: Role) {
     if s.set_member(Some("alice"), "gym", "bob", Some(role)).unwrap() {
         assert_eq!(s.accept("bob", "gym").unwrap(), role);
     }
+}
+
+/// Bob, given `role` in gym, synced once: the server, his engine, his store.
+fn bob_synced_in_gym(role: Role) -> (MemoryServer, Engine, Tables) {
+    let mut s = gym();
+    grant(&mut s, role);
+    let (mut bob, mut store) = (engine("b"), Tables::default());
+    sync(&mut bob, &mut s, "bob", &mut store);
+    (s, bob, store)
 }
 
 fn gym_rows(e: &Engine) -> Vec<String> {
@@ -172,10 +191,7 @@ fn a_revoke_removes_the_rows_and_queued_edits_come_back_forbidden_with_their_con
 
 #[test]
 fn an_op_applied_just_before_a_revoke_leaves_no_row_behind() {
-    let mut s = gym();
-    grant(&mut s, Role::Editor);
-    let (mut bob, mut store) = (engine("b"), Tables::default());
-    sync(&mut bob, &mut s, "bob", &mut store);
+    let (mut s, mut bob, mut store) = bob_synced_in_gym(Role::Editor);
     let op = {
         let d = bob.draft("sets", "a-1", set(7)).unwrap();
         record(&mut bob, d, &mut store)
@@ -456,31 +472,13 @@ fn declared_rules_on_the_device_equal_the_servers_verdicts_over_a_corpus() {
 /// the store too, not only those the device happened to hold.
 #[test]
 fn a_lazy_device_that_leaves_a_space_takes_every_row_of_it_away() {
-    let mut s = gym();
-    grant(&mut s, Role::Viewer);
-    let (mut bob, mut store) = (engine("b"), Tables::default());
-    sync(&mut bob, &mut s, "bob", &mut store);
+    let (mut s, bob, mut store) = bob_synced_in_gym(Role::Viewer);
     assert_eq!(gym_rows(&bob).len(), 2);
     s.set_member(Some("alice"), "gym", "bob", None).unwrap();
 
     // Reopened over a lazy store: no base row held.
     let mut bob = Engine::open(store.lazy_snapshot().unwrap(), Config::default()).unwrap();
-    let (t, mut step) = bob.start_sync(1_000);
-    store.apply(&t);
-    loop {
-        step = match step {
-            Step::Pull(req) => {
-                let answer = s.pull_spaces("bob", &req);
-                let missing = bob.missing(bob.wants_pull(&answer));
-                bob.provide(store.read_base(&missing).unwrap()).unwrap();
-                let (t, next) = bob.on_pull_response(&req, answer, 1_000).unwrap();
-                store.apply(&t);
-                next
-            }
-            Step::Done(_) => break,
-            other => panic!("{other:?}"),
-        }
-    }
+    sync(&mut bob, &mut s, "bob", &mut store);
     assert!(store.base.keys().all(|k| k.space != "gym"), "the space's rows left the store");
     let again = Engine::open(store.snapshot(), Config::default()).unwrap();
     assert!(gym_rows(&again).is_empty());

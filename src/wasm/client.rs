@@ -198,20 +198,9 @@ impl<T: Transport + 'static> Driver<IdbStore, T, BrowserHost> {
     /// Opens (or creates) the local database `name` and loads it.
     /// `resume_exhausted`: lift a stop for exhausted retries (an app's open
     /// does; the Service Worker's does not, so it never resumes sending alone).
+    /// `lazy`: the store reads no chunk at open, and rows are read as steps
+    /// ask for them (PROTOCOL §7, "The lazy store"; the Service Worker's).
     pub async fn open(
-        name: &str,
-        transport: T,
-        config: Config,
-        auto_sync: bool,
-        resume_exhausted: bool,
-        user: Option<&str>,
-    ) -> Result<Rc<Self>, ClientError> {
-        Self::open_with(name, transport, config, auto_sync, resume_exhausted, user, false).await
-    }
-
-    /// [`Driver::open`]; `lazy`: the store reads no chunk at open, and rows
-    /// are read as steps ask for them (PROTOCOL §7, "The lazy store").
-    pub async fn open_with(
         name: &str,
         transport: T,
         config: Config,

@@ -246,7 +246,7 @@ impl Marksync {
         // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
         let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, retry, indexes, cache_bytes, ..Config::default() };
         let inner =
-            Client::open_with(&name, transport, config, auto_sync, resume_exhausted, user.as_deref(), lazy).await.map_err(client_error)?;
+            Client::open(&name, transport, config, auto_sync, resume_exhausted, user.as_deref(), lazy).await.map_err(client_error)?;
         if auto_sync {
             inner.schedule_sync(0);
         }
