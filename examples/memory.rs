@@ -85,6 +85,8 @@ fn main() {
         Err(e) => panic!("encode: {e}"),
     };
     drop(made);
+    // Each chunk's first key, as the store keys it.
+    let firsts: Vec<RowKey> = chunks.iter().map(|c| c.first.clone()).collect();
     let base_chunks: Vec<Vec<u8>> = chunks.into_iter().map(|c| c.bytes).collect();
     PEAK.store(LIVE.load(Relaxed), Relaxed);
     report("chunks read (as the store gives)", n);
@@ -92,7 +94,7 @@ fn main() {
     let config =
         Config { indexes: vec![IndexDef { table: "sets".into(), fields: vec!["exercise".into(), "at".into()] }], ..Config::default() };
     let mut engine = if lazy {
-        open_lazily(base_chunks, config, n)
+        open_lazily(base_chunks, &firsts, config, n)
     } else {
         let snapshot = Snapshot { meta: Some(Meta::fresh("device".into())), base_chunks, ..Snapshot::default() };
         let t = std::time::Instant::now();
@@ -135,15 +137,8 @@ fn main() {
 /// what a query of the table reads, from `chunks` as the store would answer
 /// (each chunk with the span it answers for). The chunks stand for the
 /// disk: counted in the figures until it returns, then freed.
-fn open_lazily(chunks: Vec<Vec<u8>>, config: Config, n: usize) -> Engine {
+fn open_lazily(chunks: Vec<Vec<u8>>, firsts: &[RowKey], config: Config, n: usize) -> Engine {
     use marksync::store::{Provided, ProvidedRows, Want};
-    let firsts: Vec<RowKey> = chunks
-        .iter()
-        .map(|c| match marksync::chunks::key_of(&c[2 + postcard_len(c)..]) {
-            Ok((t, r, s)) => RowKey::in_space(s, t, r),
-            Err(e) => panic!("chunk: {e}"),
-        })
-        .collect();
     let answer = |w: &Want| -> Vec<Provided> {
         (0..chunks.len())
             .filter(|i| firsts.get(i + 1).is_none_or(|next| *next > w.from) && w.to.as_ref().is_none_or(|to| firsts[*i] < *to))
@@ -180,9 +175,4 @@ fn open_lazily(chunks: Vec<Vec<u8>>, config: Config, n: usize) -> Engine {
     println!("the table's read {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
     report("table read", n);
     engine
-}
-
-/// The length of a chunk's leading row count (a postcard varint).
-fn postcard_len(c: &[u8]) -> usize {
-    c[2..].iter().position(|b| b & 0x80 == 0).map_or(1, |p| p + 1)
 }

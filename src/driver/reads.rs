@@ -54,7 +54,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
 
     /// Reads every base row (what a check of all visible rows needs).
     pub async fn ensure_all(&self) -> Result<(), ClientError> {
-        self.ensure(&|_| vec![Engine::wants_all()]).await
+        self.ensure(&|_| vec![Want::all()]).await
     }
 
     /// Reads a whole table, kept whole from now on (queries, full reads).

@@ -113,9 +113,8 @@ impl Engine {
                     }
                 }
             }
-            tables.retain(|t| !self.view.unfilled.contains(t));
-            self.replica.keep_was(tables);
             self.view.indexes = indexes;
+            self.keep_was_of_filled();
             self.view.built = Some(for_what);
             self.view.changes.all = true;
             return;
@@ -146,6 +145,14 @@ impl Engine {
         }
     }
 
+    /// Touched rows keep what they were in the tables whose indexes are
+    /// filled: what an index takes out (an unfilled one takes nothing).
+    fn keep_was_of_filled(&mut self) {
+        let mut tables: BTreeSet<String> = BTreeSet::new();
+        tables.extend(self.view.indexes.defs().into_iter().map(|d| d.table).filter(|t| !self.view.unfilled.contains(t)));
+        self.replica.keep_was(tables);
+    }
+
     /// Brings the indexes up, and fills `table`'s if it waited for its
     /// rows and they are all held now.
     fn settle_for(&mut self, table: &str) {
@@ -155,9 +162,7 @@ impl Engine {
             self.fill(&mut indexes, table);
             self.view.indexes = indexes;
             self.view.unfilled.remove(table);
-            let mut tables: BTreeSet<String> = BTreeSet::new();
-            tables.extend(self.view.indexes.defs().into_iter().map(|d| d.table).filter(|t| !self.view.unfilled.contains(t)));
-            self.replica.keep_was(tables);
+            self.keep_was_of_filled();
         }
         debug_assert!(self.replica.missing(vec![Want::table(table)]).is_empty(), "a query of {table} ran before its rows were read");
     }

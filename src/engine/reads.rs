@@ -102,11 +102,6 @@ impl Engine {
         keys.extend(txn.put_base.iter().filter(|(k, _)| self.whole.contains(&k.table)).map(|(k, _)| k.clone()));
         rows(keys)
     }
-
-    /// What a check of every visible row reads: all of them.
-    pub fn wants_all() -> Want {
-        Want::all()
-    }
 }
 
 /// One want per row, each once (sorted, not collected into a set: one
