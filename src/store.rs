@@ -476,20 +476,20 @@ impl Tables {
     }
 
     /// A lazy snapshot: no base row but those of keys with pending ops.
-    pub fn lazy_snapshot(&self) -> Result<Snapshot, StoreError> {
+    pub fn lazy_snapshot(&self) -> Snapshot {
         let mut s = self.snapshot();
         s.base = Vec::new();
         s.lazy = true;
         let wants: Vec<Want> = s.pending.iter().map(|op| Want::row(&op.place())).collect();
-        s.provided = self.read_base(&wants)?;
+        s.provided = self.read_base(&wants);
         s.more_on_disk = !self.base.is_empty();
-        Ok(s)
+        s
     }
 
     /// The base rows of each span, widened by a few rows on each side (as
     /// a store of chunks answers with whole chunks), so that what is held
     /// overlaps and meets in every way.
-    pub fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
+    pub fn read_base(&self, wants: &[Want]) -> Vec<Provided> {
         const WIDEN: usize = 3;
         const PIECE: usize = 4;
         let mut out = Vec::with_capacity(wants.len());
@@ -517,7 +517,7 @@ impl Tables {
                 out.push(Provided { from: start, to: end, rows: ProvidedRows::Rows(piece.to_vec()) });
             }
         }
-        Ok(out)
+        out
     }
 }
 
@@ -613,7 +613,7 @@ impl LocalStore for MemoryConnection {
     }
     async fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
         self.usable()?;
-        self.store.tables.borrow().read_base(wants)
+        Ok(self.store.tables.borrow().read_base(wants))
     }
     async fn reconnect(&self) -> Result<(), StoreError> {
         self.seen.set(self.store.generation.get());
@@ -640,7 +640,7 @@ impl MemoryStore {
             t.meta = Some(fresh);
         }
         if self.lazy.get() {
-            return t.lazy_snapshot();
+            return Ok(t.lazy_snapshot());
         }
         Ok(t.snapshot())
     }
@@ -690,7 +690,7 @@ impl LocalStore for MemoryStore {
 
     async fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
         self.usable()?;
-        self.tables.borrow().read_base(wants)
+        Ok(self.tables.borrow().read_base(wants))
     }
 
     async fn reconnect(&self) -> Result<(), StoreError> {

@@ -298,12 +298,7 @@ impl Replica {
     /// Removes every base row of `space` (the user left it); returns their
     /// keys. Rows with pending ops stay visible until those are answered.
     pub fn drop_space(&mut self, space: &str) -> Vec<RowKey> {
-        let gone: Vec<RowKey> = self
-            .base
-            .keys()
-            .filter(|k| k.2 == space)
-            .map(|(t, r, s)| RowKey { table: t.into(), row_id: r.into(), space: s.into() })
-            .collect();
+        let gone: Vec<RowKey> = self.base.keys().filter(|k| k.2 == space).map(packed::owned).collect();
         for k in &gone {
             self.touch(k);
             self.base.remove(k);

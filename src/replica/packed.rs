@@ -87,8 +87,7 @@ impl Run {
 
     /// A stored chunk kept as it is ([`split_chunk`] found its rows).
     fn from_chunk(bytes: Vec<u8>, starts: Vec<u32>) -> Option<Run> {
-        let (t, r, s) = key_of(&bytes[*starts.first()? as usize..]).ok()?;
-        let first = RowKey { table: t.into(), row_id: r.into(), space: s.into() };
+        let first = owned(key_of(&bytes[*starts.first()? as usize..]).ok()?);
         Some(Run { first, bytes: bytes.into_boxed_slice(), starts: starts.into_boxed_slice(), span: None })
     }
 
@@ -323,7 +322,7 @@ impl Packed {
 
     /// The rows from `start` on, in key order, each with where it is.
     pub fn range_from<'a>(&'a self, start: &RowKey) -> impl Iterator<Item = (RowKey, Found<'a>)> + 'a {
-        self.walk_from(start).map(|((t, r, s), found)| (RowKey { table: t.into(), row_id: r.into(), space: s.into() }, found))
+        self.walk_from(start).map(|(k, found)| (owned(k), found))
     }
 
     /// The rows of `table`, in key order, keys borrowed: (rowId, space) —
@@ -422,10 +421,7 @@ impl Packed {
             ProvidedRows::Rows(rows) => encode_rows(rows)?,
         };
         let read = Run { first: new_span.from.clone(), bytes: bytes.into_boxed_slice(), starts: starts.into_boxed_slice(), span: None };
-        let inside = |k: (&str, &str, &str)| {
-            let k = RowKey { table: k.0.into(), row_id: k.1.into(), space: k.2.into() };
-            new_span.holds(&k)
-        };
+        let inside = |k| new_span.holds(&owned(k));
         if read.len() > 0 && !(inside(read.key(0)) && inside(read.key(read.len() - 1))) {
             return Err(StoreError::Corrupt("a read holds rows outside the span it answers for".into()));
         }
@@ -444,8 +440,7 @@ impl Packed {
         let mut out = Builder::new(usize::MAX, &mut joined);
         for run in &old {
             for i in 0..run.len() {
-                let (t, r, sp) = run.key(i);
-                let k = RowKey { table: t.into(), row_id: r.into(), space: sp.into() };
+                let k = owned(run.key(i));
                 if k < new_span.from {
                     out.push(run.row_bytes(i))?;
                 } else if new_span.holds(&k) && !self.fresh.contains_key(&k) {
@@ -457,8 +452,7 @@ impl Packed {
             }
         }
         for j in 0..read.len() {
-            let k = read.key(j);
-            let k = RowKey { table: k.0.into(), row_id: k.1.into(), space: k.2.into() };
+            let k = owned(read.key(j));
             if !self.fresh.contains_key(&k) && old.iter().any(|r| r.spans(&k) && r.find(&k).is_err()) {
                 changed.push((k, None));
             }
@@ -679,6 +673,11 @@ fn encode_rows(rows: Vec<(RowKey, Row)>) -> Result<(Vec<u8>, Vec<u32>), StoreErr
     Ok((bytes, starts))
 }
 
+/// A key read from a run, owned.
+pub(super) fn owned((table, row_id, space): (&str, &str, &str)) -> RowKey {
+    RowKey { table: table.into(), row_id: row_id.into(), space: space.into() }
+}
+
 /// The run a key belongs to, as a stored chunk is found ([`chunk_of`]).
 fn chunk_of_runs(runs: &[Run], key: &RowKey) -> Option<usize> {
     chunk_of(runs, key, |r| &r.first)
@@ -712,7 +711,7 @@ mod tests {
         let all: Vec<(RowKey, Row)> = p.range_from(&RowKey::new("", "")).filter_map(|(k, f)| Some((k, f.row()?))).collect();
         let want: Vec<(RowKey, Row)> = reference.iter().map(|(k, r)| (k.clone(), r.clone())).collect();
         prop_assert_eq!(&all, &want);
-        let keys: Vec<RowKey> = p.keys().map(|(t, r, s)| RowKey { table: t.into(), row_id: r.into(), space: s.into() }).collect();
+        let keys: Vec<RowKey> = p.keys().map(owned).collect();
         prop_assert_eq!(keys, reference.keys().cloned().collect::<Vec<_>>());
         let from: Vec<RowKey> = p.range_from(start).map(|(k, _)| k).collect();
         prop_assert_eq!(from, reference.range(start.clone()..).map(|(k, _)| k.clone()).collect::<Vec<_>>());
