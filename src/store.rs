@@ -221,8 +221,18 @@ impl Want {
     }
     /// Whether `key` is in the span.
     pub fn holds(&self, key: &RowKey) -> bool {
-        *key >= self.from && self.to.as_ref().is_none_or(|to| key < to)
+        spans(&self.from, self.to.as_ref(), key)
     }
+    /// Whether the span shares a key with `[from, to)` (`to: None`: to the last).
+    pub fn meets(&self, from: &RowKey, to: Option<&RowKey>) -> bool {
+        to.is_none_or(|to| *to > self.from) && self.to.as_ref().is_none_or(|end| from < end)
+    }
+}
+
+/// Whether `key` is in `[from, to)` (`to: None`: to the last): a [`Want`]'s
+/// span, or a held run's.
+pub fn spans(from: &RowKey, to: Option<&RowKey>, key: &RowKey) -> bool {
+    key >= from && to.is_none_or(|to| key < to)
 }
 
 /// What a store read for a [`Want`]: every base row it holds in `[from,

@@ -34,10 +34,7 @@ impl Engine {
     /// live query reads after every step must not be read again each time.
     pub fn trim(&mut self) {
         let whole: Vec<Want> = self.whole.iter().map(|t| Want::table(t)).collect();
-        let pinned = |from: &RowKey, to: Option<&RowKey>| {
-            whole.iter().any(|w| to.is_none_or(|to| *to > w.from) && w.to.as_ref().is_none_or(|end| from < end))
-        };
-        self.replica.trim(self.config.cache_bytes, pinned);
+        self.replica.trim(self.config.cache_bytes, |from, to| whole.iter().any(|w| w.meets(from, to)));
     }
 
     /// Over a lazy store: the rows written since open are many enough to

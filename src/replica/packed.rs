@@ -94,10 +94,7 @@ impl Run {
     /// Whether its span holds `key` (a run of an eager base holds every key
     /// from its first to the next run's).
     fn spans(&self, key: &RowKey) -> bool {
-        match &self.span {
-            None => true,
-            Some(span) => *key >= self.first && span.to.as_ref().is_none_or(|to| key < to),
-        }
+        self.span.as_ref().is_none_or(|span| crate::store::spans(&self.first, span.to.as_ref(), key))
     }
 
     /// Runs given in key order as one, named `first`, with `span`.
@@ -425,12 +422,8 @@ impl Packed {
         if read.len() > 0 && !(inside(read.key(0)) && inside(read.key(read.len() - 1))) {
             return Err(StoreError::Corrupt("a read holds rows outside the span it answers for".into()));
         }
-        let overlaps = |r: &Run| {
-            let starts_before_end = new_span.to.as_ref().is_none_or(|to| r.first < *to);
-            let ends_after_start = r.span.as_ref().and_then(|s| s.to.as_ref()).is_none_or(|to| *to > new_span.from);
-            starts_before_end && ends_after_start
-        };
-        let (old, kept): (Vec<Run>, Vec<Run>) = std::mem::take(&mut self.runs).into_iter().partition(|r| overlaps(r));
+        let (old, kept): (Vec<Run>, Vec<Run>) =
+            std::mem::take(&mut self.runs).into_iter().partition(|r| new_span.meets(&r.first, r.span.as_ref().and_then(|s| s.to.as_ref())));
         self.runs = kept;
         // What the read changes where a run held rows already, compared as
         // stored bytes (decoded only when they differ).
