@@ -135,9 +135,7 @@ impl Engine {
     /// table is kept whole from now on (an index holds every row of it, so
     /// a row it changes must be held to take its old entry out).
     fn fill(&mut self, indexes: &mut Indexes, table: &str) {
-        if !self.whole.contains(table) {
-            self.whole.insert(table.to_owned());
-        }
+        self.keep_whole(table);
         if self.sees_as_stored() {
             indexes.fill_raw(table, self.replica.table_raw(table));
         } else {

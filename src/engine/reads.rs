@@ -61,10 +61,16 @@ impl Engine {
 
     /// What a read of a whole table reads; the table is then kept whole.
     pub fn wants_table(&mut self, table: &str) -> Want {
+        self.keep_whole(table);
+        Want::table(table)
+    }
+
+    /// Keeps `table` whole from now on: [`Engine::trim`] lets none of its
+    /// rows go (checked first: no allocation after the first time).
+    pub(super) fn keep_whole(&mut self, table: &str) {
         if !self.whole.contains(table) {
             self.whole.insert(table.to_owned());
         }
-        Want::table(table)
     }
 
     /// What an answer about queued ops reads (a push's verdicts, or the

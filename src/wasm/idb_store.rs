@@ -736,6 +736,7 @@ impl IdbStore {
     async fn read_base_in(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
         let tx = self.db()?.transaction(&[CHUNKS], TransactionMode::ReadOnly).map_err(failed)?;
         let out = read_spans(&tx.object_store(CHUNKS).map_err(failed)?, wants).await?;
+        // Every read succeeded: what they returned stands however the read-only transaction ends.
         let _ = tx.await;
         Ok(out)
     }
