@@ -452,8 +452,14 @@ for (const engine of engines) {
       const s = await session(engine);
       open.push(s);
       await s.goto(`${server.url}/test/sw-harness.html`);
+      // Waited for like the harness (the module may run after the
+      // navigation returns), but bounded: an engine without module workers
+      // never settles it.
       const ready = await s.run(() => Promise.race([
-        window.ready.then(() => 'ok', (e) => `no: ${e.message}`),
+        new Promise((resolve, reject) => {
+          const wait = () => (window.ready ? window.ready.then(resolve, reject) : setTimeout(wait, 10));
+          wait();
+        }).then(() => 'ok', (e) => `no: ${e.message}`),
         new Promise((r) => setTimeout(() => r('no: timeout'), 10000)),
       ]));
       if (ready !== 'ok') {
