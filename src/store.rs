@@ -20,6 +20,7 @@ use crate::conflict::Conflict;
 use crate::following::Following;
 use crate::known_schema::KnownSchema;
 use crate::protocol::{Op, OpId, Row, RowKey};
+pub use crate::query::disk::{Entries, EntriesFor, EntryChange, EntryRange};
 use crate::sync_state::SyncState;
 
 /// The device's own record: who it is and how far it has got.
@@ -115,6 +116,11 @@ pub struct Txn {
     /// The spaces the device follows, when they changed (whole record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub following: Option<Following>,
+    /// The indexes whose entries the store keeps from now on: unless it
+    /// keeps them already, it builds every entry again, from its own base
+    /// rows, in this step (PROTOCOL §7, "Indexes on disk").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries_for: Option<EntriesFor>,
 }
 
 impl Txn {
@@ -136,6 +142,7 @@ impl Txn {
     /// (what [`LocalStore::update`] may write).
     pub fn touches_more_than_meta_and_pending(&self) -> bool {
         !(self.put_base.is_empty()
+            && self.entries_for.is_none()
             && self.put_rejections.is_empty()
             && self.delete_rejections.is_empty()
             && self.put_conflicts.is_empty()
@@ -158,6 +165,7 @@ impl Txn {
             && self.sync.is_none()
             && self.schema.is_none()
             && self.following.is_none()
+            && self.entries_for.is_none()
     }
 
     /// Adds `later`, a step planned after this one, so both commit as one:
@@ -186,6 +194,9 @@ impl Txn {
         }
         if later.following.is_some() {
             self.following = later.following;
+        }
+        if later.entries_for.is_some() {
+            self.entries_for = later.entries_for;
         }
     }
 }
@@ -296,6 +307,9 @@ pub struct Snapshot {
     /// Of a lazy store: it holds base rows besides `base` (its chunks).
     #[serde(skip)]
     pub more_on_disk: bool,
+    /// The indexes whose entries the store keeps, if any.
+    #[serde(default)]
+    pub entries_for: Option<EntriesFor>,
 }
 
 /// What can go wrong in a local store.
@@ -356,6 +370,12 @@ pub trait LocalStore {
         let _ = wants;
         Err(StoreError::Unavailable("this store reads every base row at open".into()))
     }
+    /// Reads index entries the store keeps ([`Txn::entries_for`]; PROTOCOL
+    /// §7, "Indexes on disk"), as they stand after every committed step.
+    async fn read_entries(&self, range: &EntryRange) -> Result<Vec<Vec<u8>>, StoreError> {
+        let _ = range;
+        Err(StoreError::Unavailable("this store keeps no index entries".into()))
+    }
     /// Folds the base rows written since the last compaction into the
     /// chunks (a store that keeps no log has nothing to do): afterwards
     /// every base row committed before the call is in a chunk.
@@ -391,6 +411,9 @@ impl<S: LocalStore> LocalStore for std::rc::Rc<S> {
     async fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
         S::read_base(self, wants).await
     }
+    async fn read_entries(&self, range: &EntryRange) -> Result<Vec<Vec<u8>>, StoreError> {
+        S::read_entries(self, range).await
+    }
     async fn compact(&self) -> Result<(), StoreError> {
         S::compact(self).await
     }
@@ -421,21 +444,36 @@ pub struct Tables {
     pub schema: Option<KnownSchema>,
     /// The spaces the device follows.
     pub following: Option<Following>,
+    /// The indexes whose entries are kept.
+    pub entries_for: Option<EntriesFor>,
+    /// Index entries of the base rows, by index.
+    pub entries: Entries,
 }
 
 impl Tables {
     /// Applies a step.
     pub fn apply(&mut self, txn: &Txn) {
+        // Entries are kept step by step while the same indexes are kept
+        // under the same schema; otherwise built again once the step is in.
+        let schema_changes = txn.schema.as_ref().is_some_and(|s| Some(s) != self.schema.as_ref());
+        let keep = txn.entries_for.clone().or_else(|| self.entries_for.clone());
+        let rebuild = keep.is_some() && (keep != self.entries_for || schema_changes);
+        let step_by_step = keep.as_ref().filter(|_| !rebuild);
+        let schema = step_by_step.filter(|_| !txn.put_base.is_empty()).and_then(|_| self.parsed_schema());
+        let mut changes = Vec::new();
         if let Some(m) = &txn.meta {
             // Joined, never overwritten: see [`LocalStore::commit`].
             self.meta = Some(self.meta.as_ref().map_or_else(|| m.clone(), |stored| m.join(stored)));
         }
         for (k, r) in &txn.put_base {
-            if r.is_gone() {
-                self.base.remove(k);
-            } else {
-                self.base.insert(k.clone(), r.clone());
+            let new = (!r.is_gone()).then_some(r);
+            if let Some(f) = step_by_step {
+                f.changes(schema.as_ref(), k, self.base.get(k), new, &mut changes);
             }
+            match new {
+                None => self.base.remove(k),
+                Some(r) => self.base.insert(k.clone(), r.clone()),
+            };
         }
         for at in &txn.delete_pending {
             self.pending.remove(at);
@@ -464,6 +502,23 @@ impl Tables {
         if let Some(f) = &txn.following {
             self.following = Some(f.clone());
         }
+        crate::query::disk::apply(&mut self.entries, &changes);
+        if let (true, Some(f)) = (rebuild, &keep) {
+            self.entries = f.build(self.parsed_schema().as_ref(), self.base.iter());
+            self.entries_for = Some(f.clone());
+        }
+    }
+
+    /// The known schema, parsed (`None`: none known, or it does not parse:
+    /// rows are then spelled as stored, as the engine does).
+    fn parsed_schema(&self) -> Option<crate::schema::Schema> {
+        self.schema.as_ref().and_then(|k| crate::schema::Schema::from_json(&k.text).ok())
+    }
+
+    /// The entries the kept indexes would have if built now from the base
+    /// rows: what the entries kept step by step must equal.
+    pub fn entries_built(&self) -> Option<Entries> {
+        Some(self.entries_for.as_ref()?.build(self.parsed_schema().as_ref(), self.base.iter()))
     }
 
     /// The tables as a snapshot (the base rows decoded: the replica packs
@@ -482,6 +537,7 @@ impl Tables {
             lazy: false,
             provided: Vec::new(),
             more_on_disk: false,
+            entries_for: self.entries_for.clone(),
         }
     }
 
@@ -625,6 +681,10 @@ impl LocalStore for MemoryConnection {
         self.usable()?;
         Ok(self.store.tables.borrow().read_base(wants))
     }
+    async fn read_entries(&self, range: &EntryRange) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.usable()?;
+        Ok(range.read(&self.store.tables.borrow().entries))
+    }
     async fn reconnect(&self) -> Result<(), StoreError> {
         self.seen.set(self.store.generation.get());
         Ok(())
@@ -703,6 +763,11 @@ impl LocalStore for MemoryStore {
         Ok(self.tables.borrow().read_base(wants))
     }
 
+    async fn read_entries(&self, range: &EntryRange) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.usable()?;
+        Ok(range.read(&self.tables.borrow().entries))
+    }
+
     async fn reconnect(&self) -> Result<(), StoreError> {
         self.seen.set(self.generation.get());
         Ok(())
@@ -729,6 +794,7 @@ mod tests {
         run(crate::testing::store_contract::engine_steps_survive_reopen(&MemoryStore::new()));
         run(crate::testing::store_contract::a_write_assuming_a_moved_record_writes_nothing(&MemoryStore::new()));
         run(crate::testing::store_contract::lazy_reads_answer_every_row_of_a_span(&MemoryStore::lazy(), || async {}));
+        run(crate::testing::store_contract::index_entries_follow_the_base_rows(&MemoryStore::new(), || async {}));
     }
 
     #[test]

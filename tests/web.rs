@@ -68,7 +68,7 @@ async fn check(f: impl std::future::Future<Output = Result<(), String>>) {
 
 #[wasm_bindgen_test]
 async fn indexeddb_store_keeps_the_contract() {
-    for (i, name) in ["open", "commit", "deletes", "keys", "engine", "assuming", "lazy"].iter().enumerate() {
+    for (i, name) in ["open", "commit", "deletes", "keys", "engine", "assuming", "lazy", "entries"].iter().enumerate() {
         let store = IdbStore::connect(&unique(name)).await.unwrap();
         match i {
             0 => check(contract::open_creates_meta_once(&store)).await,
@@ -77,6 +77,10 @@ async fn indexeddb_store_keeps_the_contract() {
             3 => check(contract::base_rows_are_keyed_by_table_and_row(&store)).await,
             4 => check(contract::engine_steps_survive_reopen(&store)).await,
             5 => check(contract::a_write_assuming_a_moved_record_writes_nothing(&store)).await,
+            6 => check(contract::index_entries_follow_the_base_rows(&store, || async {
+                store.compact().await.unwrap();
+            }))
+            .await,
             _ => {
                 store.open_lazily(true);
                 check(contract::lazy_reads_answer_every_row_of_a_span(&store, || async {
@@ -189,6 +193,32 @@ async fn an_aborted_transaction_leaves_no_half_recorded_op() {
     let after = store.open(Meta::fresh("x".into())).await.unwrap();
     assert!(after.pending.is_empty(), "no op");
     assert_eq!(after.meta.unwrap().counter, 0, "no counter bump");
+}
+
+#[wasm_bindgen_test]
+async fn an_aborted_step_takes_its_index_entries_with_its_rows() {
+    use marksync::query::disk::{EntriesFor, EntryRange};
+    use marksync::query::IndexDef;
+    let store = IdbStore::connect(&unique("abort-entries")).await.unwrap();
+    store.open(Meta::fresh("dev".into())).await.unwrap();
+    let def = IndexDef { table: "sets".into(), fields: vec!["reps".into()] };
+    let keep = EntriesFor { defs: vec![def.clone()], app_schema: 1 };
+    let row = |reps: f64| {
+        use marksync::protocol::{Cell, Mark, OpId, Row};
+        let mut r = Row::default();
+        r.cells.insert("reps".into(), Cell { value: Value::Number(reps), mark: Mark { at: reps as u64, op_id: OpId::new("srv:1") } });
+        (RowKey::new("sets", "r1"), r)
+    };
+    store.commit(&Txn { put_base: vec![row(5.0)], entries_for: Some(keep), ..Txn::default() }).await.unwrap();
+    let all = EntryRange { index: def.id(), from: Vec::new(), to: None, reverse: false, limit: 10 };
+    let before = store.read_entries(&all).await.unwrap();
+    assert_eq!(before.len(), 1);
+    store.commit_then_abort(&Txn { put_base: vec![row(9.0)], ..Txn::default() }).await.unwrap();
+    assert_eq!(store.read_entries(&all).await.unwrap(), before, "the entries as they were");
+    let snap = store.open(Meta::fresh("x".into())).await.unwrap();
+    assert_eq!(snap.base.len(), 1, "the row as it was");
+    store.commit(&Txn { put_base: vec![row(9.0)], ..Txn::default() }).await.unwrap();
+    assert_ne!(store.read_entries(&all).await.unwrap(), before, "the same step, committed, moves the entry");
 }
 
 #[wasm_bindgen_test]

@@ -167,6 +167,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         *driver.seen_sync.borrow_mut() = driver.status_part();
         driver.reserve().await?;
         driver.commit_some(bound).await?;
+        // The store keeps the entries of this context's indexes (PROTOCOL §7,
+        // "Indexes on disk"): built from its rows, once, if it kept others.
+        let keep = driver.engine.borrow().entries_to_keep();
+        driver.commit_some(keep.map(|f| Txn { entries_for: Some(f), ..Txn::default() })).await?;
         if options.resume_exhausted {
             let txn = driver.engine.borrow_mut().retry_exhausted();
             driver.commit_some(txn).await?;

@@ -291,6 +291,7 @@ impl Engine {
         if let Some(known) = &snapshot.schema {
             engine.absorb_schema(known);
         }
+        engine.kept_on_disk(snapshot.entries_for);
         engine.prune_sync();
         Ok(engine)
     }
@@ -580,10 +581,18 @@ impl Engine {
         txn
     }
 
-    /// Stamps a step about to be committed: one that writes base rows or
+    /// Stamps a step about to be committed: one that brings a new schema
+    /// asks the store to keep the indexes it declares; one that writes base rows or
     /// the followed spaces takes the next [`SyncState::base_version`], so
     /// the other contexts can tell whether they have heard it.
     pub fn stamp(&mut self, txn: &mut Txn) {
+        // A new schema may declare indexes (PROTOCOL §7, "Indexes on disk").
+        if txn.schema.is_some() && txn.entries_for.is_none() {
+            txn.entries_for = self.entries_to_keep();
+        }
+        if let Some(f) = &txn.entries_for {
+            self.kept_on_disk(Some(f.clone()));
+        }
         if txn.put_base.is_empty() && txn.following.is_none() {
             return;
         }
@@ -649,6 +658,9 @@ impl Engine {
         }
         if let Some(f) = &txn.following {
             self.following = f.clone();
+        }
+        if let Some(f) = &txn.entries_for {
+            self.kept_on_disk(Some(f.clone()));
         }
         touched.sort_unstable();
         touched.dedup();

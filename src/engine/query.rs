@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 
 use super::Engine;
 use crate::protocol::{Row, RowKey};
+use crate::query::disk::EntriesFor;
 use crate::query::{self, Explain, IndexDef, Indexes, Query, Source};
 use crate::store::Want;
 
@@ -25,6 +26,8 @@ pub struct View {
     /// Over a lazy store: tables with an index not filled yet, their rows
     /// not all read (filled at the first query, once they are).
     unfilled: BTreeSet<String>,
+    /// The indexes whose entries the store keeps (PROTOCOL §7, "Indexes on disk").
+    disk: Option<EntriesFor>,
 }
 
 /// Which tables' visible rows changed since the last [`Engine::take_changes`].
@@ -149,6 +152,53 @@ impl Engine {
         let mut tables: BTreeSet<String> = BTreeSet::new();
         tables.extend(self.view.indexes.defs().into_iter().map(|d| d.table).filter(|t| !self.view.unfilled.contains(t)));
         self.replica.keep_was(tables);
+    }
+
+    // ----- indexes on disk -------------------------------------------------
+
+    /// The indexes the store should keep for this context: its own, and
+    /// those the store keeps already for the same app version (another
+    /// context may have declared more: the union, so that two contexts
+    /// never take turns building).
+    pub fn entries_wanted(&self) -> EntriesFor {
+        let mut all: Vec<IndexDef> = self.index_defs();
+        if let Some(disk) = self.view.disk.as_ref().filter(|d| d.app_schema == self.config.schema) {
+            all.extend(disk.defs.iter().cloned());
+        }
+        // Sorted, each once (by insertion: a handful, and no sort's code in the wasm).
+        let mut defs: Vec<IndexDef> = Vec::with_capacity(all.len());
+        for d in all.into_iter().filter(|d| !d.fields.is_empty()) {
+            if let Err(at) = defs.binary_search(&d) {
+                defs.insert(at, d);
+            }
+        }
+        EntriesFor { defs, app_schema: self.config.schema }
+    }
+
+    /// What to ask the store to keep, when it keeps other entries than this
+    /// context wants (or none, and there is an index): the store builds them
+    /// all from its rows in that step. Asked at open and with a new schema
+    /// only — a context of another app version does not take turns with it.
+    pub fn entries_to_keep(&self) -> Option<EntriesFor> {
+        let wanted = self.entries_wanted();
+        (!wanted.defs.is_empty() && self.view.disk.as_ref() != Some(&wanted)).then_some(wanted)
+    }
+
+    /// The indexes the store keeps, when they are those this context
+    /// wants: then its entries answer this context's queries.
+    pub fn entries_on_disk(&self) -> Option<&EntriesFor> {
+        self.view.disk.as_ref().filter(|d| **d == self.entries_wanted())
+    }
+
+    /// What this context last heard the store keeps.
+    pub fn entries_heard(&self) -> Option<&EntriesFor> {
+        self.view.disk.as_ref()
+    }
+
+    /// The store keeps these indexes from now on (read at open, written by
+    /// this context, or heard from another).
+    pub fn kept_on_disk(&mut self, disk: Option<EntriesFor>) {
+        self.view.disk = disk;
     }
 
     /// Brings the indexes up, and fills `table`'s if it waited for its

@@ -37,9 +37,19 @@ impl Index {
         self.entry_of(out, (&key.row_id, &key.space), row)
     }
 
-    fn entry_of(&self, out: &mut Vec<u8>, (row_id, space): (&str, &str), row: Option<&Row>) -> bool {
+    fn entry_of(&self, out: &mut Vec<u8>, key: (&str, &str), row: Option<&Row>) -> bool {
+        Self::entry_in(&self.fields, out, key, row)
+    }
+
+    /// [`Index::entry`] of an index of `fields` (the one spelling of an
+    /// entry, in memory and on disk).
+    pub(crate) fn entry_for(fields: &[String], out: &mut Vec<u8>, key: &RowKey, row: Option<&Row>) -> bool {
+        Self::entry_in(fields, out, (&key.row_id, &key.space), row)
+    }
+
+    fn entry_in(fields: &[String], out: &mut Vec<u8>, (row_id, space): (&str, &str), row: Option<&Row>) -> bool {
         let Some(row) = row.filter(|r| !r.is_deleted()) else { return false };
-        for f in &self.fields {
+        for f in fields {
             sortkey::value(out, field(row, f));
         }
         sortkey::row(out, row_id, space);

@@ -7,12 +7,14 @@
 //! | a query: filters, order, page; matching and comparing rows | this file |
 //! | indexes over visible rows, kept as rows change | `index.rs` |
 //! | an index's entries, packed in sorted runs | `entries.rs` |
+//! | indexes kept on disk: what is kept, and a row's change to them | `disk.rs` |
 //! | choosing an index or a scan, and running the query | `run.rs` |
 //!
 //! Everything here is pure: rows come from a [`run::Source`] (the engine's
 //! replica as the app sees it), and the answer is the rows, never a copy of
 //! a rule the JS glue would apply again.
 
+pub mod disk;
 pub mod entries;
 pub mod index;
 pub mod run;

@@ -636,8 +636,13 @@ impl Sim {
         self.check_live()
     }
 
-    /// Every live query of every context: heard and asked afresh, it equals the reference.
+    /// Every live query of every context: heard and asked afresh, it equals
+    /// the reference; and every device's index entries on disk are those of
+    /// the rows on disk.
     fn check_live(&self) -> Result<(), SimFailure> {
+        for (d, dev) in self.devices.iter().enumerate() {
+            self.check_entries(d, dev)?;
+        }
         for (d, dev) in self.devices.iter().enumerate() {
             for (c, ctx) in dev.contexts.iter().enumerate() {
                 let Some(driver) = &ctx.driver else { continue };
@@ -668,6 +673,41 @@ impl Sim {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The index entries a store keeps, step by step, are exactly those its
+    /// base rows spell (PROTOCOL §7, "Indexes on disk"); and the store keeps
+    /// the indexes of every context that heard what it keeps.
+    fn check_entries(&self, d: usize, dev: &Device) -> Result<(), SimFailure> {
+        let stored = dev.store.tables();
+        for (c, ctx) in dev.contexts.iter().enumerate() {
+            let Some(driver) = &ctx.driver else { continue };
+            let engine = driver.engine.borrow();
+            // Of a context that heard the store's last word on them.
+            if engine.entries_heard() == stored.entries_for.as_ref() && engine.entries_to_keep().is_some() {
+                return Err(self.fail(format!("dev{d}.{c}: the store keeps {:?}, not the indexes it wants", stored.entries_for)));
+            }
+        }
+        let Some(mut want) = stored.entries_built() else { return Ok(()) };
+        let mut have = stored.entries;
+        have.retain(|_, set| !set.is_empty());
+        want.retain(|_, set| !set.is_empty());
+        if have != want {
+            let odd: Vec<String> = want
+                .iter()
+                .flat_map(|(i, set)| set.iter().map(move |e| (i, e)))
+                .filter(|(i, e)| !have.get(*i).is_some_and(|s| s.contains(*e)))
+                .map(|(i, e)| format!("missing {i} {:?}", crate::query::sortkey::row_of(e, 1)))
+                .chain(
+                    have.iter()
+                        .flat_map(|(i, set)| set.iter().map(move |e| (i, e)))
+                        .filter(|(i, e)| !want.get(*i).is_some_and(|s| s.contains(*e)))
+                        .map(|(i, e)| format!("stray {i} {:?}", crate::query::sortkey::row_of(e, 1))),
+                )
+                .collect();
+            return Err(self.fail(format!("dev{d}: the index entries on disk are not those of its base rows: {}", odd.join("; "))));
         }
         Ok(())
     }

@@ -292,3 +292,64 @@ fn check(ok: bool, what: &str) -> Result<(), String> {
         Err(format!("store contract broken: {what}"))
     }
 }
+
+/// Index entries follow the base rows (PROTOCOL §7, "Indexes on disk"):
+/// built from every stored row when asked for, then kept by each step that
+/// writes rows, read back in order and from the end, and still there after
+/// a reopen. `compact` folds what was written into the store's chunks, if
+/// it keeps any: rows are then read back from both places.
+pub async fn index_entries_follow_the_base_rows<S: LocalStore, F: std::future::Future<Output = ()>>(
+    store: &S,
+    compact: impl Fn() -> F,
+) -> Result<(), String> {
+    use crate::query::disk::{entry, EntriesFor, EntryRange};
+    use crate::query::IndexDef;
+    let err = |e: crate::store::StoreError| e.to_string();
+    let set = |exercise: &str, at: u64| {
+        let mut r = Row::default();
+        r.cells.insert("exercise".into(), Cell { value: Value::from(exercise), mark: Mark { at, op_id: OpId::new("srv:1") } });
+        r
+    };
+    store.open(Meta::fresh("dev".into())).await.map_err(err)?;
+    let (a, b, c) = (RowKey::new("sets", "a"), RowKey::new("sets", "b"), RowKey::in_space("s1", "sets", "c"));
+    let note = RowKey::new("notes", "n");
+    let txn = Txn {
+        put_base: vec![(a.clone(), set("squat", 1)), (b.clone(), set("bench", 2)), (c.clone(), set("squat", 3)), (note.clone(), set("x", 4))],
+        ..Txn::default()
+    };
+    store.commit(&txn).await.map_err(err)?;
+    compact().await;
+    let def = IndexDef { table: "sets".into(), fields: vec!["exercise".into()] };
+    let kept = EntriesFor { defs: vec![def.clone()], app_schema: 1 };
+    let all = EntryRange { index: def.id(), from: Vec::new(), to: None, reverse: false, limit: usize::MAX };
+    let want = |rows: &[(&RowKey, Row)]| {
+        let mut v: Vec<Vec<u8>> = rows.iter().filter_map(|(k, r)| entry(&def, k, Some(r))).collect();
+        v.sort();
+        v
+    };
+    store.commit(&Txn { entries_for: Some(kept.clone()), ..Txn::default() }).await.map_err(err)?;
+    let got = store.read_entries(&all).await.map_err(err)?;
+    check(got == want(&[(&a, set("squat", 1)), (&b, set("bench", 2)), (&c, set("squat", 3))]), "built from every stored row of the table")?;
+    // One step: a row changes its value, one goes, one is put twice.
+    let d = RowKey::new("sets", "d");
+    let txn = Txn {
+        put_base: vec![(a.clone(), set("deadlift", 5)), (b.clone(), Row::default()), (d.clone(), set("row", 6)), (d.clone(), set("press", 7))],
+        ..Txn::default()
+    };
+    store.commit(&txn).await.map_err(err)?;
+    let then = want(&[(&a, set("deadlift", 5)), (&c, set("squat", 3)), (&d, set("press", 7))]);
+    check(store.read_entries(&all).await.map_err(err)? == then, "each step keeps them: changed, gone, put twice")?;
+    // The next step's rows as the last step wrote them (not yet compacted).
+    store.commit(&Txn { put_base: vec![(d.clone(), set("curl", 8)), (c.clone(), set("squat", 9))], ..Txn::default() }).await.map_err(err)?;
+    let now = want(&[(&a, set("deadlift", 5)), (&c, set("squat", 9)), (&d, set("curl", 8))]);
+    check(store.read_entries(&all).await.map_err(err)? == now, "a row the last step wrote")?;
+    let last = EntryRange { reverse: true, limit: 1, ..all.clone() };
+    check(store.read_entries(&last).await.map_err(err)? == now[now.len() - 1..], "read from the end")?;
+    let from = EntryRange { from: now[1].clone(), to: Some(now[2].clone()), ..all.clone() };
+    check(store.read_entries(&from).await.map_err(err)? == now[1..2], "a range: from included, to not")?;
+    let other = EntryRange { index: IndexDef { table: "sets".into(), fields: vec!["reps".into()] }.id(), ..all.clone() };
+    check(store.read_entries(&other).await.map_err(err)?.is_empty(), "an index not kept has no entries")?;
+    let snap = store.open(Meta::fresh("dev".into())).await.map_err(err)?;
+    check(snap.entries_for == Some(kept), "what is kept is read at open")?;
+    check(store.read_entries(&all).await.map_err(err)? == now, "and survives a reopen")
+}

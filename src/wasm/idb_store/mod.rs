@@ -36,6 +36,8 @@ use wasm_bindgen::{JsCast, JsValue};
 use crate::protocol::{Op, Row, RowKey};
 use crate::store::{LocalStore, Meta, Provided, ProvidedRows, Rejection, Snapshot, StoreError, Txn, Want};
 
+mod entries;
+
 use crate::chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, encode_snapshot, fold};
 
 const META: &str = "meta";
@@ -56,8 +58,8 @@ const PENDING: &str = "pending";
 const REJECTIONS: &str = "rejections";
 /// Schema version 1's per-row base store (renamed to [`DELTA`] by the upgrade).
 const LEGACY_BASE: &str = "base";
-const ALL: [&str; 6] = [META, CHUNKS, DELTA, BATCHES, PENDING, REJECTIONS];
-const VERSION: u32 = 3;
+const ALL: [&str; 7] = [META, CHUNKS, DELTA, BATCHES, PENDING, REJECTIONS, entries::ENTRIES];
+const VERSION: u32 = 4;
 
 /// Compaction starts once more base deltas than this are counted.
 pub const COMPACT_AFTER: usize = 2_000;
@@ -534,12 +536,9 @@ impl IdbStore {
     }
 
     fn stores_of(txn: &Txn) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        if txn.meta.is_some() || txn.sync.is_some() || txn.schema.is_some() || txn.following.is_some() {
+        let mut v: Vec<&'static str> = entries::stores(txn).to_vec();
+        if (txn.meta.is_some() || txn.sync.is_some() || txn.following.is_some()) && !v.contains(&META) {
             v.push(META);
-        }
-        if !txn.put_base.is_empty() {
-            v.push(BATCHES);
         }
         if !txn.delete_pending.is_empty() || !txn.put_pending.is_empty() {
             v.push(PENDING);
@@ -554,7 +553,9 @@ impl IdbStore {
     pub async fn commit_then_abort(&self, txn: &Txn) -> Result<(), StoreError> {
         let stores = Self::stores_of(txn);
         let tx = self.db()?.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
+        let plan = entries::plan(&tx, txn).await?;
         Self::write(&tx, txn, None).await?;
+        entries::write(&tx, txn, plan).await?;
         tx.abort().map_err(failed)?;
         Ok(())
     }
@@ -616,6 +617,11 @@ impl LocalStore for IdbStore {
         self.read_base_in(wants).await.map_err(|e| self.fail(e))
     }
 
+    async fn read_entries(&self, range: &crate::store::EntryRange) -> Result<Vec<Vec<u8>>, StoreError> {
+        let db = self.db()?;
+        entries::read(&db, range).await.map_err(|e| self.fail(e))
+    }
+
     async fn compact(&self) -> Result<(), StoreError> {
         IdbStore::compact(self).await.map(|_| ())
     }
@@ -661,6 +667,7 @@ impl IdbStore {
         let sync_req = meta_store.get(Query::Key(JsValue::from_str(SYNC))).map_err(failed)?;
         let schema_req = meta_store.get(Query::Key(JsValue::from_str(SCHEMA))).map_err(failed)?;
         let following_req = meta_store.get(Query::Key(JsValue::from_str(FOLLOWING))).map_err(failed)?;
+        let entries_for_req = meta_store.get(Query::Key(JsValue::from_str(entries::ENTRIES_FOR))).map_err(failed)?;
         let chunks_v = match chunks_req {
             Some(r) => r.await.map_err(failed)?,
             None => Vec::new(),
@@ -676,6 +683,7 @@ impl IdbStore {
         let sync_v = sync_req.await.map_err(failed)?;
         let schema_v = schema_req.await.map_err(failed)?;
         let following_v = following_req.await.map_err(failed)?;
+        let entries_for_v = entries_for_req.await.map_err(failed)?;
         let pending = pending_v.iter().map(parse::<Op>).collect::<Result<Vec<_>, _>>()?;
         // The rows of queued ops: the engine builds their visible rows at open.
         let provided = if lazy {
@@ -730,6 +738,7 @@ impl IdbStore {
             lazy,
             provided,
             more_on_disk: chunk_count > 0,
+            entries_for: entries::read_for(entries_for_v)?,
         })
     }
 
@@ -811,7 +820,10 @@ impl IdbStore {
             return Ok(());
         }
         let tx = self.db()?.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
+        // The old rows are read before the step's batch goes in.
+        let plan = entries::plan(&tx, txn).await?;
         Self::write(&tx, txn, None).await?;
+        entries::write(&tx, txn, plan).await?;
         finish(tx, "the transaction").await?;
         if !txn.put_base.is_empty() {
             self.deltas.set(self.deltas.get() + txn.put_base.len());
