@@ -33,6 +33,10 @@ fn ten_thousand_faulty_schedules_converge() {
             // with a request out; clocks jumped to 2^53-1.
             assert!(stats.reconciles > 0 && stats.orphaned_flights > 0 && stats.wild_clock_edits > 0, "{stats:?}");
             assert!(stats.conflicts > n as usize / 10, "concurrent lost edits happen, and each was told: {stats:?}");
+            // Queries were read from the indexes on disk and checked, many times.
+            let on_disk = marksync::sim::DISK_QUERIES.with(|q| q.get());
+            println!("{on_disk} queries read from the indexes on disk");
+            assert!(on_disk > n, "{on_disk} queries read from the indexes on disk");
         }
         Err(f) => panic!("replay with MARKSYNC_SIM_SEED={}\n{f}", f.seed),
     }

@@ -57,6 +57,32 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         self.ensure(&|_| vec![Want::all()]).await
     }
 
+    /// `q` over the indexes kept on disk (PROTOCOL §7, "Queries over
+    /// indexes on disk"): its entries, then its rows, read as the engine
+    /// asks. `None`: no index on disk serves it (read the table whole).
+    pub async fn query_on_disk(&self, table: &str, q: &crate::query::Query) -> Result<Option<Vec<(crate::protocol::RowKey, crate::protocol::Row)>>, ClientError> {
+        let Some(mut lq) = self.engine.borrow().lazy_query(table, q) else { return Ok(None) };
+        let mut reads = 0;
+        loop {
+            let next = self.engine.borrow_mut().lazy_next(&mut lq);
+            match next {
+                crate::engine::Next::Done(rows) => return Ok(Some(rows)),
+                crate::engine::Next::Entries(range) => {
+                    reads = 0;
+                    let got = self.store.read_entries(&range).await?;
+                    lq.took(&range, got);
+                }
+                crate::engine::Next::Rows(missing) => {
+                    reads += 1;
+                    if reads > READS_PER_STEP {
+                        return Err(ClientError::StorageFailed("the rows a query reads could not all be read".into()));
+                    }
+                    self.read_into_engine(&missing).await?;
+                }
+            }
+        }
+    }
+
     /// Reads a whole table, kept whole from now on (queries, full reads).
     pub async fn ensure_table(&self, table: &str) -> Result<(), ClientError> {
         self.ensure(&|e| vec![e.wants_table(table)]).await

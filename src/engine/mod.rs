@@ -34,6 +34,7 @@
 mod check;
 mod cycle;
 mod inspect;
+mod lazy_query;
 mod query;
 mod reads;
 mod record;
@@ -56,6 +57,7 @@ pub use crate::sync_state::{CycleLog, Metrics, RetryPolicy, SyncState, VerdictLo
 pub use reads::CACHE_BYTES;
 
 pub use inspect::{Followed, Inspection, Queued};
+pub use lazy_query::{LazyQuery, Next};
 pub use query::{Changes, View};
 pub use record::{Draft, Recorded};
 

@@ -98,9 +98,9 @@ fn is_point((lo, hi): &(Bnd, Bnd)) -> bool {
     lo.incl && hi.incl && lo.key.value().is_some() && lo.key == hi.key
 }
 
-/// An index's fit for a query.
+/// An index's fit for a query (the index named by its fields).
 struct Fit<'i> {
-    index: &'i Index,
+    fields: &'i [String],
     points: Vec<Key>,
     range: Option<(Bnd, Bnd)>,
     ordered: Option<Dir>,
@@ -113,10 +113,10 @@ impl Fit<'_> {
 
     fn explain(&self, table: &str) -> Explain {
         let equal = self.points.len();
-        let range = self.range.as_ref().map(|_| self.index.fields[equal].clone());
-        let mut plan = format!("index {table}({})", self.index.fields.join(", "));
+        let range = self.range.as_ref().map(|_| self.fields[equal].clone());
+        let mut plan = format!("index {table}({})", self.fields.join(", "));
         if equal > 0 {
-            plan += &format!(": {} held to one value", self.index.fields[..equal].join(", "));
+            plan += &format!(": {} held to one value", self.fields[..equal].join(", "));
         }
         if let Some(r) = &range {
             plan += &format!("{} {r} held to a range", if equal > 0 { "," } else { ":" });
@@ -126,12 +126,12 @@ impl Fit<'_> {
         } else {
             "; the rows it matches are read, then sorted"
         };
-        Explain { index: Some(self.index.fields.clone()), equal, range, ordered: self.ordered.is_some(), plan }
+        Explain { index: Some(self.fields.to_vec()), equal, range, ordered: self.ordered.is_some(), plan }
     }
 
     /// The first and last entries the query can read, as [`sortkey`] bytes.
     fn bounds(&self, after: Option<&[Value]>) -> (Vec<u8>, Vec<u8>) {
-        let n = self.index.fields.len();
+        let n = self.fields.len();
         let fill = |v: &[Key], end: &Key, top_tie: bool| {
             let mut out = Vec::new();
             for k in v.iter().chain(std::iter::repeat(end)).take(n) {
@@ -176,10 +176,10 @@ impl Fit<'_> {
     }
 }
 
-fn fit<'i>(index: &'i Index, q: &Query) -> Fit<'i> {
+fn fit<'i>(fields: &'i [String], q: &Query) -> Fit<'i> {
     let mut points = Vec::new();
     let mut range = None;
-    for f in &index.fields {
+    for f in fields {
         match interval(q, f) {
             Some(iv) if is_point(&iv) => points.push(iv.0.key),
             Some(iv) => {
@@ -189,7 +189,7 @@ fn fit<'i>(index: &'i Index, q: &Query) -> Fit<'i> {
             None => break,
         }
     }
-    let rest = &index.fields[points.len()..];
+    let rest = &fields[points.len()..];
     let ordered = if q.order.is_empty() {
         rest.is_empty().then_some(Dir::Asc)
     } else {
@@ -197,24 +197,116 @@ fn fit<'i>(index: &'i Index, q: &Query) -> Fit<'i> {
         let dir = q.order[0].dir;
         (same && q.order.iter().all(|o| o.dir == dir)).then_some(dir)
     };
-    Fit { index, points, range, ordered }
+    Fit { fields, points, range, ordered }
 }
 
-fn best<'i>(indexes: &'i Indexes, table: &str, q: &Query) -> Option<Fit<'i>> {
-    let mut best: Option<Fit<'i>> = None;
-    for ix in indexes.of(table) {
-        let f = fit(ix, q);
-        if f.score() > best.as_ref().map_or((0, false), Fit::score) {
-            best = Some(f);
+/// Of indexes named by their fields, the one that serves `q` best, and where it is.
+fn best_of<'i>(candidates: impl Iterator<Item = &'i [String]>, q: &Query) -> Option<(usize, Fit<'i>)> {
+    let mut best: Option<(usize, Fit<'i>)> = None;
+    for (i, fields) in candidates.enumerate() {
+        let f = fit(fields, q);
+        if f.score() > best.as_ref().map_or((0, false), |(_, b)| b.score()) {
+            best = Some((i, f));
         }
     }
     best
 }
 
+fn best<'i>(indexes: &'i Indexes, table: &str, q: &Query) -> Option<(&'i Index, Fit<'i>)> {
+    let of = indexes.of(table);
+    best_of(of.iter().map(|i| i.fields.as_slice()), q).map(|(i, f)| (&of[i], f))
+}
+
+/// How an index kept on disk serves a query: its definition, the entries
+/// to read (`from` included, `to` not), in which direction, and whether
+/// the index gives the query's order (then the read stops at the limit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskPlan {
+    /// The index.
+    pub def: super::IndexDef,
+    /// The least entry the query can read.
+    pub from: Vec<u8>,
+    /// Past the greatest.
+    pub to: Vec<u8>,
+    /// Read from the end (a descending order).
+    pub reverse: bool,
+    /// The index gives the order.
+    pub ordered: bool,
+}
+
+/// The index of `defs` (kept on disk) that serves `q` on `table` best, as
+/// the indexes in memory are chosen (`None`: none does — a scan).
+pub fn plan_on_disk<'d>(defs: impl Iterator<Item = &'d super::IndexDef>, table: &str, q: &Query) -> Option<DiskPlan> {
+    let defs: Vec<&super::IndexDef> = defs.filter(|d| d.table == table).collect();
+    let (i, f) = best_of(defs.iter().map(|d| d.fields.as_slice()), q)?;
+    let (from, to) = f.bounds(q.after.as_ref().map(|a| a.values.as_slice()));
+    // The bounds are both reachable ends; no entry is the upper bound
+    // itself (it ends in a tie-break no row spells), so it can be excluded.
+    Some(DiskPlan { def: defs[i].clone(), from, to, reverse: f.ordered == Some(Dir::Desc), ordered: f.ordered.is_some() })
+}
+
+/// The rows a query reads, gathered as they are read: in the index's
+/// order, an ordered read can stop once it holds `limit` rows (and the
+/// rows tied with the last, a descending read's tie-break).
+#[derive(Debug, Clone, Default)]
+pub struct Hits {
+    ordered: bool,
+    limit: usize,
+    hits: Vec<(Vec<Value>, RowKey)>,
+}
+
+impl Hits {
+    /// Gathers `q`'s rows; `ordered`: they come in its order.
+    pub fn new(q: &Query, ordered: bool) -> Self {
+        Hits { ordered, limit: q.limit.unwrap_or(usize::MAX), hits: Vec::new() }
+    }
+
+    /// Takes a row read (checked against the whole query); `false` once an
+    /// ordered read has all it needs.
+    pub fn take(&mut self, q: &Query, key: &RowKey, row: &Row) -> bool {
+        if !q.matches(key, row) {
+            return true;
+        }
+        let values = q.order_values(row);
+        if !q.is_after(&values, key) {
+            return true;
+        }
+        if self.ordered && self.hits.len() >= self.limit {
+            // Read on through rows of the same order values only: a
+            // descending read meets ties in descending rowId.
+            if self.hits.last().is_some_and(|(v, _)| v.iter().zip(&values).all(|(a, b)| cmp(a, b) == Ordering::Equal)) {
+                self.hits.push((values, key.clone()));
+                return true;
+            }
+            return false;
+        }
+        self.hits.push((values, key.clone()));
+        true
+    }
+
+    /// Takes a row read out of the order (rows laid over an ordered read):
+    /// it is sorted in with the rest at the end.
+    pub fn take_any(&mut self, q: &Query, key: &RowKey, row: &Row) {
+        if q.matches(key, row) {
+            let values = q.order_values(row);
+            if q.is_after(&values, key) {
+                self.hits.push((values, key.clone()));
+            }
+        }
+    }
+
+    /// The keys of the answer, in the query's order, at most `limit`.
+    pub fn keys(mut self, q: &Query) -> Vec<RowKey> {
+        self.hits.sort_unstable_by(|a, b| q.cmp((&a.0, &a.1), (&b.0, &b.1)));
+        self.hits.truncate(self.limit);
+        self.hits.into_iter().map(|(_, k)| k).collect()
+    }
+}
+
 /// How `q` would be served.
 pub fn explain(indexes: &Indexes, table: &str, q: &Query) -> Explain {
     match best(indexes, table, q) {
-        Some(f) => f.explain(table),
+        Some((_, f)) => f.explain(table),
         None => {
             Explain { index: None, equal: 0, range: None, ordered: false, plan: format!("scan of {table}: every row is read, then sorted") }
         }
@@ -223,48 +315,31 @@ pub fn explain(indexes: &Indexes, table: &str, q: &Query) -> Explain {
 
 /// The rows a query answers, in its order (the rows as the source gave them).
 pub fn run(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> Vec<(RowKey, Row)> {
-    let limit = q.limit.unwrap_or(usize::MAX);
-    let mut hits: Vec<(Vec<Value>, RowKey)> = Vec::new();
-    match best(indexes, table, q) {
-        Some(f) => {
+    let keys = match best(indexes, table, q) {
+        Some((index, f)) => {
             let (lo, hi) = f.bounds(q.after.as_ref().map(|a| a.values.as_slice()));
             if lo > hi {
                 return Vec::new();
             }
-            for e in f.index.entries.range(&lo, &hi, f.ordered == Some(Dir::Desc)) {
-                let Some(key) = f.index.row_of(table, e) else { continue };
+            let mut hits = Hits::new(q, f.ordered.is_some());
+            for e in index.entries.range(&lo, &hi, f.ordered == Some(Dir::Desc)) {
+                let Some(key) = index.row_of(table, e) else { continue };
                 let Some(row) = src.get(&key) else { continue };
-                if !q.matches(&key, &row) {
-                    continue;
-                }
-                let values = q.order_values(&row);
-                if !q.is_after(&values, &key) {
-                    continue;
-                }
-                if f.ordered.is_some() && hits.len() >= limit {
-                    // Read on through rows of the same order values only: a
-                    // descending read meets ties in descending rowId.
-                    if hits.last().is_some_and(|(v, _)| v.iter().zip(&values).all(|(a, b)| cmp(a, b) == Ordering::Equal)) {
-                        hits.push((values, key));
-                        continue;
-                    }
+                if !hits.take(q, &key, &row) {
                     break;
                 }
-                hits.push((values, key));
             }
+            hits.keys(q)
         }
-        None => src.scan(table, &mut |key, row| {
-            if q.matches(key, row) {
-                let values = q.order_values(row);
-                if q.is_after(&values, key) {
-                    hits.push((values, key.clone()));
-                }
-            }
-        }),
-    }
-    hits.sort_unstable_by(|a, b| q.cmp((&a.0, &a.1), (&b.0, &b.1)));
-    hits.truncate(limit);
-    hits.into_iter().filter_map(|(_, k)| src.get(&k).map(|r| (k.clone(), r.into_owned()))).collect()
+        None => {
+            let mut hits = Hits::new(q, false);
+            src.scan(table, &mut |key, row| {
+                hits.take_any(q, key, row);
+            });
+            hits.keys(q)
+        }
+    };
+    keys.into_iter().filter_map(|k| src.get(&k).map(|r| (k.clone(), r.into_owned()))).collect()
 }
 
 /// How many visible rows match a query's filters (its order, limit and page ignored).
@@ -272,13 +347,13 @@ pub fn count(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> usi
     let q = Query { order: Vec::new(), limit: None, after: None, ..q.clone() };
     let mut n = 0;
     match best(indexes, table, &q) {
-        Some(f) => {
+        Some((index, f)) => {
             let (lo, hi) = f.bounds(None);
             if lo > hi {
                 return 0;
             }
-            for e in f.index.entries.range(&lo, &hi, false) {
-                let Some(key) = f.index.row_of(table, e) else { continue };
+            for e in index.entries.range(&lo, &hi, false) {
+                let Some(key) = index.row_of(table, e) else { continue };
                 if src.get(&key).is_some_and(|row| q.matches(&key, &row)) {
                     n += 1;
                 }

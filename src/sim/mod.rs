@@ -196,6 +196,11 @@ const CONTEXTS: usize = 2;
 
 type SimDriver = Driver<MemoryConnection, SimTransport, SimHost>;
 
+thread_local! {
+    /// How many queries were read from the indexes on disk and checked (the check's reach).
+    pub static DISK_QUERIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// One context of a device: its life (a crash ends one) and its driver.
 #[derive(Default)]
 struct Ctx {
@@ -662,6 +667,7 @@ impl Sim {
                             live::shown(&want)
                         )));
                     }
+                    self.check_on_disk(d, c, dev, driver, l)?;
                     let heard = l.heard.borrow();
                     if heard.as_deref().map(live::shown) != Some(live::shown(&want)) {
                         return Err(self.fail(format!(
@@ -673,6 +679,31 @@ impl Sim {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A live query's query read from the indexes kept on disk answers as
+    /// the indexes in memory do, for a context that heard every step the
+    /// store holds (before, a row it holds may be older than its entry).
+    fn check_on_disk(&self, d: usize, c: usize, dev: &Device, driver: &SimDriver, l: &live::Live) -> Result<(), SimFailure> {
+        if driver.engine.borrow().missed(dev.store.tables().sync.as_ref()) {
+            return Ok(());
+        }
+        let Some(got) = driver.query_on_disk(&l.table, &l.query).now_or_never() else {
+            return Err(self.fail(format!("dev{d}.{c}: a query on disk waited on a store that answers at once")));
+        };
+        let got = got.map_err(|e| self.fail(format!("dev{d}.{c}: a query on disk failed: {e}")))?;
+        let Some(got) = got else { return Ok(()) };
+        DISK_QUERIES.with(|n| n.set(n.get() + 1));
+        let want = live::reference(&driver.engine.borrow(), &l.table, &l.query);
+        if live::shown(&got) != live::shown(&want) {
+            return Err(self.fail(format!(
+                "dev{d}.{c}: query {:?} read from the indexes on disk answers {:?}, the rows say {:?}",
+                l.query,
+                live::shown(&got),
+                live::shown(&want)
+            )));
         }
         Ok(())
     }
