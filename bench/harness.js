@@ -4,6 +4,7 @@
 // so the wasm memories collected by index.html's wrapper are its own.
 const systems = {
   marksync: () => import('./systems/marksync.js'),
+  'marksync-disk': () => import('./systems/marksync-disk.js'),
   loro: () => import('./systems/loro.js'),
   'loro-shallow': () => import('./systems/loro-shallow.js'),
   yjs: () => import('./systems/yjs.js'),

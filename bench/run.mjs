@@ -10,7 +10,7 @@
 //   BENCH_QUICK=1         small sizes, 1 round: a smoke run (< 2 min); writes browser-quick.{json,md}
 //   (only a full run writes browser.{json,md}; partial ones write browser-partial.*, browser-incognito.*)
 //   BENCH_WORKLOADS=1,2   only these workloads (1 map sets, 2 trace, 3 writes, 4 cold open, 5 size, 6 queries)
-//   BENCH_SYSTEMS=a,b     only these systems (marksync, loro, loro-shallow, yjs, automerge, dexie, idb, idb-strict)
+//   BENCH_SYSTEMS=a,b     only these systems (marksync, marksync-disk, loro, loro-shallow, yjs, automerge, dexie, idb, idb-strict)
 //   BENCH_INCOGNITO=1     an incognito context instead of a persistent profile (Chromium keeps its IndexedDB in memory)
 //   BENCH_NO_BUILD=1      reuse bench/dist
 //   BENCH_W6_ROWS=100000  workload 6 (queries) at these row counts only
@@ -45,7 +45,7 @@ const pick = (xs) => xs.filter((s) => !ONLY || ONLY.has(s));
 const CRDTS = pick(['marksync', 'loro', 'yjs', 'automerge']);
 const STORES = pick(['marksync', 'dexie', 'idb', 'idb-strict']);
 const OPENERS = pick(['marksync', 'dexie', 'idb', 'loro', 'yjs', 'automerge']);
-const QUERIERS = pick(['marksync', 'dexie', 'idb']);
+const QUERIERS = pick(['marksync', 'marksync-disk', 'dexie', 'idb']);
 
 const median = (xs) => {
   const s = xs.filter((x) => typeof x === 'number' && Number.isFinite(x)).sort((a, b) => a - b);

@@ -87,6 +87,10 @@ pub struct Config {
     pub indexes: Vec<crate::query::IndexDef>,
     /// Over a lazy store: the bytes of base rows kept read between steps.
     pub cache_bytes: usize,
+    /// Whether this context asks the store to keep its indexes' entries
+    /// (PROTOCOL §7, "Indexes on disk"): not yet by default in a browser,
+    /// where one IndexedDB record per entry makes building them slow.
+    pub indexes_on_disk: bool,
 }
 
 impl Default for Config {
@@ -102,6 +106,7 @@ impl Default for Config {
             id_block: crate::ids::BLOCK,
             indexes: Vec::new(),
             cache_bytes: reads::CACHE_BYTES,
+            indexes_on_disk: true,
         }
     }
 }

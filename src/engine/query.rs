@@ -180,6 +180,9 @@ impl Engine {
     /// all from its rows in that step. Asked at open and with a new schema
     /// only — a context of another app version does not take turns with it.
     pub fn entries_to_keep(&self) -> Option<EntriesFor> {
+        if !self.config.indexes_on_disk {
+            return None;
+        }
         let wanted = self.entries_wanted();
         (!wanted.defs.is_empty() && self.view.disk.as_ref() != Some(&wanted)).then_some(wanted)
     }

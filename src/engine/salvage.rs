@@ -103,8 +103,7 @@ impl Engine {
         let disk_device = disk.meta.as_ref().map_or_else(|| self.meta.device_id.clone(), |m| m.device_id.clone());
         txn.meta = Some(self.salvage_meta(disk_device));
         // The store cleared under it keeps no index: asked again, as at open.
-        let wanted = self.entries_wanted();
-        if !wanted.defs.is_empty() && disk.entries_for.as_ref() != Some(&wanted) {
+        if let Some(wanted) = self.entries_to_keep().filter(|w| disk.entries_for.as_ref() != Some(w)) {
             txn.entries_for = Some(wanted);
         }
         if refilled {

@@ -241,10 +241,14 @@ impl Marksync {
         // Internal: the Service Worker opens lazily — it reads rows only as
         // its sync needs them, never a whole table at open.
         let lazy = args::opt_bool(&options, "lazy", o)?.unwrap_or(false);
+        // Internal, for now: the store keeps the indexes' entries, and a
+        // lazy database's queries read them (PROTOCOL §7, "Indexes on disk").
+        let indexes_on_disk = args::opt_bool(&options, "indexesOnDisk", o)?.unwrap_or(false);
         let token = token_source(args::get(&options, "token"))?;
         let transport = FetchTransport::new(&endpoint, token, timeout_ms);
         // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
-        let config = Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, retry, indexes, cache_bytes, ..Config::default() };
+        let config =
+            Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, retry, indexes, cache_bytes, indexes_on_disk, ..Config::default() };
         let inner =
             Client::open(&name, transport, config, auto_sync, resume_exhausted, user.as_deref(), lazy).await.map_err(client_error)?;
         if auto_sync {

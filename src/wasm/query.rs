@@ -211,16 +211,30 @@ pub fn read_indexes(v: &JsValue) -> Result<Vec<IndexDef>, JsValue> {
 impl Marksync {
     /// The visible rows of `table` a query asks for: `{ where, orderBy,
     /// limit, after, space }` (PROTOCOL §7, "Queries"). Returns the array
-    /// itself, frozen, at once (no Promise; `await` on it works too).
-    /// Served by an index when one fits (`explain()` says which), else by a
-    /// scan of the table.
+    /// itself, frozen, at once (`await` on it works too) — except over a
+    /// database opened lazily, where it returns a Promise of it: the rows
+    /// are read first, from an index kept on disk when one fits, else the
+    /// whole table. Served by an index when one fits (`explain()` says
+    /// which), else by a scan of the table.
     pub fn query(&self, table: JsValue, query: JsValue) -> Result<JsValue, JsValue> {
         self.inner.check_open().map_err(client_error)?;
-        self.held_only("query()")?;
         let table = args::text(&table, "table")?;
-        let mut engine = self.inner.engine.borrow_mut();
-        let q = read_query(&engine, &query, true)?;
-        let rows = engine.query(&table, &q);
+        let q = read_query(&self.inner.engine.borrow(), &query, true)?;
+        if self.lazy {
+            let inner = self.inner.clone();
+            return Ok(wasm_bindgen_futures::future_to_promise(async move {
+                let rows = match inner.query_on_disk(&table, &q).await.map_err(client_error)? {
+                    Some(rows) => rows,
+                    None => {
+                        inner.ensure_table(&table).await.map_err(client_error)?;
+                        inner.engine.borrow_mut().query(&table, &q)
+                    }
+                };
+                Ok(rows_to_js(rows.iter().map(|(k, r)| (k, r))))
+            })
+            .into());
+        }
+        let rows = self.inner.engine.borrow_mut().query(&table, &q);
         Ok(rows_to_js(rows.iter().map(|(k, r)| (k, r))))
     }
 
