@@ -875,3 +875,42 @@ async fn a_lazy_context_syncs_rows_it_does_not_hold_and_loses_none() {
     assert_eq!(reps(&named[0].1), Some(Value::from(1)), "a row the worker never read");
     again.close();
 }
+
+#[wasm_bindgen_test]
+async fn a_lazy_context_reads_its_queries_from_the_indexes_on_disk() {
+    use marksync::query::{Dir, Filter, IndexDef, Order, Pred, Query};
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let name = unique("lazy-query");
+    let indexes = vec![IndexDef { table: "sets".into(), fields: vec!["reps".into()] }];
+    let config = Config { indexes: indexes.clone(), ..Config::default() };
+    let tab = Client::open(&name, memory(&server), config.clone(), false, true, None, false).await.unwrap();
+    // Several chunks and the log; another device's change; a queued edit.
+    let rows: Vec<Edit> = (0..2_100).map(|i| Edit { space: None, table: "sets".into(), row_id: None, fields: set(1 + i % 90) }).collect();
+    let named = tab.change_many(rows).await.unwrap();
+    tab.sync().await.unwrap();
+    tab.store.compact().await.unwrap();
+    let other = client(&unique("lazy-query-other"), &server).await;
+    other.sync().await.unwrap();
+    other.change("sets", &named[100].1, set(95)).await.unwrap();
+    other.sync().await.unwrap();
+    tab.sync().await.unwrap();
+    tab.change("sets", &named[2_000].1, set(96)).await.unwrap();
+    tab.change("sets", &named[7].1, set(3)).await.unwrap();
+    let queries = [
+        Query { filters: vec![Filter { field: "reps".into(), preds: vec![Pred::Eq(Value::from(3))] }], limit: Some(10), ..Query::default() },
+        Query { order: vec![Order { field: "reps".into(), dir: Dir::Desc }], limit: Some(30), ..Query::default() },
+        Query { order: vec![Order { field: "reps".into(), dir: Dir::Asc }], limit: Some(5), ..Query::default() },
+        Query { filters: vec![Filter { field: "reps".into(), preds: vec![Pred::Gte(Value::from(88))] }], ..Query::default() },
+    ];
+    let want: Vec<_> = queries.iter().map(|q| tab.engine.borrow_mut().query("sets", q)).collect();
+    let lazy = Client::open(&name, memory(&server), Config { cache_bytes: 1, ..config }, false, false, None, true).await.unwrap();
+    assert!(lazy.engine.borrow().entries_on_disk().is_some(), "the store keeps this context's index");
+    for (q, want) in queries.iter().zip(&want) {
+        let got = lazy.query_on_disk("sets", q).await.unwrap().expect("an index on disk serves it");
+        let ids = |rows: &[(RowKey, marksync::protocol::Row)]| rows.iter().map(|(k, r)| (k.row_id.clone(), r.get("reps").cloned())).collect::<Vec<_>>();
+        assert_eq!(ids(&got), ids(want), "{q:?}");
+        assert!(!got.is_empty(), "{q:?}");
+    }
+    lazy.close();
+    tab.close();
+}
