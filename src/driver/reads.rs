@@ -77,7 +77,9 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     if reads > READS_PER_STEP {
                         return Err(ClientError::StorageFailed("the rows a query reads could not all be read".into()));
                     }
-                    self.read_into_engine(&missing).await?;
+                    // The rows alone, not their chunks: a page of many chunks stays small.
+                    let got = crate::store::narrow(self.store.read_base(&missing).await?, &missing)?;
+                    self.engine.borrow_mut().provide(got)?;
                 }
             }
         }
