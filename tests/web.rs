@@ -77,10 +77,12 @@ async fn indexeddb_store_keeps_the_contract() {
             3 => check(contract::base_rows_are_keyed_by_table_and_row(&store)).await,
             4 => check(contract::engine_steps_survive_reopen(&store)).await,
             5 => check(contract::a_write_assuming_a_moved_record_writes_nothing(&store)).await,
-            6 => check(contract::index_entries_follow_the_base_rows(&store, || async {
-                store.compact().await.unwrap();
-            }))
-            .await,
+            6 => {
+                check(contract::index_entries_follow_the_base_rows(&store, || async {
+                    store.compact().await.unwrap();
+                }))
+                .await
+            }
             _ => {
                 store.open_lazily(true);
                 check(contract::lazy_reads_answer_every_row_of_a_span(&store, || async {
@@ -897,7 +899,11 @@ async fn a_lazy_context_reads_its_queries_from_the_indexes_on_disk() {
     tab.change("sets", &named[2_000].1, set(96)).await.unwrap();
     tab.change("sets", &named[7].1, set(3)).await.unwrap();
     let queries = [
-        Query { filters: vec![Filter { field: "reps".into(), preds: vec![Pred::Eq(Value::from(3))] }], limit: Some(10), ..Query::default() },
+        Query {
+            filters: vec![Filter { field: "reps".into(), preds: vec![Pred::Eq(Value::from(3))] }],
+            limit: Some(10),
+            ..Query::default()
+        },
         Query { order: vec![Order { field: "reps".into(), dir: Dir::Desc }], limit: Some(30), ..Query::default() },
         Query { order: vec![Order { field: "reps".into(), dir: Dir::Asc }], limit: Some(5), ..Query::default() },
         Query { filters: vec![Filter { field: "reps".into(), preds: vec![Pred::Gte(Value::from(88))] }], ..Query::default() },
@@ -907,7 +913,9 @@ async fn a_lazy_context_reads_its_queries_from_the_indexes_on_disk() {
     assert!(lazy.engine.borrow().entries_on_disk().is_some(), "the store keeps this context's index");
     for (q, want) in queries.iter().zip(&want) {
         let got = lazy.query_on_disk("sets", q).await.unwrap().expect("an index on disk serves it");
-        let ids = |rows: &[(RowKey, marksync::protocol::Row)]| rows.iter().map(|(k, r)| (k.row_id.clone(), r.get("reps").cloned())).collect::<Vec<_>>();
+        let ids = |rows: &[(RowKey, marksync::protocol::Row)]| {
+            rows.iter().map(|(k, r)| (k.row_id.clone(), r.get("reps").cloned())).collect::<Vec<_>>()
+        };
         assert_eq!(ids(&got), ids(want), "{q:?}");
         assert!(!got.is_empty(), "{q:?}");
     }

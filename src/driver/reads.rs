@@ -60,7 +60,11 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// `q` over the indexes kept on disk (PROTOCOL §7, "Queries over
     /// indexes on disk"): its entries, then its rows, read as the engine
     /// asks. `None`: no index on disk serves it (read the table whole).
-    pub async fn query_on_disk(&self, table: &str, q: &crate::query::Query) -> Result<Option<Vec<(crate::protocol::RowKey, crate::protocol::Row)>>, ClientError> {
+    pub async fn query_on_disk(
+        &self,
+        table: &str,
+        q: &crate::query::Query,
+    ) -> Result<Option<Vec<(crate::protocol::RowKey, crate::protocol::Row)>>, ClientError> {
         let Some(mut lq) = self.engine.borrow().lazy_query(table, q) else { return Ok(None) };
         let mut reads = 0;
         loop {
@@ -78,7 +82,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                         return Err(ClientError::StorageFailed("the rows a query reads could not all be read".into()));
                     }
                     // The rows alone, not their chunks: a page of many chunks stays small.
-                    let got = crate::store::narrow(self.store.read_base(&missing).await?, &missing)?;
+                    let got = crate::replica::narrow(self.store.read_base(&missing).await?, &missing)?;
                     self.engine.borrow_mut().provide(got)?;
                 }
             }

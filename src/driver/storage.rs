@@ -117,9 +117,10 @@ mod tests {
     use super::super::{Driver, Host, MemoryTransport, Options, Task};
     use crate::attempt::Phase;
     use crate::memory_server::MemoryServer;
+    use crate::memory_store::MemoryStore;
     use crate::protocol::{Fields, RowKey, Value};
     use crate::schema::Schema;
-    use crate::store::{MemoryStore, Txn};
+    use crate::store::Txn;
 
     /// One context alone: no lock to share, no one to tell, no timers.
     struct Alone(Cell<u64>);

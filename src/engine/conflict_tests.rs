@@ -4,10 +4,10 @@
 
 use super::*;
 use crate::memory_server::MemoryServer;
+use crate::memory_store::Tables;
 use crate::protocol::{Fields, Value};
 use crate::schema::Schema;
 use crate::space::Role;
-use crate::store::Tables;
 
 /// One device: its engine and its store.
 struct Device {

@@ -115,11 +115,8 @@ impl Engine {
         let queued = self.queued_rows(&lq.table);
         let n = lq.plan.def.fields.len();
         // The rows of the entries read: read them first, all together.
-        let keys: Vec<RowKey> = lq
-            .unchecked
-            .iter()
-            .filter_map(|e| sortkey::row_of(e, n).map(|(id, space)| RowKey::in_space(space, &lq.table, id)))
-            .collect();
+        let keys: Vec<RowKey> =
+            lq.unchecked.iter().filter_map(|e| sortkey::row_of(e, n).map(|(id, space)| RowKey::in_space(space, &lq.table, id))).collect();
         let wants: Vec<Want> = keys.iter().filter(|k| queued.binary_search(k).is_err()).map(Want::row).collect();
         let missing = self.missing(wants);
         if !missing.is_empty() {

@@ -103,7 +103,9 @@ impl Engine {
         let disk_device = disk.meta.as_ref().map_or_else(|| self.meta.device_id.clone(), |m| m.device_id.clone());
         txn.meta = Some(self.salvage_meta(disk_device));
         // The store cleared under it keeps no index: asked again, as at open.
-        if let Some(wanted) = self.entries_to_keep().filter(|w| disk.entries_for.as_ref() != Some(w)) {
+        // (Not `entries_to_keep`: this context heard the lost store keep them.)
+        let wanted = self.entries_wanted();
+        if self.config.indexes_on_disk && !wanted.defs.is_empty() && disk.entries_for.as_ref() != Some(&wanted) {
             txn.entries_for = Some(wanted);
         }
         if refilled {

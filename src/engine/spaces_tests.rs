@@ -4,10 +4,10 @@
 
 use super::*;
 use crate::memory_server::MemoryServer;
+use crate::memory_store::Tables;
 use crate::protocol::{Fields, Value};
 use crate::schema::Schema;
 use crate::space::{Role, FORBIDDEN, READ_ONLY};
-use crate::store::Tables;
 
 fn engine(dev: &str) -> Engine {
     let snap = Snapshot { meta: Some(Meta::fresh(dev.into())), ..Snapshot::default() };

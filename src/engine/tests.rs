@@ -376,10 +376,10 @@ fn absorb_follows_another_engine_on_the_same_database() {
 
 // ----- issue: truthful status, bounded retries, the clock --------------------
 
+use crate::memory_store::Tables;
 use crate::protocol::{
     Change, Recalled, RememberedVerdict, SpacesPullResponse, Verdict, VerdictsRequest, VerdictsResponse, MAX_SAFE_INTEGER,
 };
-use crate::store::Tables;
 
 /// Two engines on one database: `b` follows `a` through the txns `a` commits.
 fn commit(t: &mut Tables, txn: &Txn, others: &mut [&mut Engine]) {

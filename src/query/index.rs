@@ -11,14 +11,7 @@ use super::{field, sortkey};
 use crate::protocol::{Row, RowKey, Value};
 use crate::replica::Found;
 
-/// An index to keep: a table and its fields, as the app names them.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct IndexDef {
-    /// The table.
-    pub table: String,
-    /// Its fields, the first sorting first.
-    pub fields: Vec<String>,
-}
+pub use crate::index_def::IndexDef;
 
 /// One kept index.
 #[derive(Debug, Clone, Default)]

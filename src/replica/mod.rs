@@ -12,9 +12,11 @@ use crate::order::{merge, merge_row};
 use crate::protocol::{Op, Row, RowKey};
 use crate::store::{Provided, Snapshot, StoreError, Want};
 
+mod narrow;
 mod packed;
 
 use crate::layered::{layered, Layer};
+pub use narrow::narrow;
 pub use packed::{Found, Packed};
 
 /// Base rows and the overlay of rows that have pending ops.

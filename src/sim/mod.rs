@@ -46,10 +46,10 @@ use crate::engine::{Config, RetryPolicy};
 use crate::ids::SplitMix;
 use crate::judge::Remembered;
 use crate::memory_server::MemoryServer;
+use crate::memory_store::{MemoryConnection, MemoryStore};
 use crate::order::newer;
 use crate::protocol::{Fields, Mark, Op, OpId, Row, RowKey, Value, VerdictsRequest, MAX_SAFE_INTEGER};
 use crate::schema::Schema;
-use crate::store::{MemoryConnection, MemoryStore};
 use world::{Msg, Req, Resp, SimHost, SimTransport, Who, World};
 
 /// Makes the fields of one edit: `(rng, table, the row as the device sees it)`.

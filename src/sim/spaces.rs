@@ -43,10 +43,10 @@ use crate::driver::{ClientError, Driver, Options};
 use crate::engine::Config;
 use crate::ids::SplitMix;
 use crate::memory_server::MemoryServer;
+use crate::memory_store::{MemoryConnection, MemoryStore};
 use crate::protocol::{Fields, Op, OpId, Outcome, PushRequest, Row, RowKey, SpacesPullRequest, Value, VerdictsRequest};
 use crate::schema::Schema;
 use crate::space::{self, Follow, Role, FORBIDDEN, READ_ONLY};
-use crate::store::{MemoryConnection, MemoryStore};
 
 /// What to simulate.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! The contract suite every [`LocalStore`] must pass. Each function takes a
 //! way to make an empty store and a way to reopen the same data, so it runs
-//! unchanged against [`crate::store::MemoryStore`] natively and IndexedDB in a
+//! unchanged against [`crate::memory_store::MemoryStore`] natively and IndexedDB in a
 //! browser.
 
 use crate::protocol::{Cell, Fields, Mark, Value};
@@ -314,7 +314,12 @@ pub async fn index_entries_follow_the_base_rows<S: LocalStore, F: std::future::F
     let (a, b, c) = (RowKey::new("sets", "a"), RowKey::new("sets", "b"), RowKey::in_space("s1", "sets", "c"));
     let note = RowKey::new("notes", "n");
     let txn = Txn {
-        put_base: vec![(a.clone(), set("squat", 1)), (b.clone(), set("bench", 2)), (c.clone(), set("squat", 3)), (note.clone(), set("x", 4))],
+        put_base: vec![
+            (a.clone(), set("squat", 1)),
+            (b.clone(), set("bench", 2)),
+            (c.clone(), set("squat", 3)),
+            (note.clone(), set("x", 4)),
+        ],
         ..Txn::default()
     };
     store.commit(&txn).await.map_err(err)?;
@@ -329,18 +334,29 @@ pub async fn index_entries_follow_the_base_rows<S: LocalStore, F: std::future::F
     };
     store.commit(&Txn { entries_for: Some(kept.clone()), ..Txn::default() }).await.map_err(err)?;
     let got = store.read_entries(&all).await.map_err(err)?;
-    check(got == want(&[(&a, set("squat", 1)), (&b, set("bench", 2)), (&c, set("squat", 3))]), "built from every stored row of the table")?;
+    check(
+        got == want(&[(&a, set("squat", 1)), (&b, set("bench", 2)), (&c, set("squat", 3))]),
+        "built from every stored row of the table",
+    )?;
     // One step: a row changes its value, one goes, one is put twice.
     let d = RowKey::new("sets", "d");
     let txn = Txn {
-        put_base: vec![(a.clone(), set("deadlift", 5)), (b.clone(), Row::default()), (d.clone(), set("row", 6)), (d.clone(), set("press", 7))],
+        put_base: vec![
+            (a.clone(), set("deadlift", 5)),
+            (b.clone(), Row::default()),
+            (d.clone(), set("row", 6)),
+            (d.clone(), set("press", 7)),
+        ],
         ..Txn::default()
     };
     store.commit(&txn).await.map_err(err)?;
     let then = want(&[(&a, set("deadlift", 5)), (&c, set("squat", 3)), (&d, set("press", 7))]);
     check(store.read_entries(&all).await.map_err(err)? == then, "each step keeps them: changed, gone, put twice")?;
     // The next step's rows as the last step wrote them (not yet compacted).
-    store.commit(&Txn { put_base: vec![(d.clone(), set("curl", 8)), (c.clone(), set("squat", 9))], ..Txn::default() }).await.map_err(err)?;
+    store
+        .commit(&Txn { put_base: vec![(d.clone(), set("curl", 8)), (c.clone(), set("squat", 9))], ..Txn::default() })
+        .await
+        .map_err(err)?;
     let now = want(&[(&a, set("deadlift", 5)), (&c, set("squat", 9)), (&d, set("curl", 8))]);
     check(store.read_entries(&all).await.map_err(err)? == now, "a row the last step wrote")?;
     let last = EntryRange { reverse: true, limit: 1, ..all.clone() };

@@ -247,8 +247,15 @@ impl Marksync {
         let token = token_source(args::get(&options, "token"))?;
         let transport = FetchTransport::new(&endpoint, token, timeout_ms);
         // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
-        let config =
-            Config { schema, pull_limit: crate::protocol::MAX_PULL_LIMIT, retry, indexes, cache_bytes, indexes_on_disk, ..Config::default() };
+        let config = Config {
+            schema,
+            pull_limit: crate::protocol::MAX_PULL_LIMIT,
+            retry,
+            indexes,
+            cache_bytes,
+            indexes_on_disk,
+            ..Config::default()
+        };
         let inner =
             Client::open(&name, transport, config, auto_sync, resume_exhausted, user.as_deref(), lazy).await.map_err(client_error)?;
         if auto_sync {

@@ -222,7 +222,8 @@ pub(super) async fn read(db: &idb::Database, range: &EntryRange) -> Result<Vec<V
     let store = tx.object_store(ENTRIES).map_err(failed)?;
     let mut keys: Vec<JsValue> = Vec::new();
     if range.reverse {
-        let cursor = store.open_key_cursor(Some(Query::KeyRange(bounds)), Some(CursorDirection::Prev)).map_err(failed)?.await.map_err(failed)?;
+        let cursor =
+            store.open_key_cursor(Some(Query::KeyRange(bounds)), Some(CursorDirection::Prev)).map_err(failed)?.await.map_err(failed)?;
         if let Some(cursor) = cursor {
             let mut cursor = cursor.into_managed();
             while let Some(k) = cursor.key().map_err(failed)? {
