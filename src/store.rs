@@ -165,6 +165,27 @@ impl Txn {
             && self.entries_for.is_none()
     }
 
+    /// Applies the step's refusals and conflicts to a copy of them (the
+    /// store's, or a context's in memory): deletes, then puts.
+    pub fn apply_notices(
+        &self,
+        rejections: &mut std::collections::BTreeMap<OpId, Rejection>,
+        conflicts: &mut std::collections::BTreeMap<String, Conflict>,
+    ) {
+        for id in &self.delete_rejections {
+            rejections.remove(id);
+        }
+        for r in &self.put_rejections {
+            rejections.insert(r.op.op_id.clone(), r.clone());
+        }
+        for id in &self.delete_conflicts {
+            conflicts.remove(id);
+        }
+        for c in &self.put_conflicts {
+            conflicts.insert(c.id.clone(), c.clone());
+        }
+    }
+
     /// Adds `later`, a step planned after this one, so both commit as one:
     /// later puts and deletes apply after this step's, as in two commits.
     pub fn then(&mut self, later: Txn) {

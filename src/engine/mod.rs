@@ -644,18 +644,7 @@ impl Engine {
             touched.push(op.place());
             self.outbox.insert(op.clone());
         }
-        for id in &txn.delete_rejections {
-            self.rejections.remove(id);
-        }
-        for r in &txn.put_rejections {
-            self.rejections.insert(r.op.op_id.clone(), r.clone());
-        }
-        for id in &txn.delete_conflicts {
-            self.conflicts.remove(id);
-        }
-        for c in &txn.put_conflicts {
-            self.conflicts.insert(c.id.clone(), c.clone());
-        }
+        txn.apply_notices(&mut self.rejections, &mut self.conflicts);
         if let Some(s) = &txn.sync {
             self.sync = s.clone();
             self.prune_sync();
