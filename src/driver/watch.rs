@@ -22,6 +22,9 @@ struct Watch {
     /// The result last heard; `None` until the first.
     last: Option<Vec<(RowKey, Row)>>,
     listener: WatchListener,
+    /// Runs read from the indexes on disk started so far: only the latest
+    /// one's answer is heard (an earlier one may come back later).
+    runs: u32,
 }
 
 /// The live queries of one context.
@@ -55,11 +58,13 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     pub fn watch(self: &Rc<Self>, table: &str, query: Query, listener: WatchListener) -> u32 {
         let id = self.watches.next.get() + 1;
         self.watches.next.set(id);
-        self.watches.list.borrow_mut().push(Watch { id, table: table.to_owned(), query, last: None, listener });
+        // Over a lazy store whose indexes are kept on disk, read from them;
+        // else over a lazy store, its table is read first (and kept whole).
+        let on_disk = self.engine.borrow().lazy_query(table, &query).is_some();
+        self.watches.list.borrow_mut().push(Watch { id, table: table.to_owned(), query, last: None, listener, runs: 0 });
         let (me, table) = (self.clone(), table.to_owned());
         self.host.spawn(Box::pin(async move {
-            // Over a lazy store, its table is read first (and kept whole).
-            if me.ensure_table(&table).await.is_ok() {
+            if on_disk || me.ensure_table(&table).await.is_ok() {
                 me.refresh(Some(id));
             }
         }));
@@ -87,7 +92,8 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         let changes: Changes = if first.is_some() { Changes::default() } else { self.engine.borrow_mut().take_changes() };
         self.run_watches(&|w| match first {
             Some(id) => w.id == id && w.last.is_none(),
-            None => w.last.is_some() && changes.touches(&w.table),
+            // (A live query read from disk may be under way to its first result.)
+            None => (w.last.is_some() || w.runs > 0) && changes.touches(&w.table),
         });
     }
 
@@ -97,6 +103,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     fn run_watches(&self, due: &dyn Fn(&Watch) -> bool) {
         let mut heard: Vec<(WatchListener, Vec<(RowKey, Row)>)> = Vec::new();
         let mut unread: Vec<String> = Vec::new();
+        let mut on_disk: Vec<(u32, u32, String, Query)> = Vec::new();
         {
             let mut list = self.watches.list.borrow_mut();
             for w in list.iter_mut() {
@@ -108,7 +115,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     e.missing(vec![crate::store::Want::table(&w.table)]).is_empty()
                 };
                 if !held {
-                    if !unread.contains(&w.table) {
+                    if self.engine.borrow().lazy_query(&w.table, &w.query).is_some() {
+                        w.runs += 1;
+                        on_disk.push((w.id, w.runs, w.table.clone(), w.query.clone()));
+                    } else if !unread.contains(&w.table) {
                         unread.push(w.table.clone());
                     }
                     continue;
@@ -129,6 +139,26 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     }
                 }
                 me.run_watches(&|w| w.last.is_some() && unread.contains(&w.table));
+            }));
+        }
+        if let (false, Some(me)) = (on_disk.is_empty(), self.me.upgrade()) {
+            self.host.spawn(Box::pin(async move {
+                for (id, run, table, query) in on_disk {
+                    // A read that fails is tried again after the next step.
+                    let Ok(Some(rows)) = me.query_on_disk(&table, &query).await else { continue };
+                    let listener = {
+                        let mut list = me.watches.list.borrow_mut();
+                        let Some(w) = list.iter_mut().find(|w| w.id == id && w.runs == run) else { continue };
+                        if w.last.as_deref().is_some_and(|l| same(l, &rows)) {
+                            continue;
+                        }
+                        w.last = Some(rows.clone());
+                        w.listener.clone()
+                    };
+                    if !me.closed.get() {
+                        listener(&rows);
+                    }
+                }
             }));
         }
         // Listeners run with nothing borrowed: they may read, watch or unwatch.
