@@ -394,6 +394,13 @@ pub trait LocalStore {
         let _ = range;
         Err(StoreError::Unavailable("this store keeps no index entries".into()))
     }
+    /// [`LocalStore::read_entries`], with the base rows they name when the
+    /// store keeps them beside the entries (IndexedDB: each entry's value),
+    /// each over its own one-row span, read in the same transaction; a
+    /// store that does not answers none (they are read by span then).
+    async fn read_entries_with_rows(&self, range: &EntryRange) -> Result<(Vec<Vec<u8>>, Vec<Provided>), StoreError> {
+        Ok((self.read_entries(range).await?, Vec::new()))
+    }
     /// Folds the base rows written since the last compaction into the
     /// chunks (a store that keeps no log has nothing to do): afterwards
     /// every base row committed before the call is in a chunk.
@@ -431,6 +438,9 @@ impl<S: LocalStore> LocalStore for std::rc::Rc<S> {
     }
     async fn read_entries(&self, range: &EntryRange) -> Result<Vec<Vec<u8>>, StoreError> {
         S::read_entries(self, range).await
+    }
+    async fn read_entries_with_rows(&self, range: &EntryRange) -> Result<(Vec<Vec<u8>>, Vec<Provided>), StoreError> {
+        S::read_entries_with_rows(self, range).await
     }
     async fn compact(&self) -> Result<(), StoreError> {
         S::compact(self).await

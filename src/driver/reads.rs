@@ -73,7 +73,8 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 crate::engine::Next::Done(rows) => return Ok(Some(rows)),
                 crate::engine::Next::Entries(range) => {
                     reads = 0;
-                    let got = self.store.read_entries(&range).await?;
+                    let (got, rows) = self.store.read_entries_with_rows(&range).await?;
+                    self.engine.borrow_mut().provide(rows)?;
                     lq.took(&range, got);
                 }
                 crate::engine::Next::Rows(missing) => {

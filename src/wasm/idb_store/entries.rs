@@ -19,7 +19,7 @@ use crate::known_schema::KnownSchema;
 use crate::protocol::{Row, RowKey};
 use crate::query::disk::{EntriesFor, EntryChange, EntryRange};
 use crate::schema::Schema;
-use crate::store::{ProvidedRows, StoreError, Txn, Want};
+use crate::store::{Provided, ProvidedRows, StoreError, Txn, Want};
 
 /// The entries' store (layout 4).
 pub(super) const ENTRIES: &str = "index_entries";
@@ -129,12 +129,22 @@ pub(super) async fn write(tx: &idb::Transaction, txn: &Txn, plan: Plan) -> Resul
                     None => was.remove(k),
                 };
             }
-            for c in changes {
-                let key = entry_key(&c.index, &c.entry);
-                if c.put {
-                    store.put(&JsValue::NULL, Some(&key)).map_err(failed)?;
-                } else {
-                    store.delete(Query::Key(key)).map_err(failed)?;
+            // Entries gone, then every entry of each row the step leaves,
+            // with the row's bytes (a changed row keeps its entry, and
+            // its value moves).
+            for c in changes.iter().filter(|c| !c.put) {
+                store.delete(Query::Key(entry_key(&c.index, &c.entry))).map_err(failed)?;
+            }
+            let ids: Vec<String> = keep.defs.iter().map(crate::query::IndexDef::id).collect();
+            let mut last: Vec<&RowKey> = Vec::new();
+            for (k, _) in txn.put_base.iter().filter(|(k, _)| keep.covers(&k.table)) {
+                if let Err(at) = last.binary_search(&k) {
+                    last.insert(at, k);
+                }
+            }
+            for k in last {
+                if let Some(r) = was.get(k) {
+                    put_row(&store, &keep, schema.as_ref(), &ids, k, r)?;
                 }
             }
             Ok(())
@@ -150,19 +160,25 @@ pub(super) async fn write(tx: &idb::Transaction, txn: &Txn, plan: Plan) -> Resul
     }
 }
 
+/// Puts every entry of one base row, each with the row's bytes as its
+/// value: a query reads a page's rows with its entries.
+fn put_row(store: &idb::ObjectStore, keep: &EntriesFor, schema: Option<&Schema>, ids: &[String], k: &RowKey, r: &Row) -> Result<(), StoreError> {
+    let bytes = crate::chunks::encode_one(k, r, Vec::new())?;
+    let value: JsValue = Uint8Array::from(bytes.as_slice()).into();
+    let mut out = Ok(());
+    keep.each_entry(schema, k, r, |i, e| {
+        if out.is_ok() {
+            out = store.put(&value, Some(&entry_key(&ids[i], &e))).map(|_| ()).map_err(failed);
+        }
+    });
+    out
+}
+
 /// Every entry of every base row, a chunk at a time (never every row in
 /// memory at once); the deltas, newer, are read first and win.
 async fn rebuild(tx: &idb::Transaction, store: &idb::ObjectStore, keep: &EntriesFor, schema: Option<&Schema>) -> Result<(), StoreError> {
     let ids: Vec<String> = keep.defs.iter().map(crate::query::IndexDef::id).collect();
-    let put = |k: &RowKey, r: &Row| -> Result<(), StoreError> {
-        let mut out = Ok(());
-        keep.each_entry(schema, k, r, |i, e| {
-            if out.is_ok() {
-                out = store.put(&JsValue::NULL, Some(&entry_key(&ids[i], &e))).map(|_| ()).map_err(failed);
-            }
-        });
-        out
-    };
+    let put = |k: &RowKey, r: &Row| put_row(store, keep, schema, &ids, k, r);
     let delta_req = tx.object_store(DELTA).map_err(failed)?.get_all(None, None).map_err(failed)?;
     let batches_req = tx.object_store(BATCHES).map_err(failed)?.get_all(None, None).map_err(failed)?;
     let chunks = tx.object_store(CHUNKS).map_err(failed)?;
@@ -207,9 +223,9 @@ pub(super) fn read_for(v: Option<JsValue>) -> Result<Option<EntriesFor>, StoreEr
 }
 
 /// One index's entries in a range, in a transaction of their own.
-pub(super) async fn read(db: &idb::Database, range: &EntryRange) -> Result<Vec<Vec<u8>>, StoreError> {
+pub(super) async fn read(db: &idb::Database, range: &EntryRange) -> Result<(Vec<Vec<u8>>, Vec<Provided>), StoreError> {
     if range.limit == 0 || range.to.as_ref().is_some_and(|to| *to <= range.from) {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let lower = entry_key(&range.index, &range.from);
     let upper: JsValue = match &range.to {
@@ -220,14 +236,14 @@ pub(super) async fn read(db: &idb::Database, range: &EntryRange) -> Result<Vec<V
     let bounds = KeyRange::bound(&lower, &upper, Some(false), Some(true)).map_err(failed)?;
     let tx = db.transaction(&[ENTRIES], idb::TransactionMode::ReadOnly).map_err(failed)?;
     let store = tx.object_store(ENTRIES).map_err(failed)?;
-    let mut keys: Vec<JsValue> = Vec::new();
+    let (mut keys, mut values): (Vec<JsValue>, Vec<JsValue>) = (Vec::new(), Vec::new());
     if range.reverse {
-        let cursor =
-            store.open_key_cursor(Some(Query::KeyRange(bounds)), Some(CursorDirection::Prev)).map_err(failed)?.await.map_err(failed)?;
+        let cursor = store.open_cursor(Some(Query::KeyRange(bounds)), Some(CursorDirection::Prev)).map_err(failed)?.await.map_err(failed)?;
         if let Some(cursor) = cursor {
             let mut cursor = cursor.into_managed();
-            while let Some(k) = cursor.key().map_err(failed)? {
+            while let (Some(k), Some(v)) = (cursor.key().map_err(failed)?, cursor.value().map_err(failed)?) {
                 keys.push(k);
+                values.push(v);
                 if keys.len() >= range.limit {
                     break;
                 }
@@ -235,16 +251,27 @@ pub(super) async fn read(db: &idb::Database, range: &EntryRange) -> Result<Vec<V
             }
         }
     } else {
+        // Two requests over the same range and count, in one transaction: the same records.
         let limit = u32::try_from(range.limit).ok();
-        keys = store.get_all_keys(Some(Query::KeyRange(bounds)), limit).map_err(failed)?.await.map_err(failed)?;
+        let keys_req = store.get_all_keys(Some(Query::KeyRange(bounds.clone())), limit).map_err(failed)?;
+        let values_req = store.get_all(Some(Query::KeyRange(bounds)), limit).map_err(failed)?;
+        keys = keys_req.await.map_err(failed)?;
+        values = values_req.await.map_err(failed)?;
     }
     // Every read succeeded: what they returned stands however the read-only transaction ends.
     let _ = tx.await;
-    keys.iter()
-        .map(|k| {
-            let part = Array::from(k).get(1);
-            let bytes = part.dyn_into::<js_sys::ArrayBuffer>().map_err(|_| failed("an index entry's key is not bytes"))?;
-            Ok(Uint8Array::new(&bytes).to_vec())
-        })
-        .collect()
+    let mut entries = Vec::with_capacity(keys.len());
+    let mut rows = Vec::with_capacity(keys.len());
+    for (k, v) in keys.iter().zip(&values) {
+        let part = Array::from(k).get(1);
+        let bytes = part.dyn_into::<js_sys::ArrayBuffer>().map_err(|_| failed("an index entry's key is not bytes"))?;
+        entries.push(Uint8Array::new(&bytes).to_vec());
+        // An entry written before its rows were kept beside it has none.
+        if let Some(bytes) = v.dyn_ref::<Uint8Array>() {
+            let (key, row) = crate::chunks::decode_row(&bytes.to_vec())?;
+            let to = Want::row(&key).to;
+            rows.push(Provided { from: key.clone(), to, rows: ProvidedRows::Rows(vec![(key, row)]) });
+        }
+    }
+    Ok((entries, rows))
 }

@@ -618,6 +618,10 @@ impl LocalStore for IdbStore {
     }
 
     async fn read_entries(&self, range: &crate::store::EntryRange) -> Result<Vec<Vec<u8>>, StoreError> {
+        Ok(self.read_entries_with_rows(range).await?.0)
+    }
+
+    async fn read_entries_with_rows(&self, range: &crate::store::EntryRange) -> Result<(Vec<Vec<u8>>, Vec<Provided>), StoreError> {
         let db = self.db()?;
         entries::read(&db, range).await.map_err(|e| self.fail(e))
     }
