@@ -16,8 +16,9 @@ import { root } from './helpers.mjs';
 // bytes takes it back down (420 → 410: no stable sort left in the wasm;
 // 410 → 408: no serde_json::Value in it; 408 → 428: the lazy store's reads,
 // issue 20; 428 → 440: indexes kept on disk, kept by IndexedDB in the step's
-// transaction, +10.3 KB — BENCHMARKS.md, "The package, step by step").
-const BUDGET_KB = 440;
+// transaction, +10.3 KB; 440 → 452: queries and live queries read from
+// them over a lazy store, +12.1 KB — BENCHMARKS.md, "The package, step by step").
+const BUDGET_KB = 452;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');
