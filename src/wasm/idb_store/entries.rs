@@ -1,7 +1,8 @@
 //! Index entries in IndexedDB (PROTOCOL §7, "Indexes on disk"): one record
 //! per entry in `index_entries`, keyed `[index, entry bytes]` (binary keys
-//! order bytewise, as the entries are spelled to), with no value; what
-//! they are of is the `entries_for` record of `meta`.
+//! order bytewise, as the entries are spelled to), its value the base
+//! row's bytes (so a query reads a page's rows with its entries, and no
+//! chunk); what they are of is the `entries_for` record of `meta`.
 //!
 //! They are kept in the transaction of the step that writes base rows:
 //! the rows' old values are read there, from the chunks and the batches,
