@@ -74,7 +74,14 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 crate::engine::Next::Entries(range) => {
                     reads = 0;
                     let (got, rows) = self.store.read_entries_with_rows(&range).await?;
-                    self.engine.borrow_mut().provide(rows)?;
+                    // The rows not held yet (each read is a span to join).
+                    let mut e = self.engine.borrow_mut();
+                    let rows: Vec<_> = rows
+                        .into_iter()
+                        .filter(|p| !e.missing(vec![crate::store::Want { from: p.from.clone(), to: p.to.clone() }]).is_empty())
+                        .collect();
+                    e.provide(rows)?;
+                    drop(e);
                     lq.took(&range, got);
                 }
                 crate::engine::Next::Rows(missing) => {

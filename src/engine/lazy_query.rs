@@ -18,8 +18,13 @@ use crate::query::disk::EntryRange;
 use crate::query::{self, sortkey, DiskPlan, Hits, Query};
 use crate::store::Want;
 
-/// Entries read at a time: enough for a page, and its rows read together.
+/// Entries read at a time when the read cannot stop at a limit: its rows
+/// read together.
 const BATCH: usize = 256;
+
+/// Entries read past the limit of an ordered read, for the rows its
+/// filters or queued edits pass over (another batch follows if short).
+const SLACK: usize = 8;
 
 /// A query under way.
 #[derive(Debug, Clone)]
@@ -76,7 +81,12 @@ impl LazyQuery {
             (Some(n), true) => to = n.clone(),
             (None, _) => {}
         }
-        EntryRange { index: self.plan.def.id(), from, to: Some(to), reverse: self.plan.reverse, limit: BATCH }
+        // An ordered read needs its page (and a few more); then batches.
+        let limit = match (self.plan.ordered, self.q.limit) {
+            (true, Some(l)) if self.next.is_none() => l + SLACK,
+            _ => BATCH,
+        };
+        EntryRange { index: self.plan.def.id(), from, to: Some(to), reverse: self.plan.reverse, limit }
     }
 }
 

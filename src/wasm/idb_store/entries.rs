@@ -163,7 +163,14 @@ pub(super) async fn write(tx: &idb::Transaction, txn: &Txn, plan: Plan) -> Resul
 
 /// Puts every entry of one base row, each with the row's bytes as its
 /// value: a query reads a page's rows with its entries.
-fn put_row(store: &idb::ObjectStore, keep: &EntriesFor, schema: Option<&Schema>, ids: &[String], k: &RowKey, r: &Row) -> Result<(), StoreError> {
+fn put_row(
+    store: &idb::ObjectStore,
+    keep: &EntriesFor,
+    schema: Option<&Schema>,
+    ids: &[String],
+    k: &RowKey,
+    r: &Row,
+) -> Result<(), StoreError> {
     let bytes = crate::chunks::encode_one(k, r, Vec::new())?;
     let value: JsValue = Uint8Array::from(bytes.as_slice()).into();
     let mut out = Ok(());
@@ -239,7 +246,8 @@ pub(super) async fn read(db: &idb::Database, range: &EntryRange) -> Result<(Vec<
     let store = tx.object_store(ENTRIES).map_err(failed)?;
     let (mut keys, mut values): (Vec<JsValue>, Vec<JsValue>) = (Vec::new(), Vec::new());
     if range.reverse {
-        let cursor = store.open_cursor(Some(Query::KeyRange(bounds)), Some(CursorDirection::Prev)).map_err(failed)?.await.map_err(failed)?;
+        let cursor =
+            store.open_cursor(Some(Query::KeyRange(bounds)), Some(CursorDirection::Prev)).map_err(failed)?.await.map_err(failed)?;
         if let Some(cursor) = cursor {
             let mut cursor = cursor.into_managed();
             while let (Some(k), Some(v)) = (cursor.key().map_err(failed)?, cursor.value().map_err(failed)?) {
