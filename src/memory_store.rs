@@ -81,7 +81,7 @@ impl Tables {
         if let Some(f) = &txn.following {
             self.following = Some(f.clone());
         }
-        crate::query::disk::apply(&mut self.entries, &changes);
+        crate::index_def::apply(&mut self.entries, &changes);
         if let (true, Some(f)) = (rebuild, &keep) {
             self.entries = f.build(self.parsed_schema().as_ref(), self.base.iter());
             self.entries_for = Some(f.clone());

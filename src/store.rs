@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Clock;
 use crate::conflict::Conflict;
 use crate::following::Following;
-pub use crate::index_def::{EntriesFor, EntryRange};
+use crate::index_def::{EntriesFor, EntryRange};
 use crate::known_schema::KnownSchema;
 use crate::protocol::{Op, OpId, Row, RowKey};
 use crate::sync_state::SyncState;

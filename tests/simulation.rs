@@ -55,7 +55,7 @@ fn site_data_cleared_under_the_devices_converges_and_nothing_held_is_lost() {
     }
     // Seeds that failed once, each with what it caught.
     for (seed, caught) in [
-        (15, "a copy filled again handed out numbers another context had reserved in the lost database"),
+        (15, "a copy filled again handed out numbers another context had reserved in the lost database; later, a copy written back without asking the store to keep its indexes again"),
         (329, "a context took a copy another had filled again for its own, and did not put back the op only it held"),
         (5624, "a sync cycle wrote a step planned on the lost copy (its cursors) into the new one: rows never pulled"),
     ] {

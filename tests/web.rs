@@ -199,7 +199,7 @@ async fn an_aborted_transaction_leaves_no_half_recorded_op() {
 
 #[wasm_bindgen_test]
 async fn an_aborted_step_takes_its_index_entries_with_its_rows() {
-    use marksync::query::disk::{EntriesFor, EntryRange};
+    use marksync::index_def::{EntriesFor, EntryRange};
     use marksync::query::IndexDef;
     let store = IdbStore::connect(&unique("abort-entries")).await.unwrap();
     store.open(Meta::fresh("dev".into())).await.unwrap();

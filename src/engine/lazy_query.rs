@@ -13,8 +13,8 @@
 use std::borrow::Cow;
 
 use super::Engine;
+use crate::index_def::EntryRange;
 use crate::protocol::{Row, RowKey};
-use crate::query::disk::EntryRange;
 use crate::query::{self, sortkey, DiskPlan, Hits, Query};
 use crate::store::Want;
 

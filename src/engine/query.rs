@@ -11,8 +11,8 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use super::Engine;
+use crate::index_def::EntriesFor;
 use crate::protocol::{Row, RowKey};
-use crate::query::disk::EntriesFor;
 use crate::query::{self, Explain, IndexDef, Indexes, Query, Source};
 use crate::store::Want;
 

@@ -19,7 +19,7 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use super::index::{Index, IndexDef};
-pub use crate::index_def::{apply, Entries, EntriesFor, EntryChange, EntryRange};
+use crate::index_def::{Entries, EntriesFor, EntryChange};
 use crate::protocol::{Row, RowKey};
 use crate::schema::Schema;
 

@@ -302,7 +302,8 @@ pub async fn index_entries_follow_the_base_rows<S: LocalStore, F: std::future::F
     store: &S,
     compact: impl Fn() -> F,
 ) -> Result<(), String> {
-    use crate::query::disk::{entry, EntriesFor, EntryRange};
+    use crate::index_def::{EntriesFor, EntryRange};
+    use crate::query::disk::entry;
     use crate::query::IndexDef;
     let err = |e: crate::store::StoreError| e.to_string();
     let set = |exercise: &str, at: u64| {

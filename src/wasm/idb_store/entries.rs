@@ -16,9 +16,9 @@ use js_sys::{Array, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::{chunk_rows, deltas_in_order, failed, key_of, parse, read_spans, BATCHES, CHUNKS, DELTA, META, SCHEMA};
+use crate::index_def::{EntriesFor, EntryChange, EntryRange};
 use crate::known_schema::KnownSchema;
 use crate::protocol::{Row, RowKey};
-use crate::query::disk::{EntriesFor, EntryChange, EntryRange};
 use crate::schema::Schema;
 use crate::store::{Provided, ProvidedRows, StoreError, Txn, Want};
 

@@ -617,11 +617,11 @@ impl LocalStore for IdbStore {
         self.read_base_in(wants).await.map_err(|e| self.fail(e))
     }
 
-    async fn read_entries(&self, range: &crate::store::EntryRange) -> Result<Vec<Vec<u8>>, StoreError> {
+    async fn read_entries(&self, range: &crate::index_def::EntryRange) -> Result<Vec<Vec<u8>>, StoreError> {
         Ok(self.read_entries_with_rows(range).await?.0)
     }
 
-    async fn read_entries_with_rows(&self, range: &crate::store::EntryRange) -> Result<(Vec<Vec<u8>>, Vec<Provided>), StoreError> {
+    async fn read_entries_with_rows(&self, range: &crate::index_def::EntryRange) -> Result<(Vec<Vec<u8>>, Vec<Provided>), StoreError> {
         let db = self.db()?;
         entries::read(&db, range).await.map_err(|e| self.fail(e))
     }
