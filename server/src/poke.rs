@@ -33,18 +33,29 @@ pub enum Poke {
 }
 
 impl Poke {
-    /// The `NOTIFY` payload: `s <head> <space>` or `m <bytes of space>
-    /// <space><user>`, the names last and measured, so that any name
-    /// (spaces included) follows whole.
-    pub fn payload(&self) -> String {
+    /// The `NOTIFY` payload of the store named `origin`: `<origin hex> s
+    /// <head> <space>` or `<origin hex> m <bytes of space> <space><user>`,
+    /// the names last and measured, so that any name (spaces included)
+    /// follows whole.
+    pub fn payload(&self, origin: u64) -> String {
         match self {
-            Poke::Space { space, head } => format!("s {head} {space}"),
-            Poke::Members { user, space } => format!("m {} {space}{user}", space.len()),
+            Poke::Space { space, head } => format!("{origin:x} s {head} {space}"),
+            Poke::Members { user, space } => format!("{origin:x} m {} {space}{user}", space.len()),
         }
     }
 
-    /// The poke of a payload; `None` for anything else.
-    pub fn parse(payload: &str) -> Option<Poke> {
+    /// The origin and poke of a payload (a payload of a server before
+    /// origins has none); `None` for anything else.
+    pub fn parse(payload: &str) -> Option<(Option<u64>, Poke)> {
+        let (first, rest) = payload.split_once(' ')?;
+        // `s` and `m` are no hex numbers.
+        match u64::from_str_radix(first, 16) {
+            Ok(origin) => Some((Some(origin), Self::parse_poke(rest)?)),
+            Err(_) => Some((None, Self::parse_poke(payload)?)),
+        }
+    }
+
+    fn parse_poke(payload: &str) -> Option<Poke> {
         match payload.split_once(' ')? {
             ("s", rest) => {
                 let (head, space) = rest.split_once(' ')?;
@@ -270,9 +281,11 @@ mod tests {
             Poke::Members { user: "a user id".into(), space: "~a user id".into() },
             Poke::Members { user: "u".into(), space: "team-1".into() },
         ] {
-            assert_eq!(Poke::parse(&poke.payload()), Some(poke));
+            assert_eq!(Poke::parse(&poke.payload(0xbeef)), Some((Some(0xbeef), poke.clone())));
+            let before_origins = poke.payload(0).split_once(' ').unwrap().1.to_owned();
+            assert_eq!(Poke::parse(&before_origins), Some((None, poke)));
         }
-        for bad in ["", "x y", "s 1", "s x team", "m ", "m 3 ab", "m 2 ab", "m x abc", "42 alice"] {
+        for bad in ["", "x y", "s 1", "s x team", "m ", "m 3 ab", "m 2 ab", "m x abc", "42 alice", "42 s 1"] {
             assert_eq!(Poke::parse(bad), None, "{bad:?}");
         }
     }

@@ -17,7 +17,6 @@ use super::dialect::{Dialect, EncodedRow, Key, VerdictColumns};
 use super::error::DbError;
 use super::page::{page_within, Paged, PulledRow};
 use crate::clock::now_ms_db;
-use crate::poke::Poke;
 
 /// The statements both dialects speak alike.
 mod sql {
@@ -220,8 +219,9 @@ pub(crate) trait Conn: Send {
     async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<(), DbError>;
     /// Sets spaces' heads.
     async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), DbError>;
-    /// Tells the other server processes, on commit (nothing where one process owns the database).
-    async fn announce(&mut self, poke: &Poke) -> Result<(), DbError>;
+    /// Sends `payload` to the other server processes on commit (nothing
+    /// where one process owns the database); see [`super::dialect::WriteTx::announce`].
+    async fn notify(&mut self, payload: &str) -> Result<(), DbError>;
     /// Opens a savepoint whose writes [`Conn::undo_savepoint`] throws away.
     async fn savepoint(&mut self) -> Result<(), DbError>;
     /// Undoes everything since [`Conn::savepoint`], and closes it.
@@ -420,9 +420,9 @@ where
         Ok(())
     }
 
-    async fn announce(&mut self, poke: &Poke) -> Result<(), DbError> {
+    async fn notify(&mut self, payload: &str) -> Result<(), DbError> {
         if let Some(notify) = C::Database::SQL.notify {
-            sqlx::query(notify).bind(POKES).bind(poke.payload()).execute(self).await?;
+            sqlx::query(notify).bind(POKES).bind(payload).execute(self).await?;
         }
         Ok(())
     }

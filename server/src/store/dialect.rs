@@ -162,12 +162,27 @@ pub(crate) struct Pools<D: Database> {
     pub writer: Pool<D>,
     pub reader: Pool<D>,
     pub gate: Option<Arc<Gate>>,
+    /// This store's name in its `NOTIFY`s, so that its own come back to nobody.
+    pub origin: u64,
+}
+
+impl<D: Database> Pools<D> {
+    pub(crate) fn new(writer: Pool<D>, reader: Pool<D>, gate: Option<Arc<Gate>>) -> Pools<D> {
+        Pools { writer, reader, gate, origin: new_origin() }
+    }
+}
+
+/// A name no other store on the database picks (64 random bits).
+fn new_origin() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new().build_hasher().finish()
 }
 
 /// A write transaction, and the writer's turn it holds until it ends
 /// (dropped after the transaction: fields drop in order).
 pub(crate) struct WriteTx<D: Database> {
     tx: Transaction<'static, D>,
+    origin: u64,
     _turn: Option<Permit>,
 }
 
@@ -178,6 +193,16 @@ impl<D: Database> WriteTx<D> {
 
     pub(crate) async fn rollback(self) -> Result<(), sqlx::Error> {
         self.tx.rollback().await
+    }
+
+    /// Tells the other server processes of `poke` on commit; this one's own
+    /// streams heard it from the request that made it.
+    pub(crate) async fn announce(&mut self, poke: &crate::poke::Poke) -> Result<(), DbError>
+    where
+        D::Connection: super::conn::Conn,
+    {
+        let payload = poke.payload(self.origin);
+        super::conn::Conn::notify(&mut *self.tx, &payload).await
     }
 }
 
@@ -201,7 +226,7 @@ fn stats_of<D: Database>(pool: &'static str, p: &Pool<D>) -> PoolStats {
 // By hand: a derive would ask `D: Clone` of the database type.
 impl<D: Database> Clone for Pools<D> {
     fn clone(&self) -> Self {
-        Pools { writer: self.writer.clone(), reader: self.reader.clone(), gate: self.gate.clone() }
+        Pools { writer: self.writer.clone(), reader: self.reader.clone(), gate: self.gate.clone(), origin: self.origin }
     }
 }
 
@@ -271,7 +296,7 @@ impl<D: Dialect> Pools<D> {
             Some(gate) => Some(gate.enter(user).await),
             None => None,
         };
-        Ok(WriteTx { tx: self.writer.begin_with(D::SQL.begin_write).await?, _turn: turn })
+        Ok(WriteTx { tx: self.writer.begin_with(D::SQL.begin_write).await?, origin: self.origin, _turn: turn })
     }
 
     /// A read-only snapshot.

@@ -259,7 +259,7 @@ impl Store {
     /// `LISTEN`/`NOTIFY`; SQLite is one process's file: nothing to listen to).
     pub fn forward_pokes(&self, pokes: std::sync::Arc<crate::poke::Hub>, shutdown: watch::Receiver<bool>) {
         if let Backend::Postgres(db) = &self.0 {
-            postgres::forward_pokes(&db.writer, pokes, shutdown);
+            postgres::forward_pokes(db, pokes, shutdown);
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::str::FromStr;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgQueryResult};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgQueryResult};
 use sqlx::{Connection, Postgres};
 use tokio::sync::watch;
 
@@ -89,7 +89,7 @@ impl Dialect for Postgres {
             .connect_with(connect)
             .await
             .map_err(what)?;
-        Ok(Pools { writer: pool.clone(), reader: pool, gate: None })
+        Ok(Pools::new(pool.clone(), pool, None))
     }
 
     fn bind_list<'q>(q: Query<'q, Postgres>, items: &[&str]) -> Result<Query<'q, Postgres>, DbError> {
@@ -148,11 +148,11 @@ async fn stopped(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
 /// lost connection it listens again (a poke sent meanwhile is missed:
 /// clients pull on their next sync, and again when their stream reconnects).
 pub(crate) fn forward_pokes(
-    pool: &PgPool,
+    pools: &Pools<Postgres>,
     pokes: std::sync::Arc<crate::poke::Hub>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let pool = pool.clone();
+    let (pool, origin) = (pools.writer.clone(), pools.origin);
     tokio::spawn(async move {
         loop {
             let listened = async {
@@ -180,9 +180,13 @@ pub(crate) fn forward_pokes(
                 };
                 match n {
                     Ok(n) => {
-                        if let Some(poke) = Poke::parse(n.payload()) {
+                        // Its own came back: its streams heard them when they were made.
+                        // (Heard twice, a membership poke made each device pull twice.)
+                        match Poke::parse(n.payload()) {
+                            Some((from, _)) if from == Some(origin) => {}
                             // No stream may be open here: that is fine.
-                            pokes.send(poke);
+                            Some((_, poke)) => pokes.send(poke),
+                            None => {}
                         }
                     }
                     Err(e) => {

@@ -98,7 +98,7 @@ impl Dialect for Sqlite {
                 .await
                 .map_err(what)?,
         };
-        Ok(Pools { writer, reader, gate: Some(super::writer::Gate::new(options.writer_in_arrival_order())) })
+        Ok(Pools::new(writer, reader, Some(super::writer::Gate::new(options.writer_in_arrival_order()))))
     }
 
     fn bind_list<'q>(q: Query<'q, Sqlite>, items: &[&str]) -> Result<Query<'q, Sqlite>, DbError> {
