@@ -140,7 +140,21 @@ async function main() {
       try {
         await page.goto(url);
         await page.waitForFunction(() => window.ready);
-        return await page.evaluate(([f, s, a]) => window[f](s, a), [fn, system, args]);
+        // BENCH_PROFILE=w6run: a CPU profile of that step, per system, in results/.
+        const cdp = process.env.BENCH_PROFILE === fn ? await context.newCDPSession(page) : null;
+        if (cdp) {
+          await cdp.send('Profiler.enable');
+          await cdp.send('Profiler.setSamplingInterval', { interval: 100 });
+          await cdp.send('Profiler.start');
+        }
+        const out = await page.evaluate(([f, s, a]) => window[f](s, a), [fn, system, args]);
+        if (cdp) {
+          const { profile } = await cdp.send('Profiler.stop');
+          const file = new URL(`results/${fn}-${system}.cpuprofile`, import.meta.url);
+          (await import('node:fs')).writeFileSync(file, JSON.stringify(profile));
+          process.stderr.write(`# profile: ${file.pathname}\n`);
+        }
+        return out;
       } catch (e) {
         return { error: `${e.message.split('\n')[0]}${errors.length ? ` (page: ${errors.join('; ')})` : ''}` };
       } finally {

@@ -362,6 +362,12 @@ pub async fn index_entries_follow_the_base_rows<S: LocalStore, F: std::future::F
     check(store.read_entries(&all).await.map_err(err)? == now, "a row the last step wrote")?;
     let last = EntryRange { reverse: true, limit: 1, ..all.clone() };
     check(store.read_entries(&last).await.map_err(err)? == now[now.len() - 1..], "read from the end")?;
+    let back = |limit, to: Option<&Vec<u8>>| EntryRange { reverse: true, limit, to: to.cloned(), ..all.clone() };
+    let desc = |from: usize, to: usize| now[from..to].iter().rev().cloned().collect::<Vec<_>>();
+    check(store.read_entries(&back(2, None)).await.map_err(err)? == desc(1, 3), "a page from the end, newest first")?;
+    check(store.read_entries(&back(9, None)).await.map_err(err)? == desc(0, 3), "a page longer than the range")?;
+    check(store.read_entries(&back(1, Some(&now[2]))).await.map_err(err)? == desc(1, 2), "from the end of a range")?;
+    check(store.read_entries(&back(5, Some(&now[0]))).await.map_err(err)?.is_empty(), "an empty range")?;
     let from = EntryRange { from: now[1].clone(), to: Some(now[2].clone()), ..all.clone() };
     check(store.read_entries(&from).await.map_err(err)? == now[1..2], "a range: from included, to not")?;
     let other = EntryRange { index: IndexDef { table: "sets".into(), fields: vec!["reps".into()] }.id(), ..all.clone() };

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use idb::request::GetAllStoreRequest;
 use idb::{CursorDirection, KeyRange, Query};
 use js_sys::{Array, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
@@ -230,6 +231,69 @@ pub(super) fn read_for(v: Option<JsValue>) -> Result<Option<EntriesFor>, StoreEr
     EntriesFor::read(&text).map(Some).ok_or_else(|| super::corrupt("what the index entries are of does not read"))
 }
 
+/// IndexedDB 3's `getAllRecords` over `range` (keys and values in one
+/// request, in either direction), where the browser has it (Chromium 141
+/// on); `None` elsewhere.
+fn all_records(store: &idb::ObjectStore, range: &KeyRange, count: u32, reverse: bool) -> Result<Option<GetAllStoreRequest>, StoreError> {
+    let raw: web_sys::IdbObjectStore = store.clone().into();
+    let f = js_sys::Reflect::get(&raw, &JsValue::from_str("getAllRecords")).map_err(thrown)?;
+    let Some(f) = f.dyn_ref::<js_sys::Function>() else { return Ok(None) };
+    let options = js_sys::Object::new();
+    let set = |k: &str, v: JsValue| js_sys::Reflect::set(&options, &JsValue::from_str(k), &v).map_err(thrown);
+    set("query", range.clone().into())?;
+    set("count", count.into())?;
+    set("direction", JsValue::from_str(if reverse { "prev" } else { "next" }))?;
+    let request = f.call1(&raw, &options).map_err(thrown)?;
+    Ok(Some(request.unchecked_into::<web_sys::IdbRequest>().into()))
+}
+
+/// What the browser threw, as a failed read.
+fn thrown(e: JsValue) -> StoreError {
+    let part = |name: &str| js_sys::Reflect::get(&e, &JsValue::from_str(name)).ok().and_then(|v| v.as_string());
+    failed(format!("{}: {}", part("name").unwrap_or_default(), part("message").unwrap_or_default()))
+}
+
+/// Keys and values in two requests, ascending from where the page starts.
+async fn read_in_parts(
+    store: &idb::ObjectStore,
+    bounds: KeyRange,
+    upper: &JsValue,
+    limit: u32,
+    reverse: bool,
+) -> Result<(Vec<JsValue>, Vec<JsValue>), StoreError> {
+    // Ascending from where the page starts. Backwards, the start is found
+    // first: a key cursor on the range's end steps back the page's length in
+    // one request (a cursor walked record by record takes a round trip per entry).
+    let from = if reverse {
+        let cursor = store
+            .open_key_cursor(Some(Query::KeyRange(bounds.clone())), Some(CursorDirection::Prev))
+            .map_err(failed)?
+            .await
+            .map_err(failed)?;
+        let Some(cursor) = cursor else { return Ok((Vec::new(), Vec::new())) };
+        let mut cursor = cursor.into_managed();
+        if limit > 1 {
+            cursor.advance(limit - 1).await.map_err(failed)?;
+        }
+        // Past the range's start: the page is the whole range.
+        match cursor.key().map_err(failed)? {
+            Some(start) => KeyRange::bound(&start, upper, Some(false), Some(true)).map_err(failed)?,
+            None => bounds,
+        }
+    } else {
+        bounds
+    };
+    // Two requests over the same range and count, in one transaction: the same records.
+    let keys_req = store.get_all_keys(Some(Query::KeyRange(from.clone())), Some(limit)).map_err(failed)?;
+    let values_req = store.get_all(Some(Query::KeyRange(from)), Some(limit)).map_err(failed)?;
+    let (mut keys, mut values) = (keys_req.await.map_err(failed)?, values_req.await.map_err(failed)?);
+    if reverse {
+        keys.reverse();
+        values.reverse();
+    }
+    Ok((keys, values))
+}
+
 /// One index's entries in a range, in a transaction of their own.
 pub(super) async fn read(db: &idb::Database, range: &EntryRange) -> Result<(Vec<Vec<u8>>, Vec<Provided>), StoreError> {
     if range.limit == 0 || range.to.as_ref().is_some_and(|to| *to <= range.from) {
@@ -244,31 +308,23 @@ pub(super) async fn read(db: &idb::Database, range: &EntryRange) -> Result<(Vec<
     let bounds = KeyRange::bound(&lower, &upper, Some(false), Some(true)).map_err(failed)?;
     let tx = db.transaction(&[ENTRIES], idb::TransactionMode::ReadOnly).map_err(failed)?;
     let store = tx.object_store(ENTRIES).map_err(failed)?;
-    let (mut keys, mut values): (Vec<JsValue>, Vec<JsValue>) = (Vec::new(), Vec::new());
-    if range.reverse {
-        let cursor =
-            store.open_cursor(Some(Query::KeyRange(bounds)), Some(CursorDirection::Prev)).map_err(failed)?.await.map_err(failed)?;
-        if let Some(cursor) = cursor {
-            let mut cursor = cursor.into_managed();
-            while let (Some(k), Some(v)) = (cursor.key().map_err(failed)?, cursor.value().map_err(failed)?) {
-                keys.push(k);
-                values.push(v);
-                if keys.len() >= range.limit {
-                    break;
-                }
-                cursor.next(None).await.map_err(failed)?;
+    let limit = u32::try_from(range.limit).unwrap_or(u32::MAX);
+    let (keys, values) = match all_records(&store, &bounds, limit, range.reverse)? {
+        Some(request) => {
+            let records = request.await.map_err(failed)?;
+            let field = |r: &JsValue, name: &str| js_sys::Reflect::get(r, &JsValue::from_str(name)).map_err(thrown);
+            let mut pairs = (Vec::with_capacity(records.len()), Vec::with_capacity(records.len()));
+            for r in &records {
+                pairs.0.push(field(r, "key")?);
+                pairs.1.push(field(r, "value")?);
             }
+            pairs
         }
-    } else {
-        // Two requests over the same range and count, in one transaction: the same records.
-        let limit = u32::try_from(range.limit).ok();
-        let keys_req = store.get_all_keys(Some(Query::KeyRange(bounds.clone())), limit).map_err(failed)?;
-        let values_req = store.get_all(Some(Query::KeyRange(bounds)), limit).map_err(failed)?;
-        keys = keys_req.await.map_err(failed)?;
-        values = values_req.await.map_err(failed)?;
-    }
-    // Every read succeeded: what they returned stands however the read-only transaction ends.
-    let _ = tx.await;
+        None => read_in_parts(&store, bounds, &upper, limit, range.reverse).await?,
+    };
+    // Every read succeeded: what they returned stands however the read-only
+    // transaction ends, and it ends by itself (waiting for it: a round trip more).
+    drop(tx);
     let mut entries = Vec::with_capacity(keys.len());
     let mut rows = Vec::with_capacity(keys.len());
     for (k, v) in keys.iter().zip(&values) {

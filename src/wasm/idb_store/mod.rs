@@ -749,15 +749,16 @@ impl IdbStore {
     async fn read_base_in(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
         let tx = self.db()?.transaction(&[CHUNKS], TransactionMode::ReadOnly).map_err(failed)?;
         let out = read_spans(&tx.object_store(CHUNKS).map_err(failed)?, wants).await?;
-        // Every read succeeded: what they returned stands however the read-only transaction ends.
-        let _ = tx.await;
+        // Every read succeeded: what they returned stands however the read-only
+        // transaction ends, and it ends by itself (waiting for it: a round trip more).
+        drop(tx);
         Ok(out)
     }
 
     async fn read_sync_in(&self) -> Result<Option<crate::sync_state::SyncState>, StoreError> {
         let tx = self.db()?.transaction(&[META], TransactionMode::ReadOnly).map_err(failed)?;
         let v = tx.object_store(META).map_err(failed)?.get(Query::Key(JsValue::from_str(SYNC))).map_err(failed)?.await.map_err(failed)?;
-        let _ = tx.await;
+        drop(tx);
         Ok(v.and_then(|v| parse(&v).ok()))
     }
 
