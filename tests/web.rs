@@ -919,6 +919,50 @@ async fn a_lazy_context_reads_its_queries_from_the_indexes_on_disk() {
         assert_eq!(ids(&got), ids(want), "{q:?}");
         assert!(!got.is_empty(), "{q:?}");
     }
+    // Live: a step's few known rows update an answer without a read; a row
+    // leaving a full page has it read again; a live query no change touches
+    // is not heard.
+    type Heard = Rc<RefCell<Vec<Vec<(RowKey, marksync::protocol::Row)>>>>;
+    let top = Query { order: vec![Order { field: "reps".into(), dir: Dir::Desc }], limit: Some(5), ..Query::default() };
+    let ones = Query { filters: vec![Filter { field: "reps".into(), preds: vec![Pred::Eq(Value::from(1))] }], ..Query::default() };
+    let (heard, others): (Heard, Heard) = Default::default();
+    let (h, o) = (heard.clone(), others.clone());
+    lazy.watch("sets", top.clone(), Rc::new(move |rows| h.borrow_mut().push(rows.to_vec())));
+    lazy.watch("sets", ones, Rc::new(move |rows| o.borrow_mut().push(rows.to_vec())));
+    let heard_n = |n: usize| {
+        let heard = heard.clone();
+        async move {
+            for _ in 0..300 {
+                if heard.borrow().len() >= n {
+                    return;
+                }
+                gloo_timers::future::TimeoutFuture::new(10).await;
+            }
+            panic!("the live query was not heard {n} times");
+        }
+    };
+    heard_n(1).await;
+    let fresh = |q: Query| {
+        let lazy = lazy.clone();
+        async move { lazy.query_on_disk("sets", &q).await.unwrap().unwrap() }
+    };
+    let reps = |rows: &[(RowKey, marksync::protocol::Row)]| rows.iter().map(|(k, r)| (k.row_id.clone(), r.get("reps").cloned())).collect::<Vec<_>>();
+    assert_eq!(reps(&heard.borrow()[0]), reps(&fresh(top.clone()).await));
+    // The context's first step after its open shows all as changed: both are read again, neither heard.
+    lazy.change("sets", &named[6].1, set(4)).await.unwrap();
+    gloo_timers::future::TimeoutFuture::new(50).await;
+    let before = lazy.live_updates();
+    lazy.change("sets", &named[5].1, set(99)).await.unwrap();
+    heard_n(2).await;
+    assert_eq!(lazy.live_updates(), before + 2, "a new first row: both answers updated without a read");
+    assert_eq!(reps(&heard.borrow()[1]), reps(&fresh(top.clone()).await));
+    lazy.change("sets", &named[5].1, set(2)).await.unwrap();
+    heard_n(3).await;
+    assert_eq!(lazy.live_updates(), before + 3, "a full page that lost a row: read again (the other: updated)");
+    assert_eq!(reps(&heard.borrow()[2]), reps(&fresh(top).await));
+    gloo_timers::future::TimeoutFuture::new(50).await;
+    assert_eq!(others.borrow().len(), 1, "no change touched the other live query's answer");
+    assert_eq!(heard.borrow().len(), 3);
     lazy.close();
     tab.close();
 }

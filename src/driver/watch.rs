@@ -25,6 +25,9 @@ struct Watch {
     /// Runs read from the indexes on disk started so far: only the latest
     /// one's answer is heard (an earlier one may come back later).
     runs: u32,
+    /// Whether `last` is the answer as of every change told so far (no read
+    /// under way): a change of a few known rows then updates it in memory.
+    exact: bool,
 }
 
 /// The live queries of one context.
@@ -32,6 +35,8 @@ struct Watch {
 pub struct Watches {
     list: RefCell<Vec<Watch>>,
     next: Cell<u32>,
+    /// Answers read from the indexes on disk that a step updated without a read.
+    updated: Cell<u64>,
 }
 
 /// Whether two results show the app the same rows (marks may differ).
@@ -61,7 +66,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         // Over a lazy store whose indexes are kept on disk, read from them;
         // else over a lazy store, its table is read first (and kept whole).
         let on_disk = self.engine.borrow().lazy_query(table, &query).is_some();
-        self.watches.list.borrow_mut().push(Watch { id, table: table.to_owned(), query, last: None, listener, runs: 0 });
+        self.watches.list.borrow_mut().push(Watch { id, table: table.to_owned(), query, last: None, listener, runs: 0, exact: false });
         let (me, table) = (self.clone(), table.to_owned());
         self.host.spawn(Box::pin(async move {
             if on_disk || me.ensure_table(&table).await.is_ok() {
@@ -69,6 +74,12 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             }
         }));
         id
+    }
+
+    /// How many live answers read from the indexes on disk were updated
+    /// from the rows a step changed, without a read.
+    pub fn live_updates(&self) -> u64 {
+        self.watches.updated.get()
     }
 
     /// Stops a live query (again: nothing).
@@ -90,17 +101,20 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         // A first run reads the rows as they are and leaves the changes to
         // the step that made them (the other live queries still need them).
         let changes: Changes = if first.is_some() { Changes::default() } else { self.engine.borrow_mut().take_changes() };
-        self.run_watches(&|w| match first {
+        let due = |w: &Watch| match first {
             Some(id) => w.id == id && w.last.is_none(),
             // (A live query read from disk may be under way to its first result.)
             None => (w.last.is_some() || w.runs > 0) && changes.touches(&w.table),
-        });
+        };
+        self.run_watches(&due, first.is_none().then_some(&changes));
     }
 
     /// Runs again the live queries `due` names and tells the ones whose
     /// result moved. A live query whose table is not all held (a reopened
-    /// engine over a lazy store) runs once its rows are read.
-    fn run_watches(&self, due: &dyn Fn(&Watch) -> bool) {
+    /// engine over a lazy store) runs once its rows are read; one read from
+    /// the indexes on disk is updated from the `changes` without a read when
+    /// they are few and known ([`crate::query::update`]), else read again.
+    fn run_watches(&self, due: &dyn Fn(&Watch) -> bool, changes: Option<&Changes>) {
         let mut heard: Vec<(WatchListener, Vec<(RowKey, Row)>)> = Vec::new();
         let mut unread: Vec<String> = Vec::new();
         let mut on_disk: Vec<(u32, u32, String, Query)> = Vec::new();
@@ -116,7 +130,19 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 };
                 if !held {
                     if self.engine.borrow().lazy_query(&w.table, &w.query).is_some() {
+                        let told = changes.and_then(|c| c.rows_of(&w.table)).filter(|_| w.exact);
+                        if let (Some(told), Some(last)) = (told, w.last.as_deref()) {
+                            if let Some(rows) = crate::query::update(&w.query, last, told) {
+                                self.watches.updated.set(self.watches.updated.get() + 1);
+                                if !same(last, &rows) {
+                                    w.last = Some(rows.clone());
+                                    heard.push((w.listener.clone(), rows));
+                                }
+                                continue;
+                            }
+                        }
                         w.runs += 1;
+                        w.exact = false;
                         on_disk.push((w.id, w.runs, w.table.clone(), w.query.clone()));
                     } else if !unread.contains(&w.table) {
                         unread.push(w.table.clone());
@@ -138,7 +164,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                         return;
                     }
                 }
-                me.run_watches(&|w| w.last.is_some() && unread.contains(&w.table));
+                me.run_watches(&|w| w.last.is_some() && unread.contains(&w.table), None);
             }));
         }
         if let (false, Some(me)) = (on_disk.is_empty(), self.me.upgrade()) {
@@ -149,6 +175,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     let listener = {
                         let mut list = me.watches.list.borrow_mut();
                         let Some(w) = list.iter_mut().find(|w| w.id == id && w.runs == run) else { continue };
+                        w.exact = true;
                         if w.last.as_deref().is_some_and(|l| same(l, &rows)) {
                             continue;
                         }

@@ -8,7 +8,7 @@
 //! touched; a new schema, or rows hidden or shown again, rebuilds them.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::Engine;
 use crate::index_def::EntriesFor;
@@ -31,18 +31,37 @@ pub struct View {
 }
 
 /// Which tables' visible rows changed since the last [`Engine::take_changes`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Changes {
     /// The tables a row of which may have changed.
     pub tables: BTreeSet<String>,
     /// Anything may have changed (a schema, rows hidden or shown, a reopen).
     pub all: bool,
+    /// Per changed table, its changed rows as queries see them now
+    /// (`None`: gone), while they are few and all held; `None` when not
+    /// (a pull's page, rows not held): a live query is then read again.
+    pub rows: BTreeMap<String, Option<ChangedRows>>,
 }
+
+/// Changed rows as queries see them now (`None`: gone).
+pub type ChangedRows = Vec<(RowKey, Option<Row>)>;
+
+/// The most changed rows of a table a live query is updated from (more: it
+/// is read again, which costs what its page costs, not what changed).
+const ROWS_TOLD: usize = 64;
 
 impl Changes {
     /// Whether a query of `table` may see a change.
     pub fn touches(&self, table: &str) -> bool {
         self.all || self.tables.contains(table)
+    }
+
+    /// The changed rows of `table`, if all are known (see [`Changes::rows`]).
+    pub fn rows_of(&self, table: &str) -> Option<&[(RowKey, Option<Row>)]> {
+        if self.all {
+            return None;
+        }
+        self.rows.get(table).and_then(|r| r.as_deref())
     }
 
     /// Whether nothing changed.
@@ -127,6 +146,20 @@ impl Engine {
                 let old = was.as_ref().map(|r| self.app_cow(&key.table, Cow::Borrowed(r)));
                 let new = self.replica.visible(&key).map(|r| self.app_cow(&key.table, r));
                 self.view.indexes.put(&key, old.as_deref(), new.as_deref());
+            }
+            // As queries see it now, if held (a lazy store's row not held is not known).
+            let now = self
+                .replica
+                .missing(vec![Want::row(&key)])
+                .is_empty()
+                .then(|| self.replica.visible(&key).map(|r| self.app_cow(&key.table, r).into_owned()));
+            let told = self.view.changes.rows.entry(key.table.clone()).or_insert_with(|| Some(Vec::new()));
+            match (told.as_mut(), now) {
+                (Some(rows), Some(now)) if rows.len() < ROWS_TOLD || rows.iter().any(|(k, _)| *k == key) => {
+                    rows.retain(|(k, _)| *k != key);
+                    rows.push((key.clone(), now.filter(|r| !r.is_deleted())));
+                }
+                _ => *told = None,
             }
             if !self.view.changes.tables.contains(&key.table) {
                 self.view.changes.tables.insert(key.table);

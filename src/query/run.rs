@@ -342,6 +342,39 @@ pub fn run(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> Vec<(
     keys.into_iter().filter_map(|k| src.get(&k).map(|r| (k.clone(), r.into_owned()))).collect()
 }
 
+/// `q`'s answer once `changed` rows are as given (`None`: gone), from its
+/// answer `last` before they changed — worked out without reading a row
+/// more; `None` when that cannot be known: a full page lost rows, and the
+/// rows that follow its last are not held.
+///
+/// Why it is exact: every row of `last` that did not change still matches,
+/// in its place; every matching row not in a full `last` came after its last
+/// row — so a changed row that now comes before that end may join, and
+/// none past it can (rows not read may come between). A page not full held
+/// every matching row.
+pub fn update(q: &Query, last: &[(RowKey, Row)], changed: &[(RowKey, Option<Row>)]) -> Option<Vec<(RowKey, Row)>> {
+    let limit = q.limit.unwrap_or(usize::MAX);
+    let full = last.len() >= limit;
+    let moved = |k: &RowKey| changed.iter().any(|(c, _)| c == k);
+    let end = last.last().filter(|_| full).map(|(k, r)| (q.order_values(r), k));
+    let mut rows: Vec<(Vec<Value>, &RowKey, &Row)> =
+        last.iter().filter(|(k, _)| !moved(k)).map(|(k, r)| (q.order_values(r), k, r)).collect();
+    for (k, now) in changed {
+        let Some(r) = now.as_ref().filter(|r| q.matches(k, r)) else { continue };
+        let v = q.order_values(r);
+        let past_end = end.as_ref().is_some_and(|(ev, ek)| q.cmp((&v, k), (ev, ek)) == Ordering::Greater);
+        if q.is_after(&v, k) && !past_end && !rows.iter().any(|(_, o, _)| *o == k) {
+            rows.push((v, k, r));
+        }
+    }
+    if full && rows.len() < limit {
+        return None;
+    }
+    rows.sort_by(|a, b| q.cmp((&a.0, a.1), (&b.0, b.1)));
+    rows.truncate(limit);
+    Some(rows.into_iter().map(|(_, k, r)| (k.clone(), r.clone())).collect())
+}
+
 /// How many visible rows match a query's filters (its order, limit and page ignored).
 pub fn count(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> usize {
     let q = Query { order: Vec::new(), limit: None, after: None, ..q.clone() };

@@ -223,3 +223,52 @@ fn a_bad_query_is_refused() {
     assert!(Query { order: twice, ..Query::default() }.check().is_err());
     assert!(Query { filters: vec![Filter { field: "a".into(), preds: vec![] }], ..Query::default() }.check().is_err());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// A live query's answer worked out from its last answer and the rows
+    /// that changed, when it can be, equals the answer read again.
+    #[test]
+    fn an_answer_updated_from_the_changed_rows_equals_the_answer_read_again(
+        spec in rows(),
+        q in query(),
+        edits in prop::collection::vec((0usize..30, prop::bool::weighted(0.2), prop::collection::vec((0usize..3, value()), 0..3)), 1..4),
+    ) {
+        let (mut rows, _) = build(spec, &[]);
+        let none = Indexes::new(std::iter::empty());
+        let last = run(&rows, &none, "t", &q);
+        let ids = ["r1", "r2", "r3", "R", "x", "\u{FF61}", "\u{1F600}", "new"];
+        let mut changed: Vec<(RowKey, Option<Row>)> = Vec::new();
+        for (n, gone, fields) in edits {
+            let key = RowKey::in_space(if n >= 15 { "team" } else { "" }, "t", ids[n % ids.len()]);
+            let now = (!gone).then(|| row(&fields.iter().map(|(i, v)| (FIELDS[*i], v.clone())).collect::<Vec<_>>()));
+            match &now {
+                Some(r) => rows.0.insert(key.clone(), r.clone()),
+                None => rows.0.remove(&key),
+            };
+            changed.retain(|(k, _)| *k != key);
+            changed.push((key, now));
+        }
+        if let Some(got) = update(&q, &last, &changed) {
+            prop_assert_eq!(keys(got), reference(&rows, "t", &q));
+        }
+    }
+}
+
+#[test]
+fn an_answer_is_updated_without_a_read_only_when_it_can_be() {
+    let q = Query { order: vec![Order { field: "a".into(), dir: Dir::Desc }], limit: Some(2), ..Query::default() };
+    let at = |id: &str, a: f64| (RowKey::new("t", id), row(&[("a", Value::Number(a))]));
+    let last = vec![at("r3", 3.0), at("r2", 2.0)];
+    let newest = at("r9", 9.0);
+    let got = update(&q, &last, &[(newest.0.clone(), Some(newest.1.clone()))]).expect("a new first row joins a full page");
+    assert_eq!(keys(got), [RowKey::new("t", "r9"), RowKey::new("t", "r3")]);
+    let oldest = at("r0", 0.0);
+    let got = update(&q, &last, &[(oldest.0.clone(), Some(oldest.1))]).expect("a row past a full page's end");
+    assert_eq!(keys(got), keys(last.clone()), "does not join it");
+    assert_eq!(update(&q, &last, &[(RowKey::new("t", "r3"), None)]), None, "a full page that lost a row is read again");
+    let shorter = Query { limit: Some(5), ..q };
+    let got = update(&shorter, &last, &[(RowKey::new("t", "r3"), None)]).expect("a page not full held every row");
+    assert_eq!(keys(got), [RowKey::new("t", "r2")]);
+}
