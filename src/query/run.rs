@@ -370,7 +370,7 @@ pub fn update(q: &Query, last: &[(RowKey, Row)], changed: &[(RowKey, Option<Row>
     if full && rows.len() < limit {
         return None;
     }
-    rows.sort_by(|a, b| q.cmp((&a.0, a.1), (&b.0, b.1)));
+    rows.sort_unstable_by(|a, b| q.cmp((&a.0, a.1), (&b.0, b.1)));
     rows.truncate(limit);
     Some(rows.into_iter().map(|(_, k, r)| (k.clone(), r.clone())).collect())
 }

@@ -17,8 +17,11 @@ import { root } from './helpers.mjs';
 // 410 → 408: no serde_json::Value in it; 408 → 428: the lazy store's reads,
 // issue 20; 428 → 440: indexes kept on disk, kept by IndexedDB in the step's
 // transaction, +10.3 KB; 440 → 452: queries and live queries read from
-// them over a lazy store, +12.1 KB — BENCHMARKS.md, "The package, step by step").
-const BUDGET_KB = 452;
+// them over a lazy store, +12.1 KB; 452 → 456: a page of entries in one
+// request (getAllRecords, or a key cursor stepping back) and live answers
+// updated from a step's rows without a read, +5.7 KB — BENCHMARKS.md, "The
+// package, step by step").
+const BUDGET_KB = 456;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');
