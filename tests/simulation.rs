@@ -37,6 +37,10 @@ fn ten_thousand_faulty_schedules_converge() {
             let on_disk = marksync::sim::DISK_QUERIES.with(|q| q.get());
             println!("{on_disk} queries read from the indexes on disk");
             assert!(on_disk > n, "{on_disk} queries read from the indexes on disk");
+            // Many answered from answers kept, updated step by step, checked the same way.
+            let kept = marksync::sim::KEPT_ANSWERS.with(|q| q.get());
+            println!("{kept} of them answered from answers kept");
+            assert!(kept > n, "{kept} queries answered from answers kept");
         }
         Err(f) => panic!("replay with MARKSYNC_SIM_SEED={}\n{f}", f.seed),
     }

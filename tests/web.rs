@@ -942,9 +942,16 @@ async fn a_lazy_context_reads_its_queries_from_the_indexes_on_disk() {
         }
     };
     heard_n(1).await;
+    // Read afresh: a longer page (never asked before, so never kept) cut to the live query's.
+    let longer = Rc::new(std::cell::Cell::new(5));
     let fresh = |q: Query| {
-        let lazy = lazy.clone();
-        async move { lazy.query_on_disk("sets", &q).await.unwrap().unwrap() }
+        let (lazy, longer) = (lazy.clone(), longer.clone());
+        async move {
+            longer.set(longer.get() + 1);
+            let mut rows = lazy.query_on_disk("sets", &Query { limit: Some(longer.get()), ..q.clone() }).await.unwrap().unwrap();
+            rows.truncate(q.limit.unwrap_or(usize::MAX));
+            rows
+        }
     };
     let reps = |rows: &[(RowKey, marksync::protocol::Row)]| rows.iter().map(|(k, r)| (k.row_id.clone(), r.get("reps").cloned())).collect::<Vec<_>>();
     assert_eq!(reps(&heard.borrow()[0]), reps(&fresh(top.clone()).await));
@@ -959,7 +966,12 @@ async fn a_lazy_context_reads_its_queries_from_the_indexes_on_disk() {
     lazy.change("sets", &named[5].1, set(2)).await.unwrap();
     heard_n(3).await;
     assert_eq!(lazy.live_updates(), before + 3, "a full page that lost a row: read again (the other: updated)");
-    assert_eq!(reps(&heard.borrow()[2]), reps(&fresh(top).await));
+    assert_eq!(reps(&heard.borrow()[2]), reps(&fresh(top.clone()).await));
+    // Asked again, a query is answered from the answer kept (updated by the steps since).
+    let served = lazy.answers_kept_served();
+    let again = lazy.query_on_disk("sets", &Query { limit: Some(longer.get()), ..top.clone() }).await.unwrap().unwrap();
+    assert_eq!(lazy.answers_kept_served(), served + 1);
+    assert_eq!(reps(&again[..5]), reps(&heard.borrow()[2]));
     gloo_timers::future::TimeoutFuture::new(50).await;
     assert_eq!(others.borrow().len(), 1, "no change touched the other live query's answer");
     assert_eq!(heard.borrow().len(), 3);

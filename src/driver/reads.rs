@@ -66,11 +66,20 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         q: &crate::query::Query,
     ) -> Result<Option<Vec<(crate::protocol::RowKey, crate::protocol::Row)>>, ClientError> {
         let Some(mut lq) = self.engine.borrow().lazy_query(table, q) else { return Ok(None) };
+        // What changed since the last step was heard (rows a read found newer) first.
+        self.refresh_watches();
+        if let Some(rows) = self.watches.answer(table, q) {
+            return Ok(Some(rows));
+        }
+        let told = self.watches.told();
         let mut reads = 0;
         loop {
             let next = self.engine.borrow_mut().lazy_next(&mut lq);
             match next {
-                crate::engine::Next::Done(rows) => return Ok(Some(rows)),
+                crate::engine::Next::Done(rows) => {
+                    self.watches.keep(told, table, q, &rows);
+                    return Ok(Some(rows));
+                }
                 crate::engine::Next::Entries(range) => {
                     reads = 0;
                     let (got, rows) = self.store.read_entries_with_rows(&range).await?;

@@ -37,7 +37,24 @@ pub struct Watches {
     next: Cell<u32>,
     /// Answers read from the indexes on disk that a step updated without a read.
     updated: Cell<u64>,
+    /// The last answers read from the indexes on disk, kept as live queries
+    /// with no listener: asked again, they are answered from memory.
+    answers: RefCell<Vec<Answer>>,
+    /// Counts the changes told: an answer read while one was told is not kept.
+    told: Cell<u64>,
+    /// Queries answered from an answer kept.
+    served: Cell<u64>,
 }
+
+/// A query's answer kept exact as steps change its rows ([`crate::query::update`]).
+struct Answer {
+    table: String,
+    query: Query,
+    rows: Vec<(RowKey, Row)>,
+}
+
+/// The most answers kept (a screen asks a few queries again and again).
+const ANSWERS_KEPT: usize = 32;
 
 /// Whether two results show the app the same rows (marks may differ).
 fn same(a: &[(RowKey, Row)], b: &[(RowKey, Row)]) -> bool {
@@ -53,6 +70,59 @@ impl Watches {
     /// Drops every live query (the database closed).
     pub fn clear(&self) {
         self.list.borrow_mut().clear();
+        self.answers.borrow_mut().clear();
+    }
+
+    /// Brings the answers kept up to `changes`: each worked out anew, or
+    /// dropped when that cannot be known.
+    fn follow(&self, changes: &Changes) {
+        if changes.is_empty() {
+            return;
+        }
+        self.told.set(self.told.get() + 1);
+        self.answers.borrow_mut().retain_mut(|a| {
+            if !changes.touches(&a.table) {
+                return true;
+            }
+            let Some(told) = changes.rows_of(&a.table) else { return false };
+            match crate::query::update(&a.query, &a.rows, told) {
+                Some(rows) => {
+                    a.rows = rows;
+                    true
+                }
+                None => false,
+            }
+        });
+    }
+
+    /// The answer kept for `q`, if any (then kept longest).
+    pub(super) fn answer(&self, table: &str, q: &Query) -> Option<Vec<(RowKey, Row)>> {
+        let mut answers = self.answers.borrow_mut();
+        let at = answers.iter().position(|a| a.table == table && a.query == *q)?;
+        let a = answers.remove(at);
+        let rows = a.rows.clone();
+        answers.push(a);
+        self.served.set(self.served.get() + 1);
+        Some(rows)
+    }
+
+    /// Where the changes told stand: an answer read from here is kept by
+    /// [`Watches::keep`] only if none was told meanwhile.
+    pub(super) fn told(&self) -> u64 {
+        self.told.get()
+    }
+
+    /// Keeps `rows`, `q`'s answer read since `told` (none if changes were told since).
+    pub(super) fn keep(&self, told: u64, table: &str, q: &Query, rows: &[(RowKey, Row)]) {
+        if told != self.told.get() {
+            return;
+        }
+        let mut answers = self.answers.borrow_mut();
+        answers.retain(|a| !(a.table == table && a.query == *q));
+        if answers.len() >= ANSWERS_KEPT {
+            answers.remove(0);
+        }
+        answers.push(Answer { table: table.to_owned(), query: q.clone(), rows: rows.to_vec() });
     }
 }
 
@@ -82,6 +152,12 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         self.watches.updated.get()
     }
 
+    /// How many queries over the indexes on disk were answered from an
+    /// answer kept, without a read.
+    pub fn answers_kept_served(&self) -> u64 {
+        self.watches.served.get()
+    }
+
     /// Stops a live query (again: nothing).
     pub fn unwatch(&self, id: u32) {
         self.watches.list.borrow_mut().retain(|w| w.id != id);
@@ -101,6 +177,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         // A first run reads the rows as they are and leaves the changes to
         // the step that made them (the other live queries still need them).
         let changes: Changes = if first.is_some() { Changes::default() } else { self.engine.borrow_mut().take_changes() };
+        self.watches.follow(&changes);
         let due = |w: &Watch| match first {
             Some(id) => w.id == id && w.last.is_none(),
             // (A live query read from disk may be under way to its first result.)
