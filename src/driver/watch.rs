@@ -53,8 +53,10 @@ struct Answer {
     rows: Vec<(RowKey, Row)>,
 }
 
-/// The most answers kept (a screen asks a few queries again and again).
-const ANSWERS_KEPT: usize = 32;
+/// The most rows the answers kept hold together (a few screens' pages,
+/// ≈ 0.5 MB): the answers asked longest ago go first; a longer answer is
+/// not kept.
+const ROWS_KEPT: usize = 4096;
 
 /// Whether two results show the app the same rows (marks may differ).
 fn same(a: &[(RowKey, Row)], b: &[(RowKey, Row)]) -> bool {
@@ -85,6 +87,9 @@ impl Watches {
                 return true;
             }
             let Some(told) = changes.rows_of(&a.table) else { return false };
+            if !crate::query::moves(&a.query, &a.rows, told) {
+                return true;
+            }
             match crate::query::update(&a.query, &a.rows, told) {
                 Some(rows) => {
                     a.rows = rows;
@@ -119,8 +124,12 @@ impl Watches {
         }
         let mut answers = self.answers.borrow_mut();
         answers.retain(|a| !(a.table == table && a.query == *q));
-        if answers.len() >= ANSWERS_KEPT {
-            answers.remove(0);
+        if rows.len() > ROWS_KEPT {
+            return;
+        }
+        let mut held: usize = answers.iter().map(|a| a.rows.len()).sum::<usize>() + rows.len();
+        while held > ROWS_KEPT && !answers.is_empty() {
+            held -= answers.remove(0).rows.len();
         }
         answers.push(Answer { table: table.to_owned(), query: q.clone(), rows: rows.to_vec() });
     }
@@ -209,6 +218,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     if self.engine.borrow().lazy_query(&w.table, &w.query).is_some() {
                         let told = changes.and_then(|c| c.rows_of(&w.table)).filter(|_| w.exact);
                         if let (Some(told), Some(last)) = (told, w.last.as_deref()) {
+                            if !crate::query::moves(&w.query, last, told) {
+                                self.watches.updated.set(self.watches.updated.get() + 1);
+                                continue;
+                            }
                             if let Some(rows) = crate::query::update(&w.query, last, told) {
                                 self.watches.updated.set(self.watches.updated.get() + 1);
                                 if !same(last, &rows) {

@@ -342,6 +342,12 @@ pub fn run(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> Vec<(
     keys.into_iter().filter_map(|k| src.get(&k).map(|r| (k.clone(), r.into_owned()))).collect()
 }
 
+/// Whether `changed` rows may move `q`'s answer `last`: one of them is in
+/// it, or matches now. (Not: the answer stays as it is, no row copied.)
+pub fn moves(q: &Query, last: &[(RowKey, Row)], changed: &[(RowKey, Option<Row>)]) -> bool {
+    changed.iter().any(|(k, now)| last.iter().any(|(l, _)| l == k) || now.as_ref().is_some_and(|r| q.matches(k, r)))
+}
+
 /// `q`'s answer once `changed` rows are as given (`None`: gone), from its
 /// answer `last` before they changed — worked out without reading a row
 /// more; `None` when that cannot be known: a full page lost rows, and the

@@ -253,6 +253,9 @@ proptest! {
         if let Some(got) = update(&q, &last, &changed) {
             prop_assert_eq!(keys(got), reference(&rows, "t", &q));
         }
+        if !moves(&q, &last, &changed) {
+            prop_assert_eq!(keys(last), reference(&rows, "t", &q), "changes that do not move the answer");
+        }
     }
 }
 
