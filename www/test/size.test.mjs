@@ -19,9 +19,10 @@ import { root } from './helpers.mjs';
 // transaction, +10.3 KB; 440 → 452: queries and live queries read from
 // them over a lazy store, +12.1 KB; 452 → 456: a page of entries in one
 // request (getAllRecords, or a key cursor stepping back) and live answers
-// updated from a step's rows without a read, +5.7 KB — BENCHMARKS.md, "The
-// package, step by step").
-const BUDGET_KB = 456;
+// updated from a step's rows without a read, +5.7 KB; 456 → 458: answers
+// kept and followed step by step, +2.0 KB — BENCHMARKS.md, "The package,
+// step by step").
+const BUDGET_KB = 458;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');
