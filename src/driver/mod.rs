@@ -299,18 +299,24 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// that read the stored meta (contexts sharing the database never take
     /// the same numbers).
     async fn reserve(&self) -> Result<(), ClientError> {
+        if let Some((block, stored)) = self.reserve_with(&|stored| self.engine.borrow().plan_reserve(stored)).await? {
+            self.engine.borrow_mut().reserved(block, &stored);
+        }
+        Ok(())
+    }
+
+    /// Writes the reservation `plan` makes of the stored meta; the block
+    /// and that meta, for the engine to take.
+    async fn reserve_with(&self, plan: &dyn Fn(&Meta) -> (Txn, crate::ids::IdBlock)) -> Result<Option<(crate::ids::IdBlock, Meta)>, ClientError> {
         let mut planned = None;
         self.store
             .update(false, &mut |stored| {
-                let (txn, block) = self.engine.borrow().plan_reserve(stored);
+                let (txn, block) = plan(stored);
                 planned = Some((block, stored.clone()));
                 Some(txn)
             })
             .await?;
-        if let Some((block, stored)) = planned {
-            self.engine.borrow_mut().reserved(block, &stored);
-        }
-        Ok(())
+        Ok(planned)
     }
 
     /// Records `table/row_id: fields` where the row lives (a new row: in the

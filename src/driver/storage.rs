@@ -82,8 +82,15 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             None => disk,
         };
         let config = Config { seed: self.host.entropy(), ..self.config.clone() };
-        *self.engine.borrow_mut() = Engine::open(snapshot, config)?;
-        self.reserve().await
+        let mut engine = Engine::open(snapshot, config)?;
+        // Its block of ids first: until it is in, `newRowId` takes from the
+        // engine in place (a new one holds none, and a call meanwhile failed
+        // with "no reserved row id left").
+        if let Some((block, stored)) = self.reserve_with(&|stored| engine.plan_reserve(stored)).await? {
+            engine.reserved(block, &stored);
+        }
+        *self.engine.borrow_mut() = engine;
+        Ok(())
     }
 
     /// Waits while the store is being opened again (an edit made meanwhile
