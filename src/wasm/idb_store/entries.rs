@@ -249,8 +249,9 @@ fn all_records(store: &idb::ObjectStore, range: &KeyRange, count: u32, reverse: 
 
 /// What the browser threw, as a failed read.
 fn thrown(e: JsValue) -> StoreError {
-    let part = |name: &str| js_sys::Reflect::get(&e, &JsValue::from_str(name)).ok().and_then(|v| v.as_string());
-    failed(format!("{}: {}", part("name").unwrap_or_default(), part("message").unwrap_or_default()))
+    // The name too: `failed` tells a full disk and a closed database by it.
+    let name = js_sys::Reflect::get(&e, &JsValue::from_str("name")).ok().and_then(|v| v.as_string()).unwrap_or_default();
+    failed(format!("{name}: {}", crate::wasm::transport::js_text(&e)))
 }
 
 /// Keys and values in two requests, ascending from where the page starts.
