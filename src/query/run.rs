@@ -348,7 +348,8 @@ pub fn moves(q: &Query, last: &[(RowKey, Row)], changed: &[(RowKey, Option<Row>)
     changed.iter().any(|(k, now)| last.iter().any(|(l, _)| l == k) || now.as_ref().is_some_and(|r| q.matches(k, r)))
 }
 
-/// `q`'s answer once `changed` rows are as given (`None`: gone), from its
+/// `q`'s answer once `changed` rows (each key once, as [`crate::engine::Changes`]
+/// tells them) are as given (`None`: gone), from its
 /// answer `last` before they changed — worked out without reading a row
 /// more; `None` when that cannot be known: a full page lost rows, and the
 /// rows that follow its last are not held.
@@ -369,7 +370,7 @@ pub fn update(q: &Query, last: &[(RowKey, Row)], changed: &[(RowKey, Option<Row>
         let Some(r) = now.as_ref().filter(|r| q.matches(k, r)) else { continue };
         let v = q.order_values(r);
         let past_end = end.as_ref().is_some_and(|(ev, ek)| q.cmp((&v, k), (ev, ek)) == Ordering::Greater);
-        if q.is_after(&v, k) && !past_end && !rows.iter().any(|(_, o, _)| *o == k) {
+        if q.is_after(&v, k) && !past_end {
             rows.push((v, k, r));
         }
     }
