@@ -120,6 +120,13 @@ pub struct SyncState {
     /// heard another context's step: it reloads before building on its rows
     /// (a base row written from a stale copy would undo the other's merge).
     pub base_version: u64,
+    /// How many committed steps wrote this record. Every such step is taken
+    /// under the database's cycle lock, on the record as stored: the store's
+    /// copy only grows. A copy heard with fewer is older than the one held
+    /// (a broadcast can arrive after the hearer's own later steps) and is not
+    /// taken: taken, it would put back an old flight and an old
+    /// `base_version`, and the hearer's next step would write them.
+    pub step: u64,
     /// Why the last request got no usable answer, in words (cleared by the
     /// next answer): the same reason in every context and after a reload.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -18,6 +18,12 @@ pub(super) enum Job {
     Reconcile,
     /// At open, with no cycle running anywhere: an attempt recorded in flight is orphaned.
     SettleOrphan,
+    /// A person acted: the stop for recovery or exhausted retries is lifted
+    /// (on the sync state as stored, like every step that writes it).
+    Lift,
+    /// Ops stopped for exhausted retries start their counts over (a
+    /// background sync, which a person asked for by leaving the app).
+    LiftExhausted,
 }
 
 impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<S, T, H> {
@@ -91,8 +97,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// the counts over and sync now.
     pub async fn retry(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
         self.check_open()?;
-        let txn = self.engine.borrow_mut().clear_recovery();
-        self.commit_some(txn).await?;
+        self.under_lock(Job::Lift, false).await?;
         self.sync().await
     }
 
@@ -126,8 +131,15 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         match job {
             Job::Cycle => self.cycle().await,
             Job::Reconcile => self.check_with_server().await,
-            Job::SettleOrphan => {
-                let txn = self.engine.borrow_mut().settle_orphaned_flight();
+            Job::SettleOrphan | Job::Lift | Job::LiftExhausted => {
+                let txn = {
+                    let mut e = self.engine.borrow_mut();
+                    match job {
+                        Job::SettleOrphan => e.settle_orphaned_flight(),
+                        Job::Lift => e.clear_recovery(),
+                        _ => e.retry_exhausted(),
+                    }
+                };
                 self.commit_some(txn).await?;
                 let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
                 Ok(SyncOutcome { report, ok: true, retry_at: None, error: None })

@@ -171,14 +171,19 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         // "Indexes on disk"): built from its rows, once, if it kept others.
         let keep = driver.engine.borrow().entries_to_keep();
         driver.commit_some(keep.map(|f| Txn { entries_for: Some(f), ..Txn::default() })).await?;
-        if options.resume_exhausted {
-            let txn = driver.engine.borrow_mut().retry_exhausted();
-            driver.commit_some(txn).await?;
-        }
         // A request left in flight by a context that is gone: unknown outcome,
         // never "queued" — decided only if no cycle runs anywhere now.
         if driver.engine.borrow().sync_state().flight.is_some() {
             let _ = driver.under_lock(cycle::Job::SettleOrphan, true).await;
+        }
+        if options.resume_exhausted {
+            // Seen at once here; written on the state as stored once the lock
+            // is free (asked for before any cycle of this context).
+            let _ = driver.engine.borrow_mut().retry_exhausted();
+            let me = driver.clone();
+            driver.host.spawn(Box::pin(async move {
+                let _ = me.under_lock(cycle::Job::LiftExhausted, false).await;
+            }));
         }
         Ok(driver)
     }
@@ -282,8 +287,9 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// A new rowId. Keeps a block of numbers reserved ahead.
     pub fn new_row_id(self: &Rc<Self>) -> Result<String, ClientError> {
         self.check_open()?;
-        let id = self.engine.borrow_mut().new_row_id()?;
-        // Ahead of need: half the block left, the next one is reserved.
+        let id = self.engine.borrow_mut().new_row_id();
+        // Ahead of need: half the block left, the next one is reserved (and
+        // when none was left, so that a later call finds one).
         if self.engine.borrow().ids_left() < self.config.id_block / 2 && !self.reserving.get() {
             self.reserving.set(true);
             let me = self.clone();
@@ -292,7 +298,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 me.reserving.set(false);
             }));
         }
-        Ok(id)
+        Ok(id?)
     }
 
     /// Reserves a block of numbers for `newRowId`, in a transaction of its own
@@ -607,11 +613,23 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     }
 
     /// Builds the engine again from what is on disk (always a consistent
-    /// state: retries are harmless).
+    /// state: retries are harmless). The ids the engine in place still holds
+    /// move to the new one; with none left, a block is reserved first (a
+    /// failure there, a full disk, still reloads). Nothing is awaited between
+    /// the read and the swap: a step another context commits meanwhile is
+    /// heard by the engine in place, and the new one would miss it unknowingly.
     async fn reload(&self) -> Result<(), ClientError> {
+        let reserved = if self.engine.borrow().ids_left() == 0 {
+            self.reserve_with(&|stored| self.engine.borrow().plan_reserve(stored)).await.ok().flatten().map(|(block, _)| block)
+        } else {
+            None
+        };
         let snapshot = self.store.open(Meta::fresh(String::new())).await?;
         let config = Config { seed: self.host.entropy(), ..self.config.clone() };
-        *self.engine.borrow_mut() = Engine::open(snapshot, config)?;
+        let mut engine = Engine::open(snapshot, config)?;
+        let left = self.engine.borrow_mut().take_ids();
+        engine.hold_ids(if left.is_empty() { reserved.unwrap_or_default() } else { left });
+        *self.engine.borrow_mut() = engine;
         self.changed(false, None);
         Ok(())
     }
@@ -627,10 +645,11 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// The user acted (new token, …): clear recovery (recorded for every
     /// context) and sync.
     pub fn resume(self: &Rc<Self>) {
-        let txn = self.engine.borrow_mut().clear_recovery();
+        // Seen at once in this context; written on the state as stored, under the lock.
+        let _ = self.engine.borrow_mut().clear_recovery();
         let me = self.clone();
         self.host.spawn(Box::pin(async move {
-            let _ = me.commit_some(txn).await;
+            let _ = me.under_lock(cycle::Job::Lift, false).await;
             if me.auto_sync {
                 me.schedule_sync(0);
             }

@@ -74,20 +74,20 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         let fresh = self.engine.borrow().salvage_meta(crate::ids::device_id_from(random));
         let disk = self.store.open(fresh).await?;
         let txn = self.engine.borrow().salvage(&disk);
-        let snapshot = match txn {
-            Some(txn) => {
-                self.store.commit(&txn).await?;
-                self.store.open(Meta::fresh(String::new())).await?
-            }
-            None => disk,
-        };
+        if let Some(txn) = txn {
+            self.store.commit(&txn).await?;
+        }
+        // Its block of ids first, planned from the stored meta (the device
+        // may be a new one): until it is in, `newRowId` takes from the engine
+        // in place, and a new engine holds none. Then nothing is awaited
+        // between the read and the swap (see `Driver::reload`).
+        let id_block = self.config.id_block;
+        let reserved = self.reserve_with(&|stored| crate::engine::plan_block(stored, id_block)).await?;
+        let snapshot = self.store.open(Meta::fresh(String::new())).await?;
         let config = Config { seed: self.host.entropy(), ..self.config.clone() };
         let mut engine = Engine::open(snapshot, config)?;
-        // Its block of ids first: until it is in, `newRowId` takes from the
-        // engine in place (a new one holds none, and a call meanwhile failed
-        // with "no reserved row id left").
-        if let Some((block, stored)) = self.reserve_with(&|stored| engine.plan_reserve(stored)).await? {
-            engine.reserved(block, &stored);
+        if let Some((block, _)) = reserved {
+            engine.hold_ids(block);
         }
         *self.engine.borrow_mut() = engine;
         Ok(())

@@ -59,7 +59,7 @@ pub use reads::CACHE_BYTES;
 pub use inspect::{Followed, Inspection, Queued};
 pub use lazy_query::{LazyQuery, Next};
 pub use query::{Changes, View};
-pub use record::{Draft, Recorded};
+pub use record::{plan_block, Draft, Recorded};
 
 /// Tunables of an engine. The defaults are the protocol's.
 #[derive(Debug, Clone)]
@@ -591,7 +591,8 @@ impl Engine {
     /// Stamps a step about to be committed: one that brings a new schema
     /// asks the store to keep the indexes it declares; one that writes base rows or
     /// the followed spaces takes the next [`SyncState::base_version`], so
-    /// the other contexts can tell whether they have heard it.
+    /// the other contexts can tell whether they have heard it; one that
+    /// writes the sync state, the next [`SyncState::step`].
     pub fn stamp(&mut self, txn: &mut Txn) {
         // A new schema may declare indexes (PROTOCOL §7, "Indexes on disk").
         if txn.schema.is_some() && txn.entries_for.is_none() {
@@ -600,13 +601,16 @@ impl Engine {
         if let Some(f) = &txn.entries_for {
             self.kept_on_disk(Some(f.clone()));
         }
-        if txn.put_base.is_empty() && txn.following.is_none() {
-            return;
+        if !txn.put_base.is_empty() || txn.following.is_some() {
+            self.sync.base_version += 1;
+            match &mut txn.sync {
+                Some(s) => s.base_version = self.sync.base_version,
+                None => txn.sync = Some(self.sync.clone()),
+            }
         }
-        self.sync.base_version += 1;
-        match &mut txn.sync {
-            Some(s) => s.base_version = self.sync.base_version,
-            None => txn.sync = Some(self.sync.clone()),
+        if let Some(s) = &mut txn.sync {
+            self.sync.step += 1;
+            s.step = self.sync.step;
         }
     }
 
@@ -645,7 +649,8 @@ impl Engine {
             self.outbox.insert(op.clone());
         }
         txn.apply_notices(&mut self.rejections, &mut self.conflicts);
-        if let Some(s) = &txn.sync {
+        // An older copy than the one held is not news (see `SyncState::step`).
+        if let Some(s) = txn.sync.as_ref().filter(|s| s.step > self.sync.step) {
             self.sync = s.clone();
             self.prune_sync();
         }

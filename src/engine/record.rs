@@ -49,10 +49,19 @@ impl Engine {
     /// Plans the reservation of a new block of numbers, to write in a store
     /// transaction that read `stored` (the meta record in the database).
     pub fn plan_reserve(&self, stored: &Meta) -> (Txn, IdBlock) {
-        let mut meta = self.meta.join(stored);
-        let mut block = IdBlock::default();
-        meta.counter = block.reserve_after(meta.counter, self.config.id_block);
-        (Txn { meta: Some(meta), ..Txn::default() }, block)
+        plan_block(&self.meta.join(stored), self.config.id_block)
+    }
+
+    /// Gives up the ids this engine still holds (to the engine that takes
+    /// its place: they are reserved on disk for this context).
+    pub fn take_ids(&mut self) -> IdBlock {
+        std::mem::take(&mut self.ids)
+    }
+
+    /// Holds `block`, reserved on disk for this context (by another engine).
+    pub fn hold_ids(&mut self, block: IdBlock) {
+        self.meta.counter = self.meta.counter.max(block.last);
+        self.ids = block;
     }
 
     /// The reservation committed: the block is this engine's.
@@ -202,4 +211,14 @@ impl Engine {
             self.outbox.insert(op);
         }
     }
+}
+
+/// The txn that reserves a block of `size` numbers after `meta`'s counter,
+/// and the block. An engine plans from its meta joined with the stored one;
+/// a context with no engine yet (opening the store again) from the stored one.
+pub fn plan_block(meta: &Meta, size: u64) -> (Txn, IdBlock) {
+    let mut meta = meta.clone();
+    let mut block = IdBlock::default();
+    meta.counter = block.reserve_after(meta.counter, size);
+    (Txn { meta: Some(meta), ..Txn::default() }, block)
 }

@@ -381,7 +381,8 @@ use crate::protocol::{
     Change, Recalled, RememberedVerdict, SpacesPullResponse, Verdict, VerdictsRequest, VerdictsResponse, MAX_SAFE_INTEGER,
 };
 
-/// Two engines on one database: `b` follows `a` through the txns `a` commits.
+/// Two engines on one database: `b` follows `a` through the txns `a`
+/// commits (stamped by `a`, as the driver does).
 fn commit(t: &mut Tables, txn: &Txn, others: &mut [&mut Engine]) {
     t.apply(txn);
     for o in others.iter_mut() {
@@ -407,6 +408,32 @@ fn record_in(t: &mut Tables, e: &mut Engine, row: &str, f: Fields, now: u64) -> 
     op
 }
 
+/// A broadcast can arrive after the hearer's own later steps. Taken, an
+/// older sync state put back an old `base_version`: the hearer's next step
+/// wrote it, and a context that had missed base rows no longer knew it
+/// (big simulation seed 1000264).
+#[test]
+fn a_sync_state_heard_late_is_not_taken_over_a_newer_one() {
+    let mut t = fresh_tables("d");
+    let (mut a, mut b) = (reopen(&t), reopen(&t));
+    let op = record_in(&mut t, &mut a, "d-1", set(5), 10);
+    b.absorb(&Txn { put_pending: vec![op], ..Txn::default() });
+    let (mut first, _) = a.start_sync(100);
+    a.stamp(&mut first);
+    t.apply(&first);
+    let mut later = a.bind_user("u").unwrap().expect("binds");
+    a.stamp(&mut later);
+    t.apply(&later);
+    let stored = t.sync.clone().expect("stored");
+    assert_eq!((stored.step, stored.base_version), (2, 1));
+    // b starts a cycle on the state as stored, then hears `first`.
+    b.adopt_sync(Some(stored.clone()));
+    b.absorb(&first);
+    assert_eq!(b.sync_state(), &stored, "the older copy is not taken");
+    b.absorb(&later);
+    assert_eq!(b.sync_state(), &stored);
+}
+
 #[test]
 fn the_attempt_going_out_is_stored_before_it_leaves_and_every_context_and_reload_shows_it() {
     let mut t = fresh_tables("d");
@@ -415,7 +442,8 @@ fn the_attempt_going_out_is_stored_before_it_leaves_and_every_context_and_reload
     let op = record_in(&mut t, &mut a, "d-1", set(5), 10);
     b.absorb(&Txn { put_pending: vec![op.clone()], ..Txn::default() });
     let key = RowKey::new("sets", "d-1");
-    let (txn, Step::Push(req)) = a.start_sync(100) else { panic!() };
+    let (mut txn, Step::Push(req)) = a.start_sync(100) else { panic!() };
+    a.stamp(&mut txn);
     let flight = txn.sync.as_ref().and_then(|s| s.flight.clone()).expect("the flight is in the txn that precedes the send");
     assert_eq!((flight.key.as_str(), flight.op_ids.clone()), (req.attempt_key.as_str(), vec![op.op_id.clone()]));
     commit(&mut t, &txn, &mut [&mut b]);
@@ -423,7 +451,8 @@ fn the_attempt_going_out_is_stored_before_it_leaves_and_every_context_and_reload
         let st = e.status(&key);
         assert_eq!((st.phase, st.attempts), (Phase::AwaitingAck, 1), "{who}");
     }
-    let (txn, Step::Wait { until, .. }) = a.on_push_failed(&req.attempt_key, Failure::Timeout, 200).unwrap() else { panic!() };
+    let (mut txn, Step::Wait { until, .. }) = a.on_push_failed(&req.attempt_key, Failure::Timeout, 200).unwrap() else { panic!() };
+    a.stamp(&mut txn);
     commit(&mut t, &txn, &mut [&mut b]);
     for (who, e) in [("sender", &a), ("other tab", &b), ("reload", &reopen(&t))] {
         let st = e.status(&key);
