@@ -10,7 +10,7 @@ use std::rc::Rc;
 use super::{Driver, Host, LocalStore, Transport};
 use crate::engine::Changes;
 use crate::protocol::{Row, RowKey};
-use crate::query::Query;
+use crate::query::{Moved, Query};
 
 /// Hears a live query's results.
 pub type WatchListener = Rc<dyn Fn(&[(RowKey, Row)])>;
@@ -87,15 +87,13 @@ impl Watches {
                 return true;
             }
             let Some(told) = changes.rows_of(&a.table) else { return false };
-            if !crate::query::moves(&a.query, &a.rows, told) {
-                return true;
-            }
-            match crate::query::update(&a.query, &a.rows, told) {
-                Some(rows) => {
+            match crate::query::moved(&a.query, &a.rows, told) {
+                Moved::Not => true,
+                Moved::To(rows) => {
                     a.rows = rows;
                     true
                 }
-                None => false,
+                Moved::Unknown => false,
             }
         });
     }
@@ -218,17 +216,20 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     if self.engine.borrow().lazy_query(&w.table, &w.query).is_some() {
                         let told = changes.and_then(|c| c.rows_of(&w.table)).filter(|_| w.exact);
                         if let (Some(told), Some(last)) = (told, w.last.as_deref()) {
-                            if !crate::query::moves(&w.query, last, told) {
+                            let moved = crate::query::moved(&w.query, last, told);
+                            if !matches!(moved, Moved::Unknown) {
                                 self.watches.updated.set(self.watches.updated.get() + 1);
-                                continue;
                             }
-                            if let Some(rows) = crate::query::update(&w.query, last, told) {
-                                self.watches.updated.set(self.watches.updated.get() + 1);
-                                if !same(last, &rows) {
-                                    w.last = Some(rows.clone());
-                                    heard.push((w.listener.clone(), rows));
+                            match moved {
+                                Moved::Not => continue,
+                                Moved::To(rows) => {
+                                    if !same(last, &rows) {
+                                        w.last = Some(rows.clone());
+                                        heard.push((w.listener.clone(), rows));
+                                    }
+                                    continue;
                                 }
-                                continue;
+                                Moved::Unknown => {}
                             }
                         }
                         w.runs += 1;

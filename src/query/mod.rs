@@ -25,7 +25,7 @@ use std::cmp::Ordering;
 
 use crate::protocol::{Row, RowKey, Value};
 pub use index::{IndexDef, Indexes};
-pub use run::{count, explain, moves, plan_on_disk, run, update, DiskPlan, Explain, Hits, Source};
+pub use run::{count, explain, moved, moves, plan_on_disk, run, update, DiskPlan, Explain, Hits, Moved, Source};
 use value::{cmp, cmp_text, kind};
 
 /// The most rows a query may ask for at once, and the most values of an `in`.

@@ -342,6 +342,27 @@ pub fn run(src: &dyn Source, indexes: &Indexes, table: &str, q: &Query) -> Vec<(
     keys.into_iter().filter_map(|k| src.get(&k).map(|r| (k.clone(), r.into_owned()))).collect()
 }
 
+/// What changed rows did to a query's answer ([`moved`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Moved {
+    /// Nothing: the answer stands as it was.
+    Not,
+    /// The answer now.
+    To(Vec<(RowKey, Row)>),
+    /// Cannot be known without a read.
+    Unknown,
+}
+
+/// `q`'s answer `last` once `changed` rows are as given: [`moves`] first
+/// (no row copied when they cannot), then [`update`]. What a live query or
+/// a kept answer over the indexes on disk does with a step's changes.
+pub fn moved(q: &Query, last: &[(RowKey, Row)], changed: &[(RowKey, Option<Row>)]) -> Moved {
+    if !moves(q, last, changed) {
+        return Moved::Not;
+    }
+    update(q, last, changed).map_or(Moved::Unknown, Moved::To)
+}
+
 /// Whether `changed` rows may move `q`'s answer `last`: one of them is in
 /// it, or matches now. (Not: the answer stays as it is, no row copied.)
 pub fn moves(q: &Query, last: &[(RowKey, Row)], changed: &[(RowKey, Option<Row>)]) -> bool {

@@ -254,7 +254,12 @@ proptest! {
             prop_assert_eq!(keys(got), reference(&rows, "t", &q));
         }
         if !moves(&q, &last, &changed) {
-            prop_assert_eq!(keys(last), reference(&rows, "t", &q), "changes that do not move the answer");
+            prop_assert_eq!(keys(last.clone()), reference(&rows, "t", &q), "changes that do not move the answer");
+        }
+        match moved(&q, &last, &changed) {
+            Moved::Not => prop_assert_eq!(keys(last), reference(&rows, "t", &q)),
+            Moved::To(got) => prop_assert_eq!(keys(got), reference(&rows, "t", &q)),
+            Moved::Unknown => prop_assert!(update(&q, &last, &changed).is_none()),
         }
     }
 }
