@@ -28,7 +28,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use idb::{Database, DatabaseEvent, Event, Factory, ObjectStoreParams, Query, Request, TransactionMode, TransactionResult};
+use idb::{CursorDirection, Database, DatabaseEvent, Event, Factory, KeyRange, ObjectStoreParams, Query, Request, TransactionMode, TransactionResult};
 use js_sys::{Array, Uint8Array};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
@@ -243,11 +243,166 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
 /// its first key (the first chunk's from the least key) to the next chunk's
 /// first key. A want below every chunk, or in a store with none, is
 /// answered by an empty span up to the first chunk.
+///
+/// A few wants are looked up around their keys ([`spans_around`]); more, or
+/// keys the lookup cannot place, read every chunk's key — which walks the
+/// store's records (30 ms at a million rows, at each open with an edit
+/// queued).
 async fn read_spans(chunks: &idb::ObjectStore, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
+    if wants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let spans = match spans_around(chunks, wants).await? {
+        Some(spans) => spans,
+        None => spans_of_all(chunks, wants).await?,
+    };
+    let least = RowKey::new("", "");
+    let mut out = Vec::with_capacity(spans.len());
+    let mut reads = Vec::with_capacity(spans.len());
+    for span in spans {
+        match span.first {
+            Some(first) => reads.push((span.head, first.clone(), span.to, chunks.get(Query::Key(row_key(&first))).map_err(failed)?)),
+            None => out.push(Provided { from: least.clone(), to: span.to, rows: ProvidedRows::Rows(Vec::new()) }),
+        }
+    }
+    for (head, first, to, req) in reads {
+        let v = req.await.map_err(failed)?.ok_or_else(|| failed("a base chunk vanished during a read"))?;
+        let rows = match v.dyn_ref::<Uint8Array>() {
+            Some(bytes) => ProvidedRows::Chunk(bytes.to_vec()),
+            None => ProvidedRows::Rows(chunk_rows(&v)?),
+        };
+        out.push(Provided { from: if head { least.clone() } else { first }, to, rows });
+    }
+    Ok(out)
+}
+
+/// A span of the chunks: the chunk whose first key is `first` (`None`: the
+/// empty span below every chunk), up to `to`; `head`: the first chunk,
+/// which answers from the least key.
+struct Span {
+    first: Option<RowKey>,
+    to: Option<RowKey>,
+    head: bool,
+}
+
+/// Up to this many wants are looked up one by one around their keys.
+const FEW_WANTS: usize = 16;
+/// A range with more chunks than this inside it is not looked up around.
+const FEW_CHUNKS: u32 = 8;
+
+/// Whether IndexedDB orders `s` among any strings as Rust does. They differ
+/// only where a char of U+E000..=U+FFFF meets one past U+FFFF (UTF-16 code
+/// units against code points); a string with neither is placed alike.
+fn plain(s: &str) -> bool {
+    s.chars().all(|c| (c as u32) < 0xE000)
+}
+
+fn plain_key(k: &RowKey) -> bool {
+    plain(&k.table) && plain(&k.row_id) && plain(&k.space)
+}
+
+/// The spans of `wants` from key cursors around them, without reading every
+/// chunk's key: first around the one range from the least start to the
+/// greatest end (edits queued on new rows sit side by side), then, for a
+/// few wants, around each. `None` when neither places them.
+async fn spans_around(chunks: &idb::ObjectStore, wants: &[Want]) -> Result<Option<Vec<Span>>, StoreError> {
+    if !wants.iter().all(|w| plain_key(&w.from) && w.to.as_ref().is_none_or(plain_key)) {
+        return Ok(None);
+    }
+    let from = wants.iter().map(|w| &w.from).min().cloned().unwrap_or_else(|| RowKey::new("", ""));
+    let to = wants.iter().try_fold(None::<RowKey>, |end, w| w.to.as_ref().map(|t| end.map_or(t.clone(), |e| e.max(t.clone())).into()));
+    let whole = Want { from, to: to.flatten() };
+    if let Some(spans) = look_around(chunks, std::slice::from_ref(&whole)).await? {
+        return Ok(Some(spans));
+    }
+    if wants.len() > FEW_WANTS {
+        return Ok(None);
+    }
+    look_around(chunks, wants).await
+}
+
+/// The spans of `ranges` (of [`plain`] bounds), from key cursors around
+/// each (all asked at once: one round trip): the last chunk key at or
+/// before its start, the keys inside it, and the first at or past its end.
+/// `None` when a range holds more than [`FEW_CHUNKS`] chunks, or a key
+/// found is not plain: the chunk found by IndexedDB's order could then be
+/// another than Rust's.
+///
+/// Why plain keys suffice: every key compares with plain bounds alike in
+/// both orders, so the keys inside are the same; and if the key found
+/// before the start were not Rust's last, the two would compare
+/// differently, which needs a char past U+DFFF in the found one.
+async fn look_around(chunks: &idb::ObjectStore, ranges: &[Want]) -> Result<Option<Vec<Span>>, StoreError> {
+    let mut asked = Vec::with_capacity(ranges.len());
+    for w in ranges {
+        let from = row_key(&w.from);
+        let before = chunks
+            .open_key_cursor(Some(Query::KeyRange(KeyRange::upper_bound(&from, Some(false)).map_err(failed)?)), Some(CursorDirection::Prev))
+            .map_err(failed)?;
+        let inside_range = match &w.to {
+            Some(to) => KeyRange::bound(&from, &row_key(to), Some(true), Some(true)).map_err(failed)?,
+            None => KeyRange::lower_bound(&from, Some(true)).map_err(failed)?,
+        };
+        let inside = chunks.get_all_keys(Some(Query::KeyRange(inside_range)), Some(FEW_CHUNKS + 1)).map_err(failed)?;
+        let after = match &w.to {
+            Some(to) => Some(
+                chunks
+                    .open_key_cursor(Some(Query::KeyRange(KeyRange::lower_bound(&row_key(to), Some(false)).map_err(failed)?)), Some(CursorDirection::Next))
+                    .map_err(failed)?,
+            ),
+            None => None,
+        };
+        asked.push((before, inside, after));
+    }
+    // Each chunk's first key, and the first key after it, as found; the
+    // requests are awaited in the order they were made.
+    let mut found: BTreeMap<RowKey, Option<RowKey>> = BTreeMap::new();
+    let mut head_to: Option<Option<RowKey>> = None;
+    for (before, inside, after) in asked {
+        let before = match before.await.map_err(failed)? {
+            Some(c) => Some(key_of(&c.key().map_err(failed)?)?),
+            None => None,
+        };
+        let mut inside = inside.await.map_err(failed)?.iter().map(key_of).collect::<Result<Vec<_>, _>>()?;
+        let after = match after {
+            Some(req) => match req.await.map_err(failed)? {
+                Some(c) => Some(key_of(&c.key().map_err(failed)?)?),
+                None => None,
+            },
+            None => None,
+        };
+        if inside.len() > FEW_CHUNKS as usize || !before.as_ref().is_none_or(plain_key) || !after.as_ref().is_none_or(plain_key) {
+            return Ok(None);
+        }
+        inside.sort_unstable();
+        let mut starts: Vec<RowKey> = before.iter().cloned().collect();
+        let ends: Vec<Option<RowKey>> = inside.iter().cloned().map(Some).chain(std::iter::once(after)).collect();
+        if before.is_none() {
+            head_to = Some(ends[0].clone());
+        }
+        starts.extend(inside);
+        // Each start's span ends at the next key found (`ends` is one longer
+        // than `inside`: with no chunk before, the first end closes the head).
+        let skip = usize::from(before.is_none());
+        for (start, end) in starts.into_iter().zip(ends.into_iter().skip(skip)) {
+            found.insert(start, end);
+        }
+    }
+    let mut spans: Vec<Span> = Vec::with_capacity(found.len() + 1);
+    if let Some(to) = head_to {
+        // Below every chunk: empty, up to the first (the lookups of one
+        // store in one transaction agree on it).
+        spans.push(Span { first: None, to, head: false });
+    }
+    spans.extend(found.into_iter().map(|(first, to)| Span { first: Some(first), to, head: false }));
+    Ok(Some(spans))
+}
+
+/// The spans of `wants` from every chunk's key.
+async fn spans_of_all(chunks: &idb::ObjectStore, wants: &[Want]) -> Result<Vec<Span>, StoreError> {
     let keys_v = chunks.get_all_keys(None, None).map_err(failed)?.await.map_err(failed)?;
     let mut firsts = keys_v.iter().map(key_of).collect::<Result<Vec<_>, _>>()?;
     firsts.sort_unstable();
-    let least = RowKey::new("", "");
     let mut need = vec![false; firsts.len()];
     let mut head = false;
     for w in wants {
@@ -260,25 +415,14 @@ async fn read_spans(chunks: &idb::ObjectStore, wants: &[Want]) -> Result<Vec<Pro
             i += 1;
         }
     }
-    let need: Vec<usize> = (0..firsts.len()).filter(|i| need[*i]).collect();
-    let mut out = Vec::with_capacity(need.len() + 1);
-    if head && !need.contains(&0) {
-        out.push(Provided { from: least.clone(), to: firsts.first().cloned(), rows: ProvidedRows::Rows(Vec::new()) });
+    let mut spans = Vec::new();
+    if head && !need.first().copied().unwrap_or(false) {
+        spans.push(Span { first: None, to: firsts.first().cloned(), head: false });
     }
-    let mut reads = Vec::with_capacity(need.len());
-    for i in need {
-        reads.push((i, chunks.get(Query::Key(row_key(&firsts[i]))).map_err(failed)?));
+    for i in (0..firsts.len()).filter(|i| need[*i]) {
+        spans.push(Span { first: Some(firsts[i].clone()), to: firsts.get(i + 1).cloned(), head: i == 0 });
     }
-    for (i, req) in reads {
-        let v = req.await.map_err(failed)?.ok_or_else(|| failed("a base chunk vanished during a read"))?;
-        let rows = match v.dyn_ref::<Uint8Array>() {
-            Some(bytes) => ProvidedRows::Chunk(bytes.to_vec()),
-            None => ProvidedRows::Rows(chunk_rows(&v)?),
-        };
-        let from = if i == 0 { least.clone() } else { firsts[i].clone() };
-        out.push(Provided { from, to: firsts.get(i + 1).cloned(), rows });
-    }
-    Ok(out)
+    Ok(spans)
 }
 
 impl IdbStore {
@@ -662,7 +806,8 @@ impl IdbStore {
         let get_all = |name: &str| -> Result<_, StoreError> { tx.object_store(name).map_err(failed)?.get_all(None, None).map_err(failed) };
         // Lazily: the chunks are counted, not read.
         let chunks_req = if lazy { None } else { Some(get_all(CHUNKS)?) };
-        let count_req = if lazy { Some(tx.object_store(CHUNKS).map_err(failed)?.count(None).map_err(failed)?) } else { None };
+        // Whether there is one: a count walks every record.
+        let count_req = if lazy { Some(tx.object_store(CHUNKS).map_err(failed)?.get_all_keys(None, Some(1)).map_err(failed)?) } else { None };
         let (delta_req, batches_req) = (get_all(DELTA)?, get_all(BATCHES)?);
         let (pending_req, rej_req) = (get_all(PENDING)?, get_all(REJECTIONS)?);
         // Last: the idb crate hears a request's success only once it is awaited,
@@ -677,7 +822,7 @@ impl IdbStore {
             None => Vec::new(),
         };
         let chunk_count = match count_req {
-            Some(r) => r.await.map_err(failed)?,
+            Some(r) => r.await.map_err(failed)?.len(),
             None => 0,
         };
         let delta_v = delta_req.await.map_err(failed)?;
@@ -691,7 +836,10 @@ impl IdbStore {
         let pending = pending_v.iter().map(parse::<Op>).collect::<Result<Vec<_>, _>>()?;
         // The rows of queued ops: the engine builds their visible rows at open.
         let provided = if lazy {
-            let wants: Vec<Want> = pending.iter().map(|op| Want::row(&op.place())).collect();
+            let mut places: Vec<RowKey> = pending.iter().map(Op::place).collect();
+            places.sort_unstable();
+            places.dedup();
+            let wants: Vec<Want> = places.iter().map(Want::row).collect();
             read_spans(&tx.object_store(CHUNKS).map_err(failed)?, &wants).await?
         } else {
             Vec::new()
