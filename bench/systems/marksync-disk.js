@@ -14,7 +14,7 @@ const open = (name) => Marksync.open({
   indexes: { sets: [['exercise', 'at']] }, lazy: true, indexesOnDisk: true,
 });
 export const w6 = {
-  note: 'rows seeded by __seedQueryRows, then one open builds the index entries on disk; opened lazily; db.query reads entries then rows; db.watch reads the table whole',
+  note: 'rows seeded by __seedQueryRows, then one open builds the index entries on disk; opened lazily; db.query reads a page of entries with their rows; db.watch updates its answer from each step\'s rows when it can, else reads it again',
   async seed(name, n) {
     await pkg.__seedQueryRows(name, n);
     const t = performance.now();
