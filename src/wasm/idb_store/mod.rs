@@ -254,7 +254,7 @@ async fn read_spans(chunks: &idb::ObjectStore, wants: &[Want]) -> Result<Vec<Pro
     }
     let spans = match spans_around(chunks, wants).await? {
         Some(spans) => spans,
-        None => spans_of_all(chunks, wants).await?,
+        None => spans_of_all(chunks.get_all_keys(None, None).map_err(failed)?.await.map_err(failed)?, wants)?,
     };
     let least = RowKey::new("", "");
     let mut out = Vec::with_capacity(spans.len());
@@ -309,9 +309,15 @@ async fn spans_around(chunks: &idb::ObjectStore, wants: &[Want]) -> Result<Optio
     if !wants.iter().all(|w| plain_key(&w.from) && w.to.as_ref().is_none_or(plain_key)) {
         return Ok(None);
     }
-    let from = wants.iter().map(|w| &w.from).min().cloned().unwrap_or_else(|| RowKey::new("", ""));
-    let to = wants.iter().try_fold(None::<RowKey>, |end, w| w.to.as_ref().map(|t| end.map_or(t.clone(), |e| e.max(t.clone())).into()));
-    let whole = Want { from, to: to.flatten() };
+    let (mut from, mut to) = (&wants[0].from, wants[0].to.as_ref());
+    for w in wants {
+        from = from.min(&w.from);
+        to = match (to, w.to.as_ref()) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
+    }
+    let whole = Want { from: from.clone(), to: to.cloned() };
     if let Some(spans) = look_around(chunks, std::slice::from_ref(&whole)).await? {
         return Ok(Some(spans));
     }
@@ -345,30 +351,24 @@ async fn look_around(chunks: &idb::ObjectStore, ranges: &[Want]) -> Result<Optio
         };
         let inside = chunks.get_all_keys(Some(Query::KeyRange(inside_range)), Some(FEW_CHUNKS + 1)).map_err(failed)?;
         let after = match &w.to {
-            Some(to) => Some(
-                chunks
-                    .open_key_cursor(Some(Query::KeyRange(KeyRange::lower_bound(&row_key(to), Some(false)).map_err(failed)?)), Some(CursorDirection::Next))
-                    .map_err(failed)?,
-            ),
+            Some(to) => Some(chunks.get_all_keys(Some(Query::KeyRange(KeyRange::lower_bound(&row_key(to), Some(false)).map_err(failed)?)), Some(1)).map_err(failed)?),
             None => None,
         };
         asked.push((before, inside, after));
     }
     // Each chunk's first key, and the first key after it, as found; the
     // requests are awaited in the order they were made.
-    let mut found: BTreeMap<RowKey, Option<RowKey>> = BTreeMap::new();
+    // (Kept sorted by insertion: no map's or sort's code more in the wasm.)
+    let (mut firsts, mut ends_of): (Vec<RowKey>, Vec<Option<RowKey>>) = (Vec::new(), Vec::new());
     let mut head_to: Option<Option<RowKey>> = None;
     for (before, inside, after) in asked {
-        let before = match before.await.map_err(failed)? {
-            Some(c) => Some(key_of(&c.key().map_err(failed)?)?),
+        let before = match before.await.map_err(failed)?.map(|c| c.into_managed().key()).transpose().map_err(failed)?.flatten() {
+            Some(k) => Some(key_of(&k)?),
             None => None,
         };
         let mut inside = inside.await.map_err(failed)?.iter().map(key_of).collect::<Result<Vec<_>, _>>()?;
         let after = match after {
-            Some(req) => match req.await.map_err(failed)? {
-                Some(c) => Some(key_of(&c.key().map_err(failed)?)?),
-                None => None,
-            },
+            Some(req) => req.await.map_err(failed)?.first().map(key_of).transpose()?,
             None => None,
         };
         if inside.len() > FEW_CHUNKS as usize || !before.as_ref().is_none_or(plain_key) || !after.as_ref().is_none_or(plain_key) {
@@ -385,22 +385,24 @@ async fn look_around(chunks: &idb::ObjectStore, ranges: &[Want]) -> Result<Optio
         // than `inside`: with no chunk before, the first end closes the head).
         let skip = usize::from(before.is_none());
         for (start, end) in starts.into_iter().zip(ends.into_iter().skip(skip)) {
-            found.insert(start, end);
+            if let Err(at) = firsts.binary_search(&start) {
+                firsts.insert(at, start);
+                ends_of.insert(at, end);
+            }
         }
     }
-    let mut spans: Vec<Span> = Vec::with_capacity(found.len() + 1);
+    let mut spans: Vec<Span> = Vec::with_capacity(firsts.len() + 1);
     if let Some(to) = head_to {
         // Below every chunk: empty, up to the first (the lookups of one
         // store in one transaction agree on it).
         spans.push(Span { first: None, to, head: false });
     }
-    spans.extend(found.into_iter().map(|(first, to)| Span { first: Some(first), to, head: false }));
+    spans.extend(firsts.into_iter().zip(ends_of).map(|(first, to)| Span { first: Some(first), to, head: false }));
     Ok(Some(spans))
 }
 
-/// The spans of `wants` from every chunk's key.
-async fn spans_of_all(chunks: &idb::ObjectStore, wants: &[Want]) -> Result<Vec<Span>, StoreError> {
-    let keys_v = chunks.get_all_keys(None, None).map_err(failed)?.await.map_err(failed)?;
+/// The spans of `wants` from every chunk's key, `keys_v`.
+fn spans_of_all(keys_v: Vec<JsValue>, wants: &[Want]) -> Result<Vec<Span>, StoreError> {
     let mut firsts = keys_v.iter().map(key_of).collect::<Result<Vec<_>, _>>()?;
     firsts.sort_unstable();
     let mut need = vec![false; firsts.len()];
@@ -836,9 +838,13 @@ impl IdbStore {
         let pending = pending_v.iter().map(parse::<Op>).collect::<Result<Vec<_>, _>>()?;
         // The rows of queued ops: the engine builds their visible rows at open.
         let provided = if lazy {
-            let mut places: Vec<RowKey> = pending.iter().map(Op::place).collect();
-            places.sort_unstable();
-            places.dedup();
+            let mut places: Vec<RowKey> = Vec::new();
+            for op in &pending {
+                let place = op.place();
+                if let Err(at) = places.binary_search(&place) {
+                    places.insert(at, place);
+                }
+            }
             let wants: Vec<Want> = places.iter().map(Want::row).collect();
             read_spans(&tx.object_store(CHUNKS).map_err(failed)?, &wants).await?
         } else {
