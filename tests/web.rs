@@ -690,7 +690,27 @@ async fn exhausted_retries_ask_the_server_then_wait_for_a_person_in_every_contex
     assert!(out.ok);
     assert_eq!(phase(&c, &never), Phase::Synced);
     assert_eq!(server.borrow().head("u"), 2);
+    // Stopped again; then an open that lifts the stop (an app's, or a
+    // background sync's): its first sync, asked for at once, sends — the
+    // lift is written before any job under the lock, whichever runs first.
+    let later = c.new_row_id().unwrap();
+    c.change("sets", &later, set(7)).await.unwrap();
+    *c.transport.fail_next.borrow_mut() = 10;
+    for _ in 0..3 {
+        if c.sync().await.is_err_and(|e| e.code() == "recovery_required") {
+            break;
+        }
+        let due = c.engine.borrow().retry_at().unwrap_or(0);
+        gloo_timers::future::TimeoutFuture::new((due.saturating_sub(marksync::wasm::client::now()) + 20) as u32).await;
+    }
+    assert_eq!(phase(&c, &later), Phase::RecoveryRequired);
     c.close();
+    let app = Client::open(&name, memory(&server), config.clone(), false, true, None, false).await.unwrap();
+    let out = app.sync().await.unwrap();
+    assert!(out.ok, "{out:?}");
+    assert_eq!(phase(&app, &later), Phase::Synced);
+    assert_eq!(server.borrow().head("u"), 3);
+    app.close();
 }
 
 #[wasm_bindgen_test]

@@ -21,8 +21,10 @@ pub(super) enum Job {
     /// A person acted: the stop for recovery or exhausted retries is lifted
     /// (on the sync state as stored, like every step that writes it).
     Lift,
-    /// Ops stopped for exhausted retries start their counts over (a
-    /// background sync, which a person asked for by leaving the app).
+    /// Ops stopped for exhausted retries start their counts over (an open
+    /// with `resumeExhausted`: a person came back, or a background sync a
+    /// person asked for by leaving the app). Any job writes it first
+    /// (`Driver::lift_exhausted`); this one only makes sure a job runs.
     LiftExhausted,
 }
 
@@ -128,6 +130,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         } else {
             self.engine.borrow_mut().adopt_sync(stored);
         }
+        if self.lift_exhausted.replace(false) {
+            let txn = self.engine.borrow_mut().retry_exhausted();
+            self.commit_some(txn).await?;
+        }
         match job {
             Job::Cycle => self.cycle().await,
             Job::Reconcile => self.check_with_server().await,
@@ -137,7 +143,8 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     match job {
                         Job::SettleOrphan => e.settle_orphaned_flight(),
                         Job::Lift => e.clear_recovery(),
-                        _ => e.retry_exhausted(),
+                        // Written above, by this job or an earlier one.
+                        _ => None,
                     }
                 };
                 self.commit_some(txn).await?;

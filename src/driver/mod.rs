@@ -116,6 +116,9 @@ pub struct Driver<S: LocalStore, T: Transport, H: Host> {
     recording: Cell<u32>,
     /// Other contexts' steps waiting for their rows to be read.
     heard: reads::Heard,
+    /// A lift of exhausted retries asked for at open, not yet written: the
+    /// next job under the lock writes it first, whichever it is.
+    lift_exhausted: Cell<bool>,
 }
 
 impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<S, T, H> {
@@ -163,6 +166,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             me: me.clone(),
             recording: Cell::new(0),
             heard: reads::Heard::default(),
+            lift_exhausted: Cell::new(false),
         });
         *driver.seen_sync.borrow_mut() = driver.status_part();
         driver.reserve().await?;
@@ -177,9 +181,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             let _ = driver.under_lock(cycle::Job::SettleOrphan, true).await;
         }
         if options.resume_exhausted {
-            // Seen at once here; written on the state as stored once the lock
-            // is free (asked for before any cycle of this context).
+            // Seen at once here; written on the state as stored by the next
+            // job under the lock (this one, or a cycle asked for sooner).
             let _ = driver.engine.borrow_mut().retry_exhausted();
+            driver.lift_exhausted.set(true);
             let me = driver.clone();
             driver.host.spawn(Box::pin(async move {
                 let _ = me.under_lock(cycle::Job::LiftExhausted, false).await;
