@@ -67,8 +67,7 @@ impl Engine {
     /// The reservation committed: the block is this engine's.
     pub fn reserved(&mut self, block: IdBlock, stored: &Meta) {
         self.meta = self.meta.join(stored);
-        self.meta.counter = self.meta.counter.max(block.last);
-        self.ids = block;
+        self.hold_ids(block);
     }
 
     /// A new rowId (`<deviceId>-<n>`) from the reserved block.

@@ -806,10 +806,10 @@ impl IdbStore {
         };
         let lazy = self.lazy.get();
         let get_all = |name: &str| -> Result<_, StoreError> { tx.object_store(name).map_err(failed)?.get_all(None, None).map_err(failed) };
-        // Lazily: the chunks are counted, not read.
+        // Lazily: no chunk is read; one key says whether there is any (a
+        // count would walk every record).
         let chunks_req = if lazy { None } else { Some(get_all(CHUNKS)?) };
-        // Whether there is one: a count walks every record.
-        let count_req = if lazy { Some(tx.object_store(CHUNKS).map_err(failed)?.get_all_keys(None, Some(1)).map_err(failed)?) } else { None };
+        let first_key_req = if lazy { Some(tx.object_store(CHUNKS).map_err(failed)?.get_all_keys(None, Some(1)).map_err(failed)?) } else { None };
         let (delta_req, batches_req) = (get_all(DELTA)?, get_all(BATCHES)?);
         let (pending_req, rej_req) = (get_all(PENDING)?, get_all(REJECTIONS)?);
         // Last: the idb crate hears a request's success only once it is awaited,
@@ -823,9 +823,9 @@ impl IdbStore {
             Some(r) => r.await.map_err(failed)?,
             None => Vec::new(),
         };
-        let chunk_count = match count_req {
-            Some(r) => r.await.map_err(failed)?.len(),
-            None => 0,
+        let chunk_held = match first_key_req {
+            Some(r) => !r.await.map_err(failed)?.is_empty(),
+            None => false,
         };
         let delta_v = delta_req.await.map_err(failed)?;
         let batches_v = batches_req.await.map_err(failed)?;
@@ -895,7 +895,7 @@ impl IdbStore {
             following,
             lazy,
             provided,
-            more_on_disk: chunk_count > 0,
+            more_on_disk: chunk_held,
             entries_for: entries::read_for(entries_for_v)?,
         })
     }
