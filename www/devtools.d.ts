@@ -1,4 +1,4 @@
-import type { Database, Diagnostics } from './index';
+import type { Database, Diagnostics, LazyDatabase } from './index';
 
 /** `db.diagnostics()` with the metrics, storage persistence and usage, and when and where it was taken: one bug report. Never a token. */
 export interface DiagnosticsExport extends Diagnostics {
@@ -19,14 +19,14 @@ export interface MountedInspector {
 }
 
 /** Shows the sync of `db` in `element`, live: outbox, cycles, rejections, conflicts, spaces, schema, storage, metrics; Sync, Reconcile, Retry, Export diagnostics. */
-export declare function mountInspector(db: Database, element: HTMLElement): MountedInspector;
+export declare function mountInspector(db: Database | LazyDatabase, element: HTMLElement): MountedInspector;
 /** Everything a bug report needs, as one object. */
-export declare function diagnostics(db: Database): Promise<DiagnosticsExport>;
+export declare function diagnostics(db: Database | LazyDatabase): Promise<DiagnosticsExport>;
 /** Saves `diagnostics(db)` as a JSON file. */
-export declare function exportDiagnostics(db: Database): Promise<DiagnosticsExport>;
+export declare function exportDiagnostics(db: Database | LazyDatabase): Promise<DiagnosticsExport>;
 /** `<marksync-inspector>`: set its `db` property. */
 export declare class MarksyncInspector extends HTMLElement {
-  db: Database | undefined;
+  db: Database | LazyDatabase | undefined;
 }
 declare global {
   interface HTMLElementTagNameMap {

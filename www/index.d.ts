@@ -286,10 +286,18 @@ export interface OpenOptions {
   /** Indexes only this device needs, besides the server schema's: `{ sets: [['exercise', 'at']] }`. */
   indexes?: Readonly<Record<string, readonly (readonly string[])[]>>;
   /**
+   * Open lazily: read rows from IndexedDB only as they are asked for, never every row at open. For a device that holds
+   * more rows than it shows (a few hundred thousand and up): the tab keeps what its queries read, under `cacheBytes`,
+   * and opens in the same few milliseconds whatever it holds. Queries are served by the indexes (the server schema's and
+   * `indexes`), whose entries the store then keeps on disk. The reads of rows — `query`, `count`, `rows`, `row`,
+   * `status`, `check` — then answer Promises (see `LazyDatabase`); `watch` and the React hooks work alike. Default
+   * `false`: every row is read at open and those reads answer at once.
+   */
+  lazy?: boolean;
+  /**
    * The bound of the rows a lazily opened database keeps read between its
    * steps, in bytes (default 16 MiB). The Service Worker of `marksync/sw`
-   * opens lazily: it reads only the rows its sync needs. A page opens with
-   * every row, as before (its reads are synchronous).
+   * opens lazily: it reads only the rows its sync needs.
    */
   cacheBytes?: number;
 }
@@ -329,6 +337,8 @@ export interface ChangeOptions extends SpaceOption {
 export interface Database {
   /** This device's id (UUID v4, born at the first open of the database). */
   readonly deviceId: string;
+  /** Whether it was opened with `lazy: true`: then it is a `LazyDatabase`, whose reads of rows answer Promises. */
+  readonly lazy: boolean;
   /** The user this database belongs to (named at open, or learned at the first sync), or `null` before either. */
   readonly user: string | null;
   /**
@@ -456,7 +466,22 @@ export interface Database {
   close(): void;
 }
 
+/**
+ * A database opened with `lazy: true`: the same, except that the reads of rows answer Promises, once what they need is
+ * read from IndexedDB (a bad argument still throws at once, `bad_input`). `rows()` reads the table whole and keeps it.
+ */
+export interface LazyDatabase extends Omit<Database, 'lazy' | 'query' | 'count' | 'rows' | 'row' | 'status' | 'check'> {
+  readonly lazy: true;
+  query(table: string, query?: Query): Promise<readonly Row[]>;
+  count(table: string, query?: Pick<Query, 'where' | 'space'>): Promise<number>;
+  rows(table: string, options?: SpaceOption): Promise<readonly Row[]>;
+  row(table: string, rowId: string, options?: SpaceOption): Promise<Row | null>;
+  status(table: string, rowId: string, options?: SpaceOption): Promise<RowStatus | null>;
+  check(table: string, rowId: string, fields: Fields, options?: SpaceOption): Promise<Refusal | null>;
+}
+
 export declare const Marksync: {
+  open(options: OpenOptions & { lazy: true }): Promise<LazyDatabase>;
   open(options: OpenOptions): Promise<Database>;
 };
 

@@ -28,25 +28,51 @@ export function useQuery(db, table, query) {
   return useSyncExternalStore(live.subscribe, live.read);
 }
 
-/** The visible rows of `table` (of every space, or of `options.space`), in rowId order: `useQuery` of every row. */
+const NONE = Object.freeze([]);
+
+/**
+ * The visible rows of `table` (of every space, or of `options.space`), in
+ * rowId order: `useQuery` of every row. Until its first result, a full read
+ * — or, over a database opened lazily (whose reads are Promises), no rows.
+ */
 export function useRows(db, table, options) {
   const space = options?.space;
   const rows = useQuery(db, table, space == null ? undefined : { space });
-  // Until the live query's first result: a full read, as before useQuery.
-  return rows ?? db.rows(table, { space });
+  if (rows) return rows;
+  return db.lazy ? NONE : db.rows(table, { space });
 }
 
 /**
  * `read()`, re-read after every change of the database, as one snapshot
- * until its JSON changes (the values are built fresh on each read).
+ * until its JSON changes (the values are built fresh on each read). Over a
+ * database opened lazily `read()` answers a Promise: each change reads
+ * again, and the render shows the last answer (`null` until the first).
  */
-function useStable(db, read) {
-  const last = useRef({ key: '', value: null });
-  const subscribe = useCallback((cb) => db.subscribe(cb), [db]);
-  return useSyncExternalStore(subscribe, () => {
-    const value = read();
+function useStable(db, read, deps) {
+  const last = useRef({ key: 'null', value: null });
+  const take = (value) => {
     const key = JSON.stringify(value);
-    if (key !== last.current.key) last.current = { key, value };
+    if (key === last.current.key) return false;
+    last.current = { key, value };
+    return true;
+  };
+  const subscribe = useCallback((cb) => {
+    if (!db.lazy) return db.subscribe(cb);
+    // Never the answer for what was read before (another row).
+    if (take(null)) cb();
+    let live = true;
+    const again = () => Promise.resolve(read()).then((v) => live && take(v) && cb(), () => {});
+    again();
+    const off = db.subscribe(again);
+    return () => {
+      live = false;
+      off();
+    };
+    // `deps` name what `read` reads.
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [db, ...deps]);
+  return useSyncExternalStore(subscribe, () => {
+    if (!db.lazy) take(read());
     return last.current.value;
   });
 }
@@ -54,15 +80,15 @@ function useStable(db, read) {
 /** The sync status of one row, re-rendering when it changes. */
 export function useRowStatus(db, table, rowId, options) {
   const space = options?.space;
-  return useStable(db, () => db.status(table, rowId, { space }));
+  return useStable(db, () => db.status(table, rowId, { space }), [table, rowId, space]);
 }
 
 /** The user's spaces (`db.spaces()`), re-rendering when a sync learns a grant, a role change or a revoke. */
 export function useSpaces(db) {
-  return useStable(db, () => db.spaces());
+  return useStable(db, () => db.spaces(), []);
 }
 
 /** The conflicts not yet dismissed (`db.conflicts()`), re-rendering when one is found or dismissed, in any context. */
 export function useConflicts(db) {
-  return useStable(db, () => db.conflicts());
+  return useStable(db, () => db.conflicts(), []);
 }

@@ -70,7 +70,13 @@ export function installSyncWorker(scope, { endpoint, name = 'marksync', token } 
   function db() {
     // `resumeExhausted: false`: when retries ran out, only a person (or the
     // app's next open) sends again — never a worker woken in the background.
-    dbPromise ??= Marksync.open({ endpoint, name, token: getToken, autoSync: false, persist: false, live: false, resumeExhausted: false, lazy: true })
+    // Lazy: it reads only the rows its sync needs; it never queries, so it
+    // asks the store to keep no index entries of its own (those a page asked
+    // for are kept up by every context's writes all the same).
+    dbPromise ??= Marksync.open({
+      endpoint, name, token: getToken, autoSync: false, persist: false, live: false, resumeExhausted: false,
+      lazy: true, indexesOnDisk: false,
+    })
       .catch((e) => { dbPromise = null; throw e; });
     return dbPromise;
   }

@@ -238,12 +238,15 @@ impl Marksync {
         // The bound of the row cache (PROTOCOL §7, "The lazy store").
         let cache_bytes = args::opt_int(&options, "cacheBytes", o, 1.0, crate::protocol::MAX_SAFE_INTEGER as f64)?
             .map_or(crate::engine::CACHE_BYTES, |n| n as usize);
-        // Internal: the Service Worker opens lazily — it reads rows only as
-        // its sync needs them, never a whole table at open.
+        // Rows are read only as they are asked for, never a whole table at
+        // open (PROTOCOL §7, "The lazy store"): the Service Worker's, and a
+        // page's that holds more rows than it shows.
         let lazy = args::opt_bool(&options, "lazy", o)?.unwrap_or(false);
-        // Internal, for now: the store keeps the indexes' entries, and a
-        // lazy database's queries read them (PROTOCOL §7, "Indexes on disk").
-        let indexes_on_disk = args::opt_bool(&options, "indexesOnDisk", o)?.unwrap_or(false);
+        // The store keeps the indexes' entries, and a lazy database's
+        // queries read them (PROTOCOL §7, "Indexes on disk"). Internal: a
+        // lazy database keeps them, unless it never queries (the Service
+        // Worker's says so).
+        let indexes_on_disk = args::opt_bool(&options, "indexesOnDisk", o)?.unwrap_or(lazy);
         let token = token_source(args::get(&options, "token"))?;
         let transport = FetchTransport::new(&endpoint, token, timeout_ms);
         // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
@@ -262,6 +265,14 @@ impl Marksync {
             inner.schedule_sync(0);
         }
         Ok(Marksync { inner, cache: Rc::new(RefCell::new((0, HashMap::new()))), lazy })
+    }
+
+    /// Whether this database was opened lazily (`open({ lazy: true })`):
+    /// then its reads of rows (`rows`, `row`, `count`, `status`, `check`,
+    /// `query`) answer Promises.
+    #[wasm_bindgen(getter)]
+    pub fn lazy(&self) -> bool {
+        self.lazy
     }
 
     /// This device's id (random UUID v4, born at the first open).
@@ -368,65 +379,105 @@ impl Marksync {
     /// `_space`), or from `options.space` alone. The same frozen array until
     /// something changes: fit for `useSyncExternalStore`. Empty while the
     /// token in use is another user's than the database's (`wrong_user`).
+    /// Over a database opened lazily, a Promise of it: the table is read
+    /// whole, and kept whole from then on.
     pub fn rows(&self, table: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
-        self.held_only("rows()")?;
         let table = args::text(&table, "table")?;
         let only = space_of(&options, "options")?;
-        let version = self.inner.version();
-        let mut cache = self.cache.borrow_mut();
+        if !self.lazy {
+            return Ok(Self::rows_held(&self.inner, &self.cache, &table, only.as_deref()));
+        }
+        let (t, cache) = (table.clone(), self.cache.clone());
+        Ok(self.once_read(
+            Box::new(move |e| vec![e.wants_table(&t)]),
+            Box::new(move |inner| Ok(Self::rows_held(inner, &cache, &table, only.as_deref()))),
+        ))
+    }
+
+    fn rows_held(inner: &Client<FetchTransport>, cache: &RefCell<(u64, HashMap<String, JsValue>)>, table: &str, only: Option<&str>) -> JsValue {
+        let version = inner.version();
+        let mut cache = cache.borrow_mut();
         if cache.0 != version {
             *cache = (version, HashMap::new());
         }
-        let cache_key = match &only {
+        let cache_key = match only {
             Some(s) => format!("{table}\u{0}{s}"),
-            None => table.clone(),
+            None => table.to_owned(),
         };
         if let Some(v) = cache.1.get(&cache_key) {
-            return Ok(v.clone());
+            return v.clone();
         }
-        let engine = self.inner.engine.borrow();
-        let local = only.as_deref().map(|s| engine.following().local(s));
+        let engine = inner.engine.borrow();
+        let local = only.map(|s| engine.following().local(s));
         let rows: Vec<_> = if engine.hides_rows() {
             Vec::new()
         } else {
             engine
-                .rows(&table)
+                .rows(table)
                 .into_iter()
                 .filter(|(k, _)| local.is_none_or(|l| k.space == l))
-                .map(|(k, r)| (k, engine.app_cow(&table, r)))
+                .map(|(k, r)| (k, engine.app_cow(table, r)))
                 .collect()
         };
         let v = rows_to_js(rows.iter().map(|(k, r)| (k.as_ref(), r.as_ref())));
         cache.1.insert(cache_key, v.clone());
-        Ok(v)
+        v
     }
 
     /// One visible row, or `null` if absent or deleted: in `options.space`,
-    /// or where the row lives (the personal space's copy first).
+    /// or where the row lives (the personal space's copy first). Over a
+    /// database opened lazily, a Promise of it (that row alone is read).
     pub fn row(&self, table: JsValue, row_id: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
-        self.held_only("row()")?;
-        let engine = self.inner.engine.borrow();
-        let key = Self::key_of(&engine, &table, &row_id, &options)?;
-        if engine.hides_rows() {
-            return Ok(JsValue::NULL);
-        }
-        Ok(match engine.row(&key) {
-            Some(r) => Array::from(&rows_to_js(std::iter::once((&key, engine.app_cow(&key.table, r).as_ref())))).get(0),
-            None => JsValue::NULL,
-        })
+        self.named_read(table, row_id, options, Box::new(|engine, key| {
+            if engine.hides_rows() {
+                return Ok(JsValue::NULL);
+            }
+            Ok(match engine.row(&key) {
+                Some(r) => Array::from(&rows_to_js(std::iter::once((&key, engine.app_cow(&key.table, r).as_ref())))).get(0),
+                None => JsValue::NULL,
+            })
+        }))
     }
 
-    /// A synchronous read of rows, refused by a database opened lazily (the
-    /// Service Worker's), which does not hold them: never an answer from
-    /// part of the rows.
-    fn held_only(&self, what: &str) -> Result<(), JsValue> {
-        if self.lazy {
-            return Err(js_error(
-                Code::BadInput.as_str(),
-                &format!("{what} reads rows this database does not hold: it was opened lazily, to sync (the Service Worker's)"),
-            ));
+    /// `read` of the row `table/rowId` (in `options.space`, or where it
+    /// lives): at once over a database that holds its rows; over one opened
+    /// lazily, a Promise of it once every copy of that row is read — the
+    /// same answer, from the same engine, with nothing awaited in between.
+    fn named_read(
+        &self,
+        table: JsValue,
+        row_id: JsValue,
+        options: JsValue,
+        read: Box<dyn FnOnce(&crate::engine::Engine, RowKey) -> Result<JsValue, JsValue>>,
+    ) -> Result<JsValue, JsValue> {
+        // Bad arguments are refused at once, before anything is read.
+        let (t, id) = (args::text(&table, "table")?, args::text(&row_id, "rowId")?);
+        space_of(&options, "options")?;
+        let answer = move |inner: &Client<FetchTransport>| {
+            let engine = inner.engine.borrow();
+            let key = Self::key_of(&engine, &table, &row_id, &options)?;
+            read(&engine, key)
+        };
+        if !self.lazy {
+            return answer(&self.inner);
         }
-        Ok(())
+        Ok(self.once_read(Box::new(move |_| vec![crate::engine::Engine::wants_edit(&t, &id)]), Box::new(answer)))
+    }
+
+    /// Over a database opened lazily: a Promise of `read`, once what
+    /// `wants` names is read — nothing awaited between the last read and
+    /// `read`, so no other task can take the rows away in between.
+    fn once_read(
+        &self,
+        wants: Box<dyn Fn(&mut crate::engine::Engine) -> Vec<crate::store::Want>>,
+        read: Box<dyn FnOnce(&Client<FetchTransport>) -> Result<JsValue, JsValue>>,
+    ) -> JsValue {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            inner.ensure(&*wants).await.map_err(client_error)?;
+            read(&inner)
+        })
+        .into()
     }
 
     /// The key of `table/row_id` in `options.space`, or where it lives.
@@ -475,13 +526,27 @@ impl Marksync {
     /// the schema this device last fetched from it: `null` (accepted, no
     /// field given, or no schema known yet) or `{ code, reason, field }` in
     /// the server's words. Offline, synchronous, changes nothing; a malformed
-    /// edit throws `bad_input` as `change()` would.
+    /// edit throws `bad_input` as `change()` would. Over a database opened
+    /// lazily, a Promise of the answer (the row is read first).
     pub fn check(&self, table: JsValue, row_id: JsValue, fields: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
         self.inner.check_open().map_err(client_error)?;
-        self.held_only("check()")?;
-        let engine = self.inner.engine.borrow();
         let space = space_of(&options, "options")?;
-        let edit = edit_of(&engine, &table, Some(&row_id), &fields, space, "")?;
+        if self.lazy {
+            // A malformed edit is refused at once, before its row is read.
+            edit_of(&self.inner.engine.borrow(), &table, Some(&row_id), &fields, space.clone(), "")?;
+        }
+        let (t, id) = (table.clone(), row_id.clone());
+        self.named_read(t, id, options, Box::new(move |engine, _| Self::check_held(engine, &table, &row_id, &fields, space)))
+    }
+
+    fn check_held(
+        engine: &crate::engine::Engine,
+        table: &JsValue,
+        row_id: &JsValue,
+        fields: &JsValue,
+        space: Option<String>,
+    ) -> Result<JsValue, JsValue> {
+        let edit = edit_of(engine, table, Some(row_id), fields, space, "")?;
         // Nothing typed yet is not an edit to refuse: a form asks as it fills.
         if edit.fields.is_empty() {
             return Ok(JsValue::NULL);
@@ -520,12 +585,9 @@ impl Marksync {
     /// The sync status of a row: `{ phase, reason, code, pendingOps, attempts, nextRetryAt }`
     /// (in `options.space`, or where the row lives), or `null` for a row this
     /// device has never seen — no copy, nothing queued, no refusal — which
-    /// has no sync status.
+    /// has no sync status. Over a database opened lazily, a Promise of it.
     pub fn status(&self, table: JsValue, row_id: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
-        self.held_only("status()")?;
-        let engine = self.inner.engine.borrow();
-        let key = Self::key_of(&engine, &table, &row_id, &options)?;
-        Ok(engine.known_status(&key).map_or(JsValue::NULL, |s| to_js(&s)))
+        self.named_read(table, row_id, options, Box::new(|engine, key| Ok(engine.known_status(&key).map_or(JsValue::NULL, |s| to_js(&s)))))
     }
 
     /// The pending ops, in the order they will be sent.

@@ -221,31 +221,46 @@ impl Marksync {
         let table = args::text(&table, "table")?;
         let q = read_query(&self.inner.engine.borrow(), &query, true)?;
         if self.lazy {
-            let inner = self.inner.clone();
-            return Ok(wasm_bindgen_futures::future_to_promise(async move {
-                let rows = match inner.query_on_disk(&table, &q).await.map_err(client_error)? {
-                    Some(rows) => rows,
-                    None => {
-                        inner.ensure_table(&table).await.map_err(client_error)?;
-                        inner.engine.borrow_mut().query(&table, &q)
-                    }
-                };
-                Ok(rows_to_js(rows.iter().map(|(k, r)| (k, r))))
-            })
-            .into());
+            return Ok(self.query_later(table, q, Box::new(|rows| rows_to_js(rows.iter().map(|(k, r)| (k, r))))));
         }
         let rows = self.inner.engine.borrow_mut().query(&table, &q);
         Ok(rows_to_js(rows.iter().map(|(k, r)| (k, r))))
     }
 
-    /// How many visible rows of `table` match `{ where, space }`.
-    pub fn count(&self, table: JsValue, query: JsValue) -> Result<u32, JsValue> {
+    /// How many visible rows of `table` match `{ where, space }`. Over a
+    /// database opened lazily, a Promise of it: the matching rows are read
+    /// by an index on disk when one serves the `where`, else the table whole.
+    pub fn count(&self, table: JsValue, query: JsValue) -> Result<JsValue, JsValue> {
         self.inner.check_open().map_err(client_error)?;
-        self.held_only("count()")?;
         let table = args::text(&table, "table")?;
-        let mut engine = self.inner.engine.borrow_mut();
-        let q = read_query(&engine, &query, false)?;
-        Ok(engine.count(&table, &q) as u32)
+        let q = read_query(&self.inner.engine.borrow(), &query, false)?;
+        if !self.lazy {
+            return Ok((self.inner.engine.borrow_mut().count(&table, &q) as u32).into());
+        }
+        Ok(self.query_later(table, q, Box::new(|rows| (rows.len() as u32).into())))
+    }
+
+    /// Over a database opened lazily: a Promise of `done(rows)`, the rows
+    /// `q` answers, read from an index kept on disk when one fits, else
+    /// from the table read whole.
+    fn query_later(
+        &self,
+        table: String,
+        q: crate::query::Query,
+        done: Box<dyn FnOnce(Vec<(RowKey, crate::protocol::Row)>) -> JsValue>,
+    ) -> JsValue {
+        let inner = self.inner.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let rows = match inner.query_on_disk(&table, &q).await.map_err(client_error)? {
+                Some(rows) => rows,
+                None => {
+                    inner.ensure_table(&table).await.map_err(client_error)?;
+                    inner.engine.borrow_mut().query(&table, &q)
+                }
+            };
+            Ok(done(rows))
+        })
+        .into()
     }
 
     /// Which index serves a query, or that a scan of the table does:

@@ -209,6 +209,108 @@ for (const engine of engines) {
       assert.deepEqual(out.plan, ['exercise', 'weightKg']);
     });
 
+    test('a database opened lazily answers the same reads, as Promises, from what it reads of IndexedDB', async () => {
+      const user = newUser(`${engine}-lazy`);
+      const opts = { name: 'xbl', indexes: { sets: [['exercise', 'weightKg']] } };
+      const s = await device(user, { ...opts, lazy: true });
+      // The same reads, over whichever database is `db`: awaited (an array or a Promise of it).
+      // In this order: the reads of one row first, before any read of the whole table.
+      const reads = async () => {
+        const ids = (rows) => rows.map((r) => r._id);
+        const out = {
+          // By the row read from disk and the schema the sync fetched.
+          // (Rows of another chunk than the queued edits', which the open reads.)
+          check: await db.check('sets', 'f1', { reps: 3 }),
+          tooMany: await db.check('sets', 'f5', { reps: 500 }),
+          fresh: await db.check('sets', 'nope', { reps: 3 }),
+          other: await db.row('sets', 'f7'),
+          synced: (await db.status('sets', 'f9'))?.phase,
+          row: await db.row('sets', 'r00'),
+          gone: await db.row('sets', 'r03'),
+          none: await db.row('sets', 'nope'),
+          status: await db.status('sets', 'r00'),
+        };
+        const q = { where: { exercise: 'squat', weightKg: { gte: 2, lt: 6 } }, orderBy: ['weightKg', 'desc'], limit: 4 };
+        const p1 = await db.query('sets', q);
+        out.pages = [ids(p1), ids(await db.query('sets', { ...q, after: p1.at(-1) }))];
+        out.count = await db.count('sets', { where: { exercise: 'squat' } });
+        out.manyReps = await db.count('sets', { where: { reps: { gte: 8 } } });
+        out.rows = ids(await db.rows('sets'));
+        return out;
+      };
+      const applied = await s.run(async () => {
+        const edits = [];
+        for (let i = 0; i < 40; i++) edits.push({ table: 'sets', rowId: `r${String(i).padStart(2, '0')}`, fields: { exercise: i % 2 ? 'bench' : 'squat', weightKg: i % 7, reps: 1 + (i % 9) } });
+        // Past 2,000 rows the store compacts them into chunks, which a lazy open does not read.
+        for (let i = 0; i < 2100; i++) edits.push({ table: 'sets', rowId: `f${i}`, fields: { exercise: 'row', weightKg: 40, reps: 1 + (i % 12) } });
+        await db.changeMany(edits);
+        const sent = await db.sync();
+        const chunks = () => new Promise((resolve, reject) => {
+          const req = indexedDB.open('xbl');
+          req.onerror = () => reject(req.error);
+          req.onsuccess = () => {
+            const idb = req.result;
+            const count = idb.transaction('base_chunks').objectStore('base_chunks').count();
+            count.onsuccess = () => { idb.close(); resolve(count.result); };
+            count.onerror = () => { idb.close(); reject(count.error); };
+          };
+        });
+        for (let i = 0; i < 200 && (await chunks()) === 0; i++) await new Promise((r) => setTimeout(r, 50));
+        if ((await chunks()) === 0) throw new Error('the rows were never compacted into chunks');
+        // Queued, not yet sent: laid over the rows read from disk.
+        await db.change('sets', 'r00', { weightKg: 5 });
+        await db.remove('sets', 'r03');
+        return sent.applied;
+      });
+      // Opened lazily again: nothing of the rows in memory but what its reads read.
+      await s.goto(`${server.url}/test/harness.html`);
+      await s.run(harnessReady);
+      const lazy = await s.run(async ({ user, opts, reads }) => {
+        window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, autoSync: false, live: false, ...opts });
+        let thrown = null;
+        try { db.row(5, 'r00'); } catch (e) { thrown = e.code; }
+        const promised = typeof db.row('sets', 'r00').then === 'function';
+        const heard = [];
+        const stop = db.watch('sets', { where: { exercise: 'squat' }, orderBy: ['weightKg', 'desc'], limit: 2 }, (rows) => heard.push(rows.map((r) => r._id)));
+        const got = await (0, eval)(`(${reads})`)();
+        await new Promise((r) => setTimeout(r, 100));
+        await db.change('sets', 'r02', { weightKg: 50 });
+        await new Promise((r) => setTimeout(r, 100));
+        stop();
+        return { ...got, lazy: db.lazy, thrown, promised, heard };
+      }, { user, opts: { ...opts, lazy: true }, reads: reads.toString() });
+      assert.equal(applied, 2140);
+      assert.equal(lazy.lazy, true);
+      assert.equal(lazy.thrown, 'bad_input', 'a bad argument throws at once, before anything is read');
+      assert.equal(lazy.promised, true);
+      assert.deepEqual(lazy.heard, [['r06', 'r20'], ['r02', 'r06']]);
+      assert.deepEqual(lazy.row, { _id: 'r00', exercise: 'squat', weightKg: 5, reps: 1 });
+      assert.equal(lazy.gone, null, 'a row removed by a queued edit is gone');
+      assert.equal(lazy.none, null);
+      assert.equal(lazy.status.phase, 'pending');
+      assert.equal(lazy.status.pendingOps, 1);
+      assert.equal(lazy.synced, 'synced');
+      assert.deepEqual(lazy.other, { _id: 'f7', exercise: 'row', weightKg: 40, reps: 8 });
+      assert.equal(lazy.check, null);
+      assert.deepEqual(lazy.tooMany, { code: 'out_of_range', reason: 'reps must be at most 100', field: 'reps' });
+      assert.equal(lazy.fresh.code, 'missing_fields');
+      assert.equal(lazy.rows.length, 2139);
+      // The same device opened as before, every row read at open: the same answers, at once.
+      await s.goto(`${server.url}/test/harness.html`);
+      await s.run(harnessReady);
+      const eager = await s.run(async ({ user, opts, reads }) => {
+        window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, autoSync: false, live: false, ...opts });
+        // As the lazy reads found it (the edit heard by the live query came after them).
+        await db.change('sets', 'r02', { weightKg: 2 });
+        const instant = Array.isArray(db.query('sets', {})) && typeof db.count('sets', {}) === 'number';
+        return { ...(await (0, eval)(`(${reads})`)()), instant };
+      }, { user, opts, reads: reads.toString() });
+      assert.equal(eager.instant, true);
+      delete eager.instant;
+      for (const k of ['lazy', 'thrown', 'promised', 'heard']) delete lazy[k];
+      assert.deepEqual(lazy, eager);
+    });
+
     test('naming rows never runs out: 100,000 synchronous newRowId() calls, a 100,000-row import named by changeMany, a reload', async () => {
       const user = newUser(`${engine}-ids`);
       const s = await device(user, { name: 'xb-ids' });

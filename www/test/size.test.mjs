@@ -23,9 +23,10 @@ import { root } from './helpers.mjs';
 // kept and followed step by step, +2.0 KB; 458 → 462: a sync state heard
 // late not taken, and the lifts of a stop written under the cycle lock,
 // +1.0 KB, and a lazy open that finds the chunks it needs by key cursors
-// around them, +3.5 KB (26–39 ms less at each open of 1M rows) —
+// around them, +3.5 KB (26–39 ms less at each open of 1M rows); 462 → 463:
+// a page may open lazily, its reads of rows answering Promises, +1.5 KB —
 // BENCHMARKS.md, "The package, step by step").
-const BUDGET_KB = 462;
+const BUDGET_KB = 463;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');

@@ -45,6 +45,15 @@ export async function readme(): Promise<void> {
   const live: 'off' | 'connecting' | 'open' | 'closed' = other.metrics().live;
   void live;
 
+  // A device that holds more rows than it shows: reads of rows are Promises.
+  const big = await Marksync.open({ endpoint: '', token: () => auth.token(), name: 'coach', lazy: true });
+  const newest: readonly Row[] = await big.query('sets', { orderBy: ['at', 'desc'], limit: 50 });
+  const n: number = await big.count('sets', { where: { exercise: 'squat' } });
+  const one: Row | null = await big.row('sets', id);
+  const st = (await big.status('sets', id))?.phase;
+  const no = await big.check('sets', id, { reps: 500 });
+  void [newest, n, one, st, no, useRows(big, 'sets'), big.lazy === true];
+
   try {
     await db.change('sets', id, { reps: 500 });
   } catch (e) {
