@@ -973,7 +973,9 @@ async fn a_lazy_context_reads_its_queries_from_the_indexes_on_disk() {
             rows
         }
     };
-    let reps = |rows: &[(RowKey, marksync::protocol::Row)]| rows.iter().map(|(k, r)| (k.row_id.clone(), r.get("reps").cloned())).collect::<Vec<_>>();
+    let reps = |rows: &[(RowKey, marksync::protocol::Row)]| {
+        rows.iter().map(|(k, r)| (k.row_id.clone(), r.get("reps").cloned())).collect::<Vec<_>>()
+    };
     assert_eq!(reps(&heard.borrow()[0]), reps(&fresh(top.clone()).await));
     // The context's first step after its open shows all as changed: both are read again, neither heard.
     lazy.change("sets", &named[6].1, set(4)).await.unwrap();

@@ -318,7 +318,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
 
     /// Writes the reservation `plan` makes of the stored meta; the block
     /// and that meta, for the engine to take.
-    async fn reserve_with(&self, plan: &dyn Fn(&Meta) -> (Txn, crate::ids::IdBlock)) -> Result<Option<(crate::ids::IdBlock, Meta)>, ClientError> {
+    async fn reserve_with(
+        &self,
+        plan: &dyn Fn(&Meta) -> (Txn, crate::ids::IdBlock),
+    ) -> Result<Option<(crate::ids::IdBlock, Meta)>, ClientError> {
         let mut planned = None;
         self.store
             .update(false, &mut |stored| {

@@ -168,6 +168,13 @@ fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit
     Ok(out)
 }
 
+/// A read of one row, given its key (`row`, `status`, `check`).
+type RowRead = Box<dyn FnOnce(&crate::engine::Engine, RowKey) -> Result<JsValue, JsValue>>;
+/// What a read over a lazy database reads first.
+type Wants = Box<dyn Fn(&mut crate::engine::Engine) -> Vec<crate::store::Want>>;
+/// A read over a lazy database, once what it wants is held.
+type ReadLater = Box<dyn FnOnce(&Client<FetchTransport>) -> Result<JsValue, JsValue>>;
+
 /// An open marksync database: rows, outbox and sync with one server.
 #[wasm_bindgen]
 pub struct Marksync {
@@ -394,7 +401,12 @@ impl Marksync {
         ))
     }
 
-    fn rows_held(inner: &Client<FetchTransport>, cache: &RefCell<(u64, HashMap<String, JsValue>)>, table: &str, only: Option<&str>) -> JsValue {
+    fn rows_held(
+        inner: &Client<FetchTransport>,
+        cache: &RefCell<(u64, HashMap<String, JsValue>)>,
+        table: &str,
+        only: Option<&str>,
+    ) -> JsValue {
         let version = inner.version();
         let mut cache = cache.borrow_mut();
         if cache.0 != version {
@@ -428,28 +440,27 @@ impl Marksync {
     /// or where the row lives (the personal space's copy first). Over a
     /// database opened lazily, a Promise of it (that row alone is read).
     pub fn row(&self, table: JsValue, row_id: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
-        self.named_read(table, row_id, options, Box::new(|engine, key| {
-            if engine.hides_rows() {
-                return Ok(JsValue::NULL);
-            }
-            Ok(match engine.row(&key) {
-                Some(r) => Array::from(&rows_to_js(std::iter::once((&key, engine.app_cow(&key.table, r).as_ref())))).get(0),
-                None => JsValue::NULL,
-            })
-        }))
+        self.named_read(
+            table,
+            row_id,
+            options,
+            Box::new(|engine, key| {
+                if engine.hides_rows() {
+                    return Ok(JsValue::NULL);
+                }
+                Ok(match engine.row(&key) {
+                    Some(r) => Array::from(&rows_to_js(std::iter::once((&key, engine.app_cow(&key.table, r).as_ref())))).get(0),
+                    None => JsValue::NULL,
+                })
+            }),
+        )
     }
 
     /// `read` of the row `table/rowId` (in `options.space`, or where it
     /// lives): at once over a database that holds its rows; over one opened
     /// lazily, a Promise of it once every copy of that row is read — the
     /// same answer, from the same engine, with nothing awaited in between.
-    fn named_read(
-        &self,
-        table: JsValue,
-        row_id: JsValue,
-        options: JsValue,
-        read: Box<dyn FnOnce(&crate::engine::Engine, RowKey) -> Result<JsValue, JsValue>>,
-    ) -> Result<JsValue, JsValue> {
+    fn named_read(&self, table: JsValue, row_id: JsValue, options: JsValue, read: RowRead) -> Result<JsValue, JsValue> {
         // Bad arguments are refused at once, before anything is read.
         let (t, id) = (args::text(&table, "table")?, args::text(&row_id, "rowId")?);
         space_of(&options, "options")?;
@@ -467,11 +478,7 @@ impl Marksync {
     /// Over a database opened lazily: a Promise of `read`, once what
     /// `wants` names is read — nothing awaited between the last read and
     /// `read`, so no other task can take the rows away in between.
-    fn once_read(
-        &self,
-        wants: Box<dyn Fn(&mut crate::engine::Engine) -> Vec<crate::store::Want>>,
-        read: Box<dyn FnOnce(&Client<FetchTransport>) -> Result<JsValue, JsValue>>,
-    ) -> JsValue {
+    fn once_read(&self, wants: Wants, read: ReadLater) -> JsValue {
         let inner = self.inner.clone();
         future_to_promise(async move {
             inner.ensure(&*wants).await.map_err(client_error)?;

@@ -11,6 +11,9 @@ use crate::engine::Engine;
 use crate::protocol::{Code, RowKey, Value};
 use crate::query::{After, Dir, Filter, IndexDef, Order, Pred, Query, MAX_LIMIT};
 
+/// What a query over a lazy database answers with its rows (the rows, or their count).
+type Answered = Box<dyn FnOnce(Vec<(RowKey, crate::protocol::Row)>) -> JsValue>;
+
 fn bad(message: String) -> JsValue {
     js_error(Code::BadInput.as_str(), &message)
 }
@@ -243,12 +246,7 @@ impl Marksync {
     /// Over a database opened lazily: a Promise of `done(rows)`, the rows
     /// `q` answers, read from an index kept on disk when one fits, else
     /// from the table read whole.
-    fn query_later(
-        &self,
-        table: String,
-        q: crate::query::Query,
-        done: Box<dyn FnOnce(Vec<(RowKey, crate::protocol::Row)>) -> JsValue>,
-    ) -> JsValue {
+    fn query_later(&self, table: String, q: crate::query::Query, done: Answered) -> JsValue {
         let inner = self.inner.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let rows = match inner.query_on_disk(&table, &q).await.map_err(client_error)? {

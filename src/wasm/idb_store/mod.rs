@@ -28,7 +28,10 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use idb::{CursorDirection, Database, DatabaseEvent, Event, Factory, KeyRange, ObjectStoreParams, Query, Request, TransactionMode, TransactionResult};
+use idb::{
+    CursorDirection, Database, DatabaseEvent, Event, Factory, KeyRange, ObjectStoreParams, Query, Request, TransactionMode,
+    TransactionResult,
+};
 use js_sys::{Array, Uint8Array};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
@@ -351,7 +354,11 @@ async fn look_around(chunks: &idb::ObjectStore, ranges: &[Want]) -> Result<Optio
         };
         let inside = chunks.get_all_keys(Some(Query::KeyRange(inside_range)), Some(FEW_CHUNKS + 1)).map_err(failed)?;
         let after = match &w.to {
-            Some(to) => Some(chunks.get_all_keys(Some(Query::KeyRange(KeyRange::lower_bound(&row_key(to), Some(false)).map_err(failed)?)), Some(1)).map_err(failed)?),
+            Some(to) => Some(
+                chunks
+                    .get_all_keys(Some(Query::KeyRange(KeyRange::lower_bound(&row_key(to), Some(false)).map_err(failed)?)), Some(1))
+                    .map_err(failed)?,
+            ),
             None => None,
         };
         asked.push((before, inside, after));
@@ -809,7 +816,8 @@ impl IdbStore {
         // Lazily: no chunk is read; one key says whether there is any (a
         // count would walk every record).
         let chunks_req = if lazy { None } else { Some(get_all(CHUNKS)?) };
-        let first_key_req = if lazy { Some(tx.object_store(CHUNKS).map_err(failed)?.get_all_keys(None, Some(1)).map_err(failed)?) } else { None };
+        let first_key_req =
+            if lazy { Some(tx.object_store(CHUNKS).map_err(failed)?.get_all_keys(None, Some(1)).map_err(failed)?) } else { None };
         let (delta_req, batches_req) = (get_all(DELTA)?, get_all(BATCHES)?);
         let (pending_req, rej_req) = (get_all(PENDING)?, get_all(REJECTIONS)?);
         // Last: the idb crate hears a request's success only once it is awaited,
