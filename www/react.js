@@ -61,7 +61,7 @@ function useStable(db, read, deps) {
     // Never the answer for what was read before (another row).
     if (take(null)) cb();
     let live = true;
-    const again = () => Promise.resolve(read()).then((v) => live && take(v) && cb(), () => {});
+    const again = () => new Promise((resolve) => resolve(read())).then((v) => live && take(v) && cb(), () => {});
     again();
     const off = db.subscribe(again);
     return () => {

@@ -179,4 +179,43 @@ describe('queries in Chromium', () => {
     assert.deepEqual(row, { _id: 'r1', exercise: 'row', weightKg: 40 });
     await d.context.close();
   });
+
+  test('the React hooks over a database opened lazily: useQuery, useRows and useRowStatus follow its edits', async () => {
+    const user = newUser('hooks');
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    page.on('pageerror', (e) => console.log('# pageerror', e.message));
+    await page.goto(`${server.url}/test/hooks-harness.html`);
+    await page.waitForFunction(() => window.ready);
+    await page.evaluate(async (user) => {
+      window.db = await window.Marksync.open({
+        endpoint: location.origin, token: `dev:${user}`, name: 'hooks', autoSync: false, live: false, lazy: true,
+        indexes: { sets: [['exercise', 'weightKg']] },
+      });
+      await db.changeMany([
+        { table: 'sets', rowId: 'a', fields: { exercise: 'squat', weightKg: 60, reps: 5 } },
+        { table: 'sets', rowId: 'b', fields: { exercise: 'bench', weightKg: 40, reps: 5 } },
+      ]);
+      const { useQuery, useRows, useRowStatus } = window.hooks;
+      window.renders = [];
+      const App = () => {
+        const squats = useQuery(db, 'sets', { where: { exercise: 'squat' }, orderBy: ['weightKg', 'desc'] });
+        const all = useRows(db, 'sets');
+        const status = useRowStatus(db, 'sets', 'a');
+        const seen = { squats: squats && squats.map((r) => `${r._id}:${r.weightKg}`), all: all.length, phase: status && status.phase };
+        window.renders.push(seen);
+        return window.h('pre', null, JSON.stringify(seen));
+      };
+      window.render(window.h(App));
+    }, user);
+    const last = () => page.evaluate(() => window.renders.at(-1));
+    await until(async () => JSON.stringify(await last()) === JSON.stringify({ squats: ['a:60'], all: 2, phase: 'pending' }), 'the first results');
+    await page.evaluate(() => db.change('sets', 'c', { exercise: 'squat', weightKg: 80, reps: 3 }));
+    await until(async () => JSON.stringify((await last()).squats) === JSON.stringify(['c:80', 'a:60']) && (await last()).all === 3, 'a new row heard');
+    await page.evaluate(() => db.sync());
+    await until(async () => (await last()).phase === 'synced', 'the status follows the sync');
+    const text = await page.textContent('#root');
+    assert.deepEqual(JSON.parse(text), { squats: ['c:80', 'a:60'], all: 3, phase: 'synced' });
+    await context.close();
+  });
 });
