@@ -55,12 +55,14 @@ export function Sharing({ db, personal, onError, say }) {
       } else {
         say(r ? `${user} ${r === 'viewer' ? 'can view' : 'can edit'} your diary` : `${user} no longer sees your diary`);
       }
-      await load();
     } catch (e) {
       onError(e);
+      return;
     } finally {
       setBusy(false);
     }
+    // The change is the server's now: the next one need not wait for the list.
+    await load();
   };
 
   async function share(event) {
