@@ -5,7 +5,6 @@
 
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
 
 use super::{args, client_error, js_error, to_js, Marksync};
 use crate::protocol::Code;
@@ -20,7 +19,7 @@ impl Marksync {
     pub fn create_space(&self, space: JsValue) -> Promise {
         let inner = self.inner.clone();
         let space = args::text(&space, "space");
-        future_to_promise(async move { Ok(to_js(&inner.create_space(&space?).await.map_err(client_error)?)) })
+        super::promise(async move { Ok(to_js(&inner.create_space(&space?).await.map_err(client_error)?)) })
     }
 
     /// Gives `user` `role` (`"owner"`, `"editor"`, `"viewer"`) in `space`, or
@@ -41,7 +40,7 @@ impl Marksync {
                 .map_err(|()| js_error(Code::BadInput.as_str(), "role must be \"owner\", \"editor\", \"viewer\" or null"))?;
             Ok::<_, JsValue>((space, user, role))
         })();
-        future_to_promise(async move {
+        super::promise(async move {
             let (space, user, role) = read?;
             Ok(to_js(&inner.set_member(&space, &user, role).await.map_err(client_error)?))
         })
@@ -51,14 +50,14 @@ impl Marksync {
     pub fn members(&self, space: JsValue) -> Promise {
         let inner = self.inner.clone();
         let space = args::text(&space, "space");
-        future_to_promise(async move { Ok(to_js(&inner.members(&space?).await.map_err(client_error)?)) })
+        super::promise(async move { Ok(to_js(&inner.members(&space?).await.map_err(client_error)?)) })
     }
 
     /// The user's pending invitations: `[{ space, role, from, expiresAt }]`.
     /// Nothing of an invited space is on the device until it is accepted.
     pub fn invitations(&self) -> Promise {
         let inner = self.inner.clone();
-        future_to_promise(async move { Ok(to_js(&inner.invitations().await.map_err(client_error)?)) })
+        super::promise(async move { Ok(to_js(&inner.invitations().await.map_err(client_error)?)) })
     }
 
     /// Accepts the invitation to `space`: resolves with `{ space, role }`;
@@ -67,14 +66,14 @@ impl Marksync {
     pub fn accept(&self, space: JsValue) -> Promise {
         let inner = self.inner.clone();
         let space = args::text(&space, "space");
-        future_to_promise(async move { Ok(to_js(&inner.accept(&space?).await.map_err(client_error)?)) })
+        super::promise(async move { Ok(to_js(&inner.accept(&space?).await.map_err(client_error)?)) })
     }
 
     /// Declines the invitation to `space` (none pending: resolves all the same).
     pub fn decline(&self, space: JsValue) -> Promise {
         let inner = self.inner.clone();
         let space = args::text(&space, "space");
-        future_to_promise(async move {
+        super::promise(async move {
             inner.decline(&space?).await.map_err(client_error)?;
             Ok(JsValue::UNDEFINED)
         })
@@ -85,7 +84,7 @@ impl Marksync {
     pub fn leave(&self, space: JsValue) -> Promise {
         let inner = self.inner.clone();
         let space = args::text(&space, "space");
-        future_to_promise(async move {
+        super::promise(async move {
             inner.leave(&space?).await.map_err(client_error)?;
             Ok(JsValue::UNDEFINED)
         })

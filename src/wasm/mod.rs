@@ -28,6 +28,17 @@ pub use args::js_type;
 use client::{Client, ClientError, Edit};
 use transport::{FetchTransport, TokenSource};
 
+/// A Promise of `f`. Every async method goes through one
+/// `future_to_promise` of a boxed future: a copy of its machinery per
+/// future type weighs on the wasm for nothing.
+pub(crate) fn promise(f: impl std::future::Future<Output = Result<JsValue, JsValue>> + 'static) -> Promise {
+    boxed_promise(Box::pin(f))
+}
+
+fn boxed_promise(f: std::pin::Pin<Box<dyn std::future::Future<Output = Result<JsValue, JsValue>>>>) -> Promise {
+    future_to_promise(f)
+}
+
 /// A JS `Error` with a stable `code` property.
 pub fn js_error(code: &str, message: &str) -> JsValue {
     let err = js_sys::Error::new(message);
@@ -325,7 +336,7 @@ impl Marksync {
             let edit = edit_of(&inner.engine.borrow(), &table, Some(&row_id), &fields, space, "")?;
             Ok::<_, JsValue>((edit, check))
         })();
-        future_to_promise(async move {
+        promise(async move {
             let (e, check) = edit?;
             let id = inner
                 .change_with(e.space.as_deref(), &e.table, e.row_id.as_deref().unwrap_or_default(), e.fields, check)
@@ -350,7 +361,7 @@ impl Marksync {
             let check = checks(&options, "options")?;
             Ok::<_, JsValue>((edits_from_js(&inner.engine.borrow(), &edits)?, check))
         })();
-        future_to_promise(async move {
+        promise(async move {
             let (edits, check) = read?;
             let recorded = inner.change_many_with(edits, check).await.map_err(client_error)?;
             let ids: Array = recorded.iter().map(|(op, _)| JsValue::from_str(op.as_str())).collect();
@@ -374,7 +385,7 @@ impl Marksync {
     fn deleted(&self, table: JsValue, row_id: JsValue, options: JsValue, deleted: bool) -> Promise {
         let inner = self.inner.clone();
         let read = (|| Ok::<_, JsValue>((args::text(&table, "table")?, args::text(&row_id, "rowId")?, space_of(&options, "options")?)))();
-        future_to_promise(async move {
+        promise(async move {
             let (table, row_id, space) = read?;
             let id = inner.set_deleted(space.as_deref(), &table, &row_id, deleted).await.map_err(client_error)?;
             Ok(JsValue::from_str(id.as_str()))
@@ -480,7 +491,7 @@ impl Marksync {
     /// `read`, so no other task can take the rows away in between.
     fn once_read(&self, wants: Wants, read: ReadLater) -> JsValue {
         let inner = self.inner.clone();
-        future_to_promise(async move {
+        promise(async move {
             inner.ensure(&*wants).await.map_err(client_error)?;
             read(&inner)
         })
@@ -612,7 +623,7 @@ impl Marksync {
     /// rejects with code `recovery_required` when sync cannot go on alone.
     pub fn sync(&self) -> Promise {
         let inner = self.inner.clone();
-        future_to_promise(async move {
+        promise(async move {
             let out = inner.sync().await.map_err(client_error)?;
             Ok(to_js(&out))
         })
@@ -624,7 +635,7 @@ impl Marksync {
     /// reason. Never pushes. Resolves with `{ ok, reconciled, unknown, … }`.
     pub fn reconcile(&self) -> Promise {
         let inner = self.inner.clone();
-        future_to_promise(async move {
+        promise(async move {
             let out = inner.reconcile().await.map_err(client_error)?;
             Ok(to_js(&out))
         })
@@ -634,7 +645,7 @@ impl Marksync {
     /// starts the retry counts over and syncs now. Resolves like `sync()`.
     pub fn retry(&self) -> Promise {
         let inner = self.inner.clone();
-        future_to_promise(async move {
+        promise(async move {
             let out = inner.retry().await.map_err(client_error)?;
             Ok(to_js(&out))
         })
@@ -657,7 +668,7 @@ impl Marksync {
     pub fn dismiss(&self, op_id: JsValue) -> Promise {
         let inner = self.inner.clone();
         let op_id = args::text(&op_id, "opId");
-        future_to_promise(async move {
+        promise(async move {
             let had = inner.dismiss(&op_id?).await.map_err(client_error)?;
             Ok(JsValue::from_bool(had))
         })
@@ -691,7 +702,7 @@ impl Marksync {
     pub fn dismiss_conflict(&self, id: JsValue) -> Promise {
         let inner = self.inner.clone();
         let id = args::text(&id, "id");
-        future_to_promise(async move {
+        promise(async move {
             let had = inner.dismiss_conflict(&id?).await.map_err(client_error)?;
             Ok(JsValue::from_bool(had))
         })
@@ -721,7 +732,7 @@ impl Marksync {
 
     /// `{ persisted, usage, quota }` of this origin's storage.
     pub fn storage(&self) -> Promise {
-        future_to_promise(async move {
+        promise(async move {
             let o = Object::new();
             let Some(sm) = storage_manager() else {
                 return Ok(o.into());

@@ -248,7 +248,7 @@ impl Marksync {
     /// from the table read whole.
     fn query_later(&self, table: String, q: crate::query::Query, done: Answered) -> JsValue {
         let inner = self.inner.clone();
-        wasm_bindgen_futures::future_to_promise(async move {
+        super::promise(async move {
             let rows = match inner.query_on_disk(&table, &q).await.map_err(client_error)? {
                 Some(rows) => rows,
                 None => {
