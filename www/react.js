@@ -44,11 +44,12 @@ export function useRows(db, table, options) {
 
 /**
  * `read()`, re-read after every change of the database, as one snapshot
- * until its JSON changes (the values are built fresh on each read). Over a
- * database opened lazily `read()` answers a Promise: each change reads
- * again, and the render shows the last answer (`null` until the first).
+ * until its JSON changes (the values are built fresh on each read). With
+ * `promised` (a read of rows over a database opened lazily) `read()`
+ * answers a Promise: each change reads again, and the render shows the last
+ * answer (`null` until the first).
  */
-function useStable(db, read, deps) {
+function useStable(db, read, deps, promised = false) {
   const last = useRef({ key: 'null', value: null });
   const take = (value) => {
     const key = JSON.stringify(value);
@@ -57,7 +58,7 @@ function useStable(db, read, deps) {
     return true;
   };
   const subscribe = useCallback((cb) => {
-    if (!db.lazy) return db.subscribe(cb);
+    if (!promised) return db.subscribe(cb);
     // Never the answer for what was read before (another row).
     if (take(null)) cb();
     let live = true;
@@ -70,9 +71,9 @@ function useStable(db, read, deps) {
     };
     // `deps` name what `read` reads.
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [db, ...deps]);
+  }, [db, promised, ...deps]);
   return useSyncExternalStore(subscribe, () => {
-    if (!db.lazy) take(read());
+    if (!promised) take(read());
     return last.current.value;
   });
 }
@@ -80,7 +81,7 @@ function useStable(db, read, deps) {
 /** The sync status of one row, re-rendering when it changes. */
 export function useRowStatus(db, table, rowId, options) {
   const space = options?.space;
-  return useStable(db, () => db.status(table, rowId, { space }), [table, rowId, space]);
+  return useStable(db, () => db.status(table, rowId, { space }), [table, rowId, space], db.lazy);
 }
 
 /** The user's spaces (`db.spaces()`), re-rendering when a sync learns a grant, a role change or a revoke. */

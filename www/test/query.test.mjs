@@ -196,12 +196,15 @@ describe('queries in Chromium', () => {
         { table: 'sets', rowId: 'a', fields: { exercise: 'squat', weightKg: 60, reps: 5 } },
         { table: 'sets', rowId: 'b', fields: { exercise: 'bench', weightKg: 40, reps: 5 } },
       ]);
-      const { useQuery, useRows, useRowStatus } = window.hooks;
+      const { useQuery, useRows, useRowStatus, useSpaces, useConflicts } = window.hooks;
       window.renders = [];
+      // Reads a lazy database answers at once stay answers at once: arrays from the first render.
+      window.notArrays = 0;
       const App = () => {
         const squats = useQuery(db, 'sets', { where: { exercise: 'squat' }, orderBy: ['weightKg', 'desc'] });
         const all = useRows(db, 'sets');
         const status = useRowStatus(db, 'sets', 'a');
+        if (!Array.isArray(useSpaces(db)) || !Array.isArray(useConflicts(db))) window.notArrays++;
         const seen = { squats: squats && squats.map((r) => `${r._id}:${r.weightKg}`), all: all.length, phase: status && status.phase };
         window.renders.push(seen);
         return window.h('pre', null, JSON.stringify(seen));
@@ -216,6 +219,7 @@ describe('queries in Chromium', () => {
     await until(async () => (await last()).phase === 'synced', 'the status follows the sync');
     const text = await page.textContent('#root');
     assert.deepEqual(JSON.parse(text), { squats: ['c:80', 'a:60'], all: 3, phase: 'synced' });
+    assert.equal(await page.evaluate(() => window.notArrays), 0, 'useSpaces and useConflicts are arrays in every render');
     await context.close();
   });
 });
