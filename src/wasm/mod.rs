@@ -32,10 +32,7 @@ use transport::{FetchTransport, TokenSource};
 /// `future_to_promise` of a boxed future: a copy of its machinery per
 /// future type weighs on the wasm for nothing.
 pub(crate) fn promise(f: impl std::future::Future<Output = Result<JsValue, JsValue>> + 'static) -> Promise {
-    boxed_promise(Box::pin(f))
-}
-
-fn boxed_promise(f: std::pin::Pin<Box<dyn std::future::Future<Output = Result<JsValue, JsValue>>>>) -> Promise {
+    let f: std::pin::Pin<Box<dyn std::future::Future<Output = Result<JsValue, JsValue>>>> = Box::pin(f);
     future_to_promise(f)
 }
 
