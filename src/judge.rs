@@ -183,6 +183,10 @@ pub struct RowWrite {
     pub row: Row,
     /// The seq (in the space) of the last op that moved it.
     pub seq: u64,
+    /// No row was stored here before this batch: the store inserts it,
+    /// where it rewrites one that was (PostgreSQL's plain insert and update
+    /// cost about half an upsert, which probes for a conflict first).
+    pub new: bool,
 }
 
 /// A verdict given for the first time, to remember: the op, the row it
@@ -378,7 +382,9 @@ pub fn judge_batch_with(
     let mut slot_of: HashMap<&str, usize> = HashMap::new();
     let mut last = usize::MAX;
     let mut out = Judgement::default();
-    let mut written: HashMap<Placed, u64> = HashMap::new();
+    // The seq of each row written, and whether it is new (no row was
+    // stored: known at its first write, before the batch has changed it).
+    let mut written: HashMap<Placed, (u64, bool)> = HashMap::new();
     let mut answer = AnswerRows::default();
     // (verdict index, placed row) of every rejection whose sender may read
     // the row's space: the rows are filled in at the end.
@@ -462,7 +468,8 @@ pub fn judge_batch_with(
                     if moved {
                         out.changes.push(Change::of(op, &slot.name, &row, slot.head));
                     }
-                    written.insert(at.clone(), slot.head);
+                    let seq = slot.head;
+                    written.entry(at.clone()).and_modify(|w| w.0 = seq).or_insert((seq, current.is_none()));
                     rows.insert(at.clone(), row);
                 }
                 (Outcome::Applied, Remembered::Applied)
@@ -494,8 +501,10 @@ pub fn judge_batch_with(
             }
         }
     }
-    let mut writes: Vec<RowWrite> =
-        written.into_iter().filter_map(|(at, seq)| rows.remove(&at).map(|row| RowWrite { space: at.0, key: at.1, row, seq })).collect();
+    let mut writes: Vec<RowWrite> = written
+        .into_iter()
+        .filter_map(|(at, (seq, new))| rows.remove(&at).map(|row| RowWrite { space: at.0, key: at.1, row, seq, new }))
+        .collect();
     writes.sort_unstable_by(|a, b| (&a.space, a.seq).cmp(&(&b.space, b.seq)));
     out.writes = writes;
     let mut moved: Vec<(SpaceId, u64)> = slots.into_iter().filter(|s| s.moved).map(|s| (s.name, s.head)).collect();
@@ -723,6 +732,25 @@ mod tests {
         assert_eq!(j.writes.len(), 2);
         assert_eq!(j.writes[0].seq, 2);
         assert_eq!(j.writes[0].row.get("reps"), Some(&Value::Number(7.0)));
+    }
+
+    #[test]
+    fn a_write_says_whether_its_row_was_stored_before_the_batch() {
+        let s = Schema::workout();
+        let mut k = Known::default();
+        let j = judge_batch(&s, "u", &[full("d:1", "d-1", 10, 5)], k.clone(), &Limits::default()).unwrap();
+        assert!(j.writes[0].new, "no row was stored");
+        apply(&mut k, &j);
+        // d-1 is stored, edited twice; d-2 is made, then edited, in one batch.
+        let b = vec![
+            op("d:2", "d-1", 11, &[("reps", 6i64.into())]),
+            full("d:3", "d-2", 11, 1),
+            op("d:4", "d-2", 12, &[("reps", 2i64.into())]),
+            op("d:5", "d-1", 12, &[("reps", 7i64.into())]),
+        ];
+        let j = judge_batch(&s, "u", &b, k, &Limits::default()).unwrap();
+        let new: Vec<(&str, bool)> = j.writes.iter().map(|w| (w.key.row_id.as_str(), w.new)).collect();
+        assert_eq!(new, [("d-2", true), ("d-1", false)], "the store inserts new rows and rewrites stored ones");
     }
 
     #[test]

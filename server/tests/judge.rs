@@ -397,6 +397,40 @@ async fn without_the_lock_conflicting_verdicts_are_judged_again() {
     t.stop().await;
 }
 
+/// Without the lock (PostgreSQL, deliberately broken), two pushes that make
+/// the same new rows with different ops overlap: the later one's insert meets
+/// the rows the earlier one stored, and it is judged again against them, so
+/// the rows merge by marks and no edit is lost. (When rows were upserted, the
+/// later push's older edits overwrote the newer ones here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lock_rows_made_twice_are_judged_again() {
+    let Some(database) = fresh_database(Backend::Postgres).await else { return };
+    let mut c = config(&database);
+    c.sabotage = marksync_server::Sabotage::NoLock;
+    let t = TestServer::start(c).await.owning_database();
+    t.push_ok("u", &[full("w:1", "w-1", 1, 5)]).await;
+    assert_eq!(t.faults(json!({"delayMs": 200})).await, 200);
+    // Newer edits first, older ones 50 ms later: the older push writes last.
+    let newer: Vec<Value> = (0..10).map(|i| full(&format!("n:{i}"), &format!("r-{i}"), 20, 7)).collect();
+    let older: Vec<Value> = (0..10).map(|i| full(&format!("o:{i}"), &format!("r-{i}"), 10, 3)).collect();
+    let later = async {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        t.push("u", &older).await
+    };
+    let (a, b) = tokio::join!(t.push("u", &newer), later);
+    for (status, body) in [&a, &b] {
+        assert_eq!(*status, 200, "{body}");
+        assert!(statuses(body["verdicts"].as_array().unwrap()).iter().all(|s| *s == "applied"), "{body}");
+    }
+    let rows = t.pull_all("u").await;
+    for i in 0..10 {
+        let row = rows.iter().find(|r| r["rowId"] == format!("r-{i}")).unwrap();
+        assert_eq!(row["fields"]["reps"], 7, "the newer edit stays: {row}");
+    }
+    assert!(t.metric("marksync_push_judged_again_total").await >= 1.0, "the older push was judged again");
+    t.stop().await;
+}
+
 /// `POST /v1/verdicts` recalls, read-only, what was judged: `applied` (also
 /// after a duplicate), `rejected` word for word as the push said it with the
 /// current row, `unknown` for ops never judged and for another user's ops.

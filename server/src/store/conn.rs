@@ -212,11 +212,23 @@ pub(crate) trait Conn: Send {
     async fn load_verdicts(&mut self, sender: &str, op_ids: &[&str]) -> Result<HashMap<OpId, Remembered>, DbError>;
     /// `sender`'s stored roles in `spaces`.
     async fn load_roles(&mut self, sender: &str, spaces: &[&str]) -> Result<HashMap<SpaceId, Role>, DbError>;
-    /// Inserts `sender`'s verdicts unless one is remembered already, decided
-    /// now by the server's clock; how many were inserted.
-    async fn remember(&mut self, sender: &str, verdicts: &VerdictColumns) -> Result<usize, DbError>;
-    /// Upserts rows, each in its space.
-    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<(), DbError>;
+    /// Inserts `sender`'s verdicts, decided now by the server's clock; how
+    /// many were inserted. Fewer than sent (none, on PostgreSQL) when one was
+    /// remembered already by a writer this one did not wait for: the
+    /// transaction must then be rolled back. With `skip_remembered` those are
+    /// skipped and the transaction goes on (the per-op judge, which loads no
+    /// verdicts first; a sabotaged judge that forgets them).
+    async fn remember(
+        &mut self,
+        sender: &str,
+        verdicts: &VerdictColumns,
+        skip_remembered: bool,
+    ) -> Result<usize, DbError>;
+    /// Writes rows, each in its space: inserts the new ones, rewrites the
+    /// stored ones. False when a row the judge called new was stored meanwhile
+    /// by a writer this one did not wait for: nothing is written, and the
+    /// transaction must be rolled back.
+    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<bool, DbError>;
     /// Sets spaces' heads.
     async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), DbError>;
     /// Sends `payload` to the other server processes on commit (nothing
@@ -330,6 +342,11 @@ fn placed_rows(rows: Vec<(String, String, String, String, String)>) -> Result<Ha
     Ok(out)
 }
 
+/// Whether a statement failed on a unique key another writer took first.
+fn unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}
+
 /// A list's `LIMIT`, as the database binds it.
 fn db_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
@@ -397,21 +414,45 @@ where
         decoded::<(String, String), _>(&rows)?.into_iter().map(|(s, r)| Ok((s.into(), stored_role(&r)?))).collect()
     }
 
-    async fn remember(&mut self, sender: &str, verdicts: &VerdictColumns) -> Result<usize, DbError> {
-        let q = sqlx::query(C::Database::SQL.remember).bind(sender);
-        let done = C::Database::bind_verdicts(q, verdicts)?.bind(now_ms_db()).execute(self).await?;
-        Ok(usize::try_from(C::Database::rows_affected(&done)).unwrap_or(usize::MAX))
+    async fn remember(
+        &mut self,
+        sender: &str,
+        verdicts: &VerdictColumns,
+        skip_remembered: bool,
+    ) -> Result<usize, DbError> {
+        let statement = if skip_remembered { C::Database::SQL.remember_or_skip } else { C::Database::SQL.remember };
+        let q = sqlx::query(statement).bind(sender);
+        match C::Database::bind_verdicts(q, verdicts)?.bind(now_ms_db()).execute(self).await {
+            Ok(done) => Ok(usize::try_from(C::Database::rows_affected(&done)).unwrap_or(usize::MAX)),
+            Err(e) if unique_violation(&e) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
     }
 
-    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<(), DbError> {
-        let mut rows = Vec::with_capacity(writes.len());
+    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<bool, DbError> {
+        let update = C::Database::SQL.update_rows;
+        let (mut new, mut stored) = (Vec::with_capacity(writes.len()), Vec::new());
         for w in writes {
             let (fields, marks) = encode_row(&w.row)?;
             let key = Key { space: &w.space, table: &w.key.table, row_id: &w.key.row_id };
-            rows.push(EncodedRow { key, fields, marks, seq: seq_to_db(w.seq)? });
+            let row = EncodedRow { key, fields, marks, seq: seq_to_db(w.seq)? };
+            if w.new || update.is_none() {
+                new.push(row);
+            } else {
+                stored.push(row);
+            }
         }
-        C::Database::bind_rows(sqlx::query(C::Database::SQL.write_rows), &rows)?.execute(self).await?;
-        Ok(())
+        if !new.is_empty() {
+            match C::Database::bind_rows(sqlx::query(C::Database::SQL.insert_rows), &new)?.execute(&mut *self).await {
+                Ok(_) => {}
+                Err(e) if unique_violation(&e) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if let (Some(update), false) = (update, stored.is_empty()) {
+            C::Database::bind_rows(sqlx::query(update), &stored)?.execute(self).await?;
+        }
+        Ok(true)
     }
 
     async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), DbError> {

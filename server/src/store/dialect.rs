@@ -65,10 +65,20 @@ pub(crate) struct Statements {
     pub load_roles: &'static str,
     /// `$1` a user, `[opIds]`: `(opId, status, reason, code)` of the user's saved verdicts.
     pub load_verdicts: &'static str,
-    /// `$1` a user, `[verdicts]`, then `decided_at`: inserts, `ON CONFLICT DO NOTHING`.
+    /// `$1` a user, `[verdicts]`, then `decided_at`: inserts them. A verdict
+    /// remembered before (by a writer the push did not wait for) inserts
+    /// fewer than sent: skipped (SQLite), or the statement fails whole as a
+    /// unique violation (PostgreSQL: a plain insert costs about half of one
+    /// `ON CONFLICT DO NOTHING`, which probes the index first).
     pub remember: &'static str,
-    /// `[rows]`: upserts rows with their seqs.
-    pub write_rows: &'static str,
+    /// As `remember`, skipping verdicts remembered before: for the per-op
+    /// judge, which loads none first, and a judge sabotaged to forget them.
+    pub remember_or_skip: &'static str,
+    /// `[rows]`: inserts rows with their seqs, the judge's new ones and,
+    /// where there is no `update_rows`, every one (an upsert).
+    pub insert_rows: &'static str,
+    /// `[rows]`: rewrites rows that are stored, with their seqs.
+    pub update_rows: Option<&'static str>,
     /// `[heads]`: sets the heads of spaces.
     pub write_heads: &'static str,
     /// `$1` a user, `[opIds]`: `(opId, status, reason, code, space, table, row)`.

@@ -40,7 +40,7 @@ pub(crate) async fn push<D: Backend>(
         let placed = RowKey::new(op.table.clone(), op.row_id.clone());
         let remember =
             Remember { op_id: op.op_id.clone(), space: personal.as_str().into(), key: placed.clone(), verdict };
-        let outcome = if tx.remember(user, &VerdictColumns::of(&[remember])).await? == 0 {
+        let outcome = if tx.remember(user, &VerdictColumns::of(&[remember]), true).await? == 0 {
             let saved = tx.load_verdicts(user, &[op.op_id.as_str()]).await?;
             match saved.get(&op.op_id) {
                 Some(r) => r.replay(current.as_ref()),
@@ -53,8 +53,11 @@ pub(crate) async fn push<D: Backend>(
                 Decision::Apply { row, moved } => {
                     if moved {
                         head += 1;
-                        let write = RowWrite { space: personal.as_str().into(), key: placed, row, seq: head };
-                        tx.write_rows(&[write]).await?;
+                        let new = current.is_none();
+                        let write = RowWrite { space: personal.as_str().into(), key: placed, row, seq: head, new };
+                        if !tx.write_rows(&[write]).await? {
+                            return Err(super::error::DbError::Conflict.into());
+                        }
                     }
                     Outcome::Applied
                 }

@@ -46,13 +46,23 @@ impl Dialect for Postgres {
         remember: "INSERT INTO verdicts (user_id, op_id, status, reason, code, space_id, table_name, row_id, decided_at) \
              SELECT $1, o, s, r, c, p, t, w, $9 \
              FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) \
+                  AS v(o, s, r, c, p, t, w)",
+        remember_or_skip: "INSERT INTO verdicts (user_id, op_id, status, reason, code, space_id, table_name, row_id, decided_at) \
+             SELECT $1, o, s, r, c, p, t, w, $9 \
+             FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) \
                   AS v(o, s, r, c, p, t, w) \
              ON CONFLICT (user_id, op_id) DO NOTHING",
-        write_rows: "INSERT INTO rows (space_id, table_name, row_id, fields, marks, seq) \
+        // The push loaded its rows under its spaces' locks: a row it calls new
+        // is not stored, and one another writer stored meanwhile fails the
+        // insert, as a unique violation (judged again).
+        insert_rows: "INSERT INTO rows (space_id, table_name, row_id, fields, marks, seq) \
              SELECT p, t, r, f, m, s \
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[]) AS w(p, t, r, f, m, s)",
+        update_rows: Some(
+            "UPDATE rows x SET fields = w.f, marks = w.m, seq = w.s \
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[]) AS w(p, t, r, f, m, s) \
-             ON CONFLICT (space_id, table_name, row_id) \
-             DO UPDATE SET fields = EXCLUDED.fields, marks = EXCLUDED.marks, seq = EXCLUDED.seq",
+             WHERE x.space_id = w.p AND x.table_name = w.t AND x.row_id = w.r",
+        ),
         write_heads: "UPDATE heads h SET seq = v.s FROM unnest($1::text[], $2::int8[]) AS v(id, s) \
              WHERE h.space_id = v.id",
         recall: "SELECT v.op_id, v.status, v.reason, v.code, v.space_id, v.table_name, v.row_id \

@@ -178,7 +178,7 @@ pub(crate) async fn push<D: Backend>(
         // 4. remember, before any row is written.
         if !judgement.remember.is_empty() {
             let v = VerdictColumns::of(&judgement.remember);
-            let inserted = tx.remember(sender, &v).await?;
+            let inserted = tx.remember(sender, &v, ctl.forgets()).await?;
             if answered_by_another_writer(ctl, sender, v.len(), inserted) {
                 drop(inside);
                 tx.rollback().await?;
@@ -187,7 +187,12 @@ pub(crate) async fn push<D: Backend>(
         }
         // 5. write the moved rows and the heads.
         if !judgement.writes.is_empty() {
-            tx.write_rows(&judgement.writes).await?;
+            if !tx.write_rows(&judgement.writes).await? {
+                written_by_another_writer(ctl, sender);
+                drop(inside);
+                tx.rollback().await?;
+                continue;
+            }
             tx.write_heads(&judgement.heads).await?;
             for (space, head) in &judgement.heads {
                 tx.announce(&Poke::Space { space: space.clone(), head: *head }).await?;
@@ -221,4 +226,14 @@ fn answered_by_another_writer(ctl: &PushControl, user: &str, sent: usize, insert
         p.judged_again();
     }
     true
+}
+
+/// Step 5's check failed: a row the judge called new was stored by another
+/// writer meanwhile (only where the spaces' locks were not taken). Logs it
+/// and counts it on the probe; the push is judged again.
+fn written_by_another_writer(ctl: &PushControl, user: &str) {
+    tracing::warn!(user, "a new row was stored by another writer; judging again");
+    if let Some(p) = &ctl.probe {
+        p.judged_again();
+    }
 }

@@ -19,6 +19,16 @@ use super::DbOptions;
 
 /// `[spaces]` as one JSON array: the single writer already holds every lock.
 const READ_HEADS: &str = "SELECT space_id, seq FROM heads WHERE space_id IN (SELECT value FROM json_each($1))";
+/// Inserts verdicts, skipping any remembered before (`WHERE true` keeps
+/// SQLite from reading `ON CONFLICT` as a join constraint).
+const REMEMBER: &str =
+    "INSERT INTO verdicts (user_id, op_id, status, reason, code, space_id, table_name, row_id, decided_at) \
+             SELECT $1, json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
+                    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'), \
+                    json_extract(value, '$[6]'), $3 \
+             FROM json_each($2) WHERE true \
+             ON CONFLICT (user_id, op_id) DO NOTHING";
+
 impl Dialect for Sqlite {
     const BACKEND: &'static str = "sqlite";
     const MIGRATIONS: &'static [Migration] = migrations!("sqlite");
@@ -41,20 +51,17 @@ impl Dialect for Sqlite {
              AND space_id IN (SELECT value FROM json_each($2))",
         load_verdicts: "SELECT op_id, status, reason, code FROM verdicts WHERE user_id = $1 \
              AND op_id IN (SELECT value FROM json_each($2))",
-        // `WHERE true` keeps SQLite from reading `ON CONFLICT` as a join constraint.
-        remember:
-            "INSERT INTO verdicts (user_id, op_id, status, reason, code, space_id, table_name, row_id, decided_at) \
-             SELECT $1, json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
-                    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'), \
-                    json_extract(value, '$[6]'), $3 \
-             FROM json_each($2) WHERE true \
-             ON CONFLICT (user_id, op_id) DO NOTHING",
-        write_rows: "INSERT INTO rows (space_id, table_name, row_id, fields, marks, seq) \
+        // One writer at a time: a verdict remembered before is skipped.
+        remember: REMEMBER,
+        remember_or_skip: REMEMBER,
+        insert_rows: "INSERT INTO rows (space_id, table_name, row_id, fields, marks, seq) \
              SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
                     json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]') \
              FROM json_each($1) WHERE true \
              ON CONFLICT (space_id, table_name, row_id) \
              DO UPDATE SET fields = excluded.fields, marks = excluded.marks, seq = excluded.seq",
+        // The upsert above takes every row: one statement, and SQLite's is no dearer.
+        update_rows: None,
         write_heads: "UPDATE heads SET seq = json_extract(h.value, '$[1]') FROM json_each($1) AS h \
              WHERE heads.space_id = json_extract(h.value, '$[0]')",
         recall: "SELECT op_id, status, reason, code, space_id, table_name, row_id FROM verdicts \
