@@ -225,6 +225,8 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    // The server binary's process settings (src/main.rs), so that it is measured as it ships.
+    marksync_server::memory::no_transparent_huge_pages();
     let (users, pushes, rounds) = (env("BACKEND_USERS", 4), env("BACKEND_PUSHES", 20), env("BACKEND_ROUNDS", 9));
     let lag_pushes = env("BACKEND_LAG_PUSHES", 200);
     let mut backends = vec!["sqlite"];

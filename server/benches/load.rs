@@ -536,6 +536,8 @@ fn write_json(path: &str, rows: &[Row]) {
 
 #[tokio::main]
 async fn main() {
+    // The server binary's process settings (src/main.rs), so that it is measured as it ships.
+    marksync_server::memory::no_transparent_huge_pages();
     // `cargo bench` passes `--bench`; nothing else is expected.
     let users_list: Vec<usize> = std::env::var("LOAD_USERS_LIST")
         .unwrap_or_else(|_| "1,8,64".into())

@@ -34,6 +34,7 @@ pub mod error;
 pub mod faults;
 pub mod guard;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod poke;
 pub mod rate;

@@ -16,6 +16,8 @@ use marksync_server::{logging, Config};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // Before the threads and their allocations: see the function's docs.
+    marksync_server::memory::no_transparent_huge_pages();
     // Before any thread starts: an empty variable is an unset one, everywhere
     // (`MARKSYNC_JWT_AUDIENCE=` must not demand an empty audience of every token).
     unset_empty_variables();
