@@ -368,6 +368,19 @@ async fn a_partial_op_is_validated_against_the_row_after_it(b: Backend) {
 }
 both!(a_partial_op_is_validated_against_the_row_after_it);
 
+/// A PostgreSQL server whose pushes take no lock (deliberately broken), user
+/// `u` with one row, and every push holding 200 ms between its loads and its
+/// writes, so that pushes sent together overlap. None without PostgreSQL.
+async fn without_the_lock() -> Option<TestServer> {
+    let database = fresh_database(Backend::Postgres).await?;
+    let mut c = config(&database);
+    c.sabotage = marksync_server::Sabotage::NoLock;
+    let t = TestServer::start(c).await.owning_database();
+    t.push_ok("u", &[full("w:1", "w-1", 1, 5)]).await;
+    assert_eq!(t.faults(json!({"delayMs": 200})).await, 200);
+    Some(t)
+}
+
 /// Without the lock (Postgres, deliberately broken) pushes of one user overlap —
 /// and the verdict insert still catches it: fewer rows come back than were
 /// sent, the push is rolled back and judged again, and every op is still
@@ -375,12 +388,7 @@ both!(a_partial_op_is_validated_against_the_row_after_it);
 /// never lets happen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_lock_conflicting_verdicts_are_judged_again() {
-    let Some(database) = fresh_database(Backend::Postgres).await else { return };
-    let mut c = config(&database);
-    c.sabotage = marksync_server::Sabotage::NoLock;
-    let t = TestServer::start(c).await.owning_database();
-    t.push_ok("u", &[full("w:1", "w-1", 1, 5)]).await;
-    assert_eq!(t.faults(json!({"delayMs": 200})).await, 200);
+    let Some(t) = without_the_lock().await else { return };
     let batch: Vec<Value> = (0..20).map(|i| full(&format!("d:{i}"), &format!("d-{i}"), 10, 5)).collect();
     let answers = futures_util::future::join_all((0..3).map(|_| t.push("u", &batch))).await;
     let mut applied = 0;
@@ -404,12 +412,7 @@ async fn without_the_lock_conflicting_verdicts_are_judged_again() {
 /// later push's older edits overwrote the newer ones here.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_lock_rows_made_twice_are_judged_again() {
-    let Some(database) = fresh_database(Backend::Postgres).await else { return };
-    let mut c = config(&database);
-    c.sabotage = marksync_server::Sabotage::NoLock;
-    let t = TestServer::start(c).await.owning_database();
-    t.push_ok("u", &[full("w:1", "w-1", 1, 5)]).await;
-    assert_eq!(t.faults(json!({"delayMs": 200})).await, 200);
+    let Some(t) = without_the_lock().await else { return };
     // Newer edits first, older ones 50 ms later: the older push writes last.
     let newer: Vec<Value> = (0..10).map(|i| full(&format!("n:{i}"), &format!("r-{i}"), 20, 7)).collect();
     let older: Vec<Value> = (0..10).map(|i| full(&format!("o:{i}"), &format!("r-{i}"), 10, 3)).collect();
