@@ -3,9 +3,10 @@
 //!
 //! The contract: a connection that has not sent a whole request head within the
 //! header timeout is closed; at most `max_connections` are open, and at the cap a
-//! new connection closes the one with no request in progress that was idle the
-//! longest (unfinished headers or idle keep-alive — what a slow-headers attack
-//! holds); only when
+//! new connection closes one with no request in progress: one whose last
+//! answer refused it (`401`, `429`: a crowd's) before any other, then the one
+//! idle the longest (unfinished headers or idle keep-alive — what a
+//! slow-headers attack holds); only when
 //! every open connection is busy is the new one closed instead. Busy
 //! connections are bounded per user (`rate` and the per-user caps in
 //! `guard`), so one client cannot make them all busy. On shutdown, requests in
@@ -18,11 +19,12 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::http::StatusCode;
 use axum::Router;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -117,15 +119,22 @@ struct Entry {
     evict: Arc<Notify>,
 }
 
-/// A connection's requests in progress, and when it was last used: at the cap
-/// the connection idle the longest is closed, not the oldest one, so a
-/// bystander's keep-alive connection, used a moment ago, outlives a crowd's
-/// connections opened after it and left idle.
+/// A connection's requests in progress, when it was last used, and whether
+/// its last answer was a refusal: at the cap a refused connection is closed
+/// first, then the one idle the longest, not the oldest one. So a
+/// bystander's keep-alive connection outlives a crowd's connections opened
+/// after it and left idle, and outlives, even idle for longer, those of a
+/// crowd that was refused (a crowd of event streams at the server's cap is
+/// refused a thousand times a minute; each refusal's reconnect took the place
+/// of the connection idle the longest, at times a bystander's, whose next
+/// request then met a closed connection).
 #[derive(Debug)]
 struct Use {
     requests: AtomicUsize,
     /// [`TICKS`] when it was opened or its last request ended.
     last: AtomicU64,
+    /// Its last answer refused the request (`401`, `429`).
+    refused: AtomicBool,
 }
 
 /// A clock of uses: every open and every request's end takes the next tick.
@@ -133,7 +142,15 @@ static TICKS: AtomicU64 = AtomicU64::new(0);
 
 impl Use {
     fn new() -> Use {
-        Use { requests: AtomicUsize::new(0), last: AtomicU64::new(TICKS.fetch_add(1, Ordering::Relaxed)) }
+        Use {
+            requests: AtomicUsize::new(0),
+            last: AtomicU64::new(TICKS.fetch_add(1, Ordering::Relaxed)),
+            refused: AtomicBool::new(false),
+        }
+    }
+    /// Which idle connection goes first at the cap: refused ones, then the longest idle.
+    fn eviction_order(&self) -> (bool, u64) {
+        (!self.refused.load(Ordering::Relaxed), self.last.load(Ordering::Relaxed))
     }
     fn idle(&self) -> bool {
         self.requests.load(Ordering::Acquire) == 0
@@ -149,8 +166,9 @@ struct Slot {
 }
 
 impl Table {
-    /// A place for a new connection: at the cap, the connection idle the longest
-    /// is told to close and gives up its place; `None` when every one is busy.
+    /// A place for a new connection: at the cap, an idle connection (a
+    /// refused one first, else the one idle the longest) is told to close and
+    /// gives up its place; `None` when every one is busy.
     fn admit(self: &Arc<Self>) -> Option<Slot> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if inner.open.len() >= self.max {
@@ -158,7 +176,7 @@ impl Table {
                 .open
                 .iter()
                 .filter(|(_, e)| e.busy.idle())
-                .min_by_key(|(_, e)| e.busy.last.load(Ordering::Relaxed))
+                .min_by_key(|(_, e)| e.busy.eviction_order())
                 .map(|(id, _)| *id);
             let entry = inner.open.remove(&idle?)?;
             // notify_one keeps the wake-up should the connection not be waiting yet.
@@ -250,6 +268,8 @@ pub async fn serve(
             let call = router.clone().oneshot(req.map(Body::new));
             async move {
                 let resp = call.await.unwrap_or_else(|never: Infallible| match never {});
+                let refused = matches!(resp.status(), StatusCode::UNAUTHORIZED | StatusCode::TOO_MANY_REQUESTS);
+                guard.0.refused.store(refused, Ordering::Relaxed);
                 // The guard lives in the body, so a stream keeps its connection busy to its end.
                 Ok::<_, Infallible>(resp.map(|b| {
                     Body::new(b.map_frame(move |f| {

@@ -232,6 +232,62 @@ async fn unfinished_connections_make_room_for_real_requests(b: Backend) {
 }
 both!(unfinished_connections_make_room_for_real_requests);
 
+/// Sends `request` on `s` and reads its whole answer (headers and a
+/// `content-length` body); the answer's head, lowercased, and its status.
+async fn ask(s: &mut TcpStream, request: &str) -> (String, u16) {
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(BOUND, s.read(&mut buf)).await.expect("an answer in time").unwrap();
+        assert!(n > 0, "the connection closed before its answer");
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let head = head.to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if body.len() >= length {
+                let status = status_of(&head);
+                return (head, status);
+            }
+        }
+    }
+}
+
+/// At the cap, a connection whose last answer refused it is closed before
+/// one idle for longer: a bystander's keep-alive connection outlives a
+/// refused crowd's (before: the connection idle the longest went — the
+/// bystander's, whose next request met a closed connection).
+async fn at_the_cap_a_refused_connection_goes_before_one_idle_longer(b: Backend) {
+    let Some(t) = start(b, |c| {
+        c.max_connections = 2;
+        c.header_timeout_ms = 60_000; // the cap, not the timeout, is under test
+    })
+    .await
+    else {
+        return;
+    };
+    let healthz = "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    let mut bystander = TcpStream::connect(t.server.addr).await.unwrap();
+    assert_eq!(ask(&mut bystander, healthz).await.1, 200);
+    let mut refused = TcpStream::connect(t.server.addr).await.unwrap();
+    let (head, status) =
+        ask(&mut refused, "GET /v1/pull?cursor=0 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer forged\r\n\r\n").await;
+    assert_eq!(status, 401);
+    assert!(!head.contains("connection: close"), "the refused connection stays open: {head}");
+    // A third connection, at the cap of two, takes a place.
+    let mut third = TcpStream::connect(t.server.addr).await.unwrap();
+    assert_eq!(ask(&mut third, healthz).await.1, 200);
+    assert!(until_closed(&mut refused, BOUND).await.is_some(), "the refused connection was closed");
+    assert_eq!(ask(&mut bystander, healthz).await.1, 200, "the bystander's, idle longer, still serves");
+    t.stop().await;
+}
+both!(at_the_cap_a_refused_connection_goes_before_one_idle_longer);
+
 /// Shutdown with a half-sent body ends within its deadline, and the database
 /// is whole afterwards: the same data, and a new server pushes on it (before:
 /// stop waited on the body).
