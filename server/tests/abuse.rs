@@ -199,18 +199,21 @@ async fn one_user_cannot_have_more_requests_in_progress_than_the_cap(b: Backend)
 }
 both!(one_user_cannot_have_more_requests_in_progress_than_the_cap);
 
+/// A server that holds at most `max` connections, with a header timeout
+/// long enough that the cap, not the timeout, is what closes them.
+async fn start_capped(b: Backend, max: usize) -> Option<TestServer> {
+    start(b, |c| {
+        c.max_connections = max;
+        c.header_timeout_ms = 60_000;
+    })
+    .await
+}
+
 /// No token needed: 100 connections with unfinished headers against a cap of
 /// 24. The oldest idle ones are closed to make room; `/healthz` and a user's
 /// pull are served (before: all 100 stayed open).
 async fn unfinished_connections_make_room_for_real_requests(b: Backend) {
-    let Some(t) = start(b, |c| {
-        c.max_connections = 24;
-        c.header_timeout_ms = 60_000; // the cap, not the timeout, is under test
-    })
-    .await
-    else {
-        return;
-    };
+    let Some(t) = start_capped(b, 24).await else { return };
     let mut held = Vec::new();
     for _ in 0..100 {
         let mut s = TcpStream::connect(t.server.addr).await.unwrap();
@@ -263,14 +266,7 @@ async fn ask(s: &mut TcpStream, request: &str) -> (String, u16) {
 /// refused crowd's (before: the connection idle the longest went — the
 /// bystander's, whose next request met a closed connection).
 async fn at_the_cap_a_refused_connection_goes_before_one_idle_longer(b: Backend) {
-    let Some(t) = start(b, |c| {
-        c.max_connections = 2;
-        c.header_timeout_ms = 60_000; // the cap, not the timeout, is under test
-    })
-    .await
-    else {
-        return;
-    };
+    let Some(t) = start_capped(b, 2).await else { return };
     let healthz = "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
     let mut bystander = TcpStream::connect(t.server.addr).await.unwrap();
     assert_eq!(ask(&mut bystander, healthz).await.1, 200);
