@@ -7,7 +7,8 @@
 /// default), each fresh 2 MiB of mimalloc's arenas is zeroed whole on its
 /// first touch, and again after mimalloc gives it back: under pushes from many
 /// users that was 15% of the server's CPU (`clear_page_erms`), and without it
-/// PostgreSQL judged 1.11× the ops per second (BENCHMARKS.md, "Huge pages").
+/// PostgreSQL judged about 1.1× the ops per second (BENCHMARKS.md,
+/// "PostgreSQL's judged ops/s: plain inserts and updates, and no huge pages").
 /// It is what `MIMALLOC_ALLOW_THP=0` does, called from `main` because that
 /// variable is read before `main` runs. An app that embeds the server keeps
 /// its own process settings: this is the binary's choice, as its allocator is.

@@ -188,7 +188,7 @@ pub(crate) async fn push<D: Backend>(
         // 5. write the moved rows and the heads.
         if !judgement.writes.is_empty() {
             if !tx.write_rows(&judgement.writes).await? {
-                written_by_another_writer(ctl, sender);
+                judged_again(ctl, sender, "a new row was stored by another writer");
                 drop(inside);
                 tx.rollback().await?;
                 continue;
@@ -216,23 +216,20 @@ pub(crate) async fn push<D: Backend>(
 
 /// Step 4's check: whether the verdict insert met verdicts another writer
 /// remembered first (fewer rows in than sent), so the push must be judged
-/// again. Logs it and counts it on the probe.
+/// again.
 fn answered_by_another_writer(ctl: &PushControl, user: &str, sent: usize, inserted: usize) -> bool {
     if inserted == sent || ctl.forgets() {
         return false;
     }
-    tracing::warn!(user, sent, inserted, "verdicts answered by another writer; judging again");
-    if let Some(p) = &ctl.probe {
-        p.judged_again();
-    }
+    judged_again(ctl, user, "verdicts answered by another writer");
     true
 }
 
-/// Step 5's check failed: a row the judge called new was stored by another
-/// writer meanwhile (only where the spaces' locks were not taken). Logs it
-/// and counts it on the probe; the push is judged again.
-fn written_by_another_writer(ctl: &PushControl, user: &str) {
-    tracing::warn!(user, "a new row was stored by another writer; judging again");
+/// Logs why the push is judged again (another writer, not waited for, stored
+/// first what it was about to: only where the spaces' locks were not taken)
+/// and counts it on the probe.
+fn judged_again(ctl: &PushControl, user: &str, why: &str) {
+    tracing::warn!(user, why, "judging the push again");
     if let Some(p) = &ctl.probe {
         p.judged_again();
     }
