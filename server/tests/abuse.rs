@@ -275,6 +275,9 @@ async fn at_the_cap_a_refused_connection_goes_before_one_idle_longer(b: Backend)
         ask(&mut refused, "GET /v1/pull?cursor=0 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer forged\r\n\r\n").await;
     assert_eq!(status, 401);
     assert!(!head.contains("connection: close"), "the refused connection stays open: {head}");
+    // A connection counts as idle once its answer's body has ended, a moment
+    // after its last byte is sent: not a timing under test, only an order.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     // A third connection, at the cap of two, takes a place.
     let mut third = TcpStream::connect(t.server.addr).await.unwrap();
     assert_eq!(ask(&mut third, healthz).await.1, 200);

@@ -369,15 +369,16 @@ async fn a_partial_op_is_validated_against_the_row_after_it(b: Backend) {
 both!(a_partial_op_is_validated_against_the_row_after_it);
 
 /// A PostgreSQL server whose pushes take no lock (deliberately broken), user
-/// `u` with one row, and every push holding 200 ms between its loads and its
-/// writes, so that pushes sent together overlap. None without PostgreSQL.
+/// `u` with one row, and every push holding 400 ms between its loads and its
+/// writes, so that pushes sent together (or 50 ms apart) overlap even on a
+/// loaded machine. None without PostgreSQL.
 async fn without_the_lock() -> Option<TestServer> {
     let database = fresh_database(Backend::Postgres).await?;
     let mut c = config(&database);
     c.sabotage = marksync_server::Sabotage::NoLock;
     let t = TestServer::start(c).await.owning_database();
     t.push_ok("u", &[full("w:1", "w-1", 1, 5)]).await;
-    assert_eq!(t.faults(json!({"delayMs": 200})).await, 200);
+    assert_eq!(t.faults(json!({"delayMs": 400})).await, 200);
     Some(t)
 }
 
