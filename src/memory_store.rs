@@ -51,7 +51,7 @@ impl Tables {
         let step_by_step = keep.as_ref().filter(|_| !rebuild);
         let schema = step_by_step.filter(|_| !txn.put_base.is_empty()).and_then(|_| self.parsed_schema());
         let mut changes = Vec::new();
-        if let Some(m) = &txn.meta {
+        if let Some(m) = txn.meta_written() {
             // Joined, never overwritten: see [`LocalStore::commit`].
             self.meta = Some(self.meta.as_ref().map_or_else(|| m.clone(), |stored| m.join(stored)));
         }
@@ -86,6 +86,12 @@ impl Tables {
             self.entries = f.build(self.parsed_schema().as_ref(), self.base.iter());
             self.entries_for = Some(f.clone());
         }
+    }
+
+    /// The meta record as [`LocalStore::update`] hands it to a planner:
+    /// with the outbox's last key ([`Meta::with_queued`]).
+    pub fn stored_meta(&self) -> Option<Meta> {
+        Some(self.meta.as_ref()?.with_queued(self.pending.keys().next_back().copied()))
     }
 
     /// The known schema, parsed (`None`: none known, or it does not parse:
@@ -303,7 +309,7 @@ impl MemoryStore {
     }
 
     fn update_tables(&self, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
-        let stored = self.tables.borrow().meta.clone().ok_or_else(|| StoreError::Corrupt("no meta record".into()))?;
+        let stored = self.tables.borrow().stored_meta().ok_or_else(|| StoreError::Corrupt("no meta record".into()))?;
         let Some(txn) = plan(&stored) else { return Ok(false) };
         if txn.touches_more_than_meta_and_pending() {
             return Err(StoreError::TxnFailed("an update writes meta and pending ops only".into()));
@@ -372,6 +378,7 @@ mod tests {
         run(crate::testing::store_contract::base_rows_are_keyed_by_table_and_row(&MemoryStore::new()));
         run(crate::testing::store_contract::engine_steps_survive_reopen(&MemoryStore::new()));
         run(crate::testing::store_contract::a_write_assuming_a_moved_record_writes_nothing(&MemoryStore::new()));
+        run(crate::testing::store_contract::the_last_at_taken_is_the_records_or_the_outboxs(&MemoryStore::new()));
         run(crate::testing::store_contract::lazy_reads_answer_every_row_of_a_span(&MemoryStore::lazy(), || async {}));
         run(crate::testing::store_contract::index_entries_follow_the_base_rows(&MemoryStore::new(), || async {}));
     }

@@ -47,6 +47,18 @@ impl Meta {
         self.device_id == other.device_id && self.join(other) == *self
     }
 
+    /// The record as a planner must see it: its clock's last `at` joined
+    /// with the largest `at` still queued in the outbox (`last_queued`, its
+    /// last key). A recording writes its op, not this record (PROTOCOL §7,
+    /// "The last `at` taken"): while an op is queued its key holds its
+    /// `at`, and the step that takes it out writes the record
+    /// ([`Txn::meta_written`]).
+    pub fn with_queued(&self, last_queued: Option<u64>) -> Meta {
+        let mut m = self.clone();
+        m.clock.last_at = m.clock.last_at.max(last_queued.unwrap_or(0));
+        m
+    }
+
     /// The join of two copies of the meta record (this engine's and the one in
     /// the database, which another tab may have moved): every number at its max.
     pub fn join(&self, other: &Meta) -> Meta {
@@ -121,6 +133,15 @@ pub struct Txn {
 }
 
 impl Txn {
+    /// The meta record this step writes (joined with the stored one by the
+    /// store): its own, with the largest `at` it takes out of the outbox
+    /// kept in the clock — once an op leaves, the record is what still
+    /// holds its `at` ([`Meta::with_queued`]).
+    pub fn meta_written(&self) -> Option<Meta> {
+        let m = self.meta.as_ref()?;
+        Some(m.with_queued(self.delete_pending.iter().copied().max()))
+    }
+
     /// Whether it changes what an app reads besides the sync state and the
     /// followed spaces: rows, queued ops, refusals, the schema (the meta
     /// record's counters and cursor are no such change).
@@ -359,23 +380,26 @@ pub trait LocalStore {
     /// Loads everything; if there is no meta record yet, stores `fresh` first
     /// (in one transaction, so two engines opening at once agree on the device).
     async fn open(&self, fresh: Meta) -> Result<Snapshot, StoreError>;
-    /// Commits one step, whole or not at all. The meta record is joined
-    /// with the stored one ([`Meta::join`]: every number at its max), never
-    /// written over it: a context that has not yet heard of another's
-    /// reserved numbers or `at`s must not hand them out again.
+    /// Commits one step, whole or not at all. The meta record
+    /// ([`Txn::meta_written`]) is joined with the stored one ([`Meta::join`]:
+    /// every number at its max), never written over it: a context that has
+    /// not yet heard of another's reserved numbers or `at`s must not hand
+    /// them out again.
     async fn commit(&self, txn: &Txn) -> Result<(), StoreError>;
     /// Reads the stored sync state alone (a cycle starts from it, under the
     /// lock, so what another context moved is built on, not overwritten).
     async fn read_sync(&self) -> Result<Option<SyncState>, StoreError>;
-    /// The one read-modify-write: reads the stored meta record and, in the
-    /// same transaction, writes what `plan` makes of it — meta and pending
-    /// ops only; `None` writes nothing. Returns whether it wrote. With
-    /// `durable`, completes only once the write is flushed to disk.
+    /// The one read-modify-write: reads the stored meta record, as a planner
+    /// must see it ([`Meta::with_queued`]: with the outbox's last key read in
+    /// the same transaction), and writes what `plan` makes of it — meta and
+    /// pending ops only; `None` writes nothing. Returns whether it wrote.
+    /// With `durable`, completes only once the write is flushed to disk.
     async fn update(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError>;
     /// [`LocalStore::update`] without waiting on the read: `txn` (meta and
     /// pending ops only) was planned from `assumed`, the meta record as this
-    /// context last knew it, and is written only if the stored record is
-    /// nowhere further on ([`Meta::covers`]); else nothing is written and
+    /// context last knew it, and is written only if the stored record (as
+    /// [`LocalStore::update`] sees it) is nowhere further on
+    /// ([`Meta::covers`]); else nothing is written and
     /// `Ok(false)` says to plan again from what is stored. A store that can
     /// queue the writes behind the read in one transaction (IndexedDB) saves
     /// the round trip between them; this default reads first.

@@ -68,7 +68,7 @@ async fn check(f: impl std::future::Future<Output = Result<(), String>>) {
 
 #[wasm_bindgen_test]
 async fn indexeddb_store_keeps_the_contract() {
-    for (i, name) in ["open", "commit", "deletes", "keys", "engine", "assuming", "lazy", "entries"].iter().enumerate() {
+    for (i, name) in ["open", "commit", "deletes", "keys", "engine", "assuming", "last-at", "entries", "lazy"].iter().enumerate() {
         let store = IdbStore::connect(&unique(name)).await.unwrap();
         match i {
             0 => check(contract::open_creates_meta_once(&store)).await,
@@ -77,7 +77,8 @@ async fn indexeddb_store_keeps_the_contract() {
             3 => check(contract::base_rows_are_keyed_by_table_and_row(&store)).await,
             4 => check(contract::engine_steps_survive_reopen(&store)).await,
             5 => check(contract::a_write_assuming_a_moved_record_writes_nothing(&store)).await,
-            6 => {
+            6 => check(contract::the_last_at_taken_is_the_records_or_the_outboxs(&store)).await,
+            7 => {
                 check(contract::index_entries_follow_the_base_rows(&store, || async {
                     store.compact().await.unwrap();
                 }))

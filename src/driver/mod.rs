@@ -422,8 +422,9 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     }
 
     /// Records drafts as ops: the numbers and `at`s are taken from the meta
-    /// record as stored, checked in the same durable transaction that writes
-    /// the ops, so contexts sharing the database never reuse either; the
+    /// record and the outbox as stored ([`Meta::with_queued`]), checked in
+    /// the same durable transaction that writes the ops, so contexts sharing
+    /// the database never reuse either; the
     /// engine learns of the ops only once that transaction committed. An
     /// edit the engine refuses (no `at` left) writes nothing.
     ///

@@ -250,7 +250,9 @@ const MAX_EMPTY_ANSWERS: u32 = 3;
 impl Engine {
     /// Opens an engine on a loaded snapshot.
     pub fn open(snapshot: Snapshot, config: Config) -> Result<Engine, EngineError> {
-        let meta = snapshot.meta.ok_or(EngineError::NoMeta)?;
+        // The last `at` taken is the record's or a queued op's (PROTOCOL §7).
+        let last_queued = snapshot.pending.iter().map(|op| op.at).max();
+        let meta = snapshot.meta.ok_or(EngineError::NoMeta)?.with_queued(last_queued);
         let replica = if snapshot.lazy {
             Replica::open_lazy(snapshot.provided, snapshot.base, &snapshot.pending)?
         } else {
@@ -633,6 +635,8 @@ impl Engine {
         if let Some(m) = &txn.meta {
             self.meta = self.meta.join(m);
         }
+        // A recording carries its ops, not always the record (PROTOCOL §7).
+        self.meta = self.meta.with_queued(txn.put_pending.iter().map(|op| op.at).max());
         let mut touched: Vec<RowKey> = Vec::new();
         for (k, r) in &txn.put_base {
             self.replica.put_base(k, r);

@@ -192,7 +192,9 @@ impl Engine {
             });
         }
         self.ids = mine;
-        let txn = Txn { meta: Some(meta.clone()), put_pending: ops.clone(), ..Txn::default() };
+        // The record is written only for a block reserved here: the ops' keys
+        // hold their `at`s (PROTOCOL §7, "The last `at` taken").
+        let txn = Txn { meta: block.is_some().then(|| meta.clone()), put_pending: ops.clone(), ..Txn::default() };
         Ok((txn, Recorded { ops, meta, block, named }))
     }
 

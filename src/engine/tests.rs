@@ -71,13 +71,14 @@ fn op_ids_and_row_ids_share_one_counter_and_at_is_monotonic() {
 fn two_engines_on_one_store_never_share_a_number() {
     let mut a = engine("d");
     let mut b = engine("d");
-    let mut stored = a.meta().clone();
+    let mut t = crate::memory_store::Tables { meta: Some(a.meta().clone()), ..Default::default() };
     let mut seen = std::collections::HashSet::new();
     for i in 0..(3 * BLOCK) {
         let e = if i % 3 == 0 { &mut a } else { &mut b };
         let d = e.draft("sets", "r", set(1)).unwrap();
-        let (txn, rec) = e.plan_record(d, &stored, i).unwrap();
-        stored = txn.meta.clone().unwrap();
+        // Neither hears the other: each plans from the store alone.
+        let (txn, rec) = e.plan_record(d, &t.stored_meta().unwrap(), i).unwrap();
+        t.apply(&txn);
         assert!(seen.insert(rec.ops[0].op_id.clone()), "number reused");
         assert!(seen.insert(OpId::new(format!("at{}", rec.ops[0].at))), "at reused");
         e.recorded(rec);
@@ -112,7 +113,8 @@ fn a_reservation_that_never_committed_hands_out_nothing_and_no_number_is_reused(
             _ => {
                 let d = again.draft_new(None, "sets", set(1)).unwrap();
                 let (txn, rec) = again.plan_records(vec![d], &stored, i).unwrap();
-                stored = txn.meta.clone().unwrap();
+                // The record is written when a block is reserved; the op's key holds its `at`.
+                stored = txn.meta.clone().unwrap_or(stored).with_queued(Some(rec.ops[0].at));
                 let row = rec.ops[0].row_id.clone();
                 again.recorded(rec);
                 row
@@ -140,14 +142,15 @@ fn rows_named_in_the_recording_step_take_numbers_of_the_counter() {
 fn many_drafts_in_one_step_take_distinct_numbers_across_blocks_and_increasing_ats() {
     let mut a = engine("d");
     let mut b = engine("d");
-    let mut stored = a.meta().clone();
+    let mut t = crate::memory_store::Tables { meta: Some(a.meta().clone()), ..Default::default() };
     let mut seen = std::collections::HashSet::new();
     let mut last_at = 0;
     for (round, n) in [(0u64, 5usize), (1, 3 * BLOCK as usize + 7), (2, 1), (3, BLOCK as usize)] {
         let e = if round % 2 == 0 { &mut a } else { &mut b };
         let drafts = (0..n).map(|_| e.draft("sets", "r", set(1)).unwrap()).collect();
-        let (txn, rec) = e.plan_records(drafts, &stored, 10).unwrap();
-        stored = txn.meta.clone().unwrap();
+        let (txn, rec) = e.plan_records(drafts, &t.stored_meta().unwrap(), 10).unwrap();
+        t.apply(&txn);
+        let stored = t.meta.clone().unwrap();
         assert_eq!(txn.put_pending, rec.ops);
         assert_eq!(rec.ops.len(), n);
         for op in &rec.ops {

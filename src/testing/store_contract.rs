@@ -120,6 +120,42 @@ pub async fn a_write_assuming_a_moved_record_writes_nothing<S: LocalStore>(store
     check(s.pending.len() == 1, "and writes nothing")
 }
 
+/// The last `at` taken is the meta record's or the outbox's last key
+/// (PROTOCOL §7): a recording writes its op alone, and a planner sees that
+/// op's `at` — in [`LocalStore::update`], and in the check of
+/// [`LocalStore::write_assuming`] (another context's op queued under the
+/// record it assumed refuses the write); and the step that takes ops out
+/// of the outbox keeps their largest `at` in the record.
+pub async fn the_last_at_taken_is_the_records_or_the_outboxs<S: LocalStore>(store: &S) -> Result<(), String> {
+    store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+    let assumed = Meta::fresh("dev".into());
+    // Another context records at 40, without writing the record.
+    store.commit(&Txn { put_pending: vec![op("dev", 1, 40)], ..Txn::default() }).await.map_err(|e| e.to_string())?;
+    let txn = Txn { put_pending: vec![op("dev", 2, 10)], ..Txn::default() };
+    let wrote = store.write_assuming(true, &assumed, &txn).await.map_err(|e| e.to_string())?;
+    check(!wrote, "a write planned under another context's queued op is refused")?;
+    let mut seen = None;
+    store
+        .update(true, &mut |stored| {
+            seen = Some(stored.clone());
+            None
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    check(seen.is_some_and(|m| m.clock.last_at == 40), "a planner sees the outbox's last `at`")?;
+    // Planned past it, the write goes in.
+    let mut past = assumed.clone();
+    past.clock.last_at = 40;
+    let txn = Txn { put_pending: vec![op("dev", 3, 41)], ..Txn::default() };
+    check(store.write_assuming(true, &past, &txn).await.map_err(|e| e.to_string())?, "a write planned past it is written")?;
+    // Both leave the outbox: the record keeps their `at`.
+    let txn = Txn { meta: Some(assumed.clone()), delete_pending: vec![40, 41], ..Txn::default() };
+    store.commit(&txn).await.map_err(|e| e.to_string())?;
+    let s = store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;
+    check(s.pending.is_empty(), "the outbox is empty")?;
+    check(s.meta.is_some_and(|m| m.clock.last_at == 41), "the record keeps the last `at` taken out of the outbox")
+}
+
 /// A base row put twice keeps the second; rows are keyed by (table, rowId).
 pub async fn base_rows_are_keyed_by_table_and_row<S: LocalStore>(store: &S) -> Result<(), String> {
     store.open(Meta::fresh("dev".into())).await.map_err(|e| e.to_string())?;

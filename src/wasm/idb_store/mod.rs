@@ -1,8 +1,8 @@
 //! The device's state in IndexedDB: `meta`, `base_chunks`, `base_delta`,
 //! `pending`, `rejections`.
 //!
-//! Every logical step is ONE IndexedDB transaction: recording an op with the
-//! counter and clock; applying a push answer's verdicts; applying a pull page
+//! Every logical step is ONE IndexedDB transaction: recording an op (with
+//! the counter when it reserves numbers; its key is its `at`); applying a push answer's verdicts; applying a pull page
 //! with the cursor; recording an attempt going out, and its outcome (the sync
 //! state, [`crate::sync_state::SyncState`], one record `"sync"` in `meta`).
 //! Records are JSON strings (base chunks and batches: binary, see [`crate::chunks`]); keys: `"meta"` (and `"sync"`,
@@ -62,7 +62,12 @@ const REJECTIONS: &str = "rejections";
 /// Schema version 1's per-row base store (renamed to [`DELTA`] by the upgrade).
 const LEGACY_BASE: &str = "base";
 const ALL: [&str; 7] = [META, CHUNKS, DELTA, BATCHES, PENDING, REJECTIONS, entries::ENTRIES];
-const VERSION: u32 = 4;
+/// Layout 5 changed no store: the meta record's clock stopped holding the
+/// `at`s of ops still queued (the outbox's keys hold them, PROTOCOL §7).
+/// A context of an older version reads the record alone and would hand out
+/// an `at` taken: the upgrade closes its connection, and it cannot open the
+/// database again ("reload the page").
+const VERSION: u32 = 5;
 
 /// Compaction starts once more base deltas than this are counted.
 pub const COMPACT_AFTER: usize = 2_000;
@@ -167,6 +172,20 @@ async fn delete_pending(store: &idb::ObjectStore, ats: &[u64]) -> Result<(), Sto
         store.delete(Query::Key(JsValue::from_f64(*at as f64))).map_err(failed)?;
     }
     Ok(())
+}
+
+/// Asks for the outbox's last key: the largest `at` still queued
+/// ([`Meta::with_queued`]). Made before the transaction's writes, it sees
+/// the store as it was before them.
+fn ask_last_queued(pending: &idb::ObjectStore) -> Result<impl std::future::Future<Output = Result<Option<u64>, StoreError>>, StoreError> {
+    let req = pending.open_key_cursor(None, Some(CursorDirection::Prev)).map_err(failed)?;
+    // Listened to from now: its answer is heard whenever it is awaited.
+    let req = std::future::IntoFuture::into_future(req);
+    Ok(async move {
+        let cursor = req.await.map_err(failed)?;
+        let key = cursor.map(|c| c.into_managed().key()).transpose().map_err(failed)?.flatten();
+        Ok(key.and_then(|k| k.as_f64()).map(|f| f as u64))
+    })
 }
 
 /// Every base delta, oldest first (a later one of a row replaces an earlier):
@@ -630,7 +649,7 @@ impl IdbStore {
             }
             tx.object_store(n).map_err(failed)
         };
-        if let Some(m) = &txn.meta {
+        if let Some(m) = txn.meta_written() {
             // Joined with the stored record, never over it: another context
             // may have reserved numbers or taken `at`s this one has not heard of.
             let meta_store = store(META)?;
@@ -931,7 +950,9 @@ impl IdbStore {
     async fn update_in(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
         let tx = self.update_transaction(durable)?;
         let meta_store = tx.object_store(META).map_err(failed)?;
+        let last = ask_last_queued(&tx.object_store(PENDING).map_err(failed)?)?;
         let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
+        let stored = stored.with_queued(last.await?);
         let Some(txn) = plan(&stored) else {
             let _ = tx.abort();
             return Ok(false);
@@ -965,10 +986,16 @@ impl IdbStore {
         let meta_store = tx.object_store(META).map_err(failed)?;
         // Listened to from now: its answer is heard whenever it is awaited.
         let read = std::future::IntoFuture::into_future(meta_store.get(Query::Key(JsValue::from_str(META))).map_err(failed)?);
+        // Any op queued past the last `at` assumed ([`Meta::with_queued`]):
+        // the first key above it, if any (one plain request, no cursor).
+        let above = KeyRange::lower_bound(&JsValue::from_f64(assumed.clock.last_at as f64), Some(true)).map_err(failed)?;
+        let above = tx.object_store(PENDING).map_err(failed)?.get_all_keys(Some(Query::KeyRange(above)), Some(1)).map_err(failed)?;
+        let above = std::future::IntoFuture::into_future(above);
         let checked = async {
             Self::write(&tx, txn, Some(assumed)).await?;
             let stored = read.await.map_err(failed)?.map(|v| parse::<Meta>(&v)).transpose()?;
-            Ok::<_, StoreError>(stored.is_some_and(|s| assumed.covers(&s)))
+            let queued_above = above.await.map_err(failed)?.first().and_then(|k| k.as_f64()).map(|f| f as u64);
+            Ok::<_, StoreError>(stored.is_some_and(|s| assumed.covers(&s.with_queued(queued_above))))
         }
         .await;
         match checked {
