@@ -38,9 +38,13 @@ const out = await page.evaluate(async (N) => {
   };
   const db = await window.Marksync.open({ endpoint: location.origin, token: 'dev:trace', name: 'trace-' + Math.random(), autoSync: false, live: false, persist: false });
   runs.change = async (i) => { await db.change('sets', db.newRowId(), { exercise: 'squat', weightKg: 80, reps: i }); };
+  // ONLY=many: `changeMany` of 1,000 edits per call (N calls), beside
+  // rawMany: 1,000 puts in one strict transaction.
+  runs.many = async (i) => { await db.changeMany(Array.from({ length: 1000 }, (_, j) => ({ table: 'sets', fields: { exercise: 'squat', weightKg: 80, reps: i + j } }))); };
+  runs.rawMany = async (i) => { const tx = raw.transaction(['a'], 'readwrite', { durability: 'strict' }); const a = tx.objectStore('a'); for (let j = 0; j < 1000; j++) a.put({ exercise: 'squat', weightKg: 80, reps: i + j }, i * 1000 + j); await done(tx); };
   for (const round of [0, 1]) {
     for (const [k, f] of Object.entries(runs)) {
-      if (window.ONLY && !window.ONLY.split(',').includes(k)) continue;
+      if (window.ONLY ? !window.ONLY.split(',').includes(k) : k === 'many' || k === 'rawMany') continue;
       const t = [];
       for (let i = 0; i < N; i++) { const t0 = performance.now(); await f(round * N + i); t.push(performance.now() - t0); }
       if (round) res[k] = p50(t);
