@@ -30,7 +30,8 @@ pub struct Meta {
     pub counter: u64,
     /// The pull cursor: the seq of the last change merged into `base`.
     pub cursor: u64,
-    /// The `at` clock.
+    /// The `at` clock. As stored, its `last_at` may lag the outbox's last
+    /// key: a recording writes its op, not this record ([`Meta::with_queued`]).
     pub clock: Clock,
 }
 
