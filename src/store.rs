@@ -137,7 +137,8 @@ impl Txn {
     /// The meta record this step writes (joined with the stored one by the
     /// store): its own, with the largest `at` it takes out of the outbox
     /// kept in the clock — once an op leaves, the record is what still
-    /// holds its `at` ([`Meta::with_queued`]).
+    /// holds its `at` ([`Meta::with_queued`]). A step that takes ops out
+    /// carries the record (the engine's verdict steps always do).
     pub fn meta_written(&self) -> Option<Meta> {
         let m = self.meta.as_ref()?;
         Some(m.with_queued(self.delete_pending.iter().copied().max()))
