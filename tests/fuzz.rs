@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 
 use marksync::judge::{judge_batch, Known, Limits, Remembered, Stop};
-use marksync::protocol::{Op, OpId, Outcome, PushRequest, RowKey, Value, VerdictsRequest};
+use marksync::protocol::{Op, OpId, Outcome, PushRequest, RowKey, VerdictsRequest};
 use marksync::schema::Schema;
 use proptest::prelude::*;
 
@@ -50,7 +50,7 @@ fn raw_op() -> impl Strategy<Value = String> {
 /// Valid ops over a few rows and opIds (repeats included), some rejected by the schema.
 fn valid_batch() -> impl Strategy<Value = Vec<Op>> {
     let op = (0..6u32, 0..4u32, 0..20u64, 0..130i64, any::<bool>(), any::<bool>()).prop_map(|(id, row, at, reps, del, partial)| {
-        let mut fields: std::collections::BTreeMap<String, Value> = std::collections::BTreeMap::new();
+        let mut fields = marksync::protocol::Fields::new();
         fields.insert("reps".into(), reps.into());
         if !partial {
             fields.insert("exercise".into(), "squat".into());

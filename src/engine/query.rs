@@ -8,7 +8,7 @@
 //! touched; a new schema, or rows hidden or shown again, rebuilds them.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use super::Engine;
 use crate::index_def::EntriesFor;
@@ -40,7 +40,7 @@ pub struct Changes {
     /// Per changed table, its changed rows as queries see them now
     /// (`None`: gone), while they are few and all held; `None` when not
     /// (a pull's page, rows not held): a live query is then read again.
-    pub rows: BTreeMap<String, Option<ChangedRows>>,
+    pub rows: litemap::LiteMap<String, Option<ChangedRows>>,
 }
 
 /// Changed rows as queries see them now (`None`: gone).

@@ -221,24 +221,38 @@ impl<'de> Deserialize<'de> for Value {
 }
 
 /// The fields an op sets: field name → value.
-pub type Fields = BTreeMap<String, Value>;
+pub type Fields = litemap::LiteMap<String, Value>;
 
 /// Deserializes a `fields` object, refusing a key that appears twice: a
 /// parser that silently keeps the last copy would store something other
 /// than what a reader of the JSON sees first.
 pub fn unique_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Fields, D::Error> {
-    struct V;
-    impl<'de> Visitor<'de> for V {
-        type Value = Fields;
+    unique_map(d, "fields")
+}
+
+/// Deserializes a `marks` object as [`unique_fields`] does its `fields`.
+pub fn unique_marks<'de, D: Deserializer<'de>>(d: D) -> Result<NotedMarks, D::Error> {
+    unique_map(d, "marks")
+}
+
+/// An object of names to `V`s, no key twice, filled in one pass (keys in
+/// order are appended; a map's own `Deserialize` would sort them again).
+pub(crate) fn unique_map<'de, D: Deserializer<'de>, V: Deserialize<'de>>(
+    d: D,
+    what: &'static str,
+) -> Result<litemap::LiteMap<String, V>, D::Error> {
+    struct Of<V>(&'static str, std::marker::PhantomData<V>);
+    impl<'de, V: Deserialize<'de>> Visitor<'de> for Of<V> {
+        type Value = litemap::LiteMap<String, V>;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("an object of field name → value")
+            write!(f, "an object of {}", self.0)
         }
-        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Fields, A::Error> {
-            let mut out = Fields::new();
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            let mut out = litemap::LiteMap::new();
             while let Some(k) = m.next_key::<String>()? {
                 if out.contains_key(&k) {
                     let shown: String = k.chars().take(64).collect();
-                    return Err(de::Error::custom(format_args!("fields.{shown}: the key appears twice")));
+                    return Err(de::Error::custom(format_args!("{}.{shown}: the key appears twice", self.0)));
                 }
                 let v = m.next_value()?;
                 out.insert(k, v);
@@ -246,7 +260,7 @@ pub fn unique_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Fields, D::Error
             Ok(out)
         }
     }
-    d.deserialize_map(V)
+    d.deserialize_map(Of(what, std::marker::PhantomData))
 }
 
 /// One edit, "field = value" for each of its fields (PROTOCOL §2).
@@ -492,7 +506,7 @@ pub struct Overwrite {
 }
 
 /// The notes of a row's cells, by field name; none for most rows.
-pub type Notes = Option<Box<BTreeMap<String, CellNote>>>;
+pub type Notes = Option<Box<litemap::LiteMap<String, CellNote>>>;
 
 /// A row: per field, a value and a mark. On the wire: `{ "fields": {…}, "marks": {…} }`.
 #[derive(Debug, Clone, Default)]
@@ -545,15 +559,17 @@ impl Row {
 
     /// Builds a row from its wire halves; every field needs a mark and vice versa.
     pub fn from_parts(fields: Fields, marks: BTreeMap<String, Mark>) -> Result<Row, String> {
-        let marks =
-            marks.into_iter().map(|(k, m)| (k, NotedMark { at: m.at, op_id: m.op_id, seq: None, by: None, overwrites: Vec::new() }));
-        Row::from_wire(fields, marks.collect())
+        let mut noted = NotedMarks::with_capacity(marks.len());
+        for (k, m) in marks {
+            noted.insert(k, NotedMark { at: m.at, op_id: m.op_id, seq: None, by: None, overwrites: Vec::new() });
+        }
+        Row::from_wire(fields, noted)
     }
 
     /// Builds a row from its wire halves, marks with their notes.
-    pub fn from_wire(fields: Fields, mut marks: BTreeMap<String, NotedMark>) -> Result<Row, String> {
+    pub fn from_wire(fields: Fields, mut marks: NotedMarks) -> Result<Row, String> {
         let mut cells = Cells::new();
-        let mut notes: BTreeMap<String, CellNote> = BTreeMap::new();
+        let mut notes = litemap::LiteMap::new();
         for (k, value) in fields {
             let (mark, note) = marks.remove(&k).ok_or_else(|| format!("field {k} has no mark"))?.split();
             if !note.is_empty() {
@@ -578,6 +594,10 @@ impl Row {
         self
     }
 }
+
+/// A row's marks as the wire spells them, by field name (a handful: a
+/// sorted vector, not a tree).
+pub type NotedMarks = litemap::LiteMap<String, NotedMark>;
 
 /// A mark as the wire and the server's store spell it: the mark and the
 /// cell's note side by side (`{"at", "opId", "seq"?, "by"?, "overwrites"?}`).
@@ -689,7 +709,8 @@ impl Serialize for Row {
 struct RowWire {
     #[serde(deserialize_with = "unique_fields")]
     fields: Fields,
-    marks: BTreeMap<String, NotedMark>,
+    #[serde(deserialize_with = "unique_marks")]
+    marks: NotedMarks,
 }
 
 impl<'de> Deserialize<'de> for Row {
@@ -890,7 +911,8 @@ struct ChangeWire {
     row_id: String,
     #[serde(deserialize_with = "unique_fields")]
     fields: Fields,
-    marks: BTreeMap<String, NotedMark>,
+    #[serde(deserialize_with = "unique_marks")]
+    marks: NotedMarks,
     seq: u64,
 }
 
@@ -1221,7 +1243,7 @@ mod tests {
     fn op_parses_with_default_schema() {
         let op: Op = serde_json::from_value(op_json()).unwrap();
         assert_eq!(op.schema, 1);
-        assert_eq!(op.fields["reps"], Value::Number(5.0));
+        assert_eq!(op.fields.get("reps"), Some(&Value::Number(5.0)));
         op.check_shape("op").unwrap();
     }
 
@@ -1302,6 +1324,15 @@ mod tests {
         assert!(e.contains("fields.reps: the key appears twice"), "{e}");
         let ok = r#"{"opId": "d:1", "table": "sets", "rowId": "d-1", "at": 1, "fields": {"reps": 5, "weightKg": 5}}"#;
         assert_eq!(serde_json::from_str::<Op>(ok).unwrap().fields.len(), 2);
+    }
+
+    #[test]
+    fn a_key_twice_in_a_rows_marks_is_refused() {
+        let raw = r#"{"fields": {"reps": 5}, "marks": {"reps": {"at": 1, "opId": "d:1"}, "reps": {"at": 2, "opId": "d:2"}}}"#;
+        let e = serde_json::from_str::<Row>(raw).unwrap_err().to_string();
+        assert!(e.contains("marks.reps: the key appears twice"), "{e}");
+        let ok = r#"{"fields": {"reps": 5}, "marks": {"reps": {"at": 1, "opId": "d:1"}}}"#;
+        assert_eq!(serde_json::from_str::<Row>(ok).unwrap().cells.len(), 1);
     }
 
     #[test]

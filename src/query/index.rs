@@ -4,7 +4,7 @@
 //! query reads what it returns, not the table.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use super::entries::{Builder, Entries};
 use super::{field, sortkey};
@@ -93,13 +93,13 @@ impl Index {
 /// Every kept index, by table.
 #[derive(Debug, Clone, Default)]
 pub struct Indexes {
-    tables: BTreeMap<String, Vec<Index>>,
+    tables: litemap::LiteMap<String, Vec<Index>>,
 }
 
 impl Indexes {
     /// Empty indexes for these definitions (duplicates kept once).
     pub fn new(defs: impl IntoIterator<Item = IndexDef>) -> Self {
-        let mut tables: BTreeMap<String, Vec<Index>> = BTreeMap::new();
+        let mut tables: litemap::LiteMap<String, Vec<Index>> = litemap::LiteMap::new();
         let mut unique = BTreeSet::new();
         unique.extend(defs);
         for d in unique {

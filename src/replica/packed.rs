@@ -532,7 +532,8 @@ impl Packed {
         self.fresh.iter().map(|(k, r)| (k.clone(), r.clone())).collect()
     }
 
-    /// The store holds every row of `mark` in its chunks: each still as it
+    /// The store holds every row of `mark` (in key order, as
+    /// [`Packed::flush_mark`] gives it) in its chunks: each still as it
     /// was marked is let go — folded into the run that spans it (which is
     /// then what the store holds there), or simply dropped where no run
     /// does (a later read brings it). A row written again since stays.
@@ -541,12 +542,11 @@ impl Packed {
             return Ok(());
         }
         let unchanged: Vec<(RowKey, Option<Row>)> = mark.into_iter().filter(|(k, r)| self.fresh.get(k) == Some(r)).collect();
-        let mut per_run: BTreeMap<usize, Vec<(&RowKey, Option<&Row>)>> = BTreeMap::new();
-        for (k, r) in &unchanged {
-            if let Some(i) = chunk_of_runs(&self.runs, k).filter(|i| self.runs[*i].spans(k)) {
-                per_run.entry(i).or_default().push((k, r.as_ref()));
-            }
-        }
+        let per_run = by_run(
+            unchanged
+                .iter()
+                .filter_map(|(k, r)| chunk_of_runs(&self.runs, k).filter(|i| self.runs[*i].spans(k)).map(|i| (i, (k, r.as_ref())))),
+        );
         let mut rebuilt: Vec<(usize, Run)> = Vec::with_capacity(per_run.len());
         for (i, changes) in per_run {
             let run = &self.runs[i];
@@ -593,24 +593,22 @@ impl Packed {
         // The touched runs are rebuilt first, from borrowed rows; the runs
         // and the fresh rows change only once all of them are built, so a
         // fold that fails leaves everything as it was.
-        let mut per_run: BTreeMap<usize, Vec<(&RowKey, Option<&Row>)>> = BTreeMap::new();
-        for (k, r) in &self.fresh {
-            per_run.entry(chunk_of_runs(&self.runs, k).unwrap_or(0)).or_default().push((k, r.as_ref()));
-        }
-        let mut rebuilt: BTreeMap<usize, Vec<Run>> = BTreeMap::new();
+        let per_run = by_run(self.fresh.iter().map(|(k, r)| (chunk_of_runs(&self.runs, k).unwrap_or(0), (k, r.as_ref()))));
+        let mut rebuilt: Vec<(usize, Vec<Run>)> = Vec::with_capacity(per_run.len());
         for (i, changes) in per_run {
             let mut built = Vec::new();
             merge_into(self.runs.get(i), changes, &mut Builder::new(self.run_rows, &mut built))?;
-            rebuilt.insert(i, built);
+            rebuilt.push((i, built));
         }
         let old = std::mem::take(&mut self.runs);
         let mut runs = Vec::with_capacity(old.len() + rebuilt.len());
+        let mut rebuilt = rebuilt.into_iter().peekable();
         if old.is_empty() {
-            runs.extend(rebuilt.remove(&0).unwrap_or_default());
+            runs.extend(rebuilt.next().map(|(_, new)| new).unwrap_or_default());
         }
         for (i, run) in old.into_iter().enumerate() {
-            match rebuilt.remove(&i) {
-                Some(new) => runs.extend(new),
+            match rebuilt.next_if(|(j, _)| *j == i) {
+                Some((_, new)) => runs.extend(new),
                 None => runs.push(run),
             }
         }
@@ -674,6 +672,23 @@ pub(super) fn owned((table, row_id, space): (&str, &str, &str)) -> RowKey {
 /// The run a key belongs to, as a stored chunk is found ([`chunk_of`]).
 fn chunk_of_runs(runs: &[Run], key: &RowKey) -> Option<usize> {
     chunk_of(runs, key, |r| &r.first)
+}
+
+/// Rows paired with the run each falls in, grouped by run. The rows come in
+/// key order (a map's, or a mark taken from one), so their runs never go
+/// down and each group is the last one or a new one: no map to build.
+fn by_run<T>(rows: impl Iterator<Item = (usize, T)>) -> Vec<(usize, Vec<T>)> {
+    let mut out: Vec<(usize, Vec<T>)> = Vec::new();
+    for (i, row) in rows {
+        match out.last_mut() {
+            Some((last, group)) if *last == i => group.push(row),
+            _ => {
+                debug_assert!(out.last().is_none_or(|(last, _)| *last < i), "rows in key order");
+                out.push((i, vec![row]));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]

@@ -6,11 +6,11 @@
 //! version and step named. Replaying also records every name a table ever
 //! gave up (renamed away or retired): [`Alias`]es, which is all an upgrade needs.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::{FieldRule, FieldType, TableRules};
+use super::{FieldRule, FieldRules, FieldType, TableRules, Tables};
 use crate::protocol::{check_field_key, check_table, Value, DELETED};
 
 /// The schema file as written: `version`, and either `tables` alone (a schema
@@ -19,8 +19,8 @@ use crate::protocol::{check_field_key, check_table, Value, DELETED};
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct SchemaFile {
     pub(crate) version: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) tables: Option<BTreeMap<String, TableRules>>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "super::unique_tables")]
+    pub(crate) tables: Option<Tables>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) history: Vec<Release>,
 }
@@ -34,8 +34,8 @@ pub struct Release {
     /// The version this release makes.
     pub version: u32,
     /// The base's tables (first release only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tables: Option<BTreeMap<String, TableRules>>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "super::unique_tables")]
+    pub tables: Option<Tables>,
     /// The steps from the version before (every release but the first).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<Step>,
@@ -52,7 +52,8 @@ pub enum Step {
         /// Its name (`[a-z][a-z0-9_]{0,63}`).
         table: String,
         /// Its fields.
-        fields: BTreeMap<String, FieldRule>,
+        #[serde(deserialize_with = "super::unique_fields")]
+        fields: FieldRules,
     },
     /// A new field: optional, or required with a `default` in its rule, which
     /// rows and ops that lack the field are read with (never stored, never marked).
@@ -161,8 +162,8 @@ pub(crate) struct Alias {
 
 /// What loading a file makes: the newest tables and every table's aliases.
 pub(crate) struct Replayed {
-    pub(crate) tables: BTreeMap<String, TableRules>,
-    pub(crate) aliases: BTreeMap<String, Vec<Alias>>,
+    pub(crate) tables: Tables,
+    pub(crate) aliases: litemap::LiteMap<String, Vec<Alias>>,
 }
 
 /// Checks the file and replays its history.
@@ -175,7 +176,7 @@ pub(crate) fn replay(file: &SchemaFile) -> Result<Replayed, SchemaError> {
             return Err(invalid("tables", "missing: a schema needs `tables` or a `history`"));
         };
         check_tables("tables", tables)?;
-        return Ok(Replayed { tables: tables.clone(), aliases: BTreeMap::new() });
+        return Ok(Replayed { tables: tables.clone(), aliases: litemap::LiteMap::new() });
     };
     let Some(base_tables) = &base.tables else {
         return Err(invalid("history[0]", "the first release is the base: it needs `tables`"));
@@ -187,7 +188,7 @@ pub(crate) fn replay(file: &SchemaFile) -> Result<Replayed, SchemaError> {
         return Err(invalid("history[0].version", "must be at least 1"));
     }
     check_tables("history[0].tables", base_tables)?;
-    let mut state = State { tables: base_tables.clone(), aliases: BTreeMap::new() };
+    let mut state = State { tables: base_tables.clone(), aliases: litemap::LiteMap::new() };
     let mut previous = base.version;
     for (i, release) in file.history.iter().enumerate().skip(1) {
         let at = format!("history[{i}]");
@@ -225,7 +226,7 @@ pub(crate) fn replay(file: &SchemaFile) -> Result<Replayed, SchemaError> {
 }
 
 /// Where two sets of tables first differ (`sets.reps`), or `None`.
-fn first_difference(a: &BTreeMap<String, TableRules>, b: &BTreeMap<String, TableRules>) -> Option<String> {
+fn first_difference(a: &Tables, b: &Tables) -> Option<String> {
     let mut names: BTreeSet<&String> = BTreeSet::new();
     names.extend(a.keys().chain(b.keys()));
     for table in names {
@@ -241,7 +242,7 @@ fn first_difference(a: &BTreeMap<String, TableRules>, b: &BTreeMap<String, Table
     None
 }
 
-fn check_tables(at: &str, tables: &BTreeMap<String, TableRules>) -> Result<(), SchemaError> {
+fn check_tables(at: &str, tables: &Tables) -> Result<(), SchemaError> {
     for (table, rules) in tables {
         check_table(table).map_err(|p| invalid(format!("{at}.{table}"), format!("table name {p}")))?;
         for (field, rule) in &rules.fields {
@@ -303,8 +304,8 @@ fn shown(v: &Value) -> String {
 
 /// The tables while the steps are replayed, and the names each gave up.
 struct State {
-    tables: BTreeMap<String, TableRules>,
-    aliases: BTreeMap<String, Vec<Alias>>,
+    tables: Tables,
+    aliases: litemap::LiteMap<String, Vec<Alias>>,
 }
 
 impl State {

@@ -15,7 +15,6 @@ mod history;
 mod upgrade;
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -44,12 +43,28 @@ pub struct Schema {
     /// The newest op `schema` version the server accepts.
     pub version: u32,
     /// Table name → its rules, as of `version`.
-    pub tables: BTreeMap<String, TableRules>,
+    pub tables: Tables,
     /// The releases from the base to `version` (empty: no history; every op
     /// version up to `version` is read as it is).
     pub history: Vec<Release>,
     /// Per table, the names it gave up (renamed or retired), from the history.
-    aliases: BTreeMap<String, Vec<Alias>>,
+    aliases: litemap::LiteMap<String, Vec<Alias>>,
+}
+
+/// Table name → its rules (a handful: a sorted vector, not a tree).
+pub type Tables = litemap::LiteMap<String, TableRules>;
+
+/// Field name → its rule.
+pub type FieldRules = litemap::LiteMap<String, FieldRule>;
+
+/// A `fields` object of rules, no name twice.
+pub(crate) fn unique_fields<'de, D: serde::Deserializer<'de>>(d: D) -> Result<FieldRules, D::Error> {
+    crate::protocol::unique_map(d, "fields")
+}
+
+/// A `tables` object, when there is one, no name twice.
+pub(crate) fn unique_tables<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Tables>, D::Error> {
+    crate::protocol::unique_map(d, "tables").map(Some)
 }
 
 /// The rules of one table.
@@ -57,7 +72,8 @@ pub struct Schema {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TableRules {
     /// Field name → its rule. Fields not named here are `unknown_field`.
-    pub fields: BTreeMap<String, FieldRule>,
+    #[serde(deserialize_with = "unique_fields")]
+    pub fields: FieldRules,
     /// Indexes the devices keep of this table: each a list of its fields.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub indexes: Vec<Vec<String>>,
@@ -213,7 +229,7 @@ impl Schema {
     }
 
     fn empty(version: u32) -> Schema {
-        Schema { version, tables: BTreeMap::new(), history: Vec::new(), aliases: BTreeMap::new() }
+        Schema { version, tables: Tables::new(), history: Vec::new(), aliases: litemap::LiteMap::new() }
     }
 
     /// Parses and checks a schema file: a history whose steps do not compose
@@ -267,8 +283,8 @@ impl Schema {
     /// How an app written for `version` spells this table's fields that were
     /// renamed since: newest name → the name at `version` (the oldest name
     /// still alive then). Empty when nothing was renamed after `version`.
-    pub fn names_at(&self, version: u32, table: &str) -> BTreeMap<String, String> {
-        let mut names: BTreeMap<String, (u32, String)> = BTreeMap::new();
+    pub fn names_at(&self, version: u32, table: &str) -> litemap::LiteMap<String, String> {
+        let mut names: litemap::LiteMap<String, (u32, String)> = litemap::LiteMap::new();
         for a in self.aliases(table) {
             let Some(to) = &a.to else { continue };
             if a.died <= version {
@@ -279,8 +295,10 @@ impl Schema {
                 *slot = (a.died, a.old.clone());
             }
         }
-        let mut out = BTreeMap::new();
-        out.extend(names.into_iter().map(|(newest, (_, old))| (newest, old)));
+        let mut out = litemap::LiteMap::with_capacity(names.len());
+        for (newest, (_, old)) in names {
+            out.insert(newest, old);
+        }
         out
     }
 

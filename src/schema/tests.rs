@@ -17,7 +17,7 @@ fn full() -> Vec<(&'static str, Value)> {
 fn workout_schema_parses() {
     let s = Schema::workout();
     assert_eq!(s.version, 1);
-    assert_eq!(s.tables["sets"].fields.len(), 3);
+    assert_eq!(s.tables.get("sets").unwrap().fields.len(), 3);
 }
 
 #[test]
@@ -103,14 +103,17 @@ fn err(code: &str, reason: &str) -> Result<(), (String, String)> {
 fn the_worked_example_parses_and_round_trips() {
     let v2 = Schema::workout_v2();
     assert_eq!(v2.version, 2);
-    let names: Vec<&str> = v2.tables["sets"].fields.keys().map(String::as_str).collect();
+    let names: Vec<&str> = v2.tables.get("sets").unwrap().fields.keys().map(String::as_str).collect();
     assert_eq!(names, ["exercise", "reps", "rpe", "weight"]);
-    assert_eq!(v2.tables["sets"].fields["weight"], Schema::workout().tables["sets"].fields["weightKg"]);
+    assert_eq!(
+        v2.tables.get("sets").unwrap().fields.get("weight").unwrap(),
+        Schema::workout().tables.get("sets").unwrap().fields.get("weightKg").unwrap()
+    );
     let v3 = Schema::workout_v3();
     assert_eq!(v3.version, 3);
-    let names: Vec<&str> = v3.tables["sets"].fields.keys().map(String::as_str).collect();
+    let names: Vec<&str> = v3.tables.get("sets").unwrap().fields.keys().map(String::as_str).collect();
     assert_eq!(names, ["exercise", "reps", "unit", "weight"]);
-    assert_eq!(v3.tables["sets"].fields["reps"].max, Some(200.0));
+    assert_eq!(v3.tables.get("sets").unwrap().fields.get("reps").unwrap().max, Some(200.0));
     assert!(v3.tables.contains_key("notes"));
     for s in [Schema::workout(), v2, v3] {
         let back = Schema::from_json(&s.to_json()).unwrap();
@@ -223,6 +226,23 @@ fn retire_field_is_ignored_in_old_ops_and_in_stored_rows() {
 }
 
 #[test]
+fn a_schema_that_names_a_table_or_a_field_twice_is_refused() {
+    let table =
+        r#"{"version": 1, "tables": {"notes": {"fields": {"text": {"type": "string"}}}, "notes": {"fields": {"n": {"type": "number"}}}}}"#;
+    let e = Schema::from_json(table).unwrap_err().to_string();
+    assert!(e.contains("tables.notes: the key appears twice"), "{e}");
+    let field = r#"{"version": 1, "tables": {"notes": {"fields": {"text": {"type": "string"}, "text": {"type": "number"}}}}}"#;
+    let e = Schema::from_json(field).unwrap_err().to_string();
+    assert!(e.contains("fields.text: the key appears twice"), "{e}");
+    let step = r#"{"version": 2, "history": [{"version": 1, "tables": {"sets": {"fields": {"a": {"type": "string"}}}}},
+        {"version": 2, "steps": [{"addTable": {"table": "notes", "fields": {"b": {"type": "string"}, "b": {"type": "number"}}}}]}]}"#;
+    let e = Schema::from_json(step).unwrap_err().to_string();
+    assert!(e.contains("fields.b: the key appears twice"), "{e}");
+    let once = r#"{"version": 1, "tables": {"notes": {"fields": {"text": {"type": "string"}, "n": {"type": "number"}}}}}"#;
+    assert_eq!(Schema::from_json(once).unwrap().tables.get("notes").unwrap().fields.len(), 2);
+}
+
+#[test]
 fn add_table_opens_the_table_to_ops_of_every_version() {
     let v3 = Schema::workout_v3();
     assert_eq!(judged(&v3, &op_at(1, 5, "notes", &[("text", "felt strong".into())]), None), Ok(()));
@@ -295,7 +315,7 @@ fn steps_that_do_not_compose_are_refused_with_the_step_named() {
     assert!(matches!(e, SchemaError::Json(_)) && e.to_string().contains("unknown variant `dropTable`"), "{e}");
     // A limit changed back to none, and a null that is not absence.
     let s = with_steps(r#"{"changeLimit": {"table": "sets", "field": "reps", "max": null}}"#).unwrap();
-    assert_eq!(s.tables["sets"].fields["reps"].max, None);
+    assert_eq!(s.tables.get("sets").unwrap().fields.get("reps").unwrap().max, None);
 }
 
 #[test]
@@ -330,7 +350,7 @@ fn a_history_that_does_not_add_up_is_refused_with_the_place_named() {
     let ok = format!(
         r#"{{"version": 2, "history": [{base}, {step}], "tables": {{"t": {{"fields": {{"a": {{"type": "string"}}, "b": {{"type": "string"}}}}}}}}}}"#
     );
-    assert_eq!(Schema::from_json(&ok).unwrap().tables["t"].fields.len(), 2, "tables that match the history are fine");
+    assert_eq!(Schema::from_json(&ok).unwrap().tables.get("t").unwrap().fields.len(), 2, "tables that match the history are fine");
 }
 
 #[test]

@@ -48,7 +48,7 @@ impl<'a> Spelled<'a> {
     /// Each (name, value), names distinct.
     pub(crate) fn pairs(&self) -> Pairs<'a, '_> {
         match self {
-            Spelled::Same(f) => Pairs::Same(f.iter()),
+            Spelled::Same(f) => Pairs::Same(f, 0),
             Spelled::Mapped(v) => Pairs::Mapped(v.iter()),
         }
     }
@@ -56,7 +56,7 @@ impl<'a> Spelled<'a> {
 
 /// The iterator of [`Spelled::pairs`] (no allocation: the judge's hot path).
 pub(crate) enum Pairs<'a, 's> {
-    Same(std::collections::btree_map::Iter<'a, String, Value>),
+    Same(&'a Fields, usize),
     Mapped(std::slice::Iter<'s, (&'a str, &'a Value)>),
 }
 
@@ -64,7 +64,11 @@ impl<'a> Iterator for Pairs<'a, '_> {
     type Item = (&'a str, &'a Value);
     fn next(&mut self) -> Option<Self::Item> {
         match self {
-            Pairs::Same(i) => i.next().map(|(k, v)| (k.as_str(), v)),
+            Pairs::Same(f, i) => {
+                let (k, v) = f.get_indexed(*i)?;
+                *i += 1;
+                Some((k.as_str(), v))
+            }
             Pairs::Mapped(i) => i.next().copied(),
         }
     }

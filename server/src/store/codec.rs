@@ -1,8 +1,6 @@
 //! Rows to and from their two JSON text columns, seqs to and from bigint.
 
-use std::collections::BTreeMap;
-
-use marksync::protocol::{fields_of, marks_of, Fields, NotedMark, Row, MAX_SAFE_INTEGER};
+use marksync::protocol::{fields_of, marks_of, unique_fields, unique_marks, Row, MAX_SAFE_INTEGER};
 
 use super::error::DbError;
 
@@ -15,10 +13,20 @@ pub(crate) fn encode_row(row: &Row) -> Result<(String, String), DbError> {
 
 /// A row from its `fields` and `marks` JSON texts.
 pub(crate) fn decode_row(fields: &str, marks: &str) -> Result<Row, DbError> {
-    let f: Fields = serde_json::from_str(fields).map_err(|e| DbError::Corrupt(format!("stored fields: {e}")))?;
-    let m: BTreeMap<String, NotedMark> =
-        serde_json::from_str(marks).map_err(|e| DbError::Corrupt(format!("stored marks: {e}")))?;
+    let f = whole(fields, |d| unique_fields(d)).map_err(|e| DbError::Corrupt(format!("stored fields: {e}")))?;
+    let m = whole(marks, |d| unique_marks(d)).map_err(|e| DbError::Corrupt(format!("stored marks: {e}")))?;
     Row::from_wire(f, m).map_err(DbError::Corrupt)
+}
+
+/// `text` read by `read`, nothing after it (what `serde_json::from_str` checks).
+fn whole<'a, T>(
+    text: &'a str,
+    read: impl FnOnce(&mut serde_json::Deserializer<serde_json::de::StrRead<'a>>) -> serde_json::Result<T>,
+) -> serde_json::Result<T> {
+    let mut d = serde_json::Deserializer::from_str(text);
+    let v = read(&mut d)?;
+    d.end()?;
+    Ok(v)
 }
 
 /// A stored bigint seq as the protocol's integer.

@@ -25,7 +25,6 @@
 //! folds them.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use idb::{
@@ -227,7 +226,7 @@ async fn compact_db(db: &Database) -> Result<usize, StoreError> {
     if folded > 0 {
         let mut firsts = keys_v.iter().map(key_of).collect::<Result<Vec<_>, _>>()?;
         firsts.sort_unstable();
-        let mut groups: BTreeMap<Option<usize>, Vec<(RowKey, Row)>> = BTreeMap::new();
+        let mut groups: litemap::LiteMap<Option<usize>, Vec<(RowKey, Row)>> = litemap::LiteMap::new();
         for (k, r) in deltas {
             groups.entry(chunk_of(&firsts, &k, |f| f)).or_default().push((k, r));
         }
