@@ -4,7 +4,6 @@
 //! query reads what it returns, not the table.
 
 use std::borrow::Borrow;
-use std::collections::BTreeSet;
 
 use super::entries::{Builder, Entries};
 use super::{field, sortkey};
@@ -100,8 +99,14 @@ impl Indexes {
     /// Empty indexes for these definitions (duplicates kept once).
     pub fn new(defs: impl IntoIterator<Item = IndexDef>) -> Self {
         let mut tables: litemap::LiteMap<String, Vec<Index>> = litemap::LiteMap::new();
-        let mut unique = BTreeSet::new();
-        unique.extend(defs);
+        // Sorted and distinct, kept by insertion (few definitions; a set is
+        // a tree's code in the wasm for nothing).
+        let mut unique: Vec<IndexDef> = Vec::new();
+        for d in defs {
+            if let Err(at) = unique.binary_search(&d) {
+                unique.insert(at, d);
+            }
+        }
         for d in unique {
             if d.fields.is_empty() {
                 continue;

@@ -6,8 +6,6 @@
 //! version and step named. Replaying also records every name a table ever
 //! gave up (renamed away or retired): [`Alias`]es, which is all an upgrade needs.
 
-use std::collections::BTreeSet;
-
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::{FieldRule, FieldRules, FieldType, TableRules, Tables};
@@ -225,21 +223,29 @@ pub(crate) fn replay(file: &SchemaFile) -> Result<Replayed, SchemaError> {
     Ok(Replayed { tables: state.tables, aliases: state.aliases })
 }
 
-/// Where two sets of tables first differ (`sets.reps`), or `None`.
+/// Where two sets of tables first differ (`sets.reps`), or `None`: the first
+/// table in name order whose fields differ, then its first field that does.
 fn first_difference(a: &Tables, b: &Tables) -> Option<String> {
-    let mut names: BTreeSet<&String> = BTreeSet::new();
-    names.extend(a.keys().chain(b.keys()));
-    for table in names {
-        let (Some(x), Some(y)) = (a.get(table), b.get(table)) else { return Some(table.clone()) };
-        let mut fields: BTreeSet<&String> = BTreeSet::new();
-        fields.extend(x.fields.keys().chain(y.fields.keys()));
-        for f in fields {
-            if x.fields.get(f) != y.fields.get(f) {
-                return Some(format!("{table}.{f}"));
-            }
-        }
+    let table = first_unequal(a, b, |x, y| x.fields == y.fields)?;
+    let (Some(x), Some(y)) = (a.get(table), b.get(table)) else { return Some(table.clone()) };
+    let field = first_unequal(&x.fields, &y.fields, |p, q| p == q)?;
+    Some(format!("{table}.{field}"))
+}
+
+/// The first name, in order, that one map has and the other has not, or
+/// that both have with values not `same`. Both maps are sorted, so the first
+/// such name of each side's walk is a candidate: the smaller one is it.
+fn first_unequal<'m, V>(
+    a: &'m litemap::LiteMap<String, V>,
+    b: &'m litemap::LiteMap<String, V>,
+    same: impl Fn(&V, &V) -> bool,
+) -> Option<&'m String> {
+    let in_a = a.iter().find(|(k, x)| b.get(*k).is_none_or(|y| !same(x, y))).map(|(k, _)| k);
+    let only_in_b = b.iter().find(|(k, _)| !a.contains_key(*k)).map(|(k, _)| k);
+    match (in_a, only_in_b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
     }
-    None
 }
 
 fn check_tables(at: &str, tables: &Tables) -> Result<(), SchemaError> {

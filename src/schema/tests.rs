@@ -337,6 +337,18 @@ fn a_history_that_does_not_add_up_is_refused_with_the_place_named() {
             format!(r#"{{"version": 2, "history": [{base}, {step}], "tables": {{"t": {{"fields": {{"a": {{"type": "string"}}}}}}}}}}"#),
             "tables: differ from the tables the history makes, at t.b",
         ),
+        (
+            format!(
+                r#"{{"version": 2, "history": [{base}, {step}], "tables": {{"s": {{"fields": {{}}}}, "t": {{"fields": {{"a": {{"type": "string"}}, "b": {{"type": "string"}}}}}}}}}}"#
+            ),
+            "tables: differ from the tables the history makes, at s",
+        ),
+        (
+            format!(
+                r#"{{"version": 2, "history": [{base}, {step}], "tables": {{"t": {{"fields": {{"b": {{"type": "string"}}, "c": {{"type": "string"}}}}}}}}}}"#
+            ),
+            "tables: differ from the tables the history makes, at t.a",
+        ),
         (r#"{"version": 1}"#.to_owned(), "tables: missing: a schema needs `tables` or a `history`"),
         (
             r#"{"version": 1, "tables": {"t": {"fields": {"a": {"type": "boolean", "min": 1}}}}}"#.to_owned(),
