@@ -611,8 +611,8 @@ impl Marksync {
         if engine.hides_rows() {
             return Array::new().into();
         }
-        let ops: Vec<_> = engine.pending().cloned().collect();
-        to_js(&ops)
+        let ops: Vec<_> = engine.pending().collect();
+        via_json(&ops)
     }
 
     /// Runs a sync cycle now. Resolves with a report `{ ok, pushed, applied,
@@ -657,8 +657,8 @@ impl Marksync {
         if engine.hides_rows() {
             return Array::new().into();
         }
-        let r: Vec<_> = engine.rejections().cloned().collect();
-        to_js(&r)
+        let r: Vec<_> = engine.rejections().collect();
+        via_json(&r)
     }
 
     /// Dismisses a rejection. Resolves `true` if there was one.
