@@ -1,6 +1,6 @@
 //! The outbox: pending ops in record order (`at` order), indexed by opId and row.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::protocol::{Op, OpId, RowKey};
 
@@ -9,7 +9,10 @@ use crate::protocol::{Op, OpId, RowKey};
 pub struct Outbox {
     ops: BTreeMap<u64, Op>,
     by_id: HashMap<OpId, u64>,
-    by_row: HashMap<RowKey, BTreeSet<u64>>,
+    /// Per row, its ops' `at`s in order: a few, pushed at the back (a new
+    /// op's `at` is the largest) and taken from the front (ops leave in
+    /// order), so a sorted deque, not a tree.
+    by_row: HashMap<RowKey, VecDeque<u64>>,
 }
 
 impl Outbox {
@@ -28,7 +31,15 @@ impl Outbox {
             return;
         }
         self.by_id.insert(op.op_id.clone(), op.at);
-        self.by_row.entry(op.place()).or_default().insert(op.at);
+        let ats = self.by_row.entry(op.place()).or_default();
+        match ats.back() {
+            Some(last) if *last >= op.at => {
+                if let Err(i) = ats.binary_search(&op.at) {
+                    ats.insert(i, op.at);
+                }
+            }
+            _ => ats.push_back(op.at),
+        }
         self.ops.insert(op.at, op);
     }
 
@@ -37,9 +48,11 @@ impl Outbox {
         let at = self.by_id.remove(id)?;
         let op = self.ops.remove(&at)?;
         let key = op.place();
-        if let Some(set) = self.by_row.get_mut(&key) {
-            set.remove(&at);
-            if set.is_empty() {
+        if let Some(ats) = self.by_row.get_mut(&key) {
+            if let Ok(i) = ats.binary_search(&at) {
+                ats.remove(i);
+            }
+            if ats.is_empty() {
                 self.by_row.remove(&key);
             }
         }
@@ -110,6 +123,20 @@ mod tests {
         let ids: Vec<String> = o.next_batch(2).iter().map(|o| o.op_id.to_string()).collect();
         assert_eq!(ids, vec!["d:100", "d:9"]);
         assert_eq!(o.on_row(&RowKey::new("t", "x")).count(), 2);
+    }
+
+    #[test]
+    fn a_rows_ops_stay_in_at_order_whatever_the_order_they_come_in() {
+        let mut o = Outbox::new([op(1, 5, "x"), op(2, 2, "x"), op(3, 9, "x"), op(4, 7, "x")]);
+        let ats = |o: &Outbox| o.on_row(&RowKey::new("t", "x")).map(|op| op.at).collect::<Vec<_>>();
+        assert_eq!(ats(&o), [2, 5, 7, 9]);
+        assert!(o.remove_at(7).is_some());
+        o.insert(op(5, 3, "x"));
+        assert_eq!(ats(&o), [2, 3, 5, 9]);
+        for at in [2, 3, 5, 9] {
+            assert!(o.remove_at(at).is_some());
+        }
+        assert!(!o.has_row(&RowKey::new("t", "x")));
     }
 
     #[test]
