@@ -264,7 +264,12 @@ pub fn js_text(v: &JsValue) -> String {
     if let Some(s) = v.as_string() {
         return s;
     }
-    Reflect::get(v, &"message".into()).ok().and_then(|m| m.as_string()).unwrap_or_else(|| format!("{v:?}"))
+    if v.is_undefined() || v.is_null() {
+        return "no error given".to_owned();
+    }
+    // `String(v)` as JS would say it (`toString`), not a Debug dump: the
+    // glue of a dump is a kilobyte of JS for a case that names no message.
+    Reflect::get(v, &"message".into()).ok().and_then(|m| m.as_string()).unwrap_or_else(|| v.unchecked_ref::<Object>().to_string().into())
 }
 
 impl Transport for FetchTransport {
