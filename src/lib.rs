@@ -39,6 +39,7 @@
 pub mod attempt;
 pub mod chunks;
 pub mod clock;
+mod cold_sort;
 pub mod conflict;
 pub mod driver;
 pub mod engine;

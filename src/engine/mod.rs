@@ -518,9 +518,8 @@ impl Engine {
 
     /// Conflicts not dismissed (PROTOCOL §2a), oldest lost edit first.
     pub fn conflicts(&self) -> Vec<&Conflict> {
-        let mut v: Vec<&Conflict> = self.conflicts.values().filter(|c| !c.dismissed).collect();
-        v.sort_unstable_by(|a, b| (a.mine.at, &a.id).cmp(&(b.mine.at, &b.id)));
-        v
+        let v: Vec<&Conflict> = self.conflicts.values().filter(|c| !c.dismissed).collect();
+        crate::cold_sort::sorted_by(v, |a, b| (a.mine.at, &a.id).cmp(&(b.mine.at, &b.id)))
     }
 
     /// The space a conflict's row is keyed by on this device (empty: the personal one).

@@ -243,7 +243,7 @@ impl Packed {
             }
         }
         // Equal firsts overlap, and are read by decoding: any order of them will do.
-        runs.sort_unstable_by(|a, b| a.first.cmp(&b.first));
+        let mut runs = crate::cold_sort::sorted_by(runs, |a, b| a.first.cmp(&b.first));
         // Runs must not overlap: a run's last key below the next run's first.
         let overlap = runs.windows(2).any(|w| {
             let last = w[0].key(w[0].len() - 1);

@@ -40,7 +40,9 @@ impl<'a> Spelled<'a> {
                 None => out.push((name.as_str(), value, u32::MAX, i)),
             }
         }
-        out.sort_unstable_by(|a, b| a.0.cmp(b.0).then_with(|| rank(a.2, version).cmp(&rank(b.2, version))).then(a.3.cmp(&b.3)));
+        let mut out = crate::cold_sort::sorted_by(out, |a, b| {
+            a.0.cmp(b.0).then_with(|| rank(a.2, version).cmp(&rank(b.2, version))).then(a.3.cmp(&b.3))
+        });
         out.dedup_by(|later, first| later.0 == first.0);
         Spelled::Mapped(out.into_iter().map(|(k, v, _, _)| (k, v)).collect())
     }
