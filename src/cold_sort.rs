@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 
 /// The positions `0..n`, sorted by `cmp` (unstable: `cmp` is a total order
 /// wherever the order of equal items would matter).
-pub(crate) fn order(n: usize, cmp: &dyn Fn(usize, usize) -> Ordering) -> Vec<usize> {
+fn order(n: usize, cmp: &dyn Fn(usize, usize) -> Ordering) -> Vec<usize> {
     let mut at: Vec<usize> = (0..n).collect();
     at.sort_unstable_by(|a, b| cmp(*a, *b));
     at

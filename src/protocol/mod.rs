@@ -223,10 +223,10 @@ impl<'de> Deserialize<'de> for Value {
 /// The fields an op sets: field name → value.
 pub type Fields = litemap::LiteMap<String, Value>;
 
-/// Deserializes a `fields` object, refusing a key that appears twice: a
-/// parser that silently keeps the last copy would store something other
-/// than what a reader of the JSON sees first.
-pub fn unique_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Fields, D::Error> {
+/// Deserializes a `fields` object (an op's values, a schema table's rules),
+/// refusing a key that appears twice: a parser that silently keeps the last
+/// copy would store something other than what a reader of the JSON sees first.
+pub fn unique_fields<'de, D: Deserializer<'de>, V: Deserialize<'de>>(d: D) -> Result<litemap::LiteMap<String, V>, D::Error> {
     unique_map(d, "fields")
 }
 

@@ -50,7 +50,7 @@ pub enum Step {
         /// Its name (`[a-z][a-z0-9_]{0,63}`).
         table: String,
         /// Its fields.
-        #[serde(deserialize_with = "super::unique_fields")]
+        #[serde(deserialize_with = "crate::protocol::unique_fields")]
         fields: FieldRules,
     },
     /// A new field: optional, or required with a `default` in its rule, which

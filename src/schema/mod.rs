@@ -57,11 +57,6 @@ pub type Tables = litemap::LiteMap<String, TableRules>;
 /// Field name → its rule.
 pub type FieldRules = litemap::LiteMap<String, FieldRule>;
 
-/// A `fields` object of rules, no name twice.
-pub(crate) fn unique_fields<'de, D: serde::Deserializer<'de>>(d: D) -> Result<FieldRules, D::Error> {
-    crate::protocol::unique_map(d, "fields")
-}
-
 /// A `tables` object, when there is one, no name twice.
 pub(crate) fn unique_tables<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Tables>, D::Error> {
     crate::protocol::unique_map(d, "tables").map(Some)
@@ -72,7 +67,7 @@ pub(crate) fn unique_tables<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Op
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TableRules {
     /// Field name → its rule. Fields not named here are `unknown_field`.
-    #[serde(deserialize_with = "unique_fields")]
+    #[serde(deserialize_with = "crate::protocol::unique_fields")]
     pub fields: FieldRules,
     /// Indexes the devices keep of this table: each a list of its fields.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
