@@ -435,6 +435,37 @@ async fn without_the_lock_rows_made_twice_are_judged_again() {
     t.stop().await;
 }
 
+/// Without the lock (PostgreSQL, deliberately broken), two pushes that edit
+/// the same stored rows with different ops overlap: the later one's update
+/// does not find the rows where its load saw them (the earlier push rewrote
+/// them), and it is judged again against them, so the newer edits stay.
+/// (When stored rows were updated by key, the later push's older edits
+/// overwrote the newer ones here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lock_rows_rewritten_meanwhile_are_judged_again() {
+    let Some(t) = without_the_lock().await else { return };
+    let stored: Vec<Value> = (0..10).map(|i| full(&format!("s:{i}"), &format!("r-{i}"), 5, 1)).collect();
+    t.push_ok("u", &stored).await;
+    let newer: Vec<Value> = (0..10).map(|i| full(&format!("n:{i}"), &format!("r-{i}"), 20, 7)).collect();
+    let older: Vec<Value> = (0..10).map(|i| full(&format!("o:{i}"), &format!("r-{i}"), 10, 3)).collect();
+    let later = async {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        t.push("u", &older).await
+    };
+    let (a, b) = tokio::join!(t.push("u", &newer), later);
+    for (status, body) in [&a, &b] {
+        assert_eq!(*status, 200, "{body}");
+        assert!(statuses(body["verdicts"].as_array().unwrap()).iter().all(|s| *s == "applied"), "{body}");
+    }
+    let rows = t.pull_all("u").await;
+    for i in 0..10 {
+        let row = rows.iter().find(|r| r["rowId"] == format!("r-{i}")).unwrap();
+        assert_eq!(row["fields"]["reps"], 7, "the newer edit stays: {row}");
+    }
+    assert!(t.metric("marksync_push_judged_again_total").await >= 1.0, "the older push was judged again");
+    t.stop().await;
+}
+
 /// `POST /v1/verdicts` recalls, read-only, what was judged: `applied` (also
 /// after a duplicate), `rejected` word for word as the push said it with the
 /// current row, `unknown` for ops never judged and for another user's ops.

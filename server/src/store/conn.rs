@@ -206,8 +206,9 @@ pub(crate) trait Conn: Send {
     async fn lock_heads(&mut self, spaces: &[&str], lock: bool) -> Result<HashMap<SpaceId, u64>, DbError>;
     /// Takes `space`'s lock; whether it exists.
     async fn lock_head(&mut self, space: &str) -> Result<bool, DbError>;
-    /// The stored rows of `keys`.
-    async fn load_rows(&mut self, keys: &[Key<'_>]) -> Result<HashMap<Placed, Row>, DbError>;
+    /// The stored rows of `keys`, and where their stored versions lie
+    /// (empty where rows are rewritten by key).
+    async fn load_rows(&mut self, keys: &[Key<'_>]) -> Result<(HashMap<Placed, Row>, Places), DbError>;
     /// `sender`'s saved verdicts of `op_ids`.
     async fn load_verdicts(&mut self, sender: &str, op_ids: &[&str]) -> Result<HashMap<OpId, Remembered>, DbError>;
     /// `sender`'s stored roles in `spaces`.
@@ -225,10 +226,11 @@ pub(crate) trait Conn: Send {
         skip_remembered: bool,
     ) -> Result<usize, DbError>;
     /// Writes rows, each in its space: inserts the new ones, rewrites the
-    /// stored ones. False when a row the judge called new was stored meanwhile
-    /// by a writer this one did not wait for: nothing is written, and the
-    /// transaction must be rolled back.
-    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<bool, DbError>;
+    /// stored ones where `places` (from [`Conn::load_rows`]) says they lie.
+    /// False when a row the judge called new was stored meanwhile, or a
+    /// stored one rewritten or removed, by a writer this one did not wait
+    /// for: the transaction must be rolled back.
+    async fn write_rows(&mut self, writes: &[RowWrite], places: &Places) -> Result<bool, DbError>;
     /// Sets spaces' heads.
     async fn write_heads(&mut self, heads: &[(SpaceId, u64)]) -> Result<(), DbError>;
     /// Sends `payload` to the other server processes on commit (nothing
@@ -333,6 +335,10 @@ fn decoded<'r, T: FromRow<'r, R>, R: sqlx::Row>(rows: &'r [R]) -> Result<Vec<T>,
     rows.iter().map(T::from_row).collect()
 }
 
+/// Where the stored versions of loaded rows lie (PostgreSQL: `ctid`), for
+/// their update in the same transaction.
+pub(crate) type Places = HashMap<Placed, String>;
+
 /// Stored rows as the judge knows them.
 fn placed_rows(rows: Vec<(String, String, String, String, String)>) -> Result<HashMap<Placed, Row>, DbError> {
     let mut out = HashMap::with_capacity(rows.len());
@@ -394,9 +400,19 @@ where
         Ok(head.is_some())
     }
 
-    async fn load_rows(&mut self, keys: &[Key<'_>]) -> Result<HashMap<Placed, Row>, DbError> {
+    async fn load_rows(&mut self, keys: &[Key<'_>]) -> Result<(HashMap<Placed, Row>, Places), DbError> {
         let rows = C::Database::bind_keys(sqlx::query(C::Database::SQL.load_rows), keys)?.fetch_all(self).await?;
-        placed_rows(decoded(&rows)?)
+        let (mut out, mut places) = (HashMap::with_capacity(rows.len()), Places::new());
+        type Loaded = (String, String, String, String, String, Option<String>);
+        for (space, table, row_id, fields, marks, place) in decoded::<Loaded, _>(&rows)? {
+            let placed: Placed = (space.into(), RowKey::new(table, row_id));
+            let row = decode_row(&fields, &marks)?;
+            if let Some(place) = place {
+                places.insert(placed.clone(), place);
+            }
+            out.insert(placed, row);
+        }
+        Ok((out, places))
     }
 
     async fn load_verdicts(&mut self, sender: &str, op_ids: &[&str]) -> Result<HashMap<OpId, Remembered>, DbError> {
@@ -429,16 +445,19 @@ where
         }
     }
 
-    async fn write_rows(&mut self, writes: &[RowWrite]) -> Result<bool, DbError> {
+    async fn write_rows(&mut self, writes: &[RowWrite], places: &Places) -> Result<bool, DbError> {
         let update = C::Database::SQL.update_rows;
         let (mut new, mut stored) = (Vec::with_capacity(writes.len()), Vec::new());
         for w in writes {
             let (fields, marks) = encode_row(&w.row)?;
             let key = Key { space: &w.space, table: &w.key.table, row_id: &w.key.row_id };
-            let row = EncodedRow { key, fields, marks, seq: seq_to_db(w.seq)? };
+            let mut row = EncodedRow { key, fields, marks, seq: seq_to_db(w.seq)?, place: None };
             if w.new || update.is_none() {
                 new.push(row);
             } else {
+                // A row not loaded in this transaction (never, from the judge)
+                // has no place: the update misses it, and the push is judged again.
+                row.place = places.get(&(w.space.clone(), w.key.clone())).map(String::as_str);
                 stored.push(row);
             }
         }
@@ -450,7 +469,11 @@ where
             }
         }
         if let (Some(update), false) = (update, stored.is_empty()) {
-            C::Database::bind_rows(sqlx::query(update), &stored)?.execute(self).await?;
+            let q = C::Database::bind_places(C::Database::bind_rows(sqlx::query(update), &stored)?, &stored)?;
+            let done = q.execute(self).await?;
+            if C::Database::rows_affected(&done) != stored.len() as u64 {
+                return Ok(false);
+            }
         }
         Ok(true)
     }

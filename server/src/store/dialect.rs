@@ -59,7 +59,9 @@ pub(crate) struct Statements {
     /// As `lock_heads`, without the locks (only to prove that tests catch it).
     #[cfg(feature = "sabotage")]
     pub read_heads: &'static str,
-    /// `[keys]`: `(space, table, row, fields, marks)` of those stored.
+    /// `[keys]`: `(space, table, row, fields, marks, place)` of those
+    /// stored; `place` is where the stored version lies (PostgreSQL's
+    /// `ctid`, as text), null where rows are rewritten by key.
     pub load_rows: &'static str,
     /// `$1` a user, `[spaces]`: `(space, role)` of the user's memberships among them.
     pub load_roles: &'static str,
@@ -77,7 +79,10 @@ pub(crate) struct Statements {
     /// `[rows]`: inserts rows with their seqs, the judge's new ones and,
     /// where there is no `update_rows`, every one (an upsert).
     pub insert_rows: &'static str,
-    /// `[rows]`: rewrites rows that are stored, with their seqs.
+    /// `[rows]`, then their places: rewrites rows that are stored, with
+    /// their seqs, found at the place their load saw them (no index
+    /// descent). A row another writer rewrote or removed since is not there
+    /// any more: fewer rows are updated than sent.
     pub update_rows: Option<&'static str>,
     /// `[heads]`: sets the heads of spaces.
     pub write_heads: &'static str,
@@ -115,6 +120,8 @@ pub(crate) struct EncodedRow<'a> {
     pub marks: String,
     /// The seq of its last change.
     pub seq: i64,
+    /// Where its stored version lies, as its load saw it (rows to update).
+    pub place: Option<&'a str>,
 }
 
 /// The verdicts a judgement remembers, as columns (one entry per verdict in each).
@@ -259,6 +266,8 @@ pub(crate) trait Dialect: Database<Arguments: IntoArguments<Self>> {
     fn bind_verdicts<'q>(q: Query<'q, Self>, verdicts: &VerdictColumns) -> Result<Query<'q, Self>, DbError>;
     /// Binds rows to upsert.
     fn bind_rows<'q>(q: Query<'q, Self>, rows: &[EncodedRow<'_>]) -> Result<Query<'q, Self>, DbError>;
+    /// Binds the places of rows to update (after [`Dialect::bind_rows`]).
+    fn bind_places<'q>(q: Query<'q, Self>, rows: &[EncodedRow<'_>]) -> Result<Query<'q, Self>, DbError>;
     /// Binds (space, head) pairs.
     fn bind_heads<'q>(q: Query<'q, Self>, heads: &[(&str, i64)]) -> Result<Query<'q, Self>, DbError>;
     /// How many rows a statement inserted, updated or deleted.

@@ -31,7 +31,8 @@ pub(crate) async fn push<D: Backend>(
             break;
         }
         let key = Key { space: &personal, table: &op.table, row_id: &op.row_id };
-        let current = tx.load_rows(&[key]).await?.into_values().next();
+        let (loaded, places) = tx.load_rows(&[key]).await?;
+        let current = loaded.into_values().next();
         let decision = decide(schema, op, current.as_ref(), &Limits::default());
         let verdict = match &decision {
             Decision::Apply { .. } => Remembered::Applied,
@@ -55,7 +56,7 @@ pub(crate) async fn push<D: Backend>(
                         head += 1;
                         let new = current.is_none();
                         let write = RowWrite { space: personal.as_str().into(), key: placed, row, seq: head, new };
-                        if !tx.write_rows(&[write]).await? {
+                        if !tx.write_rows(&[write], &places).await? {
                             return Err(super::error::DbError::Conflict.into());
                         }
                     }

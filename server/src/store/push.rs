@@ -154,7 +154,8 @@ pub(crate) async fn push<D: Backend>(
         let inside = ctl.probe.as_ref().map(|p| p.enter(sender));
         // 2. load what the batch touches, one query each.
         let mut known = Known { heads, ..Known::default() };
-        known.rows = tx.load_rows(&keys.rows).await?;
+        let places;
+        (known.rows, places) = tx.load_rows(&keys.rows).await?;
         let verdicts = tx.load_verdicts(sender, &keys.ops).await?;
         if !ctl.forgets() {
             known.verdicts = verdicts;
@@ -187,8 +188,8 @@ pub(crate) async fn push<D: Backend>(
         }
         // 5. write the moved rows and the heads.
         if !judgement.writes.is_empty() {
-            if !tx.write_rows(&judgement.writes).await? {
-                judged_again(ctl, sender, "a new row was stored by another writer");
+            if !tx.write_rows(&judgement.writes, &places).await? {
+                judged_again(ctl, sender, "a row was stored, rewritten or removed by another writer");
                 drop(inside);
                 tx.rollback().await?;
                 continue;

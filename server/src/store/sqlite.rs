@@ -43,7 +43,7 @@ impl Dialect for Sqlite {
         lock_heads: READ_HEADS,
         #[cfg(feature = "sabotage")]
         read_heads: READ_HEADS,
-        load_rows: "SELECT space_id, table_name, row_id, fields, marks FROM rows \
+        load_rows: "SELECT space_id, table_name, row_id, fields, marks, NULL FROM rows \
              WHERE (space_id, table_name, row_id) IN \
              (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]') \
               FROM json_each($1))",
@@ -128,6 +128,11 @@ impl Dialect for Sqlite {
         let rows: Vec<_> =
             rows.iter().map(|r| (r.key.space, r.key.table, r.key.row_id, &r.fields, &r.marks, r.seq)).collect();
         Ok(q.bind(json(&rows)?))
+    }
+
+    /// Never called: SQLite's upsert rewrites rows by key.
+    fn bind_places<'q>(q: Query<'q, Sqlite>, _rows: &[EncodedRow<'_>]) -> Result<Query<'q, Sqlite>, DbError> {
+        Ok(q)
     }
 
     fn bind_heads<'q>(q: Query<'q, Sqlite>, heads: &[(&str, i64)]) -> Result<Query<'q, Sqlite>, DbError> {
