@@ -72,6 +72,30 @@ if (s) {
   out.push('');
 }
 
+// Bytes on the wire: www/bench/wire.mjs writes its own tables.
+const wire = read(join(results, 'wire.md'));
+if (wire) {
+  out.push('### Bytes on the wire (release server, SQLite; answers by `Accept-Encoding`, request bodies gzip)');
+  out.push('');
+  out.push(wire.trim());
+  out.push('');
+}
+
+// A victim under attack: server/benches/abuse.rs prints its table (from
+// the line naming the victim to the goal's line).
+const abuse = read(join(results, 'abuse.txt'));
+const from = abuse?.indexOf('victim: ') ?? -1;
+if (from >= 0) {
+  const part = abuse.slice(from).split('\n');
+  const last = part.findIndex((l) => l.startsWith('goal '));
+  out.push('### A victim under attack (release server, SQLite; attacker, server and victim on the 2 cores)');
+  out.push('');
+  out.push(part[0]);
+  out.push('');
+  out.push(...part.slice(1, last >= 0 ? last + 1 : part.length).filter((l) => l.startsWith('|') || l.startsWith('goal ')));
+  out.push('');
+}
+
 // The demo as Lighthouse sees it on a phone: bench/pwa/run.mjs.
 const pwa = json(join(results, 'pwa.json'));
 if (pwa) {
