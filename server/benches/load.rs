@@ -131,6 +131,10 @@ async fn run(database: &str, per_op: bool, users: usize, clients: usize, pushes:
     (config.ops_rate, config.read_rate) = (0.0, 0.0);
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.db_max_connections = (clients as u32 + 4).min(32);
+    // Clients beyond the pool wait their turn: the per-op judge holds a
+    // connection for seconds with 64 clients, past the 5 s a request waits
+    // by default (then answered 503, as in an outage).
+    config.db_acquire_timeout_ms = 600_000;
     config.per_op_judge = per_op;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = marksync_server::start(config, listener).await.unwrap();
