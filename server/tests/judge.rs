@@ -414,25 +414,7 @@ async fn without_the_lock_conflicting_verdicts_are_judged_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_lock_rows_made_twice_are_judged_again() {
     let Some(t) = without_the_lock().await else { return };
-    // Newer edits first, older ones 50 ms later: the older push writes last.
-    let newer: Vec<Value> = (0..10).map(|i| full(&format!("n:{i}"), &format!("r-{i}"), 20, 7)).collect();
-    let older: Vec<Value> = (0..10).map(|i| full(&format!("o:{i}"), &format!("r-{i}"), 10, 3)).collect();
-    let later = async {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        t.push("u", &older).await
-    };
-    let (a, b) = tokio::join!(t.push("u", &newer), later);
-    for (status, body) in [&a, &b] {
-        assert_eq!(*status, 200, "{body}");
-        assert!(statuses(body["verdicts"].as_array().unwrap()).iter().all(|s| *s == "applied"), "{body}");
-    }
-    let rows = t.pull_all("u").await;
-    for i in 0..10 {
-        let row = rows.iter().find(|r| r["rowId"] == format!("r-{i}")).unwrap();
-        assert_eq!(row["fields"]["reps"], 7, "the newer edit stays: {row}");
-    }
-    assert!(t.metric("marksync_push_judged_again_total").await >= 1.0, "the older push was judged again");
-    t.stop().await;
+    the_newer_edits_stay_when_an_older_push_writes_last(t).await;
 }
 
 /// Without the lock (PostgreSQL, deliberately broken), two pushes that edit
@@ -446,6 +428,13 @@ async fn without_the_lock_rows_rewritten_meanwhile_are_judged_again() {
     let Some(t) = without_the_lock().await else { return };
     let stored: Vec<Value> = (0..10).map(|i| full(&format!("s:{i}"), &format!("r-{i}"), 5, 1)).collect();
     t.push_ok("u", &stored).await;
+    the_newer_edits_stay_when_an_older_push_writes_last(t).await;
+}
+
+/// Pushes newer edits of rows `r-0`…`r-9` and, 50 ms later, older ones
+/// (the older push writes last): both are applied, the newer edits stay, and
+/// the older push was judged again.
+async fn the_newer_edits_stay_when_an_older_push_writes_last(t: TestServer) {
     let newer: Vec<Value> = (0..10).map(|i| full(&format!("n:{i}"), &format!("r-{i}"), 20, 7)).collect();
     let older: Vec<Value> = (0..10).map(|i| full(&format!("o:{i}"), &format!("r-{i}"), 10, 3)).collect();
     let later = async {
