@@ -145,20 +145,33 @@ for (const engine of engines) {
       const user = newUser(`${engine}-deleted`);
       const s = await device(user);
       const out = await s.run(async () => {
-        await db.change('sets', 'synced', { exercise: 'squat', weightKg: 80, reps: 5 });
-        await db.sync();
-        await db.change('sets', 'queued', { exercise: 'row', weightKg: 40, reps: 12 });
-        await new Promise((resolve, reject) => {
-          const r = indexedDB.deleteDatabase('xb');
-          r.onsuccess = resolve;
-          r.onerror = () => reject(r.error);
-        });
-        const t0 = Date.now();
-        while (db.metrics().storageResets < 1 && Date.now() - t0 < 10000) await new Promise((r) => setTimeout(r, 20));
-        const told = { resets: db.metrics().storageResets, code: db.status('sets', 'queued').code, reason: db.status('sets', 'queued').reason };
-        const r = await db.sync();
-        return { told, ok: r.ok, rows: db.rows('sets').map((x) => x._id).sort(), pending: db.pending().length };
+        // Each step bounded on its own: a stall names its step (and whether the delete was blocked) instead of
+        // timing the whole script out (seen once in WebKit, not reproduced since).
+        const steps = [];
+        const step = (name, p, ms = 15000) => Promise.race([
+          p.then((v) => { steps.push(name); return v; }),
+          new Promise((_, reject) => setTimeout(() => reject(new Error(`stalled at ${name} after ${steps.join(', ')}`)), ms)),
+        ]);
+        try {
+          await step('change synced', db.change('sets', 'synced', { exercise: 'squat', weightKg: 80, reps: 5 }));
+          await step('first sync', db.sync());
+          await step('change queued', db.change('sets', 'queued', { exercise: 'row', weightKg: 40, reps: 12 }));
+          await step('delete', new Promise((resolve, reject) => {
+            const r = indexedDB.deleteDatabase('xb');
+            r.onsuccess = resolve;
+            r.onerror = () => reject(r.error);
+            r.onblocked = () => steps.push('delete blocked');
+          }));
+          const t0 = Date.now();
+          while (db.metrics().storageResets < 1 && Date.now() - t0 < 10000) await new Promise((r) => setTimeout(r, 20));
+          const told = { resets: db.metrics().storageResets, code: db.status('sets', 'queued').code, reason: db.status('sets', 'queued').reason };
+          const r = await step('sync after', db.sync());
+          return { told, ok: r.ok, rows: db.rows('sets').map((x) => x._id).sort(), pending: db.pending().length };
+        } catch (e) {
+          return { stalled: String(e?.message ?? e), steps, resets: db.metrics().storageResets };
+        }
       });
+      assert.equal(out.stalled, undefined, JSON.stringify(out));
       assert.equal(out.told.resets, 1, JSON.stringify(out));
       assert.equal(out.told.code, 'storage', JSON.stringify(out));
       assert.match(out.told.reason, /cleared/);
