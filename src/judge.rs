@@ -260,12 +260,14 @@ pub struct Change {
 impl Change {
     /// The change `op` made to `row` (the row just after it), taking `seq`.
     fn of(op: &Op, space: &SpaceId, row: &Row, seq: u64) -> Change {
-        let fields = row
-            .cells
-            .iter()
-            .filter(|(name, cell)| cell.mark.op_id == op.op_id && name.as_str() != crate::protocol::CREATED_BY)
-            .map(|(name, cell)| (name.clone(), cell.value.clone()))
-            .collect();
+        // The row's cells are sorted by name: appended in their order, the
+        // fields need no sort (collecting into a map sorts).
+        let mut fields = Fields::with_capacity(op.fields.len());
+        for (name, cell) in row.cells.iter() {
+            if cell.mark.op_id == op.op_id && name.as_str() != crate::protocol::CREATED_BY {
+                crate::protocol::put(&mut fields, name.clone(), cell.value.clone());
+            }
+        }
         Change { op_id: op.op_id.clone(), space: space.clone(), table: op.table.clone(), row_id: op.row_id.clone(), fields, at: op.at, seq }
     }
 }
@@ -370,6 +372,9 @@ pub fn judge_batch_with(
     rules: &dyn Rules,
 ) -> Result<Judgement, JudgeError> {
     let Known { mut rows, mut verdicts, heads, roles } = known;
+    // Sized once for the whole batch: every op may add a verdict and a row.
+    let judged = batch.len().min(MAX_JUDGED_PER_PUSH);
+    verdicts.reserve(judged);
     for ((_, key), row) in rows.iter_mut() {
         if let std::borrow::Cow::Owned(upgraded) = schema.upgrade_row(&key.table, row) {
             *row = upgraded;
@@ -381,10 +386,12 @@ pub fn judge_batch_with(
     let mut slots: Vec<Slot> = Vec::new();
     let mut slot_of: HashMap<&str, usize> = HashMap::new();
     let mut last = usize::MAX;
-    let mut out = Judgement::default();
-    // The seq of each row written, and whether it is new (no row was
-    // stored: known at its first write, before the batch has changed it).
-    let mut written: HashMap<Placed, (u64, bool)> = HashMap::new();
+    let mut out = Judgement { verdicts: Vec::with_capacity(judged), remember: Vec::with_capacity(judged), ..Judgement::default() };
+    // The rows the batch writes, in the order of their first write, and
+    // where each is in that list: a row written once is read from there
+    // (one lookup, and no pass at the end to collect them).
+    let mut writes: Vec<RowWrite> = Vec::with_capacity(judged);
+    let mut written: HashMap<Placed, usize> = HashMap::with_capacity(judged);
     let mut answer = AnswerRows::default();
     // (verdict index, placed row) of every rejection whose sender may read
     // the row's space: the rows are filled in at the end.
@@ -411,7 +418,11 @@ pub fn judge_batch_with(
         let slot = &mut slots[last];
         let role = slot.role;
         let at: Placed = (slot.name.clone(), op.row_key());
-        let current = rows.get(&at);
+        let was_written = written.get(&at).copied();
+        let current = match was_written {
+            Some(w) => Some(&writes[w].row),
+            None => rows.get(&at),
+        };
         if let Some(saved) = verdicts.get(&op.op_id) {
             if let (Remembered::Rejected { .. }, Some(_)) = (saved, role) {
                 if !answer.reject(&at, current, budget) {
@@ -469,8 +480,19 @@ pub fn judge_batch_with(
                         out.changes.push(Change::of(op, &slot.name, &row, slot.head));
                     }
                     let seq = slot.head;
-                    written.entry(at.clone()).and_modify(|w| w.0 = seq).or_insert((seq, current.is_none()));
-                    rows.insert(at.clone(), row);
+                    match was_written {
+                        Some(w) => {
+                            writes[w].row = row;
+                            writes[w].seq = seq;
+                        }
+                        None => {
+                            // New: no row was stored (known at its first
+                            // write, before the batch has changed it).
+                            let new = current.is_none();
+                            written.insert(at.clone(), writes.len());
+                            writes.push(RowWrite { space: at.0.clone(), key: at.1.clone(), row, seq, new });
+                        }
+                    }
                 }
                 (Outcome::Applied, Remembered::Applied)
             }
@@ -497,14 +519,10 @@ pub fn judge_batch_with(
     for (i, at) in rejections.iter().rev() {
         if filled.insert(at) && answer.carries(at) {
             if let Outcome::Rejected { row, .. } = &mut out.verdicts[*i].outcome {
-                *row = rows.get(at).cloned();
+                *row = written.get(at).map(|&w| &writes[w].row).or_else(|| rows.get(at)).cloned();
             }
         }
     }
-    let mut writes: Vec<RowWrite> = written
-        .into_iter()
-        .filter_map(|(at, (seq, new))| rows.remove(&at).map(|row| RowWrite { space: at.0, key: at.1, row, seq, new }))
-        .collect();
     writes.sort_unstable_by(|a, b| (&a.space, a.seq).cmp(&(&b.space, b.seq)));
     out.writes = writes;
     let mut moved: Vec<(SpaceId, u64)> = slots.into_iter().filter(|s| s.moved).map(|s| (s.name, s.head)).collect();

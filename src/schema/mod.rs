@@ -359,9 +359,13 @@ impl Schema {
         if let Some(before) = current.as_deref() {
             self.check_write_once(edit.table, before, &row)?;
         }
-        let bytes = row.encoded_len();
         // A row stored before the bound existed may be larger: an edit that
-        // does not grow it further is still judged on the schema alone.
+        // does not grow it further is still judged on the schema alone. A
+        // row whose bound is within the limit is (most rows): not serialized.
+        if row.encoded_len_bound() <= max_row_bytes {
+            return Ok(Edited { row, moved });
+        }
+        let bytes = row.encoded_len();
         if bytes > max_row_bytes && bytes > current.as_deref().map_or(0, Row::encoded_len) {
             let reason = format!("the row would be {bytes} bytes, more than the limit of {max_row_bytes} bytes");
             return refuse(RefusalCode::RowTooLarge, reason, None);
@@ -483,28 +487,28 @@ impl Schema {
         }
         // A tombstone once let unknown fields of any size through: now only
         // the required fields are spared, everything present is checked.
-        let missing: Vec<&str> = rules
-            .fields
-            .iter()
-            .filter(|_| !row.is_deleted())
-            .filter(|(name, rule)| {
-                rule.required
-                    && match row.get(name) {
-                        None => rule.default.is_none(),
-                        Some(v) => *v == Value::Null,
+        // One pass: missing fields are named before any value's refusal.
+        let deleted = row.is_deleted();
+        let mut missing: Vec<&str> = Vec::new();
+        let mut refused: Option<Refusal> = None;
+        for (name, rule) in &rules.fields {
+            match row.get(name) {
+                None if rule.required && rule.default.is_none() && !deleted => missing.push(name),
+                Some(Value::Null) if rule.required && !deleted => missing.push(name),
+                None | Some(Value::Null) => {}
+                Some(value) => {
+                    if refused.is_none() && missing.is_empty() {
+                        refused = rule.check(name, value).err();
                     }
-            })
-            .map(|(name, _)| name.as_str())
-            .collect();
+                }
+            }
+        }
         if let Some(first) = missing.first() {
             let s = if missing.len() == 1 { "" } else { "s" };
             return refuse(RefusalCode::MissingFields, format!("missing field{s}: {}", missing.join(", ")), Some(first));
         }
-        for (name, rule) in &rules.fields {
-            match row.get(name) {
-                None | Some(Value::Null) => {}
-                Some(value) => rule.check(name, value)?,
-            }
+        if let Some(refusal) = refused {
+            return Err(refusal);
         }
         Ok(())
     }
