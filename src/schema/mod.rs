@@ -480,19 +480,32 @@ impl Schema {
             return refuse(RefusalCode::UnknownTable, format!("unknown table: {table}"), None);
         };
         let row = self.upgrade_row(table, row);
-        for name in row.cells.keys() {
-            if name != DELETED && name != CREATED_BY && !rules.fields.contains_key(name) {
-                return refuse(RefusalCode::UnknownField, format!("unknown field: {name}"), Some(name));
-            }
-        }
+        let unknown = |name: &str| refuse(RefusalCode::UnknownField, format!("unknown field: {name}"), Some(name));
+        let named = |name: &str| name == DELETED || name == CREATED_BY;
         // A tombstone once let unknown fields of any size through: now only
         // the required fields are spared, everything present is checked.
-        // One pass: missing fields are named before any value's refusal.
+        // One pass over the rules and the cells together (both sorted by
+        // name): the first unknown field is refused at once; missing fields
+        // are named before any value's refusal.
         let deleted = row.is_deleted();
         let mut missing: Vec<&str> = Vec::new();
         let mut refused: Option<Refusal> = None;
+        let mut cells = row.cells.iter().peekable();
         for (name, rule) in &rules.fields {
-            match row.get(name) {
+            let mut value = None;
+            while let Some((k, cell)) = cells.peek() {
+                match k.as_str().cmp(name.as_str()) {
+                    std::cmp::Ordering::Less if !named(k) => return unknown(k),
+                    std::cmp::Ordering::Less => {}
+                    std::cmp::Ordering::Equal => value = Some(&cell.value),
+                    std::cmp::Ordering::Greater => break,
+                }
+                cells.next();
+                if value.is_some() {
+                    break;
+                }
+            }
+            match value {
                 None if rule.required && rule.default.is_none() && !deleted => missing.push(name),
                 Some(Value::Null) if rule.required && !deleted => missing.push(name),
                 None | Some(Value::Null) => {}
@@ -502,6 +515,9 @@ impl Schema {
                     }
                 }
             }
+        }
+        if let Some((k, _)) = cells.find(|(k, _)| !named(k)) {
+            return unknown(k);
         }
         if let Some(first) = missing.first() {
             let s = if missing.len() == 1 { "" } else { "s" };

@@ -54,6 +54,33 @@ fn every_code_and_reason() {
     assert_eq!(check(f).code, RefusalCode::MissingFields);
 }
 
+/// The rules and the cells are walked together: an unknown field is found
+/// before, between and after the known ones, and wins over every later check.
+#[test]
+fn the_first_unknown_field_is_named_wherever_it_sorts_and_comes_first() {
+    let s = Schema::workout();
+    let check = |fields: Vec<(&str, Value)>| s.check_row("sets", &row(&fields)).unwrap_err();
+    for name in ["aaa", "f", "zzz", "Zed"] {
+        let mut f = full();
+        f.push((name, 1i64.into()));
+        let e = check(f);
+        assert_eq!((e.code, e.reason), (RefusalCode::UnknownField, format!("unknown field: {name}")));
+        let e = check(vec![("reps", 500i64.into()), (name, 1i64.into())]);
+        assert_eq!(e.code, RefusalCode::UnknownField, "before missing fields and a value out of range");
+    }
+    let e = check(vec![("a", 1i64.into()), ("zz", 1i64.into()), ("exercise", "squat".into())]);
+    assert_eq!(e.reason, "unknown field: a", "the first, by name");
+    let mut f = full();
+    f.push((CREATED_BY, "u".into()));
+    s.check_row("sets", &row(&f)).unwrap();
+    let e = check(vec![("weightKg", "heavy".into()), ("reps", 500i64.into())]);
+    assert_eq!(e.code, RefusalCode::MissingFields, "missing fields before a wrong value");
+    let mut f = full();
+    f[1].1 = "heavy".into();
+    f[2].1 = 500i64.into();
+    assert_eq!(check(f).reason, "reps must be at most 100", "values refused in field-name order, reps before weightKg");
+}
+
 #[test]
 fn tombstones_need_no_required_field_but_are_checked_otherwise() {
     let s = Schema::workout();
