@@ -101,7 +101,9 @@ pub fn note(op: &Op, by: Option<&str>, before: Option<&Row>, row: &mut Row, seq:
                 }
             }
             let note = CellNote { seq: Some(seq), by: by.map(str::to_owned), overwrites };
-            crate::protocol::put(notes.get_or_insert_with(Default::default), field.clone(), note);
+            // Every cell an op sets takes a note: room for all at once.
+            let notes = notes.get_or_insert_with(|| Box::new(litemap::LiteMap::with_capacity(cells.len())));
+            crate::protocol::put(notes, field.clone(), note);
         } else if let Some(mine) = op.fields.get(field.as_str()) {
             let note = notes.as_ref().and_then(|n| n.get(field.as_str()));
             if *mine == cell.value || !unaware(op, note.and_then(|n| n.seq), &cell.mark.op_id) {
