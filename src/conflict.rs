@@ -77,7 +77,7 @@ fn push(overwrites: &mut Vec<Overwrite>, o: Overwrite) -> bool {
 /// not pulled records the op as overwritten. Returns whether it recorded
 /// such a loss: then the row must be written (taking `seq`) though no mark
 /// moved, so that the loser's devices hear of it.
-pub fn note(op: &Op, by: Option<&str>, before: Option<&Row>, row: &mut Row, seq: u64) -> bool {
+pub fn note(op: &Op, by: Option<&std::sync::Arc<str>>, before: Option<&Row>, row: &mut Row, seq: u64) -> bool {
     let mut lost = false;
     let Row { cells, notes } = row;
     for (field, cell) in cells.iter() {
@@ -96,11 +96,11 @@ pub fn note(op: &Op, by: Option<&str>, before: Option<&Row>, row: &mut Row, seq:
                         op_id: old.mark.op_id.clone(),
                         user: old_note.and_then(|n| n.by.clone()),
                     };
-                    let won = Side { value: cell.value.clone(), at: op.at, op_id: op.op_id.clone(), user: by.map(str::to_owned) };
+                    let won = Side { value: cell.value.clone(), at: op.at, op_id: op.op_id.clone(), user: by.cloned() };
                     push(&mut overwrites, Overwrite { lost, won });
                 }
             }
-            let note = CellNote { seq: Some(seq), by: by.map(str::to_owned), overwrites };
+            let note = CellNote { seq: Some(seq), by: by.cloned(), overwrites };
             // Every cell an op sets takes a note: room for all at once.
             let notes = notes.get_or_insert_with(|| Box::new(litemap::LiteMap::with_capacity(cells.len())));
             crate::protocol::put(notes, field.clone(), note);
@@ -111,7 +111,7 @@ pub fn note(op: &Op, by: Option<&str>, before: Option<&Row>, row: &mut Row, seq:
             }
             let won =
                 Side { value: cell.value.clone(), at: cell.mark.at, op_id: cell.mark.op_id.clone(), user: note.and_then(|n| n.by.clone()) };
-            let lost_side = Side { value: mine.clone(), at: op.at, op_id: op.op_id.clone(), user: by.map(str::to_owned) };
+            let lost_side = Side { value: mine.clone(), at: op.at, op_id: op.op_id.clone(), user: by.cloned() };
             let note = notes.get_or_insert_with(Default::default).entry(field.clone()).or_default();
             lost |= push(&mut note.overwrites, Overwrite { lost: lost_side, won });
         }

@@ -381,6 +381,8 @@ pub fn judge_batch_with(
         }
     }
     let personal: SpaceId = space::personal(sender).into();
+    // The sender as noted on the cells of shared spaces: one copy, shared.
+    let noted_by: std::sync::Arc<str> = sender.into();
     // The batch's spaces, each looked up once (a batch names few, many
     // times: the last one used is tried first).
     let mut slots: Vec<Slot> = Vec::new();
@@ -466,7 +468,7 @@ pub fn judge_batch_with(
             Decision::Apply { mut row, moved } => {
                 // The sender is noted on the cells it sets unless the space
                 // is its own personal one (whose owner the name says).
-                let by = (at.0 != personal).then_some(sender);
+                let by = (at.0 != personal).then_some(&noted_by);
                 let noted = conflict::note(op, by, current, &mut row, slots[last].head + 1);
                 if moved || noted {
                     if !answer.grow(&at, &row, budget) {

@@ -546,7 +546,7 @@ impl Engine {
         let space = self.following.name(&key.space).map(str::to_owned);
         // The row's space names the author of an unnamed write: the owner of
         // a personal space (this user's, or another's shared with them).
-        let owner = space.as_deref().and_then(crate::space::personal_owner).map(str::to_owned);
+        let owner: Option<std::sync::Arc<str>> = space.as_deref().and_then(crate::space::personal_owner).map(Into::into);
         let shared = (!key.space.is_empty()).then_some(key.space.as_str());
         let found: Vec<Conflict> = conflict::found_in(&self.meta.device_id, key, shared, row).collect();
         for mut c in found {

@@ -473,7 +473,7 @@ pub struct CellNote {
     pub seq: Option<u64>,
     /// The user whose op set it: noted in shared spaces only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub by: Option<String>,
+    pub by: Option<Arc<str>>,
     /// Concurrent overwrites of this field, oldest first, at most
     /// [`crate::conflict::MAX_OVERWRITES_PER_CELL`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -499,7 +499,7 @@ pub struct Side {
     pub op_id: OpId,
     /// Its sender, where the server notes it (shared spaces).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
+    pub user: Option<Arc<str>>,
 }
 
 /// An edit of a field (`lost`) that lost to a concurrent edit (`won`): the
@@ -586,13 +586,13 @@ impl Row {
             }
         }
         fn side(s: &Side) -> usize {
-            PER_SIDE + value(&s.value) + 6 * (s.op_id.as_str().len() + s.user.as_ref().map_or(0, String::len))
+            PER_SIDE + value(&s.value) + 6 * (s.op_id.as_str().len() + s.user.as_ref().map_or(0, |u| u.len()))
         }
         let mut n = OBJECTS;
         for (k, c) in &self.cells {
             n += PER_CELL + 12 * k.len() + value(&c.value) + 6 * c.mark.op_id.as_str().len();
             if let Some(note) = self.note(k) {
-                n += 6 * note.by.as_ref().map_or(0, String::len);
+                n += 6 * note.by.as_ref().map_or(0, |b| b.len());
                 n += note.overwrites.iter().map(|o| side(&o.lost) + side(&o.won)).sum::<usize>();
             }
         }
@@ -655,7 +655,7 @@ pub struct NotedMark {
     pub seq: Option<u64>,
     /// [`CellNote::by`].
     #[serde(default)]
-    pub by: Option<String>,
+    pub by: Option<Arc<str>>,
     /// [`CellNote::overwrites`].
     #[serde(default)]
     pub overwrites: Vec<Overwrite>,
@@ -1293,7 +1293,7 @@ mod tests {
             value,
             at,
             op_id: OpId::new(op),
-            user,
+            user: user.map(Into::into),
         })
     }
 
@@ -1310,7 +1310,7 @@ mod tests {
             let mut row = Row::default();
             let mut notes = litemap::LiteMap::new();
             for (k, (value, at, op, seq, by, overwrites)) in cells {
-                let note = CellNote { seq, by, overwrites };
+                let note = CellNote { seq, by: by.map(Into::into), overwrites };
                 if !note.is_empty() {
                     notes.insert(k.clone(), note);
                 }
@@ -1326,12 +1326,13 @@ mod tests {
     #[test]
     fn the_encoded_length_bound_holds_for_the_longest_spelling() {
         let ctl = |n: usize| "\u{1}".repeat(n);
-        let side = |v: Value| Side { value: v, at: u64::MAX, op_id: OpId::new(ctl(3)), user: Some(ctl(2)) };
+        let side = |v: Value| Side { value: v, at: u64::MAX, op_id: OpId::new(ctl(3)), user: Some(ctl(2).into()) };
         for v in [Value::String(ctl(5)), Value::Number(-2.2250738585072014e-308), Value::Bool(false), Value::Null] {
             let mut row = Row::default();
             row.cells.insert(ctl(2), Cell { value: v.clone(), mark: Mark { at: u64::MAX, op_id: OpId::new(ctl(4)) } });
             let overwrites = vec![Overwrite { lost: side(v.clone()), won: side(Value::Number(-2.2250738585072014e-308)) }];
-            row.notes = Some(Box::new([(ctl(2), CellNote { seq: Some(u64::MAX), by: Some(ctl(3)), overwrites })].into_iter().collect()));
+            row.notes =
+                Some(Box::new([(ctl(2), CellNote { seq: Some(u64::MAX), by: Some(ctl(3).into()), overwrites })].into_iter().collect()));
             let (bound, exact) = (row.encoded_len_bound(), row.encoded_len());
             assert!(bound >= exact, "{v:?}: {bound} < {exact}");
             assert!(bound <= exact + 16, "{v:?}: {bound} is loose for {exact}: rows near the limit would be serialized for nothing");
