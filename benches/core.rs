@@ -1,7 +1,8 @@
 //! Core benchmarks (criterion). `cargo bench --bench core`.
 //!
 //! - merge: 1M field-ops into 10k rows (goal ≥ 10M field-ops/s);
-//! - judge: a 1000-op batch in memory (goal ≥ 1M ops/s); the same batch
+//! - judge: a 1000-op batch in memory (goal ≥ 1M ops/s), with the changes a
+//!   webhook hears listed and without (a server with no webhook); the same batch
 //!   written two schema versions back, against current ops (goal ≥ 90%);
 //!   sent into shared spaces by an editor, against the personal path (goal ≥ 90%);
 //! - replica: rebuild 100k base rows + 1k pending ops (what `open` does);
@@ -37,6 +38,11 @@ fn bench_judge(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1000));
     g.bench_function("1000-op batch in memory", |b| {
         b.iter(|| black_box(judge_batch(&schema, "u", &batch, Known::default(), &Limits::default()).map(|j| j.heads)))
+    });
+    // As a server without a webhook judges: no change listed for anyone.
+    let unheard = Limits { list_changes: false, ..Limits::default() };
+    g.bench_function("1000-op batch in memory, no webhook", |b| {
+        b.iter(|| black_box(judge_batch(&schema, "u", &batch, Known::default(), &unheard).map(|j| j.heads)))
     });
     // The upgrade path (PROTOCOL §3b): the same sets judged by the version-3
     // workout schema, written under version 1 (`weightKg`, two versions old)

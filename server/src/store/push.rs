@@ -140,6 +140,8 @@ pub(crate) async fn push<D: Backend>(
     limits: &Limits,
     ctl: &PushControl,
 ) -> Result<Judgement, PushError> {
+    // The changes are listed only for the webhook's deliveries.
+    let limits = &Limits { list_changes: ctl.deliveries, ..*limits };
     let personal = space::personal(sender);
     let keys = BatchKeys::of(&personal, batch);
     let writes_personal = keys.spaces.contains(&personal.as_str());
