@@ -1275,50 +1275,60 @@ impl ErrorBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
     use serde_json::json;
 
-    fn arb_value() -> impl Strategy<Value = Value> {
-        prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::Number),
-            // Control characters, quotes, backslashes and multi-byte text: what escaping lengthens.
-            "[\\x00-\\x1f\"\\\\a-z\u{e9}\u{1F600}]{0,12}".prop_map(Value::String),
-        ]
-    }
+    // Native only: proptest is not built for wasm32.
+    #[cfg(not(target_arch = "wasm32"))]
+    mod size_bound {
+        use super::*;
+        use proptest::prelude::*;
 
-    fn arb_side() -> impl Strategy<Value = Side> {
-        (arb_value(), any::<u64>(), "[\\x00-\\x7f]{0,8}", prop::option::of("[\\x00-\\x7f]{0,8}")).prop_map(|(value, at, op, user)| Side {
-            value,
-            at,
-            op_id: OpId::new(op),
-            user: user.map(Into::into),
-        })
-    }
+        fn arb_value() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::Number),
+                // Control characters, quotes, backslashes and multi-byte text: what escaping lengthens.
+                "[\\x00-\\x1f\"\\\\a-z\u{e9}\u{1F600}]{0,12}".prop_map(Value::String),
+            ]
+        }
 
-    fn arb_row() -> impl Strategy<Value = Row> {
-        let cell = (
-            arb_value(),
-            any::<u64>(),
-            "[\\x00-\\x7f]{0,8}",
-            prop::option::of(any::<u64>()),
-            prop::option::of("[\\x00-\\x7f]{0,6}"),
-            prop::collection::vec((arb_side(), arb_side()).prop_map(|(lost, won)| Overwrite { lost, won }), 0..3),
-        );
-        prop::collection::btree_map("[\\x00-\\x7f\u{e9}]{0,8}", cell, 0..6).prop_map(|cells| {
-            let mut row = Row::default();
-            let mut notes = litemap::LiteMap::new();
-            for (k, (value, at, op, seq, by, overwrites)) in cells {
-                let note = CellNote { seq, by: by.map(Into::into), overwrites };
-                if !note.is_empty() {
-                    notes.insert(k.clone(), note);
+        fn arb_side() -> impl Strategy<Value = Side> {
+            (arb_value(), any::<u64>(), "[\\x00-\\x7f]{0,8}", prop::option::of("[\\x00-\\x7f]{0,8}"))
+                .prop_map(|(value, at, op, user)| Side { value, at, op_id: OpId::new(op), user: user.map(Into::into) })
+        }
+
+        fn arb_row() -> impl Strategy<Value = Row> {
+            let cell = (
+                arb_value(),
+                any::<u64>(),
+                "[\\x00-\\x7f]{0,8}",
+                prop::option::of(any::<u64>()),
+                prop::option::of("[\\x00-\\x7f]{0,6}"),
+                prop::collection::vec((arb_side(), arb_side()).prop_map(|(lost, won)| Overwrite { lost, won }), 0..3),
+            );
+            prop::collection::btree_map("[\\x00-\\x7f\u{e9}]{0,8}", cell, 0..6).prop_map(|cells| {
+                let mut row = Row::default();
+                let mut notes = litemap::LiteMap::new();
+                for (k, (value, at, op, seq, by, overwrites)) in cells {
+                    let note = CellNote { seq, by: by.map(Into::into), overwrites };
+                    if !note.is_empty() {
+                        notes.insert(k.clone(), note);
+                    }
+                    row.cells.insert(k, Cell { value, mark: Mark { at, op_id: OpId::new(op) } });
                 }
-                row.cells.insert(k, Cell { value, mark: Mark { at, op_id: OpId::new(op) } });
+                row.notes = (!notes.is_empty()).then(|| Box::new(notes));
+                row
+            })
+        }
+
+        proptest! {
+            /// The bound the judge trusts to skip serializing a row is never below the row's size.
+            #[test]
+            fn the_encoded_length_bound_is_never_below_the_length(row in arb_row()) {
+                prop_assert!(row.encoded_len_bound() >= row.encoded_len(), "{} < {}", row.encoded_len_bound(), row.encoded_len());
             }
-            row.notes = (!notes.is_empty()).then(|| Box::new(notes));
-            row
-        })
+        }
     }
 
     /// The worst case for the bound: every byte escaped to six, every number
@@ -1336,14 +1346,6 @@ mod tests {
             let (bound, exact) = (row.encoded_len_bound(), row.encoded_len());
             assert!(bound >= exact, "{v:?}: {bound} < {exact}");
             assert!(bound <= exact + 16, "{v:?}: {bound} is loose for {exact}: rows near the limit would be serialized for nothing");
-        }
-    }
-
-    proptest! {
-        /// The bound the judge trusts to skip serializing a row is never below the row's size.
-        #[test]
-        fn the_encoded_length_bound_is_never_below_the_length(row in arb_row()) {
-            prop_assert!(row.encoded_len_bound() >= row.encoded_len(), "{} < {}", row.encoded_len_bound(), row.encoded_len());
         }
     }
 
