@@ -529,12 +529,7 @@ pub fn judge_batch_with(
             }
         }
     }
-    // By space, then seq: the rows of one space share its name (one copy),
-    // so most comparisons need not read it.
-    writes.sort_unstable_by(|a, b| {
-        let space = if std::sync::Arc::ptr_eq(&a.space, &b.space) { std::cmp::Ordering::Equal } else { a.space.cmp(&b.space) };
-        space.then(a.seq.cmp(&b.seq))
-    });
+    writes.sort_unstable_by(|a, b| (&a.space, a.seq).cmp(&(&b.space, b.seq)));
     out.writes = writes;
     let mut moved: Vec<(SpaceId, u64)> = slots.into_iter().filter(|s| s.moved).map(|s| (s.name, s.head)).collect();
     moved.sort_unstable();
