@@ -567,10 +567,11 @@ impl Row {
 
     /// At least [`Row::encoded_len`], counted from the lengths of the row's
     /// strings alone: JSON writes a byte as at most 6 (`\u00XX`), a number
-    /// in at most 25 characters (`-2.2250738585072014e-308` is 24), and the punctuation and names of a cell's
-    /// entries, of a mark and of an overwrite in fewer than the constants
-    /// below. The judge checks a row against the size limit with this first
-    /// and serializes only a row that may pass it.
+    /// in at most 25 characters (`-2.2250738585072014e-308` is 24), and the
+    /// punctuation and names of a cell's entries, of a mark and of an
+    /// overwrite in fewer than the constants below. The judge checks a row
+    /// against the size limit with this first, and serializes only a row
+    /// whose bound passes the limit.
     pub fn encoded_len_bound(&self) -> usize {
         const OBJECTS: usize = 4;
         // `"k":` in both objects, a comma each, the mark's `{"at":N,"opId":"…","seq":N,"by":"…","overwrites":[…]}`.
