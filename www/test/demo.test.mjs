@@ -98,6 +98,32 @@ for (const backend of built ? backends() : []) {
       await b.context.close();
     });
 
+    test('sharing: a name typed while the server answers the last share is kept', async () => {
+      const owner = newUser('demo-typing');
+      const { context, page } = await openDemo(browser, server, owner);
+      await addSet(page, 'Squat', '80', '5');
+      await waitAllSynced(page, 1);
+      const card = page.getByTestId('sharing');
+      await card.waitFor();
+      // The members list, read again after each share, answers only when let go.
+      let letGo;
+      const held = new Promise((resolve) => { letGo = resolve; });
+      await page.route((url) => url.pathname === '/v1/spaces/members', async (route) => {
+        if (route.request().method() === 'GET') await held;
+        await route.continue();
+      });
+      await shareWith(page, newUser('demo-first'), 'viewer');
+      const next = newUser('demo-next');
+      await card.locator('input[name=user]').fill(next);
+      const listed = page.waitForResponse((r) => new URL(r.url()).pathname === '/v1/spaces/members' && r.request().method() === 'GET');
+      letGo();
+      await listed;
+      await page.waitForTimeout(500); // the list’s answer rendered
+      assert.equal(await card.locator('input[name=user]').inputValue(), next, 'the next name, typed meanwhile, is still there');
+      assert.equal(await card.getByRole('button', { name: 'Share' }).isEnabled(), true);
+      await context.close();
+    });
+
     test('an edit replaced by a concurrent one is said in words; Keep mine puts it back, OK accepts', async () => {
       const user = newUser('demo-conflict');
       const phone = await openDemo(browser, server, user);

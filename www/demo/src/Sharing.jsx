@@ -57,20 +57,22 @@ export function Sharing({ db, personal, onError, say }) {
       }
     } catch (e) {
       onError(e);
-      return;
+      return false;
     } finally {
       setBusy(false);
     }
     // The change is the server's now: the next one need not wait for the list.
-    await load();
+    load();
+    return true;
   };
 
   async function share(event) {
     event.preventDefault();
     const name = who.trim();
     if (!name) return;
-    await change(name, role);
-    setWho('');
+    // Cleared only if it still holds the name just shared: a name typed
+    // while the server answered is the person's next one, not to be lost.
+    if (await change(name, role)) setWho((now) => (now.trim() === name ? '' : now));
   }
 
   if (!personal) {
@@ -105,7 +107,7 @@ export function Sharing({ db, personal, onError, say }) {
             <li key={i.user} data-testid="invited" data-user={i.user}>
               <span className="name">{i.user}</span>
               <span className="hint">invited, {i.role === 'viewer' ? 'to view' : 'to edit'}</span>
-              <button type="button" className="ghost small" disabled={busy} onClick={() => change(i.user, null).then(() => setInvited((all) => all.filter((x) => x.user !== i.user)))}>Withdraw</button>
+              <button type="button" className="ghost small" disabled={busy} onClick={() => change(i.user, null).then((ok) => ok && setInvited((all) => all.filter((x) => x.user !== i.user)))}>Withdraw</button>
             </li>
           ))}
         </ul>
