@@ -18,6 +18,7 @@ use marksync::testing::store_contract as contract;
 use marksync::wasm::client::{Client, Edit};
 use marksync::wasm::idb_store::IdbStore;
 use marksync::wasm::transport::MemoryTransport;
+use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -555,7 +556,9 @@ async fn a_reload_with_a_request_out_shows_unknown_outcome_never_queued() {
     c.store.commit(&txn).await.unwrap();
     c.close();
     let again = client(&name, &server).await;
-    assert_eq!(phase(&again, &row), Phase::UnknownOutcome);
+    // A job of the context just closed may still hold the lock for a moment:
+    // the attempt then awaits its answer until the lock is free, never queued.
+    settles_unknown(&again, &row).await;
     let st = again.engine.borrow().status(&RowKey::new("sets", &row));
     assert_eq!(st.attempts, 1);
     assert_eq!(again.engine.borrow().metrics().unknown_outcomes, 1);
@@ -565,6 +568,61 @@ async fn a_reload_with_a_request_out_shows_unknown_outcome_never_queued() {
     let out = third.sync().await.unwrap();
     assert!(out.ok);
     assert_eq!(phase(&third, &row), Phase::Synced);
+}
+
+/// Waits (up to 5 s) for `row`'s attempt to be settled as an unknown
+/// outcome; meanwhile it may await its answer, never be queued.
+async fn settles_unknown(c: &Client<MemoryTransport>, row: &str) {
+    use marksync::attempt::Phase;
+    for _ in 0..500 {
+        match phase(c, row) {
+            Phase::UnknownOutcome => return,
+            Phase::AwaitingAck => gloo_timers::future::TimeoutFuture::new(10).await,
+            other => panic!("an attempt out when its tab closed shows {other:?}"),
+        }
+    }
+    panic!("still awaiting its answer after 5 s, with no job running anywhere");
+}
+
+#[wasm_bindgen(inline_js = r#"
+export function hold_lock(name) {
+  return new Promise((got) => navigator.locks.request(name, () => new Promise((release) => got(release))));
+}
+"#)]
+extern "C" {
+    /// Takes the Web Lock `name`; resolves to the function that releases it.
+    fn hold_lock(name: &str) -> js_sys::Promise;
+}
+
+#[wasm_bindgen_test]
+async fn a_reload_while_another_job_holds_the_lock_settles_the_attempt_once_it_ends() {
+    use marksync::attempt::Phase;
+    use marksync::wasm::client::BrowserHost;
+    use wasm_bindgen::JsCast;
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let name = unique("orphan-busy");
+    let c = client(&name, &server).await;
+    let row = c.new_row_id().unwrap();
+    c.change("sets", &row, set(5)).await.unwrap();
+    let (txn, step) = c.engine.borrow_mut().start_sync(1_000);
+    assert!(matches!(step, Step::Push(_)));
+    c.store.commit(&txn).await.unwrap();
+    c.close();
+    // Another context's job (a cycle, a lift) holds the lock while the tab reopens.
+    let release: js_sys::Function =
+        wasm_bindgen_futures::JsFuture::from(hold_lock(&BrowserHost::tag(&name))).await.unwrap().unchecked_into();
+    let again = client(&name, &server).await;
+    gloo_timers::future::TimeoutFuture::new(50).await;
+    assert_eq!(phase(&again, &row), Phase::AwaitingAck, "a job runs: the answer may still come");
+    release.call0(&wasm_bindgen::JsValue::NULL).unwrap();
+    // The job ended with the attempt still recorded: no one awaits it.
+    settles_unknown(&again, &row).await;
+    assert_eq!(again.engine.borrow().metrics().unknown_outcomes, 1);
+    again.close();
+    let third = client(&name, &server).await;
+    assert_eq!(phase(&third, &row), Phase::UnknownOutcome, "settled on disk, not only in that context");
+    assert_eq!(third.engine.borrow().metrics().unknown_outcomes, 1, "counted once");
+    third.close();
 }
 
 #[wasm_bindgen_test]

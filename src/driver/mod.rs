@@ -176,9 +176,19 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         let keep = driver.engine.borrow().entries_to_keep();
         driver.commit_some(keep.map(|f| Txn { entries_for: Some(f), ..Txn::default() })).await?;
         // A request left in flight by a context that is gone: unknown outcome,
-        // never "queued" — decided only if no cycle runs anywhere now.
+        // never "queued" — decided under the lock, at once if no job runs
+        // anywhere now. Else once the one running ends: a flight still
+        // recorded then is no one's (the job of a context closed a moment
+        // ago, or a cycle that settles it first, leaves it so); until then
+        // the row says it awaits its answer, and the open does not wait.
         if driver.engine.borrow().sync_state().flight.is_some() {
             let _ = driver.under_lock(cycle::Job::SettleOrphan, true).await;
+            if driver.engine.borrow().sync_state().flight.is_some() {
+                let me = driver.clone();
+                driver.host.spawn(Box::pin(async move {
+                    let _ = me.under_lock(cycle::Job::SettleOrphan, false).await;
+                }));
+            }
         }
         if options.resume_exhausted {
             // Seen at once here; written on the state as stored by the next

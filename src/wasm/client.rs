@@ -116,7 +116,7 @@ impl BrowserHost {
     }
 
     /// The one name of the database's lock, channel and sync tag.
-    fn tag(name: &str) -> String {
+    pub fn tag(name: &str) -> String {
         format!("marksync:{name}")
     }
 
