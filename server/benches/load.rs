@@ -32,9 +32,11 @@
 //! every result there as a JSON array of `{backend, judge, users, clients,
 //! scenario, opsPerSec, p50Ms, p99Ms, pushes, pullRowsPerSec}`; a relative path
 //! is taken from the workspace root, its directory is created), `LOAD_VERBOSE`
-//! (slowest pushes, per-push times of 1-client runs, CPU split). Without
-//! `MARKSYNC_TEST_POSTGRES_URL` only SQLite runs. A markdown table of all
-//! results, and the batched / per-op ratios, go to stdout at the end.
+//! (slowest pushes, per-push times of 1-client runs, CPU split),
+//! `LOAD_DB_CONNECTIONS` (the pool's size; one per client and four more, at
+//! most 32). Without `MARKSYNC_TEST_POSTGRES_URL` only SQLite runs. A
+//! markdown table of all results, and the batched / per-op ratios, go to
+//! stdout at the end.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -130,7 +132,9 @@ async fn run(database: &str, per_op: bool, users: usize, clients: usize, pushes:
     // Throughput, not fair shares, is measured: no budgets of work either.
     (config.ops_rate, config.read_rate) = (0.0, 0.0);
     config.listen = "127.0.0.1:0".parse().unwrap();
-    config.db_max_connections = (clients as u32 + 4).min(32);
+    // `LOAD_DB_CONNECTIONS` sets the pool's size (default: one per client
+    // and four more, at most 32).
+    config.db_max_connections = env("LOAD_DB_CONNECTIONS", (clients + 4).min(32)) as u32;
     // Clients beyond the pool wait their turn: the per-op judge holds a
     // connection for seconds with 64 clients, past the 5 s a request waits
     // by default (then answered 503, as in an outage).
