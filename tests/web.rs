@@ -542,19 +542,25 @@ fn phase(c: &Client<MemoryTransport>, row: &str) -> marksync::attempt::Phase {
     c.engine.borrow().status(&RowKey::new("sets", row)).phase
 }
 
+/// A tab that records an edit, records its attempt going out, and closes
+/// before any answer; returns the edited row.
+async fn closed_with_a_request_out(name: &str, server: &Rc<RefCell<MemoryServer>>) -> String {
+    let c = client(name, server).await;
+    let row = c.new_row_id().unwrap();
+    c.change("sets", &row, set(5)).await.unwrap();
+    let (txn, step) = c.engine.borrow_mut().start_sync(1_000);
+    assert!(matches!(step, Step::Push(_)));
+    c.store.commit(&txn).await.unwrap();
+    c.close();
+    row
+}
+
 #[wasm_bindgen_test]
 async fn a_reload_with_a_request_out_shows_unknown_outcome_never_queued() {
     use marksync::attempt::Phase;
     let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
     let name = unique("orphan");
-    let c = client(&name, &server).await;
-    let row = c.new_row_id().unwrap();
-    c.change("sets", &row, set(5)).await.unwrap();
-    // The attempt is recorded going out, then the tab "closes" before any answer.
-    let (txn, step) = c.engine.borrow_mut().start_sync(1_000);
-    assert!(matches!(step, Step::Push(_)));
-    c.store.commit(&txn).await.unwrap();
-    c.close();
+    let row = closed_with_a_request_out(&name, &server).await;
     let again = client(&name, &server).await;
     // A job of the context just closed may still hold the lock for a moment:
     // the attempt then awaits its answer until the lock is free, never queued.
@@ -601,13 +607,7 @@ async fn a_reload_while_another_job_holds_the_lock_settles_the_attempt_once_it_e
     use wasm_bindgen::JsCast;
     let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
     let name = unique("orphan-busy");
-    let c = client(&name, &server).await;
-    let row = c.new_row_id().unwrap();
-    c.change("sets", &row, set(5)).await.unwrap();
-    let (txn, step) = c.engine.borrow_mut().start_sync(1_000);
-    assert!(matches!(step, Step::Push(_)));
-    c.store.commit(&txn).await.unwrap();
-    c.close();
+    let row = closed_with_a_request_out(&name, &server).await;
     // Another context's job (a cycle, a lift) holds the lock while the tab reopens.
     let release: js_sys::Function =
         wasm_bindgen_futures::JsFuture::from(hold_lock(&BrowserHost::tag(&name))).await.unwrap().unchecked_into();
