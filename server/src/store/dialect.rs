@@ -32,6 +32,7 @@ macro_rules! migrations {
             (5, "0005_invitations", include_str!(concat!("../../migrations/", $dialect, "/0005_invitations.sql"))),
             (6, "0006_probe", include_str!(concat!("../../migrations/", $dialect, "/0006_probe.sql"))),
             (7, "0007_deliveries", include_str!(concat!("../../migrations/", $dialect, "/0007_deliveries.sql"))),
+            (8, "0008_key_order", include_str!(concat!("../../migrations/", $dialect, "/0008_key_order.sql"))),
         ]
     };
 }
