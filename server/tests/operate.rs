@@ -136,9 +136,10 @@ async fn no_migrate_checks_and_migrate_applies(backend: Backend) {
 both!(no_migrate_checks_and_migrate_applies);
 
 /// PostgreSQL's primary keys compare their most telling column first (a
-/// row's id, an op's id), and a database migrated before that has them so
-/// too: with the space or the sender first, a fifth of the database's CPU
-/// under pushes went to comparing equal texts (docs/server.md, migration 8).
+/// row's id, an op's id): with the space or the sender first, a fifth of the
+/// database's CPU under pushes went to comparing equal texts (docs/server.md,
+/// migration 8). A database with data from before is migrated over it in
+/// `spaces.rs`, `data_stored_before_spaces_is_upgraded_in_place`.
 #[tokio::test]
 async fn postgres_keys_put_the_most_telling_column_first() {
     let Some(url) = fresh_database(Backend::Postgres).await else { return };
