@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::process::{command, Spawned};
-use common::{config, fresh_database, full, unique, Backend, TestServer};
+use common::{config, drop_database, fresh_database, full, unique, Backend, TestServer};
 use marksync_server::store::{DbOptions, Store};
 use serde_json::Value;
 use sqlx::Connection;
@@ -152,6 +152,8 @@ async fn postgres_keys_put_the_most_telling_column_first() {
     let of = |table: &'static str| sqlx::query_scalar::<_, String>(key).bind(table);
     assert_eq!(of("rows").fetch_one(&mut c).await.unwrap(), "row_id,table_name,space_id");
     assert_eq!(of("verdicts").fetch_one(&mut c).await.unwrap(), "op_id,user_id");
+    c.close().await.unwrap();
+    drop_database(&url).await;
 }
 
 /// The `migrate` subcommand logs each migration with its version, and exits.
