@@ -121,13 +121,18 @@ struct Entry {
 
 /// A connection's requests in progress, when it was last used, and whether
 /// its last answer was a refusal: at the cap a refused connection is closed
-/// first, then the one idle the longest, not the oldest one. So a
+/// first, then one that never finished a request (nobody has shown what it
+/// is for: a crowd's reconnect, an unfinished head), then the one idle the
+/// longest, not the oldest one. So a
 /// bystander's keep-alive connection outlives a crowd's connections opened
 /// after it and left idle, and outlives, even idle for longer, those of a
 /// crowd that was refused (a crowd of event streams at the server's cap is
 /// refused a thousand times a minute; each refusal's reconnect took the place
 /// of the connection idle the longest, at times a bystander's, whose next
-/// request then met a closed connection).
+/// request then met a closed connection; and when no refused one was idle
+/// at that instant, the crowd's newest reconnects, idle only since their
+/// accept, outranked the bystander's connection idle since its last answer
+/// a few milliseconds earlier).
 #[derive(Debug)]
 struct Use {
     requests: AtomicUsize,
@@ -135,6 +140,8 @@ struct Use {
     last: AtomicU64,
     /// Its last answer refused the request (`401`, `429`).
     refused: AtomicBool,
+    /// A request of it has ended.
+    served: AtomicBool,
 }
 
 /// A clock of uses: every open and every request's end takes the next tick.
@@ -146,11 +153,13 @@ impl Use {
             requests: AtomicUsize::new(0),
             last: AtomicU64::new(TICKS.fetch_add(1, Ordering::Relaxed)),
             refused: AtomicBool::new(false),
+            served: AtomicBool::new(false),
         }
     }
-    /// Which idle connection goes first at the cap: refused ones, then the longest idle.
-    fn eviction_order(&self) -> (bool, u64) {
-        (!self.refused.load(Ordering::Relaxed), self.last.load(Ordering::Relaxed))
+    /// Which idle connection goes first at the cap: refused ones, then those
+    /// never served, then the longest idle.
+    fn eviction_order(&self) -> (bool, bool, u64) {
+        (!self.refused.load(Ordering::Relaxed), self.served.load(Ordering::Relaxed), self.last.load(Ordering::Relaxed))
     }
     fn idle(&self) -> bool {
         self.requests.load(Ordering::Acquire) == 0
@@ -213,6 +222,7 @@ impl Busy {
 impl Drop for Busy {
     fn drop(&mut self) {
         self.0.last.store(TICKS.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        self.0.served.store(true, Ordering::Relaxed);
         self.0.requests.fetch_sub(1, Ordering::AcqRel);
     }
 }

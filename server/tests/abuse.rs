@@ -287,6 +287,32 @@ async fn at_the_cap_a_refused_connection_goes_before_one_idle_longer(b: Backend)
 }
 both!(at_the_cap_a_refused_connection_goes_before_one_idle_longer);
 
+/// At the cap, a connection that never finished a request is closed before a
+/// served one idle since its last answer: a bystander's keep-alive connection
+/// outlives a crowd's reconnects accepted after its last answer (before: the
+/// one idle the longest went, the bystander's, whose next request met a
+/// closed connection, while the crowd's newest waited for its head).
+async fn at_the_cap_a_connection_never_served_goes_before_a_served_one(b: Backend) {
+    let Some(t) = start_capped(b, 2).await else { return };
+    let healthz = "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    let mut bystander = TcpStream::connect(t.server.addr).await.unwrap();
+    assert_eq!(ask(&mut bystander, healthz).await.1, 200);
+    // Idle once its answer's body has ended, a moment after its last byte:
+    // not a timing under test, only an order.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Accepted after the bystander's last answer, its head not sent yet.
+    let mut fresh = TcpStream::connect(t.server.addr).await.unwrap();
+    let _ = fresh.write_all(b"GET /healthz HTTP/1.1\r\n").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A third connection, at the cap of two, takes a place.
+    let mut third = TcpStream::connect(t.server.addr).await.unwrap();
+    assert_eq!(ask(&mut third, healthz).await.1, 200);
+    assert!(until_closed(&mut fresh, BOUND).await.is_some(), "the connection never served was closed");
+    assert_eq!(ask(&mut bystander, healthz).await.1, 200, "the bystander's, served before, still serves");
+    t.stop().await;
+}
+both!(at_the_cap_a_connection_never_served_goes_before_a_served_one);
+
 /// Shutdown with a half-sent body ends within its deadline, and the database
 /// is whole afterwards: the same data, and a new server pushes on it (before:
 /// stop waited on the body).
