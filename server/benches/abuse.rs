@@ -9,7 +9,8 @@
 //!
 //! The victim has `ABUSE_ROWS` (200) rows. Every 20 ms it pulls them all (one
 //! page) or pushes one op onto one of them, in turn, `ABUSE_PULLS` (300)
-//! times each per phase. For each attack the victim runs alone first, then
+//! times each per phase, from a thread and runtime of its own (the
+//! attacker's tasks share the cores with it, not its task queue). For each attack the victim runs alone first, then
 //! with the attacker running; the attacks (`ABUSE_ATTACKS`, default
 //! `members,pull10k,streams,push`):
 //! - `members`: a membership flood, 6 owners each toggling a member of their
@@ -73,6 +74,38 @@ struct Phase {
     pulls: Vec<Duration>,
     pushes: Vec<Duration>,
     failed: usize,
+}
+
+/// The victim in a runtime of its own, on its own thread, with its own
+/// client and keep-alive connection (as the victim of issue 24's run was a
+/// process of its own): its answers never wait in the attacker's task queue
+/// behind a thousand of the attacker's tasks, only for the cores, as a real
+/// victim's would. `run(n)` is one phase.
+struct Victim {
+    ask: std::sync::mpsc::Sender<(usize, tokio::sync::oneshot::Sender<Phase>)>,
+}
+
+impl Victim {
+    fn start(base: String, rows: usize) -> Victim {
+        let (ask, asked) = std::sync::mpsc::channel::<(usize, tokio::sync::oneshot::Sender<Phase>)>();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let http = reqwest::Client::new();
+                let seq = AtomicU64::new(0);
+                while let Ok((n, answer)) = asked.recv() {
+                    let _ = answer.send(victim(&http, &base, n, rows, &seq).await);
+                }
+            });
+        });
+        Victim { ask }
+    }
+
+    async fn run(&self, n: usize) -> Phase {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.ask.send((n, tx)).unwrap();
+        rx.await.unwrap()
+    }
 }
 
 /// The victim's work: `n` pulls and `n` pushes, one request every 20 ms, in turn.
@@ -342,20 +375,20 @@ async fn main() {
         .await
         .unwrap();
     assert!(seeded.status().is_success());
-    let seq = AtomicU64::new(0);
+    let victim = Victim::start(base.clone(), rows);
     // Warm up: the first requests open the database's pages and the client's connection.
-    let _ = victim(&http, &base, 25, rows, &seq).await;
+    let _ = victim.run(25).await;
 
     let which = std::env::var("ABUSE_ATTACKS").unwrap_or_else(|_| "members,pull10k,streams,push".into());
     let mut table = Vec::new();
     let mut notes = Vec::new();
     for name in which.split(',').map(str::trim).filter(|w| !w.is_empty()) {
         prepare(&http, &base, name).await;
-        let alone = victim(&http, &base, pulls, rows, &seq).await;
+        let alone = victim.run(pulls).await;
         let stop = Arc::new(AtomicBool::new(false));
         let (tasks, tally) = attack(addr, &stop, slow, name);
         tokio::time::sleep(Duration::from_secs(2)).await; // let the attack build up
-        let under = victim(&http, &base, pulls, rows, &seq).await;
+        let under = victim.run(pulls).await;
         let metrics = http.get(format!("{base}/metrics")).send().await.map(|r| r.text());
         let metrics = match metrics {
             Ok(t) => t.await.unwrap_or_default(),
