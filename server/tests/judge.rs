@@ -536,3 +536,27 @@ async fn an_op_stamped_too_far_ahead_is_rejected_and_remembered(b: Backend) {
     t.stop().await;
 }
 both!(an_op_stamped_too_far_ahead_is_rejected_and_remembered);
+
+/// Every character a value may hold comes back from the store as it went
+/// in — quotes, backslashes, control characters, NUL, line and paragraph
+/// separators, characters beyond the BMP (the batches travel to the
+/// database packed in JSON, in SQLite unpacked through its binary form).
+async fn every_string_survives_the_store_as_it_went_in(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    let tricky = "q\"b\\s/n\nt\tnul\u{0}sep\u{2028}\u{2029}é💪\u{7f}\u{1}\\u0041";
+    let ops = [
+        op("d:1", "d-1", 10, json!({"exercise": tricky, "weightKg": 82.5, "reps": 5})),
+        op("d:2", "d-2", 10, json!({"exercise": "squat", "weightKg": 80, "reps": 5})),
+    ];
+    assert_eq!(statuses(&t.push_ok("u", &ops).await), ["applied", "applied"]);
+    // The second row updated: SQLite's upsert and PostgreSQL's update by place.
+    let update = op("d:3", "d-2", 11, json!({"exercise": tricky}));
+    assert_eq!(statuses(&t.push_ok("u", &[update]).await), ["applied"]);
+    let rows = t.pull_all("u").await;
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        assert_eq!(row["fields"]["exercise"], json!(tricky), "{row}");
+    }
+    t.stop().await;
+}
+both!(every_string_survives_the_store_as_it_went_in);
