@@ -261,29 +261,53 @@ async fn ask(s: &mut TcpStream, request: &str) -> (String, u16) {
     }
 }
 
+/// The other connection of [`at_the_cap_the_bystander_outlives`]: what it
+/// has done when a third one arrives.
+enum Other {
+    /// Its last answer refused it, after the bystander's last answer.
+    Refused,
+    /// Accepted after the bystander's last answer, its head not sent yet.
+    NeverServed,
+}
+
+/// At a cap of two, a bystander served once and then idle, and `other`; a
+/// third connection takes a place: `other` is closed, the bystander's
+/// connection still serves.
+async fn at_the_cap_the_bystander_outlives(b: Backend, other: Other) {
+    let Some(t) = start_capped(b, 2).await else { return };
+    let healthz = "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    let mut bystander = TcpStream::connect(t.server.addr).await.unwrap();
+    assert_eq!(ask(&mut bystander, healthz).await.1, 200);
+    // A connection counts as idle once its answer's body has ended, a moment
+    // after its last byte is sent: not a timing under test, only an order
+    // (the other connection comes after the bystander's last answer).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut other_conn = TcpStream::connect(t.server.addr).await.unwrap();
+    match other {
+        Other::Refused => {
+            let pull = "GET /v1/pull?cursor=0 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer forged\r\n\r\n";
+            let (head, status) = ask(&mut other_conn, pull).await;
+            assert_eq!(status, 401);
+            assert!(!head.contains("connection: close"), "the refused connection stays open: {head}");
+        }
+        Other::NeverServed => {
+            let _ = other_conn.write_all(b"GET /healthz HTTP/1.1\r\n").await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut third = TcpStream::connect(t.server.addr).await.unwrap();
+    assert_eq!(ask(&mut third, healthz).await.1, 200);
+    assert!(until_closed(&mut other_conn, BOUND).await.is_some(), "the other connection was closed");
+    assert_eq!(ask(&mut bystander, healthz).await.1, 200, "the bystander's, idle longer, still serves");
+    t.stop().await;
+}
+
 /// At the cap, a connection whose last answer refused it is closed before
 /// one idle for longer: a bystander's keep-alive connection outlives a
 /// refused crowd's (before: the connection idle the longest went — the
 /// bystander's, whose next request met a closed connection).
 async fn at_the_cap_a_refused_connection_goes_before_one_idle_longer(b: Backend) {
-    let Some(t) = start_capped(b, 2).await else { return };
-    let healthz = "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
-    let mut bystander = TcpStream::connect(t.server.addr).await.unwrap();
-    assert_eq!(ask(&mut bystander, healthz).await.1, 200);
-    let mut refused = TcpStream::connect(t.server.addr).await.unwrap();
-    let (head, status) =
-        ask(&mut refused, "GET /v1/pull?cursor=0 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer forged\r\n\r\n").await;
-    assert_eq!(status, 401);
-    assert!(!head.contains("connection: close"), "the refused connection stays open: {head}");
-    // A connection counts as idle once its answer's body has ended, a moment
-    // after its last byte is sent: not a timing under test, only an order.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // A third connection, at the cap of two, takes a place.
-    let mut third = TcpStream::connect(t.server.addr).await.unwrap();
-    assert_eq!(ask(&mut third, healthz).await.1, 200);
-    assert!(until_closed(&mut refused, BOUND).await.is_some(), "the refused connection was closed");
-    assert_eq!(ask(&mut bystander, healthz).await.1, 200, "the bystander's, idle longer, still serves");
-    t.stop().await;
+    at_the_cap_the_bystander_outlives(b, Other::Refused).await;
 }
 both!(at_the_cap_a_refused_connection_goes_before_one_idle_longer);
 
@@ -293,23 +317,7 @@ both!(at_the_cap_a_refused_connection_goes_before_one_idle_longer);
 /// one idle the longest went, the bystander's, whose next request met a
 /// closed connection, while the crowd's newest waited for its head).
 async fn at_the_cap_a_connection_never_served_goes_before_a_served_one(b: Backend) {
-    let Some(t) = start_capped(b, 2).await else { return };
-    let healthz = "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
-    let mut bystander = TcpStream::connect(t.server.addr).await.unwrap();
-    assert_eq!(ask(&mut bystander, healthz).await.1, 200);
-    // Idle once its answer's body has ended, a moment after its last byte:
-    // not a timing under test, only an order.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // Accepted after the bystander's last answer, its head not sent yet.
-    let mut fresh = TcpStream::connect(t.server.addr).await.unwrap();
-    let _ = fresh.write_all(b"GET /healthz HTTP/1.1\r\n").await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // A third connection, at the cap of two, takes a place.
-    let mut third = TcpStream::connect(t.server.addr).await.unwrap();
-    assert_eq!(ask(&mut third, healthz).await.1, 200);
-    assert!(until_closed(&mut fresh, BOUND).await.is_some(), "the connection never served was closed");
-    assert_eq!(ask(&mut bystander, healthz).await.1, 200, "the bystander's, served before, still serves");
-    t.stop().await;
+    at_the_cap_the_bystander_outlives(b, Other::NeverServed).await;
 }
 both!(at_the_cap_a_connection_never_served_goes_before_a_served_one);
 
