@@ -60,6 +60,10 @@ codes! {
     RateLimited = "rate_limited",
     /// 408: the body did not arrive in time; nothing was judged.
     RequestTimeout = "request_timeout",
+    /// 415: the body is encoded in a way the server does not decode (it
+    /// takes `gzip` or `br`, one coding, as its answers' `Accept-Encoding`
+    /// says); nothing was read. A client sends the body plain again.
+    UnsupportedEncoding = "unsupported_encoding",
     /// 403: the token is another user's than the one the device's database
     /// belongs to (the request's `user` parameter): nothing was read or
     /// written. Also the device's recovery and JS error of that case.
@@ -142,6 +146,7 @@ impl Code {
             Code::NotFound => 404,
             Code::RateLimited => 429,
             Code::RequestTimeout => 408,
+            Code::UnsupportedEncoding => 415,
             Code::Unavailable => 503,
             _ => 500,
         }

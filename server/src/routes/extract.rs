@@ -8,12 +8,45 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
-use axum::extract::Query;
-use axum::http::{header, HeaderMap};
+use axum::extract::{Query, Request};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use marksync::protocol::ErrorCode;
 
+use super::REQUEST_ENCODINGS;
 use crate::error::ApiError;
+
+/// A request body's coding, checked before the body is decoded (PROTOCOL
+/// §5a): one coding the server takes, written in any case (codings are
+/// case-insensitive, RFC 9110 §8.4.1) and passed on in the lowercase the
+/// decoder matches. Any other — several, stacked, unknown — is a 415
+/// `unsupported_encoding` in the API's own words (the decoder's own 415
+/// has no body, so no code a client could act on).
+pub(crate) async fn codings(mut req: Request, next: Next) -> Response {
+    let mut said = req.headers().get_all(header::CONTENT_ENCODING).iter();
+    let (Some(first), None) = (said.next(), said.next()) else {
+        if req.headers().contains_key(header::CONTENT_ENCODING) {
+            return unsupported("several Content-Encoding headers");
+        }
+        return next.run(req).await;
+    };
+    let coding = first.to_str().unwrap_or_default().trim().to_ascii_lowercase();
+    if coding != "identity" && !REQUEST_ENCODINGS.split(',').any(|c| c.trim() == coding) {
+        let shown: String = first.to_str().unwrap_or("(not text)").chars().take(40).collect();
+        return unsupported(&format!("Content-Encoding {shown:?}"));
+    }
+    if let Ok(v) = HeaderValue::from_str(&coding) {
+        req.headers_mut().insert(header::CONTENT_ENCODING, v);
+    }
+    next.run(req).await
+}
+
+fn unsupported(what: &str) -> Response {
+    let message = format!("{what}: the server decodes a body sent plain or in one of {REQUEST_ENCODINGS}");
+    ApiError::new(ErrorCode::UnsupportedEncoding, message).into_response()
+}
 
 /// Whether the request's device reads the cells' notes inside marks
 /// (PROTOCOL §2a): a device older than them names nothing, and gets rows

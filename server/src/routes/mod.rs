@@ -66,8 +66,10 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         .route("/v1/events", get(events::events))
         // A body sent gzip- or brotli-encoded is decoded on the way in; every
         // limit counts the decoded bytes (a bomb is a 413), a corrupt body
-        // fails its read (a 400), an unknown coding is a 415.
+        // fails its read (a 400), an unknown coding is a 415 (said first,
+        // in the API's words, by `extract::codings`).
         .route_layer(RequestDecompressionLayer::new())
+        .route_layer(middleware::from_fn(extract::codings))
         // Said on every answer (RFC 7694): a client may encode its bodies so.
         .route_layer(SetResponseHeaderLayer::if_not_present(
             header::ACCEPT_ENCODING,
