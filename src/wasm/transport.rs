@@ -62,6 +62,9 @@ pub struct FetchTransport {
     /// decodes gzip request bodies: until then bodies go plain, so a server
     /// that does not would never see one it cannot read.
     takes_gzip: std::cell::Cell<bool>,
+    /// A gzipped body was answered `415` (a proxy before the server, a
+    /// server rolled back): bodies go plain from then on in this context.
+    gzip_refused: std::cell::Cell<bool>,
 }
 
 fn set(obj: &Object, k: &str, v: &JsValue) {
@@ -78,6 +81,7 @@ impl FetchTransport {
             user: RefCell::new(None),
             timeout_ms,
             takes_gzip: std::cell::Cell::new(false),
+            gzip_refused: std::cell::Cell::new(false),
         }
     }
 
@@ -166,7 +170,7 @@ impl FetchTransport {
 
     /// `body` gzipped, when it is worth it and the server takes it.
     async fn gzipped(&self, body: &str) -> Option<JsValue> {
-        if body.len() < GZIP_FROM_BYTES || !self.takes_gzip.get() {
+        if body.len() < GZIP_FROM_BYTES || !self.takes_gzip.get() || self.gzip_refused.get() {
             return None;
         }
         let bytes = JsFuture::from(gzip_text(body)).await.ok()?;
@@ -174,7 +178,8 @@ impl FetchTransport {
     }
 
     /// One request, whatever its status; with `Retry-After` (s). Fails only
-    /// when no answer came.
+    /// when no answer came. A gzipped body answered `415` goes again plain,
+    /// at once: nothing of it was read.
     async fn fetch(
         &self,
         method: &str,
@@ -182,6 +187,30 @@ impl FetchTransport {
         body: Option<String>,
         if_none_match: Option<&str>,
     ) -> Result<(Answer, Option<u64>), Failure> {
+        let mut zipped = match &body {
+            Some(b) => self.gzipped(b).await,
+            None => None,
+        };
+        loop {
+            let answer = self.fetch_once(method, path, body.as_deref(), zipped.take(), if_none_match).await?;
+            if answer.2 && answer.0.status == crate::protocol::Code::UnsupportedEncoding.http_status() {
+                self.gzip_refused.set(true);
+                continue;
+            }
+            return Ok((answer.0, answer.1));
+        }
+    }
+
+    /// One request: `zipped` (`body` gzipped) if given, else `body`; and
+    /// whether it went gzipped.
+    async fn fetch_once(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        zipped: Option<JsValue>,
+        if_none_match: Option<&str>,
+    ) -> Result<(Answer, Option<u64>, bool), Failure> {
         let global = js_sys::global();
         let fetch: Function = Reflect::get(&global, &"fetch".into())
             .ok()
@@ -199,14 +228,12 @@ impl FetchTransport {
             set(&headers, "Authorization", &format!("Bearer {t}").into());
         }
         set(&init, "headers", &headers);
-        if let Some(b) = body {
-            match self.gzipped(&b).await {
-                Some(bytes) => {
-                    set(&headers, "Content-Encoding", &"gzip".into());
-                    set(&init, "body", &bytes);
-                }
-                None => set(&init, "body", &b.into()),
-            }
+        let gzipped = zipped.is_some();
+        if let Some(bytes) = zipped {
+            set(&headers, "Content-Encoding", &"gzip".into());
+            set(&init, "body", &bytes);
+        } else if let Some(b) = body {
+            set(&init, "body", &b.into());
         }
         set(&init, "cache", &"no-store".into());
         let controller = web_sys::AbortController::new().map_err(|e| Failure::Network(js_text(&e)))?;
@@ -244,7 +271,7 @@ impl FetchTransport {
             if let Some(codings) = resp.headers().get("Accept-Encoding").ok().flatten() {
                 self.takes_gzip.set(codings.split(',').any(|c| c.trim().eq_ignore_ascii_case("gzip")));
             }
-            Ok((Answer { status, text, etag }, retry_after))
+            Ok((Answer { status, text, etag }, retry_after, gzipped))
         }
         .await;
         drop(timer);

@@ -312,5 +312,32 @@ for (const backend of backends()) {
       assert.equal((await server.rows(user)).size, 100);
       await a.close();
     });
+
+    test('a gzipped body answered 415 (a proxy that does not take it) goes again plain, and every op lands once', async () => {
+      const user = newUser('gzip415');
+      const a = await open(user);
+      const seen = [];
+      // A proxy before the server that refuses encoded bodies, with no body of its own.
+      await a.page.route((url) => url.pathname === '/v1/push', async (route) => {
+        const coding = route.request().headers()['content-encoding'] ?? null;
+        seen.push(coding);
+        if (coding) await route.fulfill({ status: 415, body: '' });
+        else await route.continue();
+      });
+      const left = await a.run(async () => {
+        for (const round of [0, 1, 2]) {
+          await db.changeMany(Array.from({ length: 50 }, (_, i) => ({ table: 'sets', rowId: `r${round}-${i}`, fields: { exercise: 'squat', weightKg: 60 + i, reps: 5 } })));
+          await db.sync();
+        }
+        return { pending: db.pending().length, recovery: db.metrics().recovery ?? null };
+      });
+      assert.deepEqual(left, { pending: 0, recovery: null });
+      const refused = seen.indexOf('gzip');
+      assert.ok(refused >= 0, `a body went gzipped: ${JSON.stringify(seen)}`);
+      assert.equal(seen[refused + 1], null, `the same push again plain: ${JSON.stringify(seen)}`);
+      assert.ok(seen.slice(refused + 1).every((c) => c === null), `plain from then on: ${JSON.stringify(seen)}`);
+      assert.equal((await server.rows(user)).size, 150);
+      await a.close();
+    });
   });
 }
