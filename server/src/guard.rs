@@ -70,7 +70,12 @@ fn credentials_of(req: &Request) -> Result<(Option<String>, Caller), ApiError> {
 /// The middleware of the API routes (see the module doc).
 pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     let events = req.uri().path() == "/v1/events";
-    let mut query = Query::<HashMap<String, String>>::try_from_uri(req.uri()).map(|Query(q)| q).unwrap_or_default();
+    // A query string that does not parse is the handler's 400; a name given twice is one here.
+    let pairs = Query::<Vec<(String, String)>>::try_from_uri(req.uri()).map(|Query(q)| q).unwrap_or_default();
+    let mut query = match crate::routes::extract::params(pairs) {
+        Ok(query) => query,
+        Err(e) => return e.into_response(),
+    };
     // EventSource cannot set headers: `/v1/events` also takes `?token=`.
     let token = if events { query.remove("token") } else { None };
     // The app's own authentication, when embedded with one, decides alone.

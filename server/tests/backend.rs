@@ -287,6 +287,11 @@ async fn the_backend_reads_any_space(backend: Backend) {
     let (_, next) = admin(&t, get.clone(), "/v1/admin/spaces?limit=1&after=team", ADMIN, None).await;
     assert_eq!(next["spaces"], json!([{"space": "~bob", "head": 1}]));
     assert_eq!(admin(&t, get.clone(), "/v1/admin/spaces?limit=0", ADMIN, None).await.0, 400);
+    let (status, twice) = admin(&t, get.clone(), "/v1/admin/spaces?limit=1&limit=2", ADMIN, None).await;
+    assert_eq!(
+        (status, twice["error"]["message"].as_str()),
+        (400, Some("the query parameter \"limit\" appears twice"))
+    );
 
     let post_ = reqwest::Method::POST;
     let ask = json!({"spaces": {"team": {"cursor": 0}, "~bob": {"cursor": 0}, "nowhere": {"cursor": 0}}, "limit": 2});

@@ -566,6 +566,29 @@ async fn encoded_request_bodies_are_decoded_within_the_same_limits(b: Backend) {
 }
 both!(encoded_request_bodies_are_decoded_within_the_same_limits);
 
+/// A query parameter given twice is a 400 naming it, as a key twice in a
+/// body is — never "the last one wins": not in a pull's cursor, not in the
+/// `user` a device's database belongs to, not in an event stream's token.
+async fn a_query_parameter_given_twice_is_refused_by_name(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    t.push_ok("u", &[full("d:1", "d-1", 10, 5)]).await;
+    for (path, name) in [
+        ("/v1/pull?cursor=0&cursor=1", "cursor"),
+        ("/v1/pull?cursor=0&user=u&user=v", "user"),
+        ("/v1/spaces?limit=5&limit=6", "limit"),
+        ("/v1/events?token=dev:u&token=dev:v", "token"),
+    ] {
+        let r = t.http.get(t.url(path)).bearer_auth("dev:u").send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{path}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"]["message"], format!("the query parameter \"{name}\" appears twice"), "{path}");
+    }
+    let (status, page) = t.pull_raw("u", "cursor=0&user=u").await;
+    assert_eq!((status, page["changes"].as_array().map(Vec::len)), (200, Some(1)), "one of each is as before");
+    t.stop().await;
+}
+both!(a_query_parameter_given_twice_is_refused_by_name);
+
 /// `--schema FILE` is read at start; a bad file stops the start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_file_is_loaded() {

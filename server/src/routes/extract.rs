@@ -64,8 +64,9 @@ pub(crate) fn for_reader<T: marksync::protocol::DropNotes>(headers: &HeaderMap, 
     answer
 }
 
-/// A query string as axum hands it over: parsed, or why not (a 400 of ours, not axum's).
-pub(crate) type QueryParams = Result<Query<HashMap<String, String>>, QueryRejection>;
+/// A query string as axum hands it over: its pairs in order, or why it does
+/// not parse (a 400 of ours, not axum's).
+pub(crate) type QueryParams = Result<Query<Vec<(String, String)>>, QueryRejection>;
 
 /// How much of a too-large body is still read (and thrown away) before the 413
 /// is sent, as a multiple of the limit: a client that is still sending when the
@@ -142,7 +143,23 @@ pub(crate) fn checked_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &
 
 /// The query string's parameters, or a 400.
 pub(crate) fn query(q: QueryParams) -> Result<HashMap<String, String>, ApiError> {
-    q.map(|Query(q)| q).map_err(|_| ApiError::bad_request("the query string does not parse"))
+    let Query(pairs) = q.map_err(|_| ApiError::bad_request("the query string does not parse"))?;
+    params(pairs)
+}
+
+/// Parameters by name: a name given twice is a 400 naming it, as a key
+/// twice in a body is — never "the last one wins" (`?cursor=0&cursor=9`
+/// could read either way, and `?user=` is a check the last one could dodge).
+pub(crate) fn params(pairs: Vec<(String, String)>) -> Result<HashMap<String, String>, ApiError> {
+    let mut map = HashMap::with_capacity(pairs.len());
+    for (name, value) in pairs {
+        if map.contains_key(&name) {
+            let shown: String = name.chars().take(40).collect();
+            return Err(ApiError::bad_request(format!("the query parameter {shown:?} appears twice")));
+        }
+        map.insert(name, value);
+    }
+    Ok(map)
 }
 
 /// A walk over any JSON value that fails at the first object key seen twice.

@@ -21,7 +21,7 @@
 mod admin;
 mod assets;
 mod events;
-mod extract;
+pub(crate) mod extract;
 mod faults;
 mod health;
 mod pull;
