@@ -316,6 +316,13 @@ async fn the_backend_reads_any_space(backend: Backend) {
     assert_eq!(spaces[0]["changes"][0]["rowId"], "r1");
     assert_eq!(spaces[0]["changes"][0]["fields"]["reps"], 7);
 
+    // The backend may encode its bodies as a device does (PROTOCOL §5a).
+    let ask = json!({"spaces": {"team": {"cursor": 0}}}).to_string();
+    let r = t.http.post(t.url("/v1/admin/pull")).bearer_auth(ADMIN).header("content-encoding", "gzip");
+    let r = r.header("content-type", "application/json").body(common::gzip(ask.as_bytes())).send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["accept-encoding"].to_str().unwrap()), (200, "gzip, br"));
+    assert_eq!(r.json::<Value>().await.unwrap()["spaces"][0]["changes"].as_array().map(Vec::len), Some(2));
+
     for token in ["dev:alice".to_owned(), common::jwt("test-secret-of-at-least-32-bytes!", "alice", 300)] {
         let ask = json!({"spaces": {"team": {"cursor": 0}}});
         assert_eq!(admin(&t, post_.clone(), "/v1/admin/pull", &token, Some(ask)).await.0, 401, "a user's token");

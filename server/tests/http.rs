@@ -497,13 +497,6 @@ async fn pull_accepting(t: &TestServer, user: &str, accept: &str) -> reqwest::Re
     r.send().await.unwrap()
 }
 
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(bytes).unwrap();
-    e.finish().unwrap()
-}
-
 /// Request bodies may come encoded (RFC 7694: every API answer says which
 /// codings, `Accept-Encoding: gzip, br`). Every limit counts the decoded
 /// bytes: a gzip bomb — 100 KB that inflate to 100 MB — is a 413 and judges

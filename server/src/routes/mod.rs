@@ -63,24 +63,13 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         .route("/v1/invitations/decline", post(spaces::decline))
         .route("/v1/verdicts", post(verdicts::verdicts))
         .route("/v1/schema", get(schema::schema))
-        .route("/v1/events", get(events::events))
-        // A body sent gzip- or brotli-encoded is decoded on the way in; every
-        // limit counts the decoded bytes (a bomb is a 413), a corrupt body
-        // fails its read (a 400), an unknown coding is a 415 (said first,
-        // in the API's words, by `extract::codings`).
-        .route_layer(RequestDecompressionLayer::new())
-        .route_layer(middleware::from_fn(extract::codings))
-        // Said on every answer (RFC 7694): a client may encode its bodies so.
-        .route_layer(SetResponseHeaderLayer::if_not_present(
-            header::ACCEPT_ENCODING,
-            HeaderValue::from_static(REQUEST_ENCODINGS),
-        ))
-        .route_layer(middleware::from_fn_with_state(app.clone(), guard::api));
+        .route("/v1/events", get(events::events));
+    let api = decoding(api).route_layer(middleware::from_fn_with_state(app.clone(), guard::api));
     let admin = Router::new()
         .route("/v1/admin/spaces", get(admin::spaces).post(admin::create))
         .route("/v1/admin/pull", post(admin::pull))
-        .route("/v1/admin/spaces/members", get(admin::members).post(admin::set))
-        .route_layer(middleware::from_fn_with_state(app.admin.clone(), auth::admin));
+        .route("/v1/admin/spaces/members", get(admin::members).post(admin::set));
+    let admin = decoding(admin).route_layer(middleware::from_fn_with_state(app.admin.clone(), auth::admin));
     let mut r = Router::new()
         .merge(api)
         .merge(admin)
@@ -108,6 +97,17 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
     }
     // Outermost: a CORS preflight, a 404 and a refusal get an id and a log line too.
     Ok(r.layer(middleware::from_fn_with_state(app, access::observe)))
+}
+
+/// `routes` with their request bodies decoded: a body sent gzip- or
+/// brotli-encoded is decoded on the way in; every limit counts the decoded
+/// bytes (a bomb is a 413), a corrupt body fails its read (a 400), another
+/// coding is a 415 (said first, in the API's words, by `extract::codings`);
+/// and every answer says so (RFC 7694), so a client may encode its bodies.
+fn decoding(routes: Router<App>) -> Router<App> {
+    routes.route_layer(RequestDecompressionLayer::new()).route_layer(middleware::from_fn(extract::codings)).route_layer(
+        SetResponseHeaderLayer::if_not_present(header::ACCEPT_ENCODING, HeaderValue::from_static(REQUEST_ENCODINGS)),
+    )
 }
 
 fn cors(origins: &[String]) -> Result<CorsLayer, ServerError> {

@@ -341,3 +341,11 @@ pub fn in_space(space: &str, mut op: Value) -> Value {
     op["space"] = json!(space);
     op
 }
+
+/// `bytes` gzipped, as a client encodes a request body.
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
