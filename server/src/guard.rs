@@ -72,7 +72,7 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
     let events = req.uri().path() == "/v1/events";
     // A query string that does not parse is the handler's 400; a name given twice is one here.
     let pairs = Query::<Vec<(String, String)>>::try_from_uri(req.uri()).map(|Query(q)| q).unwrap_or_default();
-    let mut query = match crate::routes::extract::params(pairs) {
+    let mut query = match crate::params::by_name(pairs) {
         Ok(query) => query,
         Err(e) => return e.into_response(),
     };

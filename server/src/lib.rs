@@ -36,6 +36,7 @@ pub mod guard;
 pub mod logging;
 pub mod memory;
 pub mod metrics;
+pub mod params;
 pub mod poke;
 pub mod rate;
 pub mod ready;

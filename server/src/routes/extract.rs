@@ -144,22 +144,7 @@ pub(crate) fn checked_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &
 /// The query string's parameters, or a 400.
 pub(crate) fn query(q: QueryParams) -> Result<HashMap<String, String>, ApiError> {
     let Query(pairs) = q.map_err(|_| ApiError::bad_request("the query string does not parse"))?;
-    params(pairs)
-}
-
-/// Parameters by name: a name given twice is a 400 naming it, as a key
-/// twice in a body is — never "the last one wins" (`?cursor=0&cursor=9`
-/// could read either way, and `?user=` is a check the last one could dodge).
-pub(crate) fn params(pairs: Vec<(String, String)>) -> Result<HashMap<String, String>, ApiError> {
-    let mut map = HashMap::with_capacity(pairs.len());
-    for (name, value) in pairs {
-        if map.contains_key(&name) {
-            let shown: String = name.chars().take(40).collect();
-            return Err(ApiError::bad_request(format!("the query parameter {shown:?} appears twice")));
-        }
-        map.insert(name, value);
-    }
-    Ok(map)
+    crate::params::by_name(pairs)
 }
 
 /// A walk over any JSON value that fails at the first object key seen twice.

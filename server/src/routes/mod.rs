@@ -21,7 +21,7 @@
 mod admin;
 mod assets;
 mod events;
-pub(crate) mod extract;
+mod extract;
 mod faults;
 mod health;
 mod pull;
