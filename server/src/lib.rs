@@ -36,7 +36,7 @@ pub mod guard;
 pub mod logging;
 pub mod memory;
 pub mod metrics;
-pub mod params;
+mod params;
 pub mod poke;
 pub mod rate;
 pub mod ready;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use crate::error::ApiError;
 
 /// `pairs`, in the order they came, by name; a name twice is a 400.
-pub fn by_name(pairs: Vec<(String, String)>) -> Result<HashMap<String, String>, ApiError> {
+pub(crate) fn by_name(pairs: Vec<(String, String)>) -> Result<HashMap<String, String>, ApiError> {
     let mut map = HashMap::with_capacity(pairs.len());
     for (name, value) in pairs {
         if map.contains_key(&name) {

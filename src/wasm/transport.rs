@@ -192,17 +192,17 @@ impl FetchTransport {
             None => None,
         };
         loop {
+            let went_zipped = zipped.is_some();
             let answer = self.fetch_once(method, path, body.as_deref(), zipped.take(), if_none_match).await?;
-            if answer.2 && answer.0.status == crate::protocol::Code::UnsupportedEncoding.http_status() {
+            if went_zipped && answer.0.status == crate::protocol::Code::UnsupportedEncoding.http_status() {
                 self.gzip_refused.set(true);
                 continue;
             }
-            return Ok((answer.0, answer.1));
+            return Ok(answer);
         }
     }
 
-    /// One request: `zipped` (`body` gzipped) if given, else `body`; and
-    /// whether it went gzipped.
+    /// One request: `zipped` (`body` gzipped) if given, else `body`.
     async fn fetch_once(
         &self,
         method: &str,
@@ -210,7 +210,7 @@ impl FetchTransport {
         body: Option<&str>,
         zipped: Option<JsValue>,
         if_none_match: Option<&str>,
-    ) -> Result<(Answer, Option<u64>, bool), Failure> {
+    ) -> Result<(Answer, Option<u64>), Failure> {
         let global = js_sys::global();
         let fetch: Function = Reflect::get(&global, &"fetch".into())
             .ok()
@@ -228,7 +228,6 @@ impl FetchTransport {
             set(&headers, "Authorization", &format!("Bearer {t}").into());
         }
         set(&init, "headers", &headers);
-        let gzipped = zipped.is_some();
         if let Some(bytes) = zipped {
             set(&headers, "Content-Encoding", &"gzip".into());
             set(&init, "body", &bytes);
@@ -271,7 +270,7 @@ impl FetchTransport {
             if let Some(codings) = resp.headers().get("Accept-Encoding").ok().flatten() {
                 self.takes_gzip.set(codings.split(',').any(|c| c.trim().eq_ignore_ascii_case("gzip")));
             }
-            Ok((Answer { status, text, etag }, retry_after, gzipped))
+            Ok((Answer { status, text, etag }, retry_after))
         }
         .await;
         drop(timer);
