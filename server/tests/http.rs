@@ -546,6 +546,11 @@ async fn encoded_request_bodies_are_decoded_within_the_same_limits(b: Backend) {
         assert_eq!(e["error"]["code"], "unsupported_encoding", "{coding}: {e}");
         assert!(e["error"]["message"].as_str().unwrap().contains("gzip, br"), "{e}");
     }
+    let twice = t.http.post(t.url("/v1/push")).bearer_auth("dev:zip").header("connection", "close");
+    let twice = twice.header("content-encoding", "gzip").header("content-encoding", "gzip");
+    let r = twice.body(gzip(&gzip(body(json!(batch)).as_bytes()))).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 415, "two Content-Encoding headers");
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "unsupported_encoding");
     assert_eq!(t.counts("zip").await.verdicts, 20, "only the good push was judged");
     // Codings are case-insensitive (RFC 9110 §8.4.1).
     let more: Vec<Value> = (20..25).map(|i| full(&format!("z:{i}"), &format!("z-{i}"), 10 + i, 5)).collect();
