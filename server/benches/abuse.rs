@@ -10,9 +10,9 @@
 //! The victim has `ABUSE_ROWS` (200) rows. Every 20 ms it pulls them all (one
 //! page) or pushes one op onto one of them, in turn, `ABUSE_PULLS` (300)
 //! times each per phase, from a thread and runtime of its own (the
-//! attacker's tasks share the cores with it, not its task queue). For each attack the victim runs alone first, then
-//! with the attacker running; the attacks (`ABUSE_ATTACKS`, default
-//! `members,pull10k,streams,push`):
+//! attacker's tasks share the cores with it, not its task queue). For each
+//! attack the victim runs alone first, then with the attacker running; the
+//! attacks (`ABUSE_ATTACKS`, default `members,pull10k,streams,push`):
 //! - `members`: a membership flood, 6 owners each toggling a member of their
 //!   space between viewer and editor from 4 tasks, back to back;
 //! - `pull10k`: 8 connections of one user pulling with 10,000 spaces named, back to back;
