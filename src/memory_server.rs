@@ -333,6 +333,9 @@ impl MemoryServer {
         let owners = self.members.iter().filter(|((s, _), r)| s == name && **r == Role::Owner).count();
         if space::check_member_change(name, user, before, role, owners).map_err(refused)? {
             self.invitations.remove(&key);
+            if space::withdraws_invitations(before, role) {
+                self.invitations.retain(|(s, _), i| !(s == name && i.from == user));
+            }
             match role {
                 Some(r) => self.members.insert(key, r),
                 None => self.members.remove(&key),
@@ -357,7 +360,8 @@ impl MemoryServer {
             return Ok(role);
         }
         let key = (name.to_owned(), user.to_owned());
-        let offered = self.invitations.get(&key).filter(|i| self.pending(i)).map(|i| i.role);
+        let offered =
+            (self.invitations.get(&key)).filter(|i| self.pending(i) && space::invitation_stands(self.role(name, &i.from))).map(|i| i.role);
         let role = offered.ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, format!("you have no pending invitation to space {name}")))?;
         self.invitations.remove(&key);
         self.members.insert(key, role);
@@ -531,6 +535,30 @@ mod tests {
         assert!(matches!(&resp.verdicts[0].outcome, Outcome::Rejected { code, .. } if code == "clock_ahead"));
         assert_eq!(resp.verdicts[1].outcome, Outcome::Applied);
         assert_eq!(s.pull("u", 0, 10).now, Some(1_000));
+    }
+
+    #[test]
+    fn an_invitation_lapses_with_its_inviters_ownership() {
+        let mut s = MemoryServer::new(Schema::workout());
+        s.create_space("gym", "alice").unwrap();
+        for co in ["bob", "cid"] {
+            s.set_member(Some("alice"), "gym", co, Some(Role::Owner)).unwrap();
+            s.accept(co, "gym").unwrap();
+        }
+        s.set_member(Some("alice"), "gym", "ann", Some(Role::Viewer)).unwrap();
+        s.set_member(Some("bob"), "gym", "bob2", Some(Role::Owner)).unwrap();
+        s.set_member(Some("cid"), "gym", "cid2", Some(Role::Owner)).unwrap();
+        s.set_member(Some("alice"), "gym", "bob", Some(Role::Editor)).unwrap();
+        s.set_member(Some("cid"), "gym", "cid", None).unwrap();
+        for user in ["bob2", "cid2"] {
+            assert!(s.invitations(user).is_empty(), "{user}'s is withdrawn with its inviter's role");
+            assert_eq!(s.accept(user, "gym").unwrap_err().error.code, ErrorCode::NotFound);
+        }
+        assert_eq!(s.accept("ann", "gym").unwrap(), Role::Viewer, "alice's stands");
+        // One whose inviter is no owner, however it came to be kept: refused.
+        let stale = PendingInvitation { role: Role::Owner, from: "bob".into(), expires_at: None };
+        s.invitations.insert(("gym".into(), "bob3".into()), stale);
+        assert_eq!(s.accept("bob3", "gym").unwrap_err().error.code, ErrorCode::NotFound);
     }
 
     #[test]

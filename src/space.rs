@@ -61,6 +61,23 @@ pub fn manages_members(role: Option<Role>) -> bool {
     role == Some(Role::Owner)
 }
 
+/// Whether a member whose role goes from `before` to `after` takes with
+/// them the invitations they sent to the space: an invitation speaks with
+/// its inviter's authority, so it lapses when they no longer manage the
+/// members. (Kept, a removed owner's invitation of a second account of
+/// theirs, as owner, would let them back in — unseen, since the owners left
+/// cannot list it.) An invitation whose inviter was stored before this rule
+/// is judged by it once more when accepted ([`invitation_stands`]).
+pub fn withdraws_invitations(before: Option<Role>, after: Option<Role>) -> bool {
+    manages_members(before) && !manages_members(after)
+}
+
+/// Whether an invitation sent by a member now holding `inviter` (their
+/// role by [`role_of`]) may still be accepted.
+pub fn invitation_stands(inviter: Option<Role>) -> bool {
+    manages_members(inviter)
+}
+
 /// Why a membership change is refused (the server answers it as the HTTP
 /// error of the same name).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -215,6 +232,16 @@ mod tests {
         for bad in ["", "~", "~a\nb", "a b", &"x".repeat(129)] {
             assert!(check_space(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn an_inviters_invitations_go_when_they_stop_managing_members() {
+        use Role::*;
+        assert!(withdraws_invitations(Some(Owner), Some(Editor)));
+        assert!(withdraws_invitations(Some(Owner), None), "removed, or leaving");
+        assert!(!withdraws_invitations(Some(Owner), Some(Owner)));
+        assert!(!withdraws_invitations(Some(Editor), None), "an editor never invited");
+        assert!(invitation_stands(Some(Owner)) && !invitation_stands(Some(Viewer)) && !invitation_stands(None));
     }
 
     #[test]

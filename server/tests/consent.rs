@@ -112,6 +112,55 @@ async fn any_member_can_leave_but_the_last_owner(b: Backend) {
 }
 both!(any_member_can_leave_but_the_last_owner);
 
+/// An invitation speaks with its inviter's authority: when they stop
+/// managing the space's members — made an editor, removed, or leaving —
+/// the invitations they sent to it are withdrawn with their role (not
+/// listed, not accepted), and the other owners' stand. Kept, a removed
+/// owner's invitation of a second account of theirs as owner was a way back
+/// in that the owners left could not even see. One stored by an older server
+/// after its inviter lost the role is refused when accepted, and is gone.
+async fn an_invitation_lapses_with_its_inviters_ownership(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    post(&t, "/v1/spaces", "alice", json!({"space": "gym"})).await;
+    for co in ["bob", "cid"] {
+        invite(&t, "alice", "gym", co, json!("owner")).await;
+        accept(&t, co, "gym").await;
+    }
+    invite(&t, "alice", "gym", "ann", json!("viewer")).await;
+    invite(&t, "bob", "gym", "bob2", json!("owner")).await;
+    invite(&t, "bob", "gym", "eve", json!("editor")).await;
+    invite(&t, "cid", "gym", "cid2", json!("owner")).await;
+    // bob is made an editor; cid leaves.
+    assert_eq!(invite(&t, "alice", "gym", "bob", json!("editor")).await.0, 200);
+    assert_eq!(post(&t, "/v1/spaces/leave", "cid", json!({"space": "gym"})).await.0, 200);
+    for (user, space) in [("bob2", "gym"), ("eve", "gym"), ("cid2", "gym")] {
+        assert_eq!(get(&t, "/v1/invitations", user).await.1, json!({"invitations": []}), "{user}'s is withdrawn");
+        let (status, body) = accept(&t, user, space).await;
+        assert_eq!((status, error_code(&body)), (404, "not_found"), "{user}: {body}");
+    }
+    assert_eq!(accept(&t, "ann", "gym").await, (200, json!({"space": "gym", "role": "viewer"})), "alice's stands");
+    let (_, members) = get(&t, "/v1/spaces/members?space=gym", "alice").await;
+    let users: Vec<&str> = members["members"].as_array().unwrap().iter().map(|m| m["user"].as_str().unwrap()).collect();
+    assert_eq!(users, ["alice", "ann", "bob"]);
+
+    // As an older server left it: an invitation whose inviter is an owner no more.
+    invite(&t, "alice", "gym", "bob", json!("owner")).await;
+    invite(&t, "bob", "gym", "bob3", json!("owner")).await;
+    let demote = "UPDATE members SET role = 'editor' WHERE space_id = 'gym' AND user_id = 'bob'";
+    if t.database.starts_with("sqlite") {
+        let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&t.database).await.unwrap();
+        sqlx::query(demote).execute(&mut db).await.unwrap();
+    } else {
+        let mut db = <sqlx::PgConnection as sqlx::Connection>::connect(&t.database).await.unwrap();
+        sqlx::query(demote).execute(&mut db).await.unwrap();
+    }
+    assert_eq!(get(&t, "/v1/invitations", "bob3").await.1["invitations"].as_array().unwrap().len(), 1);
+    assert_eq!(accept(&t, "bob3", "gym").await.0, 404, "its inviter is an owner no more");
+    assert_eq!(get(&t, "/v1/invitations", "bob3").await.1, json!({"invitations": []}), "and it is gone");
+    t.stop().await;
+}
+both!(an_invitation_lapses_with_its_inviters_ownership);
+
 /// Invitations lapse after `--invitation-ttl-ms`; pending ones are capped
 /// per inviter and per invitee (`409 conflict`, naming the flag); sending
 /// a pending invitation again is not counted twice, and a lapsed one frees its place.

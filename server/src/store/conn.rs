@@ -46,11 +46,12 @@ mod sql {
     pub const MEMBER_OF: &str = "SELECT count(*) FROM members WHERE user_id = $1";
     pub const MEMBERS_IN: &str = "SELECT count(*) FROM members WHERE space_id = $1";
     pub const INVITATION: &str =
-        "SELECT role FROM invitations WHERE space_id = $1 AND user_id = $2 AND expires_at > $3";
+        "SELECT role, invited_by FROM invitations WHERE space_id = $1 AND user_id = $2 AND expires_at > $3";
     pub const INVITE: &str = "INSERT INTO invitations (space_id, user_id, role, invited_by, expires_at) \
          VALUES ($1, $2, $3, $4, $5) ON CONFLICT (space_id, user_id) DO UPDATE SET role = excluded.role, \
          invited_by = excluded.invited_by, expires_at = excluded.expires_at";
     pub const UNINVITE: &str = "DELETE FROM invitations WHERE space_id = $1 AND user_id = $2";
+    pub const UNINVITE_BY: &str = "DELETE FROM invitations WHERE space_id = $1 AND invited_by = $2";
     pub const EXPIRED_FOR: &str = "DELETE FROM invitations WHERE user_id = $1 AND expires_at <= $2";
     pub const EXPIRED_BY: &str = "DELETE FROM invitations WHERE invited_by = $1 AND expires_at <= $2";
     pub const PENDING_FOR: &str = "SELECT count(*) FROM invitations WHERE user_id = $1 AND expires_at > $2";
@@ -273,12 +274,14 @@ pub(crate) trait Conn: Send {
     async fn space_exists(&mut self, space: &str) -> Result<bool, DbError>;
     /// A count of the [`Tally`] kind about `of` (a user or a space).
     async fn tally(&mut self, kind: Tally, of: &str) -> Result<usize, DbError>;
-    /// `user`'s pending (unexpired at `now`) invitation to `space`: its role.
-    async fn invitation(&mut self, space: &str, user: &str, now: i64) -> Result<Option<Role>, DbError>;
+    /// `user`'s pending (unexpired at `now`) invitation to `space`: its role and who sent it.
+    async fn invitation(&mut self, space: &str, user: &str, now: i64) -> Result<Option<(Role, String)>, DbError>;
     /// Invites `user` to `space` as `role`, by `by`, until `expires_at` (ms); replaces a pending one.
     async fn invite(&mut self, space: &str, user: &str, role: Role, by: &str, expires_at: i64) -> Result<(), DbError>;
     /// Removes `user`'s invitation to `space`, if any.
     async fn uninvite(&mut self, space: &str, user: &str) -> Result<(), DbError>;
+    /// Removes every invitation to `space` that `by` sent.
+    async fn uninvite_by(&mut self, space: &str, by: &str) -> Result<(), DbError>;
     /// Deletes the invitations of `user` (as invitee) and of `by` (as inviter) expired at `now`.
     async fn drop_expired(&mut self, user: &str, by: &str, now: i64) -> Result<(), DbError>;
     /// Pending invitations of `user` (`by`: false) or sent by `user` (`by`: true) at `now`.
@@ -628,10 +631,10 @@ where
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
-    async fn invitation(&mut self, space: &str, user: &str, now: i64) -> Result<Option<Role>, DbError> {
-        let role: Option<String> =
-            sqlx::query_scalar(sql::INVITATION).bind(space).bind(user).bind(now).fetch_optional(self).await?;
-        role.as_deref().map(stored_role).transpose()
+    async fn invitation(&mut self, space: &str, user: &str, now: i64) -> Result<Option<(Role, String)>, DbError> {
+        let found: Option<(String, String)> =
+            sqlx::query_as(sql::INVITATION).bind(space).bind(user).bind(now).fetch_optional(self).await?;
+        found.map(|(role, by)| Ok((stored_role(&role)?, by))).transpose()
     }
 
     async fn invite(&mut self, space: &str, user: &str, role: Role, by: &str, expires_at: i64) -> Result<(), DbError> {
@@ -648,6 +651,11 @@ where
 
     async fn uninvite(&mut self, space: &str, user: &str) -> Result<(), DbError> {
         sqlx::query(sql::UNINVITE).bind(space).bind(user).execute(&mut *self).await?;
+        Ok(())
+    }
+
+    async fn uninvite_by(&mut self, space: &str, by: &str) -> Result<(), DbError> {
+        sqlx::query(sql::UNINVITE_BY).bind(space).bind(by).execute(&mut *self).await?;
         Ok(())
     }
 

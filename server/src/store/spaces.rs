@@ -249,6 +249,9 @@ pub(crate) async fn set_member<D: Backend>(
         check_join(&mut *tx, limits, space, user).await?;
         tx.uninvite(space, user).await?;
     }
+    if space::withdraws_invitations(before, role) {
+        tx.uninvite_by(space, user).await?;
+    }
     tx.set_member(space, user, role).await?;
     tx.announce(&crate::poke::Poke::Members { user: user.into(), space: space.into() }).await?;
     tx.commit().await?;
@@ -302,8 +305,17 @@ pub(crate) async fn accept<D: Backend>(
         return Ok(role);
     }
     let now = crate::clock::now_ms_db();
-    let offered = if exists { tx.invitation(space, user, now).await? } else { None };
-    let role = offered.ok_or_else(|| SpaceError::NoInvitation(space.to_owned()))?;
+    let Some((role, by)) = (if exists { tx.invitation(space, user, now).await? } else { None }) else {
+        return Err(SpaceError::NoInvitation(space.to_owned()));
+    };
+    // Sent by an owner no longer one before their invitations were
+    // withdrawn with their role (stored by an older server): lapsed now.
+    let inviter = tx.member(space, &by).await?;
+    if !space::invitation_stands(space::role_of(&by, space, inviter)) {
+        tx.uninvite(space, user).await?;
+        tx.commit().await?;
+        return Err(SpaceError::NoInvitation(space.to_owned()));
+    }
     check_join(&mut *tx, limits, space, user).await?;
     tx.uninvite(space, user).await?;
     tx.set_member(space, user, Some(role)).await?;
