@@ -401,7 +401,11 @@ export interface Database {
    * as rejections with code `forbidden` and their content.
    */
   spaces(): readonly Space[];
-  /** Creates a shared space owned by this user (online). Rejects with code `refused` (`refusal`: the server's code, e.g. `conflict`). */
+  /**
+   * Creates a shared space owned by this user (online). Rejects with code `refused` (`refusal`: the server's code, e.g.
+   * `conflict`). Here and in every membership call, a space or user name the server would refuse rejects with code
+   * `bad_input` before any request.
+   */
   createSpace(space: string): Promise<{ space: string; role: Role }>;
   /**
    * An owner gives a member of `space` another role, or removes them (`null`). A user who is not a member is invited

@@ -504,6 +504,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// server's). The device follows it from the next sync, started now.
     pub async fn create_space(self: &Rc<Self>, space: &str) -> Result<Membership, ClientError> {
         self.check_open()?;
+        named("space", crate::space::check_shared_space(space))?;
         let req = CreateSpace { space: space.to_owned(), owner: None };
         let m = self.net().create_space(&req).await.map_err(ClientError::Refused)?;
         if self.auto_sync {
@@ -517,6 +518,8 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// (`invited`: they join by accepting). A sync follows, so a change of one's own role shows.
     pub async fn set_member(self: &Rc<Self>, space: &str, user: &str, role: Option<Role>) -> Result<MemberChange, ClientError> {
         self.check_open()?;
+        named("space", crate::space::check_space(space))?;
+        named("user", crate::space::check_user(user))?;
         let req = SetMember { space: space.to_owned(), user: user.to_owned(), role };
         let m = self.net().set_member(&req).await.map_err(ClientError::Refused)?;
         if self.auto_sync {
@@ -528,6 +531,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// Who is a member of `space`, with roles (any member may ask).
     pub async fn members(&self, space: &str) -> Result<MembersList, ClientError> {
         self.check_open()?;
+        named("space", crate::space::check_space(space))?;
         self.net().members(space).await.map_err(ClientError::Refused)
     }
 
@@ -540,6 +544,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// Accepts the invitation to `space`; its rows come with the sync started now.
     pub async fn accept(self: &Rc<Self>, space: &str) -> Result<Membership, ClientError> {
         self.check_open()?;
+        named("space", crate::space::check_space(space))?;
         let m = self.net().accept(space).await.map_err(ClientError::Refused)?;
         if self.auto_sync {
             self.schedule_sync(0);
@@ -550,12 +555,14 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// Declines the invitation to `space`.
     pub async fn decline(&self, space: &str) -> Result<(), ClientError> {
         self.check_open()?;
+        named("space", crate::space::check_space(space))?;
         self.net().decline(space).await.map_err(ClientError::Refused)
     }
 
     /// Leaves `space`; the sync started now takes its rows off the device.
     pub async fn leave(self: &Rc<Self>, space: &str) -> Result<(), ClientError> {
         self.check_open()?;
+        named("space", crate::space::check_space(space))?;
         self.net().leave(space).await.map_err(ClientError::Refused)?;
         if self.auto_sync {
             self.schedule_sync(0);
@@ -691,4 +698,11 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         self.watches.clear();
         self.store.close();
     }
+}
+
+/// A name the server would refuse (a space's, a user's) refused before any
+/// request, in the server's words but as `bad_input`: nothing was asked,
+/// and the answer is the same offline.
+fn named(what: &str, checked: Result<(), &'static str>) -> Result<(), ClientError> {
+    checked.map_err(|p| ClientError::BadInput(format!("{what}: {p}")))
 }

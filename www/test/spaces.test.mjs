@@ -160,6 +160,20 @@ for (const backend of backends()) {
         }, club);
         assert.deepEqual(errors[0], [true, 'refused', 'not_found']);
         assert.deepEqual(errors[1], [true, 'bad_input', null]);
+        // A name the server would refuse is refused on the device, in its words, before any request: `bad_input`.
+        let asked = 0;
+        const count = (r) => { if (/^\/v1\/(spaces|invitations)/.test(new URL(r.url()).pathname)) asked++; };
+        bob.page.on('request', count);
+        const names = await bob.run(async (club) => {
+          const code = (p) => p.then(() => null, (e) => [e instanceof Error, e.code, e.message]);
+          return [await code(db.accept('')), await code(db.createSpace('~mine')), await code(db.setMember(club, 'a\nb', 'viewer')),
+            await code(db.leave('a b')), await code(db.members('')), await code(db.decline('x'.repeat(129)))];
+        }, club);
+        bob.page.off('request', count);
+        for (const n of names) assert.deepEqual(n?.slice(0, 2), [true, 'bad_input'], JSON.stringify(n));
+        assert.match(names[0][2], /^space: must be 1 to 128 characters/);
+        assert.match(names[2][2], /^user: /);
+        assert.equal(asked, 0, 'no request for a name refused on the device');
         const lastOwner = await alice.run((club) => db.leave(club).then(() => null, (e) => [e.code, e.refusal]), club);
         assert.deepEqual(lastOwner, ['refused', 'conflict'], 'the last owner stays');
 
