@@ -54,6 +54,13 @@ const CAP_RETRY_AFTER: u64 = 1;
 #[derive(Debug, Clone)]
 pub struct User(pub String);
 
+/// Until when the request's token names its user (its `exp`, seconds since
+/// the Unix epoch; `None`: a credential that says nothing of it): a request
+/// extension, read by what outlives the request's check — an event stream
+/// ends there, and is opened again with a fresh token.
+#[derive(Debug, Clone, Copy)]
+pub struct Expires(pub Option<f64>);
+
 /// What a request says of its caller: its `Authorization` header and where it comes from.
 /// Owned, so no borrow of the request (whose body is not `Sync`) crosses the token's check.
 fn credentials_of(req: &Request) -> Result<(Option<String>, Caller), ApiError> {
@@ -87,13 +94,13 @@ pub async fn api(State(app): State<App>, req: Request, next: Next) -> Response {
             Err(e) => Err(e),
         },
     };
-    let user = match user {
+    let crate::auth::Bearer { user, expires } = match user {
         Ok(u) => u,
         Err(e) => return refuse(&app, req, e).await,
     };
     // From here on every line of this request, and its access line, names the user.
     tracing::Span::current().record("user", tracing::field::display(&user));
-    let mut resp = admit(app, req, next, &user, events, &query).await;
+    let mut resp = admit(app, req, next, (&user, Expires(expires)), events, &query).await;
     resp.extensions_mut().insert(User(user));
     resp
 }
@@ -103,7 +110,7 @@ async fn admit(
     app: App,
     req: Request,
     next: Next,
-    user: &str,
+    (user, expires): (&str, Expires),
     events: bool,
     query: &HashMap<String, String>,
 ) -> Response {
@@ -167,6 +174,7 @@ async fn admit(
     };
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(User(user.to_owned()));
+    parts.extensions.insert(expires);
     let timed_out = Arc::new(AtomicBool::new(false));
     let body = if body.is_end_stream() {
         body

@@ -245,6 +245,31 @@ async fn an_event_poke_arrives_after_a_push(b: Backend) {
 }
 both!(an_event_poke_arrives_after_a_push);
 
+/// A token is checked once, when its event stream opens: the stream ends
+/// when that token expires (a client opens it again with a fresh one), so a
+/// user whose access ended is not told for ever which spaces move. A stream
+/// opened with a token that lasts longer, or with a dev token, stays.
+async fn an_event_stream_ends_when_its_token_expires(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    let secret = "test-secret-of-at-least-32-bytes!";
+    let mut short = t.http.get(t.url(&format!("/v1/events?token={}", jwt(secret, "u", 2)))).send().await.unwrap();
+    assert_eq!(short.status().as_u16(), 200);
+    let mut lasting = t.http.get(t.url("/v1/events")).bearer_auth(jwt(secret, "u", 600)).send().await.unwrap();
+    let mut dev = t.http.get(t.url("/v1/events")).bearer_auth("dev:u").send().await.unwrap();
+    let mut seen = String::new();
+    read_until(&mut short, &mut seen, "data: 0\n").await;
+    let rest = tokio::time::timeout(Duration::from_secs(10), async { while let Ok(Some(_)) = short.chunk().await {} });
+    assert!(rest.await.is_ok(), "the stream ended with its token: {seen:?}");
+    t.push_ok("u", &[full("d:1", "d-1", 10, 5)]).await;
+    for (name, stream) in [("a token of 10 minutes", &mut lasting), ("a dev token", &mut dev)] {
+        let mut seen = String::new();
+        read_until(stream, &mut seen, "data: 1\n").await;
+        assert!(seen.contains("data: 1\n"), "{name}: still open, still poked: {seen:?}");
+    }
+    t.stop().await;
+}
+both!(an_event_stream_ends_when_its_token_expires);
+
 /// Several server processes on one PostgreSQL: a push committed by one pokes
 /// the event streams held by another (`LISTEN`/`NOTIFY`, sent on commit only).
 /// Two servers of this test process share nothing but the database.

@@ -111,6 +111,27 @@ impl Caller {
 #[derive(Deserialize)]
 struct Claims {
     sub: String,
+    /// Checked by the validation (required); kept for what outlives the
+    /// request that showed the token (an event stream ends at it). A number,
+    /// whole or not, as RFC 7519's NumericDate allows.
+    exp: Option<f64>,
+}
+
+/// Who a request's token names, and until when it does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bearer {
+    /// The user id.
+    pub user: String,
+    /// The token's `exp` (seconds since the Unix epoch); `None`: a dev token
+    /// or the app's own session, which say nothing of it.
+    pub expires: Option<f64>,
+}
+
+impl Bearer {
+    /// A user whose credential states no end.
+    fn unbounded(user: String) -> Bearer {
+        Bearer { user, expires: None }
+    }
 }
 
 impl Auth {
@@ -147,7 +168,7 @@ impl Auth {
         &'a self,
         headers: &axum::http::HeaderMap,
         query_token: Option<&str>,
-    ) -> impl std::future::Future<Output = Option<Result<String, ApiError>>> + Send + 'a {
+    ) -> impl std::future::Future<Output = Option<Result<Bearer, ApiError>>> + Send + 'a {
         // Owned before the wait: no borrow of the request crosses it.
         let custom = self.custom.clone();
         let mut headers = custom.as_ref().map(|_| headers.clone());
@@ -161,7 +182,7 @@ impl Auth {
         async move {
             let (custom, headers) = (custom?, headers?);
             Some(match custom.user(&headers).await {
-                Ok(user) => check_user(&user),
+                Ok(user) => check_user(&user).map(Bearer::unbounded),
                 Err(why) => Err(ApiError::unauthorized(why)),
             })
         }
@@ -191,7 +212,7 @@ impl Auth {
     }
 
     /// The user id of a bearer token (the text after `Bearer `), sent from `from`.
-    pub async fn user_of_token(&self, token: &str, from: Caller) -> Result<String, ApiError> {
+    pub async fn user_of_token(&self, token: &str, from: Caller) -> Result<Bearer, ApiError> {
         let token = token.trim();
         if let Some(user) = token.strip_prefix("dev:") {
             if !self.dev {
@@ -202,7 +223,7 @@ impl Auth {
                     "dev tokens are accepted only from this machine: a loopback peer, with no proxy header (Forwarded, X-Forwarded-For, X-Real-IP, Via)",
                 ));
             }
-            return check_user(user);
+            return check_user(user).map(Bearer::unbounded);
         }
         if self.hmac.is_none() && self.jwks.is_none() {
             return Err(ApiError::unauthorized("this server accepts no tokens (no JWT secret or key set configured)"));
@@ -242,7 +263,7 @@ impl Auth {
         validation.algorithms = vec![alg];
         let data = decode::<Claims>(token, key, &validation)
             .map_err(|e| ApiError::unauthorized(format!("invalid token: {e}")))?;
-        check_user(&data.claims.sub)
+        Ok(Bearer { user: check_user(&data.claims.sub)?, expires: data.claims.exp })
     }
 
     /// The user id from an `Authorization` header value, or from a `token` query parameter.
@@ -251,7 +272,7 @@ impl Auth {
         header: Option<&str>,
         query_token: Option<&str>,
         from: Caller,
-    ) -> Result<String, ApiError> {
+    ) -> Result<Bearer, ApiError> {
         if let Some(h) = header {
             let token = h
                 .trim()
@@ -350,7 +371,8 @@ mod tests {
         let a = Auth::new(Some("s3cret"), false);
         assert_eq!(
             a.user(Some(&format!("Bearer {}", token("s3cret", "alice", now + 60))), None, Caller::Local).await.unwrap(),
-            "alice"
+            Bearer { user: "alice".into(), expires: Some((now + 60) as f64) },
+            "the token's user, and until when"
         );
         assert!(a
             .user(Some(&format!("Bearer {}", token("other", "alice", now + 60))), None, Caller::Local)
@@ -363,11 +385,14 @@ mod tests {
         assert!(a.user(Some("Bearer dev:alice"), None, Caller::Local).await.is_err());
         assert!(a.user(None, None, Caller::Local).await.is_err());
         let d = Auth::new(None, true);
-        assert_eq!(d.user(Some("Bearer dev:bob"), None, Caller::Local).await.unwrap(), "bob");
-        assert_eq!(d.user(None, Some("dev:bob"), Caller::Local).await.unwrap(), "bob");
+        assert_eq!(d.user(Some("Bearer dev:bob"), None, Caller::Local).await.unwrap(), Bearer::unbounded("bob".into()));
+        assert_eq!(d.user(None, Some("dev:bob"), Caller::Local).await.unwrap(), Bearer::unbounded("bob".into()));
         assert!(d.user(Some("Bearer dev:"), None, Caller::Local).await.is_err());
         assert!(d.user(Some("Basic x"), None, Caller::Local).await.is_err());
-        assert_eq!(d.user(Some("BEARER dev: bob "), None, Caller::Local).await.unwrap(), "bob");
+        assert_eq!(
+            d.user(Some("BEARER dev: bob "), None, Caller::Local).await.unwrap(),
+            Bearer::unbounded("bob".into())
+        );
         assert!(d.user(Some("Bearer dev:  "), None, Caller::Local).await.is_err());
         assert!(
             d.user(Some("Bearer dev:bob"), None, Caller::Remote).await.is_err(),
@@ -392,7 +417,7 @@ mod tests {
         let now = jsonwebtoken::get_current_timestamp();
         let plain = Auth::new(Some("k"), false);
         async fn user(a: &Auth, claims: serde_json::Value) -> Result<String, ApiError> {
-            a.user(Some(&format!("Bearer {}", signed(claims))), None, Caller::Local).await
+            a.user(Some(&format!("Bearer {}", signed(claims))), None, Caller::Local).await.map(|b| b.user)
         }
         assert!(user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "nbf": now + 60})).await.is_err());
         assert_eq!(user(&plain, serde_json::json!({"sub": "a", "exp": now + 60, "nbf": now - 1})).await.unwrap(), "a");

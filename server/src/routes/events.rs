@@ -17,7 +17,7 @@ use crate::app::App;
 use crate::budget::Work;
 use crate::caps::StreamPlace;
 use crate::error::ApiError;
-use crate::guard::User;
+use crate::guard::{Expires, User};
 use crate::poke::Subscription;
 use crate::store::DbError;
 
@@ -27,10 +27,15 @@ use crate::store::DbError;
 /// change; once on connect with the personal space's head. The guard
 /// authenticated the user (header or `?token=`), took a rate-limit token and
 /// the stream's place among the user's streams, held to the stream's end.
+/// The stream ends when the token it was opened with expires: a token is
+/// checked once, and a stream kept open past it would go on telling a user
+/// whose access has ended which spaces move (the client opens it again with
+/// a fresh token).
 pub(crate) async fn events(
     State(app): State<App>,
     Extension(User(user)): Extension<User>,
     Extension(place): Extension<StreamPlace>,
+    Extension(Expires(expires)): Extension<Expires>,
 ) -> Result<Response, ApiError> {
     // Subscribed before the spaces are read: a poke committed meanwhile is heard.
     let mut sub = app.pokes.subscribe(&user);
@@ -51,6 +56,7 @@ pub(crate) async fn events(
         spaces,
         shutdown: app.shutdown.clone(),
         place,
+        ends: expires.map(instant_of),
     };
     let sse = Sse::new(poke_stream(state)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)));
     let mut resp = sse.into_response();
@@ -77,6 +83,24 @@ struct PokeStream {
     shutdown: tokio::sync::watch::Receiver<bool>,
     /// Given back when the stream ends; cut, it ends the stream.
     place: StreamPlace,
+    /// When the token it was opened with expires (`None`: never said).
+    ends: Option<tokio::time::Instant>,
+}
+
+/// The instant of `exp` (seconds since the Unix epoch) on tokio's clock.
+fn instant_of(exp: f64) -> tokio::time::Instant {
+    let now_ms = crate::clock::now_ms();
+    // A NumericDate may be fractional; far ahead (or not a number) is a day: the stream then ends as any would.
+    let left_ms = (exp * 1000.0 - now_ms as f64).clamp(0.0, 86_400_000.0);
+    tokio::time::Instant::now() + Duration::from_millis(left_ms as u64)
+}
+
+/// Resolves at `end`, or never.
+async fn until(end: Option<tokio::time::Instant>) {
+    match end {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// `<head>` for the personal space (`space` = `None`), `<head> <space>` for another.
@@ -101,6 +125,7 @@ fn poke_stream(state: PokeStream) -> impl Stream<Item = Result<Event, Infallible
                 p = s.sub.next() => p,
                 _ = s.shutdown.wait_for(|stop| *stop) => return None,
                 () = s.place.cut() => return None,
+                () = until(s.ends) => return None,
             };
             // Memberships first: a space joined is then known when its head's poke is read.
             for space in &pending.members {
