@@ -90,7 +90,8 @@ struct PokeStream {
 /// The instant of `exp` (seconds since the Unix epoch) on tokio's clock.
 fn instant_of(exp: f64) -> tokio::time::Instant {
     let now_ms = crate::clock::now_ms();
-    // A NumericDate may be fractional; far ahead (or not a number) is a day: the stream then ends as any would.
+    // A NumericDate may be fractional. An `exp` more than a day ahead ends
+    // the stream after a day; it is opened again with the token of then.
     let left_ms = (exp * 1000.0 - now_ms as f64).clamp(0.0, 86_400_000.0);
     tokio::time::Instant::now() + Duration::from_millis(left_ms as u64)
 }
