@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures_util::Stream;
@@ -57,8 +57,9 @@ pub(crate) async fn events(
         shutdown: app.shutdown.clone(),
         place,
         ends: expires.map(instant_of),
+        beat: tokio::time::Instant::now() + first_beat(),
     };
-    let sse = Sse::new(poke_stream(state)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)));
+    let sse = Sse::new(poke_stream(state));
     let mut resp = sse.into_response();
     // nginx buffers answers by default: a poke would wait in its buffer until it filled.
     resp.headers_mut().insert("x-accel-buffering", axum::http::HeaderValue::from_static("no"));
@@ -85,6 +86,22 @@ struct PokeStream {
     place: StreamPlace,
     /// When the token it was opened with expires (`None`: never said).
     ends: Option<tokio::time::Instant>,
+    /// When the next keep-alive comment is due.
+    beat: tokio::time::Instant,
+}
+
+/// A keep-alive comment this often keeps proxies from closing a quiet stream.
+const BEAT: Duration = Duration::from_secs(15);
+
+/// When a new stream's first keep-alive comes: anywhere in the first
+/// [`BEAT`], at random. Streams opened together (a crowd, or every client
+/// reconnecting after a restart) would otherwise beat together, a burst of
+/// a write per stream every 15 s that a bystander's request waits behind.
+fn first_beat() -> Duration {
+    use std::hash::BuildHasher;
+    // Each RandomState is keyed afresh: a cheap random number, no crate for it.
+    let r = std::collections::hash_map::RandomState::new().hash_one(0u8);
+    Duration::from_millis(r % BEAT.as_millis() as u64)
 }
 
 /// The instant of `exp` (seconds since the Unix epoch) on tokio's clock.
@@ -122,11 +139,16 @@ fn poke_stream(state: PokeStream) -> impl Stream<Item = Result<Event, Infallible
             if let Some(data) = s.ready.pop_front() {
                 return Some((Ok(poke(data)), s));
             }
-            let pending = tokio::select! {
-                p = s.sub.next() => p,
+            let woke = tokio::select! {
+                p = s.sub.next() => Some(p),
+                () = tokio::time::sleep_until(s.beat) => None,
                 _ = s.shutdown.wait_for(|stop| *stop) => return None,
                 () = s.place.cut() => return None,
                 () = until(s.ends) => return None,
+            };
+            let Some(pending) = woke else {
+                s.beat += BEAT;
+                return Some((Ok(Event::default().comment("")), s));
             };
             // Memberships first: a space joined is then known when its head's poke is read.
             for space in &pending.members {
@@ -158,4 +180,17 @@ fn poke_stream(state: PokeStream) -> impl Stream<Item = Result<Event, Infallible
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_beats_spread_over_the_beat() {
+        let beats: Vec<Duration> = (0..200).map(|_| first_beat()).collect();
+        assert!(beats.iter().all(|b| *b < BEAT));
+        let early = beats.iter().filter(|b| **b < BEAT / 2).count();
+        assert!((40..=160).contains(&early), "{early} of 200 in the first half: not spread");
+    }
 }
