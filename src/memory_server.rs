@@ -360,9 +360,14 @@ impl MemoryServer {
             return Ok(role);
         }
         let key = (name.to_owned(), user.to_owned());
-        let offered =
-            (self.invitations.get(&key)).filter(|i| self.pending(i) && space::invitation_stands(self.role(name, &i.from))).map(|i| i.role);
-        let role = offered.ok_or_else(|| ErrorBody::new(ErrorCode::NotFound, format!("you have no pending invitation to space {name}")))?;
+        let none = || ErrorBody::new(ErrorCode::NotFound, format!("you have no pending invitation to space {name}"));
+        let offered = self.invitations.get(&key).filter(|i| self.pending(i)).cloned().ok_or_else(none)?;
+        if !space::invitation_stands(self.role(name, &offered.from)) {
+            // As the reference server does: refused, and gone from the list.
+            self.invitations.remove(&key);
+            return Err(none());
+        }
+        let role = offered.role;
         self.invitations.remove(&key);
         self.members.insert(key, role);
         Ok(role)
@@ -559,6 +564,7 @@ mod tests {
         let stale = PendingInvitation { role: Role::Owner, from: "bob".into(), expires_at: None };
         s.invitations.insert(("gym".into(), "bob3".into()), stale);
         assert_eq!(s.accept("bob3", "gym").unwrap_err().error.code, ErrorCode::NotFound);
+        assert!(s.invitations("bob3").is_empty(), "and it is gone");
     }
 
     #[test]
