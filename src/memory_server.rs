@@ -380,16 +380,27 @@ impl MemoryServer {
 
     /// `user`'s pending invitations, by space name.
     pub fn invitations(&self, user: &str) -> Vec<Invitation> {
-        self.invitations
-            .iter()
-            .filter(|((_, u), i)| u == user && self.pending(i))
-            .map(|((s, _), i)| Invitation {
-                space: s.clone(),
-                role: i.role,
-                from: i.from.clone(),
-                expires_at: i.expires_at.unwrap_or(u64::MAX),
-            })
-            .collect()
+        self.invitations.iter().filter(|((_, u), i)| u == user && self.pending(i)).map(Self::listed).collect()
+    }
+
+    /// `GET /v1/spaces/invitations` for `by`: the pending invitations to
+    /// `space`, by invitee, for an owner of it.
+    pub fn invited(&self, by: &str, name: &str) -> Result<Vec<Invitation>, ErrorBody> {
+        space::check_space(name).map_err(|p| ErrorBody::new(ErrorCode::BadRequest, format!("space: {p}")))?;
+        if !space::manages_members(self.role(name, by)) {
+            return Err(ErrorBody::new(ErrorCode::Forbidden, space::not_an_owner(name).to_string()));
+        }
+        Ok(self.invitations.iter().filter(|((s, _), i)| s == name && self.pending(i)).map(Self::listed).collect())
+    }
+
+    fn listed(((space, user), i): (&(String, String), &PendingInvitation)) -> Invitation {
+        Invitation {
+            space: space.clone(),
+            user: user.clone(),
+            role: i.role,
+            from: i.from.clone(),
+            expires_at: i.expires_at.unwrap_or(u64::MAX),
+        }
     }
 
     fn head_of(&self, name: &str) -> u64 {
@@ -565,6 +576,22 @@ mod tests {
         s.invitations.insert(("gym".into(), "bob3".into()), stale);
         assert_eq!(s.accept("bob3", "gym").unwrap_err().error.code, ErrorCode::NotFound);
         assert!(s.invitations("bob3").is_empty(), "and it is gone");
+    }
+
+    #[test]
+    fn owners_list_a_spaces_pending_invitations() {
+        let mut s = MemoryServer::new(Schema::workout());
+        s.create_space("gym", "alice").unwrap();
+        s.set_member(Some("alice"), "gym", "ed", Some(Role::Editor)).unwrap();
+        s.accept("ed", "gym").unwrap();
+        s.set_member(Some("alice"), "gym", "zoe", Some(Role::Viewer)).unwrap();
+        s.set_member(Some("alice"), "gym", "ann", Some(Role::Owner)).unwrap();
+        let listed: Vec<(String, Role)> = s.invited("alice", "gym").unwrap().into_iter().map(|i| (i.user, i.role)).collect();
+        assert_eq!(listed, [("ann".to_owned(), Role::Owner), ("zoe".to_owned(), Role::Viewer)], "by invitee");
+        for who in ["ed", "zoe", "stranger"] {
+            assert_eq!(s.invited(who, "gym").unwrap_err().error.code, ErrorCode::Forbidden, "{who}");
+        }
+        assert_eq!(s.invitations("zoe")[0].user, "zoe");
     }
 
     #[test]

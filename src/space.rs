@@ -65,8 +65,8 @@ pub fn manages_members(role: Option<Role>) -> bool {
 /// them the invitations they sent to the space: an invitation speaks with
 /// its inviter's authority, so it lapses when they no longer manage the
 /// members. (Kept, a removed owner's invitation of a second account of
-/// theirs, as owner, would let them back in — unseen, since the owners left
-/// cannot list it.) An invitation whose inviter was stored before this rule
+/// theirs, as owner, would let them back in unless the owners left found it
+/// among the pending ones and withdrew it.) An invitation whose inviter was stored before this rule
 /// is judged by it once more when accepted ([`invitation_stands`]).
 pub fn withdraws_invitations(before: Option<Role>, after: Option<Role>) -> bool {
     manages_members(before) && !manages_members(after)

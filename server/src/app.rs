@@ -210,7 +210,7 @@ impl App {
             if t.chars().count() < 32 {
                 return Err(ServerError::Config("--admin-token must be at least 32 characters".into()));
             }
-            tracing::info!("admin routes on: /v1/admin/spaces, /v1/admin/spaces/members, /v1/admin/pull");
+            tracing::info!("admin routes on: /v1/admin/spaces, /v1/admin/spaces/members, /v1/admin/spaces/invitations, /v1/admin/pull");
         }
         let most = marksync::space::MAX_FOLLOWED - 1;
         if config.max_spaces_per_user == 0 || config.max_spaces_per_user > most {

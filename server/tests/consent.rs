@@ -161,6 +161,89 @@ async fn an_invitation_lapses_with_its_inviters_ownership(b: Backend) {
 }
 both!(an_invitation_lapses_with_its_inviters_ownership);
 
+/// A space's owners see what is pending: who is invited, as what, by whom,
+/// until when — a page at a time, by invitee. Only owners, who send and
+/// withdraw invitations (an editor, a viewer, an invitee, a stranger and a
+/// space that does not exist: the same 403); the admin sees any space's.
+/// A withdrawn, declined, accepted or lapsed invitation is no longer listed.
+async fn owners_list_a_spaces_pending_invitations(b: Backend) {
+    let admin = "an-admin-token-of-at-least-32-characters";
+    let Some(t) = server_with(b, |c| {
+        c.invitation_ttl_ms = 60_000;
+        c.admin_token = Some(admin.into());
+    })
+    .await
+    else {
+        return;
+    };
+    post(&t, "/v1/spaces", "alice", json!({"space": "team"})).await;
+    post(&t, "/v1/spaces", "zed", json!({"space": "other"})).await;
+    invite(&t, "alice", "team", "bob", json!("owner")).await;
+    accept(&t, "bob", "team").await;
+    invite(&t, "alice", "team", "ed", json!("editor")).await;
+    accept(&t, "ed", "team").await;
+    invite(&t, "alice", "team", "u1", json!("viewer")).await;
+    invite(&t, "bob", "team", "u2", json!("editor")).await;
+    invite(&t, "alice", "team", "u3", json!("owner")).await;
+    invite(&t, "zed", "other", "u1", json!("viewer")).await;
+    let listed = |b: &Value| -> Vec<(String, String, String)> {
+        b["invitations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                assert_eq!(i["space"], "team", "{i}");
+                assert!(i["expiresAt"].as_u64().unwrap() > 1_700_000_000_000, "{i}");
+                let s = |k: &str| i[k].as_str().unwrap().to_owned();
+                (s("user"), s("role"), s("from"))
+            })
+            .collect()
+    };
+    let t3 = |u: &str, r: &str, f: &str| (u.to_owned(), r.to_owned(), f.to_owned());
+    for owner in ["alice", "bob"] {
+        let (status, body) = get(&t, "/v1/spaces/invitations?space=team", owner).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            listed(&body),
+            [t3("u1", "viewer", "alice"), t3("u2", "editor", "bob"), t3("u3", "owner", "alice")],
+            "{owner} sees every pending one, by invitee, and nothing of another space"
+        );
+    }
+    let (_, first) = get(&t, "/v1/spaces/invitations?space=team&limit=2", "alice").await;
+    assert_eq!(listed(&first).len(), 2);
+    let (_, rest) = get(&t, "/v1/spaces/invitations?space=team&limit=2&after=u2", "alice").await;
+    assert_eq!(listed(&rest), [t3("u3", "owner", "alice")]);
+    assert_eq!(get(&t, "/v1/spaces/invitations?space=team&limit=0", "alice").await.0, 400);
+    assert_eq!(get(&t, "/v1/spaces/invitations", "alice").await.0, 400, "space is required");
+
+    for (user, space) in [("ed", "team"), ("u1", "team"), ("zed", "team"), ("alice", "nowhere"), ("alice", "other")] {
+        let (status, body) = get(&t, &format!("/v1/spaces/invitations?space={space}"), user).await;
+        assert_eq!((status, error_code(&body)), (403, "forbidden"), "{user} on {space}: {body}");
+        assert_eq!(body["error"]["message"], format!("you are not an owner of space {space}"));
+    }
+
+    // The invitee's own listing names them too.
+    let (_, mine) = get(&t, "/v1/invitations", "u1").await;
+    let users: Vec<&str> =
+        mine["invitations"].as_array().unwrap().iter().map(|i| i["user"].as_str().unwrap()).collect();
+    assert_eq!(users, ["u1", "u1"]);
+
+    // Withdrawn, declined, accepted: no longer pending.
+    invite(&t, "alice", "team", "u1", Value::Null).await;
+    post(&t, "/v1/invitations/decline", "u2", json!({"space": "team"})).await;
+    accept(&t, "u3", "team").await;
+    assert_eq!(get(&t, "/v1/spaces/invitations?space=team", "alice").await.1, json!({"invitations": []}));
+
+    invite(&t, "alice", "team", "u4", json!("viewer")).await;
+    let r = t.http.get(t.url("/v1/admin/spaces/invitations?space=team")).bearer_auth(admin).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(listed(&r.json().await.unwrap()), [t3("u4", "viewer", "alice")], "the admin sees any space's");
+    let r = t.http.get(t.url("/v1/admin/spaces/invitations?space=nowhere")).bearer_auth(admin).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    t.stop().await;
+}
+both!(owners_list_a_spaces_pending_invitations);
+
 /// Invitations lapse after `--invitation-ttl-ms`; pending ones are capped
 /// per inviter and per invitee (`409 conflict`, naming the flag); sending
 /// a pending invitation again is not counted twice, and a lapsed one frees its place.

@@ -124,12 +124,17 @@ pub struct MemberChange {
     pub invited: bool,
 }
 
-/// A pending invitation, as its invitee sees it (`GET /v1/invitations`).
+/// A pending invitation, listed from either side: by its invitee
+/// (`GET /v1/invitations`) and by the space's owners (`GET
+/// /v1/spaces/invitations?space=`). One type for both, each entry whole.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Invitation {
     /// The space.
     pub space: String,
+    /// The invitee (absent from a server older than the owners' listing).
+    #[serde(default)]
+    pub user: String,
     /// The role accepting gives.
     pub role: Role,
     /// The owner who invited.
@@ -138,11 +143,12 @@ pub struct Invitation {
     pub expires_at: u64,
 }
 
-/// `GET /v1/invitations` answer: the caller's pending invitations, by space name.
+/// `GET /v1/invitations` answer (the caller's pending invitations, by space
+/// name) and `GET /v1/spaces/invitations?space=` answer (a space's, by invitee).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InvitationsList {
-    /// At most `limit`, after the space `after`.
+    /// At most `limit`, after the entry `after` (a space, or an invitee).
     pub invitations: Vec<Invitation>,
 }
 

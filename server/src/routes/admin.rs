@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::extract::{query, read_json, QueryParams};
 use super::pull::finish_spaces;
-use super::spaces::{create_for, members_as, page, set_as, MAX_BODY};
+use super::spaces::{create_for, invitations_to_as, members_as, page, set_as, MAX_BODY};
 use crate::app::App;
 use crate::clock::now_ms;
 use crate::error::ApiError;
@@ -35,6 +35,11 @@ pub(crate) async fn set(State(app): State<App>, headers: HeaderMap, body: Body) 
 /// `GET /v1/admin/spaces/members?space=…`.
 pub(crate) async fn members(State(app): State<App>, q: QueryParams) -> Result<Response, ApiError> {
     members_as(&app, Actor::Admin, q).await
+}
+
+/// `GET /v1/admin/spaces/invitations?space=…`: any space's pending invitations.
+pub(crate) async fn invitations(State(app): State<App>, q: QueryParams) -> Result<Response, ApiError> {
+    invitations_to_as(&app, Actor::Admin, q).await
 }
 
 /// `POST /v1/admin/pull`: the body and answer of `POST /v1/pull`, for any

@@ -7,8 +7,8 @@
 //! | [`verdicts`] | `POST /v1/verdicts` |
 //! | [`schema`] | `GET /v1/schema` |
 //! | [`events`] | `GET /v1/events` |
-//! | [`spaces`] | `GET`/`POST /v1/spaces`, `GET`/`POST /v1/spaces/members`, `POST /v1/spaces/leave`, `GET /v1/invitations`, `POST /v1/invitations/accept`, `…/decline` |
-//! | [`admin`] | `POST /v1/admin/spaces`, `GET`/`POST /v1/admin/spaces/members` |
+//! | [`spaces`] | `GET`/`POST /v1/spaces`, `GET`/`POST /v1/spaces/members`, `GET /v1/spaces/invitations`, `POST /v1/spaces/leave`, `GET /v1/invitations`, `POST /v1/invitations/accept`, `…/decline` |
+//! | [`admin`] | `POST /v1/admin/spaces`, `GET`/`POST /v1/admin/spaces/members`, `GET /v1/admin/spaces/invitations` |
 //! | [`health`] | `/livez`, `/readyz`, `/healthz`, `/metrics` |
 //! | [`assets`] | everything else, with `--static DIR` |
 //! | [`faults`] | `POST /__faults` (only with `--enable-faults`) |
@@ -58,6 +58,7 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         .route("/v1/spaces", get(spaces::list).post(spaces::create))
         .route("/v1/spaces/members", get(spaces::members).post(spaces::set))
         .route("/v1/spaces/leave", post(spaces::leave))
+        .route("/v1/spaces/invitations", get(spaces::invitations_to))
         .route("/v1/invitations", get(spaces::invitations))
         .route("/v1/invitations/accept", post(spaces::accept))
         .route("/v1/invitations/decline", post(spaces::decline))
@@ -68,7 +69,8 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
     let admin = Router::new()
         .route("/v1/admin/spaces", get(admin::spaces).post(admin::create))
         .route("/v1/admin/pull", post(admin::pull))
-        .route("/v1/admin/spaces/members", get(admin::members).post(admin::set));
+        .route("/v1/admin/spaces/members", get(admin::members).post(admin::set))
+        .route("/v1/admin/spaces/invitations", get(admin::invitations));
     let admin = decoding(admin).route_layer(middleware::from_fn_with_state(app.admin.clone(), auth::admin));
     let mut r = Router::new()
         .merge(api)

@@ -20,7 +20,7 @@ use crate::budget::Work;
 use crate::error::ApiError;
 use crate::guard::User;
 use crate::poke::Poke;
-use crate::store::{Actor, Changed};
+use crate::store::{Actor, Changed, Invited};
 
 /// What a membership write costs of its user's ops budget: a transaction of
 /// its own, the space's bounds counted under its lock, and a poke to the
@@ -72,17 +72,44 @@ pub(crate) async fn invitations(
 ) -> Result<Response, ApiError> {
     let (after, limit) = page(&query(q)?)?;
     let list = app.store.invitations(&user, &after, limit).await?;
-    let list = listed(&app, &user, list);
+    Ok(invitations_list(listed(&app, &user, list)))
+}
+
+/// A listing of invitations as the wire spells it.
+fn invitations_list(list: Vec<Invited>) -> Response {
     let invitations = list
         .into_iter()
         .map(|i| Invitation {
             space: i.space,
+            user: i.user,
             role: i.role,
             from: i.from,
             expires_at: u64::try_from(i.expires_at).unwrap_or(0),
         })
         .collect();
-    Ok(Json(InvitationsList { invitations }).into_response())
+    Json(InvitationsList { invitations }).into_response()
+}
+
+/// `GET /v1/spaces/invitations?space=…&after=&limit=`: a page of the
+/// pending invitations to a space the caller owns, by invitee.
+pub(crate) async fn invitations_to(
+    State(app): State<App>,
+    Extension(User(user)): Extension<User>,
+    q: QueryParams,
+) -> Result<Response, ApiError> {
+    invitations_to_as(&app, Actor::User(&user), q).await
+}
+
+/// The pending invitations to the space named by `?space=`, as `actor` may see them.
+pub(super) async fn invitations_to_as(app: &App, actor: Actor<'_>, q: QueryParams) -> Result<Response, ApiError> {
+    let q = query(q)?;
+    let space = q.get("space").ok_or_else(|| ApiError::bad_request("space is required"))?;
+    let (after, limit) = page(&q)?;
+    let list = app.store.invitations_to(actor, space, &after, limit).await?;
+    if let Actor::User(user) = actor {
+        app.budgets.charge(Work::Reads, user, 1 + list.len());
+    }
+    Ok(invitations_list(list))
 }
 
 /// `POST /v1/invitations/accept`: the caller joins a space they are invited to.

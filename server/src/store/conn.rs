@@ -56,8 +56,10 @@ mod sql {
     pub const EXPIRED_BY: &str = "DELETE FROM invitations WHERE invited_by = $1 AND expires_at <= $2";
     pub const PENDING_FOR: &str = "SELECT count(*) FROM invitations WHERE user_id = $1 AND expires_at > $2";
     pub const PENDING_BY: &str = "SELECT count(*) FROM invitations WHERE invited_by = $1 AND expires_at > $2";
-    pub const INVITATIONS_OF: &str = "SELECT space_id, role, invited_by, expires_at FROM invitations \
+    pub const INVITATIONS_OF: &str = "SELECT space_id, user_id, role, invited_by, expires_at FROM invitations \
          WHERE user_id = $1 AND space_id > $2 AND expires_at > $3 ORDER BY space_id LIMIT $4";
+    pub const INVITATIONS_TO: &str = "SELECT space_id, user_id, role, invited_by, expires_at FROM invitations \
+         WHERE space_id = $1 AND user_id > $2 AND expires_at > $3 ORDER BY user_id LIMIT $4";
     pub const MIGRATIONS_DONE: &str = "SELECT version FROM marksync_migrations";
     pub const RECORD_MIGRATION: &str = "INSERT INTO marksync_migrations (version, applied_at) VALUES ($1, $2)";
     pub const PING: &str = "SELECT 1";
@@ -124,12 +126,23 @@ pub(crate) enum Tally {
 pub struct Invited {
     /// The space.
     pub space: String,
+    /// The invitee.
+    pub user: String,
     /// The role accepting gives.
     pub role: Role,
     /// Who invited.
     pub from: String,
     /// When it expires (ms since the epoch).
     pub expires_at: i64,
+}
+
+/// Whose pending invitations a listing reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvitationsOf {
+    /// A user's, as invitee (`GET /v1/invitations`).
+    User,
+    /// A space's (`GET /v1/spaces/invitations`, for its owners).
+    Space,
 }
 
 /// A webhook delivery to write in a push's transaction.
@@ -286,10 +299,12 @@ pub(crate) trait Conn: Send {
     async fn drop_expired(&mut self, user: &str, by: &str, now: i64) -> Result<(), DbError>;
     /// Pending invitations of `user` (`by`: false) or sent by `user` (`by`: true) at `now`.
     async fn pending(&mut self, user: &str, by: bool, now: i64) -> Result<usize, DbError>;
-    /// Up to `limit` of `user`'s pending invitations to spaces named after `after`, in byte order.
-    async fn invitations_of(
+    /// Up to `limit` pending invitations, in byte order after `after`: a
+    /// user's (to spaces named after it) or a space's (of invitees after it).
+    async fn invitations(
         &mut self,
-        user: &str,
+        of: InvitationsOf,
+        name: &str,
         after: &str,
         now: i64,
         limit: usize,
@@ -671,22 +686,24 @@ where
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
-    async fn invitations_of(
+    async fn invitations(
         &mut self,
-        user: &str,
+        of: InvitationsOf,
+        name: &str,
         after: &str,
         now: i64,
         limit: usize,
     ) -> Result<Vec<Invited>, DbError> {
-        let rows: Vec<(String, String, String, i64)> = sqlx::query_as(sql::INVITATIONS_OF)
-            .bind(user)
-            .bind(after)
-            .bind(now)
-            .bind(db_limit(limit))
-            .fetch_all(self)
-            .await?;
+        let statement = match of {
+            InvitationsOf::User => sql::INVITATIONS_OF,
+            InvitationsOf::Space => sql::INVITATIONS_TO,
+        };
+        let rows: Vec<(String, String, String, String, i64)> =
+            sqlx::query_as(statement).bind(name).bind(after).bind(now).bind(db_limit(limit)).fetch_all(self).await?;
         rows.into_iter()
-            .map(|(space, role, from, expires_at)| Ok(Invited { space, role: stored_role(&role)?, from, expires_at }))
+            .map(|(space, user, role, from, expires_at)| {
+                Ok(Invited { space, user, role: stored_role(&role)?, from, expires_at })
+            })
             .collect()
     }
 

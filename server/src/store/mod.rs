@@ -353,6 +353,17 @@ impl Store {
         on_backend!(self, db => spaces::invitations(db, user, after, limit).await)
     }
 
+    /// A page of the pending invitations to `space` (of invitees after `after`), for an owner of it or an admin.
+    pub async fn invitations_to(
+        &self,
+        actor: Actor<'_>,
+        space: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<Invited>, SpaceError> {
+        on_backend!(self, db => spaces::invitations_to(db, actor, space, after, limit).await)
+    }
+
     /// A page of the members of `space` (after the user `after`), for a member of it or an admin.
     pub async fn members(
         &self,

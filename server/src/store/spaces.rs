@@ -18,7 +18,7 @@
 
 use marksync::space::{self, MemberRefusal, Role};
 
-use super::conn::{Backend, Conn, Invited, MemberSpace, Tally};
+use super::conn::{Backend, Conn, InvitationsOf, Invited, MemberSpace, Tally};
 use super::dialect::Pools;
 use super::error::DbError;
 
@@ -341,7 +341,35 @@ pub(crate) async fn invitations<D: Backend>(
     limit: usize,
 ) -> Result<Vec<Invited>, DbError> {
     let mut conn = pools.read().await?;
-    conn.invitations_of(user, after, crate::clock::now_ms_db(), limit).await
+    conn.invitations(InvitationsOf::User, user, after, crate::clock::now_ms_db(), limit).await
+}
+
+/// Up to `limit` of the pending invitations to `space`, of invitees after
+/// `after`: for its owners (who send and withdraw them) or an admin. A
+/// read: a snapshot, no lock.
+pub(crate) async fn invitations_to<D: Backend>(
+    pools: &Pools<D>,
+    actor: Actor<'_>,
+    space: &str,
+    after: &str,
+    limit: usize,
+) -> Result<Vec<Invited>, SpaceError> {
+    space::check_space(space).map_err(|p| SpaceError::BadRequest(format!("space: {p}")))?;
+    let mut snap = pools.snapshot().await?;
+    let exists = space::personal_owner(space).is_some() || snap.space_exists(space).await?;
+    match actor {
+        Actor::Admin if !exists => return Err(SpaceError::NotFound(space.to_owned())),
+        Actor::Admin => {}
+        Actor::User(user) => {
+            let stored = if exists { snap.member(space, user).await? } else { None };
+            if !space::manages_members(space::role_of(user, space, stored)) {
+                return Err(space::not_an_owner(space).into());
+            }
+        }
+    }
+    let list = snap.invitations(InvitationsOf::Space, space, after, crate::clock::now_ms_db(), limit).await?;
+    snap.commit().await?;
+    Ok(list)
 }
 
 /// Up to `limit` members of `space` listed after the user `after`, for any
