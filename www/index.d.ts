@@ -55,6 +55,25 @@ export interface Explain {
   plan: string;
 }
 
+/** A page of a list the server keeps: at most `limit` (1 to 1000) entries after the one named `after`. */
+export interface ListPage {
+  after?: string;
+  limit?: number;
+}
+
+/** A pending invitation to a space, as its invitee and the space's owners see it. */
+export interface Invitation {
+  space: string;
+  /** The invitee. */
+  user: string;
+  /** The role accepting gives. */
+  role: Role;
+  /** The owner who invited. */
+  from: string;
+  /** When it lapses, in ms since the epoch. */
+  expiresAt: number;
+}
+
 /** A member's role in a space: owners manage members, editors write rows, viewers read. */
 export type Role = 'owner' | 'editor' | 'viewer';
 
@@ -413,13 +432,23 @@ export interface Database {
    * cap reached, in the server's words).
    */
   setMember(space: string, user: string, role: Role | null): Promise<{ user: string; role: Role | null; invited?: true }>;
-  /** Who is a member of `space` (any member may ask). */
-  members(space: string): Promise<{ space: string; members: { user: string; role: Role }[] }>;
   /**
-   * The user's pending invitations (online): `from` the owner who invited, `expiresAt` when it lapses (ms since the
-   * epoch). Nothing of an invited space is on the device until it is accepted.
+   * Who is a member of `space` (any member may ask), by user id: every member, read page after page; with
+   * `{ after, limit }` (1 to 1000) that page only.
    */
-  invitations(): Promise<{ space: string; role: Role; from: string; expiresAt: number }[]>;
+  members(space: string, page?: ListPage): Promise<{ space: string; members: { user: string; role: Role }[] }>;
+  /**
+   * The user's pending invitations (online), by space: `from` the owner who invited, `expiresAt` when it lapses (ms
+   * since the epoch). Nothing of an invited space is on the device until it is accepted. All of them; with
+   * `{ after, limit }` that page only.
+   */
+  invitations(page?: ListPage): Promise<Invitation[]>;
+  /**
+   * The pending invitations to `space`, by invitee, for its owners (anyone else: `refused` with refusal `forbidden`):
+   * who is invited, as what, by whom, until when. Withdraw one with `setMember(space, user, null)`. All of them; with
+   * `{ after, limit }` that page only.
+   */
+  invited(space: string, page?: ListPage): Promise<Invitation[]>;
   /** Accepts the invitation to `space`; its rows arrive with the sync started now. None pending: `refused` (`not_found`). */
   accept(space: string): Promise<{ space: string; role: Role }>;
   /** Declines the invitation to `space` (none pending: resolves all the same). */

@@ -24,7 +24,7 @@ use std::rc::{Rc, Weak};
 
 pub use error::{ClientError, Edit, SyncOutcome};
 pub use host::{Host, Signal, Task};
-pub use transport::{CallError, MemoryTransport, Transport};
+pub use transport::{CallError, MemoryTransport, Page, Transport};
 
 use crate::attempt::Recovery;
 use crate::engine::{Config, Draft, Engine, EngineError};
@@ -528,17 +528,31 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         Ok(m)
     }
 
-    /// Who is a member of `space`, with roles (any member may ask).
-    pub async fn members(&self, space: &str) -> Result<MembersList, ClientError> {
+    /// Who is a member of `space`, with roles (any member may ask): the
+    /// page asked for, or (`None`) every member, page after page.
+    pub async fn members(&self, space: &str, page: Option<Page>) -> Result<MembersList, ClientError> {
         self.check_open()?;
         named("space", crate::space::check_space(space))?;
-        self.net().members(space).await.map_err(ClientError::Refused)
+        let net = self.net();
+        let members = listed(page, |p| async move { Ok(net.members(space, p).await?.members) }, |m| &m.user).await?;
+        Ok(MembersList { space: space.to_owned(), members })
     }
 
-    /// The user's pending invitations to spaces (nothing of those spaces is on the device).
-    pub async fn invitations(&self) -> Result<Vec<Invitation>, ClientError> {
+    /// The user's pending invitations to spaces (nothing of those spaces is
+    /// on the device): the page asked for, or (`None`) all of them.
+    pub async fn invitations(&self, page: Option<Page>) -> Result<Vec<Invitation>, ClientError> {
         self.check_open()?;
-        Ok(self.net().invitations().await.map_err(ClientError::Refused)?.invitations)
+        let net = self.net();
+        listed(page, |p| async move { Ok(net.invitations(p).await?.invitations) }, |i| &i.space).await
+    }
+
+    /// The pending invitations to `space`, for one of its owners: the page
+    /// asked for, or (`None`) all of them, by invitee.
+    pub async fn invited(&self, space: &str, page: Option<Page>) -> Result<Vec<Invitation>, ClientError> {
+        self.check_open()?;
+        named("space", crate::space::check_space(space))?;
+        let net = self.net();
+        listed(page, |p| async move { Ok(net.invited(space, p).await?.invitations) }, |i| &i.user).await
     }
 
     /// Accepts the invitation to `space`; its rows come with the sync started now.
@@ -705,4 +719,91 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
 /// and the answer is the same offline.
 fn named(what: &str, checked: Result<(), &'static str>) -> Result<(), ClientError> {
     checked.map_err(|p| ClientError::BadInput(format!("{what}: {p}")))
+}
+
+/// A list the server pages (PROTOCOL §3c): the page `asked`, or (`None`)
+/// the whole list, page after page until one comes back short. A
+/// membership list no page of which the caller named is read whole: a
+/// first page alone would leave out, without a word, whoever sorts after it.
+/// `read` asks for a page, `key` is what the next page's `after` names of
+/// an entry.
+async fn listed<E, Fut>(asked: Option<Page>, read: impl Fn(Page) -> Fut, key: fn(&E) -> &str) -> Result<Vec<E>, ClientError>
+where
+    Fut: std::future::Future<Output = Result<Vec<E>, CallError>>,
+{
+    if let Some(page) = asked {
+        return read(page).await.map_err(ClientError::Refused);
+    }
+    let mut all = Vec::new();
+    let mut page = Page::FIRST;
+    loop {
+        let got = read(page.clone()).await.map_err(ClientError::Refused)?;
+        let next = match got.last() {
+            // A server that answers the same page again is not asked a third time.
+            Some(last) if got.len() >= page.limit && key(last) != page.after => Some(key(last).to_owned()),
+            _ => None,
+        };
+        all.extend(got);
+        match next {
+            Some(after) => page.after = after,
+            None => return Ok(all),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    use crate::protocol::space::MAX_LIST_LIMIT;
+
+    /// The value of a future that never waits.
+    fn now<F: Future>(f: F) -> F::Output {
+        let mut f = std::pin::pin!(f);
+        match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(v) => v,
+            Poll::Pending => panic!("the future waited"),
+        }
+    }
+
+    /// A server's list of `n` users, paged as the server pages it; counts the requests.
+    fn server(n: usize, asked: &Cell<usize>) -> impl Fn(Page) -> std::future::Ready<Result<Vec<String>, CallError>> + '_ {
+        let all: Vec<String> = (0..n).map(|i| format!("u{i:05}")).collect();
+        move |p: Page| {
+            asked.set(asked.get() + 1);
+            std::future::ready(Ok(p.of(all.clone(), |u| u)))
+        }
+    }
+
+    #[test]
+    fn a_list_read_whole_follows_every_page() {
+        for n in [0, 1, 999, 1000, 1001, 2500] {
+            let asked = Cell::new(0);
+            let all = now(listed(None, server(n, &asked), |u| u)).unwrap();
+            assert_eq!(all.len(), n, "every entry, none twice");
+            assert!(all.windows(2).all(|w| w[0] < w[1]));
+            assert_eq!(asked.get(), n / 1000 + 1, "{n}: pages until a short one");
+        }
+    }
+
+    #[test]
+    fn a_page_asked_for_is_that_page_alone() {
+        let asked = Cell::new(0);
+        let page = Page { after: "u00002".into(), limit: 3 };
+        let got = now(listed(Some(page), server(2500, &asked), |u| u)).unwrap();
+        assert_eq!((got, asked.get()), (vec!["u00003".to_owned(), "u00004".into(), "u00005".into()], 1));
+    }
+
+    #[test]
+    fn a_server_answering_the_same_page_again_is_not_followed_forever() {
+        let asked = Cell::new(0);
+        let same = |_: Page| {
+            asked.set(asked.get() + 1);
+            std::future::ready(Ok(vec!["u".to_owned(); MAX_LIST_LIMIT]))
+        };
+        let got = now(listed(None, same, |u: &String| u)).unwrap();
+        assert_eq!((got.len(), asked.get()), (2 * MAX_LIST_LIMIT, 2));
+    }
 }

@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use crate::attempt::Failure;
 use crate::memory_server::MemoryServer;
-use crate::protocol::space::{InvitationsList, MemberChange};
+use crate::protocol::space::{InvitationsList, MemberChange, MAX_LIST_LIMIT};
 use crate::protocol::{
     CreateSpace, ErrorBody, Member, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse,
     VerdictsRequest, VerdictsResponse,
@@ -41,6 +41,36 @@ impl CallError {
     }
 }
 
+/// A page of a list the server keeps (PROTOCOL §3c): at most `limit`
+/// entries after the one named `after` (empty: from the start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// The last entry of the page before (a user id, or a space's name).
+    pub after: String,
+    /// 1 to [`MAX_LIST_LIMIT`].
+    pub limit: usize,
+}
+
+impl Page {
+    /// The first page, as long as a page may be.
+    pub const FIRST: Page = Page { after: String::new(), limit: MAX_LIST_LIMIT };
+
+    /// The page's query parameters, `after=…&limit=…` (`encode`: a component's URL encoding).
+    pub fn query(&self, encode: impl Fn(&str) -> String) -> String {
+        format!("after={}&limit={}", encode(&self.after), self.limit)
+    }
+
+    /// The entries of a whole list, ordered as the server orders them, that
+    /// this page holds (`key`: what `after` names of an entry).
+    pub fn of<T>(&self, list: Vec<T>, key: impl Fn(&T) -> &str) -> Vec<T> {
+        let start = match self.after.as_str() {
+            "" => 0,
+            after => list.iter().position(|e| key(e) == after).map_or(list.len(), |i| i + 1),
+        };
+        list.into_iter().skip(start).take(self.limit).collect()
+    }
+}
+
 /// A way to reach the server.
 #[allow(async_fn_in_trait)]
 pub trait Transport {
@@ -66,10 +96,12 @@ pub trait Transport {
     async fn create_space(&self, req: &CreateSpace) -> Result<Membership, CallError>;
     /// `POST /v1/spaces/members`: changes or removes a member, or invites a user who is not one.
     async fn set_member(&self, req: &SetMember) -> Result<MemberChange, CallError>;
-    /// `GET /v1/spaces/members?space=`: who is a member of a space.
-    async fn members(&self, space: &str) -> Result<MembersList, CallError>;
-    /// `GET /v1/invitations`: the user's pending invitations.
-    async fn invitations(&self) -> Result<InvitationsList, CallError>;
+    /// `GET /v1/spaces/members?space=`: a page of who is a member of a space.
+    async fn members(&self, space: &str, page: Page) -> Result<MembersList, CallError>;
+    /// `GET /v1/invitations`: a page of the user's pending invitations.
+    async fn invitations(&self, page: Page) -> Result<InvitationsList, CallError>;
+    /// `GET /v1/spaces/invitations?space=`: a page of the invitations to a space the user owns.
+    async fn invited(&self, space: &str, page: Page) -> Result<InvitationsList, CallError>;
     /// `POST /v1/invitations/accept`: joins a space the user is invited to.
     async fn accept(&self, space: &str) -> Result<Membership, CallError>;
     /// `POST /v1/invitations/decline`: refuses an invitation.
@@ -145,8 +177,14 @@ impl Transport for MemoryTransport {
         Ok(MemberChange { user: req.user.clone(), role: req.role, invited })
     }
 
-    async fn invitations(&self) -> Result<InvitationsList, CallError> {
-        Ok(InvitationsList { invitations: self.server.borrow().invitations(&self.user) })
+    async fn invitations(&self, page: Page) -> Result<InvitationsList, CallError> {
+        let all = self.server.borrow().invitations(&self.user);
+        Ok(InvitationsList { invitations: page.of(all, |i| &i.space) })
+    }
+
+    async fn invited(&self, space: &str, page: Page) -> Result<InvitationsList, CallError> {
+        let all = self.server.borrow().invited(&self.user, space).map_err(CallError::of)?;
+        Ok(InvitationsList { invitations: page.of(all, |i| &i.user) })
     }
 
     async fn accept(&self, space: &str) -> Result<Membership, CallError> {
@@ -164,9 +202,9 @@ impl Transport for MemoryTransport {
         Ok(())
     }
 
-    async fn members(&self, space: &str) -> Result<MembersList, CallError> {
+    async fn members(&self, space: &str, page: Page) -> Result<MembersList, CallError> {
         let listed = self.server.borrow().members(&self.user, space).map_err(CallError::of)?;
-        let members = listed.into_iter().map(|(user, role)| Member { user, role: Some(role) }).collect();
+        let members = page.of(listed, |(user, _)| user).into_iter().map(|(user, role)| Member { user, role: Some(role) }).collect();
         Ok(MembersList { space: space.to_owned(), members })
     }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::attempt::Failure;
-use crate::driver::{CallError, Host, Task, Transport};
+use crate::driver::{CallError, Host, Page, Task, Transport};
 use crate::ids::SplitMix;
 use crate::protocol::{
     CreateSpace, MembersList, OpId, PushRequest, PushResponse, SetMember, SpacesPullRequest, SpacesPullResponse, VerdictsResponse,
@@ -349,10 +349,14 @@ impl Transport for SimTransport {
     async fn set_member(&self, _req: &SetMember) -> Result<crate::protocol::space::MemberChange, CallError> {
         Err(no_calls())
     }
-    async fn members(&self, _space: &str) -> Result<MembersList, CallError> {
+    async fn members(&self, _space: &str, _page: Page) -> Result<MembersList, CallError> {
         Err(no_calls())
     }
-    async fn invitations(&self) -> Result<crate::protocol::space::InvitationsList, CallError> {
+    async fn invitations(&self, _page: Page) -> Result<crate::protocol::space::InvitationsList, CallError> {
+        Err(no_calls())
+    }
+
+    async fn invited(&self, _space: &str, _page: Page) -> Result<crate::protocol::space::InvitationsList, CallError> {
         Err(no_calls())
     }
     async fn accept(&self, _space: &str) -> Result<Membership, CallError> {

@@ -7,7 +7,20 @@ use js_sys::Promise;
 use wasm_bindgen::prelude::*;
 
 use super::{args, client_error, js_error, to_js, Marksync};
+use crate::driver::Page;
+use crate::protocol::space::MAX_LIST_LIMIT;
 use crate::protocol::Code;
+
+/// A list's `{ after, limit }`: `None` when neither is given (the whole list).
+fn page(options: &JsValue) -> Result<Option<Page>, JsValue> {
+    args::options(options, "options")?;
+    let after = args::opt_text(&args::get(options, "after"), "options.after")?;
+    let limit = args::opt_int(options, "limit", "options", 1.0, MAX_LIST_LIMIT as f64)?;
+    if after.is_none() && limit.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Page { after: after.unwrap_or_default(), limit: limit.map_or(MAX_LIST_LIMIT, |n| n as usize) }))
+}
 
 #[wasm_bindgen]
 impl Marksync {
@@ -46,18 +59,36 @@ impl Marksync {
         })
     }
 
-    /// The members of `space` with their roles: `{ space, members: [{ user, role }] }`.
-    pub fn members(&self, space: JsValue) -> Promise {
+    /// The members of `space` with their roles: `{ space, members: [{ user, role }] }`,
+    /// every one of them; with `{ after, limit }`, that page only (by user id).
+    pub fn members(&self, space: JsValue, options: JsValue) -> Promise {
         let inner = self.inner.clone();
-        let space = args::text(&space, "space");
-        super::promise(async move { Ok(to_js(&inner.members(&space?).await.map_err(client_error)?)) })
+        let read = args::text(&space, "space").and_then(|space| Ok((space, page(&options)?)));
+        super::promise(async move {
+            let (space, page) = read?;
+            Ok(to_js(&inner.members(&space, page).await.map_err(client_error)?))
+        })
     }
 
-    /// The user's pending invitations: `[{ space, role, from, expiresAt }]`.
+    /// The user's pending invitations: `[{ space, user, role, from, expiresAt }]`,
+    /// all of them; with `{ after, limit }`, that page (by space).
     /// Nothing of an invited space is on the device until it is accepted.
-    pub fn invitations(&self) -> Promise {
+    pub fn invitations(&self, options: JsValue) -> Promise {
         let inner = self.inner.clone();
-        super::promise(async move { Ok(to_js(&inner.invitations().await.map_err(client_error)?)) })
+        let read = page(&options);
+        super::promise(async move { Ok(to_js(&inner.invitations(read?).await.map_err(client_error)?)) })
+    }
+
+    /// The pending invitations to `space`, for one of its owners: `[{ space,
+    /// user, role, from, expiresAt }]`, all of them; with `{ after, limit }`,
+    /// that page (by invitee). Anyone else: `refused` with `refusal: "forbidden"`.
+    pub fn invited(&self, space: JsValue, options: JsValue) -> Promise {
+        let inner = self.inner.clone();
+        let read = args::text(&space, "space").and_then(|space| Ok((space, page(&options)?)));
+        super::promise(async move {
+            let (space, page) = read?;
+            Ok(to_js(&inner.invited(&space, page).await.map_err(client_error)?))
+        })
     }
 
     /// Accepts the invitation to `space`: resolves with `{ space, role }`;

@@ -18,7 +18,12 @@ use crate::protocol::{
 };
 use crate::space::Membership;
 
-pub use crate::driver::transport::{CallError, MemoryTransport, Transport};
+pub use crate::driver::transport::{CallError, MemoryTransport, Page, Transport};
+
+/// A URL's component, encoded.
+fn encode(s: &str) -> String {
+    String::from(js_sys::encode_uri_component(s))
+}
 
 /// Where the token comes from: a fixed string or an (async) function.
 #[derive(Clone)]
@@ -125,7 +130,7 @@ impl FetchTransport {
         match &*self.user.borrow() {
             Some(u) => {
                 let sep = if path.contains('?') { '&' } else { '?' };
-                format!("{sep}{}={}", crate::protocol::USER_PARAM, String::from(js_sys::encode_uri_component(u)))
+                format!("{sep}{}={}", crate::protocol::USER_PARAM, encode(u))
             }
             None => String::new(),
         }
@@ -345,13 +350,16 @@ impl Transport for FetchTransport {
         self.call("POST", "/v1/spaces/members", serde_json::to_string(req).ok()).await
     }
 
-    async fn members(&self, space: &str) -> Result<MembersList, CallError> {
-        let q = String::from(js_sys::encode_uri_component(space));
-        self.call("GET", &format!("/v1/spaces/members?space={q}"), None).await
+    async fn members(&self, space: &str, page: Page) -> Result<MembersList, CallError> {
+        self.call("GET", &format!("/v1/spaces/members?space={}&{}", encode(space), page.query(encode)), None).await
     }
 
-    async fn invitations(&self) -> Result<InvitationsList, CallError> {
-        self.call("GET", "/v1/invitations", None).await
+    async fn invitations(&self, page: Page) -> Result<InvitationsList, CallError> {
+        self.call("GET", &format!("/v1/invitations?{}", page.query(encode)), None).await
+    }
+
+    async fn invited(&self, space: &str, page: Page) -> Result<InvitationsList, CallError> {
+        self.call("GET", &format!("/v1/spaces/invitations?space={}&{}", encode(space), page.query(encode)), None).await
     }
 
     async fn accept(&self, space: &str) -> Result<Membership, CallError> {

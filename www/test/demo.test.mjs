@@ -66,6 +66,9 @@ for (const backend of built ? backends() : []) {
       await waitAllSynced(a.page, 1);
       await shareWith(a.page, coach, 'viewer');
       assert.equal(await b.page.evaluate(() => window.db.spaces().length), 1, 'invited only: nothing of hers yet');
+      // The pending invitation is the server's: it is still listed after a reload.
+      await a.page.reload();
+      await a.page.locator(`[data-testid=invited][data-user="${coach}"]`).waitFor();
       await acceptInvitation(b.page, owner);
 
       const diary = b.page.getByTestId('shared-diary');

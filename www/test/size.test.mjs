@@ -32,8 +32,10 @@ import { root } from './helpers.mjs';
 // schema's tables, a row's queued ats) as sorted vectors, not trees, stored
 // types handed to JS through their JSON, one sort for cold lists, −24.4 KB
 // — BENCHMARKS.md, "The package, step by step"); 437 → 408: the browser
-// build at opt-level "z" with the inliner's threshold at 40, −29.1 KB.
-const BUDGET_KB = 408;
+// build at opt-level "z" with the inliner's threshold at 40, −29.1 KB;
+// 408 → 412: a space's pending invitations listed for its owners, and the
+// member and invitation lists read whole, page after page, +4.1 KB.
+const BUDGET_KB = 412;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');

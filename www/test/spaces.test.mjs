@@ -145,13 +145,22 @@ for (const backend of backends()) {
         assert.equal(await bob.run(() => db.spaces().length), 1, 'his own space only');
         const pending = await bob.run(() => db.invitations());
         assert.equal(pending.length, 1);
-        assert.deepEqual({ ...pending[0], expiresAt: typeof pending[0].expiresAt }, { space: club, role: 'editor', from: alice.user, expiresAt: 'number' });
+        assert.deepEqual({ ...pending[0], expiresAt: typeof pending[0].expiresAt }, { space: club, user: bob.user, role: 'editor', from: alice.user, expiresAt: 'number' });
         assert.ok(pending[0].expiresAt > Date.now(), 'it lapses later');
+        // The owner sees the same invitation among the club's pending ones.
+        assert.deepEqual(await alice.run((club) => db.invited(club), club), pending);
+        assert.deepEqual(await alice.run((club) => db.invited(club, { after: '', limit: 1 }), club), pending);
+        assert.deepEqual(await alice.run((club) => db.invited(club, { limit: 0 }).catch((e) => e.code), club), 'bad_input');
 
         // Accepted: the rows flow.
         assert.deepEqual(await bob.run((club) => db.accept(club), club), { space: club, role: 'editor' });
         await until(() => bob.run(() => db.rows('sets')).then((r) => r.length === 1), 'the club on his device');
         assert.deepEqual(await bob.run(() => db.invitations()), []);
+        assert.deepEqual(await alice.run((club) => db.invited(club), club), [], 'accepted: no longer pending');
+        const notOwner = await bob.run((club) => db.invited(club).then(() => null, (e) => [e.code, e.refusal]), club);
+        assert.deepEqual(notOwner, ['refused', 'forbidden'], 'an editor does not see the invitations');
+        const firstMember = await alice.run((club) => db.members(club, { limit: 1 }), club);
+        assert.deepEqual(firstMember, { space: club, members: [{ user: alice.user, role: 'owner' }] }, 'a page asked for, by user id');
 
         // Errors are Errors with stable codes.
         const errors = await bob.run(async (club) => {

@@ -13,13 +13,13 @@ export function ownerOf(space) {
 /**
  * Sharing the diary: the diary is the person's own space (`~<user>`); they
  * invite another user with a role (the diary reaches them once they accept),
- * change a member's role, or take it back. Membership is the server's, so
+ * see who is invited still and withdraw it, change a member's role, or take it back. Membership is the server's, so
  * this needs the network; the server's refusal (not an owner, a limit
  * reached…) shows word for word.
  */
 export function Sharing({ db, personal, onError, say }) {
   const [members, setMembers] = useState(null);
-  // Invitations sent from this screen, until the person shows among the members.
+  // The diary's pending invitations, as the server lists them (one just sent shows at once).
   const [invited, setInvited] = useState([]);
   const [who, setWho] = useState('');
   const [role, setRole] = useState('viewer');
@@ -28,10 +28,10 @@ export function Sharing({ db, personal, onError, say }) {
   const load = useCallback(async () => {
     if (!personal) return;
     try {
-      const list = await db.members(personal);
+      const [list, pending] = await Promise.all([db.members(personal), db.invited(personal)]);
       const others = list.members.filter((m) => m.role !== 'owner' || m.user !== ownerOf(personal));
       setMembers(others);
-      setInvited((all) => all.filter((i) => !others.some((m) => m.user === i.user)));
+      setInvited(pending.map(({ user, role }) => ({ user, role })));
     } catch {
       setMembers(null); // offline: the list shows once the server answers
     }
