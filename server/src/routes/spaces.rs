@@ -33,6 +33,22 @@ fn listed<T>(app: &App, user: &str, list: Vec<T>) -> Vec<T> {
     list
 }
 
+/// A list's read work, paid by a user once read (an admin pays nothing).
+fn listed_as<T>(app: &App, actor: Actor<'_>, list: Vec<T>) -> Vec<T> {
+    match actor {
+        Actor::User(user) => listed(app, user, list),
+        Actor::Admin => list,
+    }
+}
+
+/// A space's list as the query string asks: `space` (required), and the page.
+fn space_page(q: QueryParams) -> Result<(String, String, usize), ApiError> {
+    let q = query(q)?;
+    let space = q.get("space").cloned().ok_or_else(|| ApiError::bad_request("space is required"))?;
+    let (after, limit) = page(&q)?;
+    Ok((space, after, limit))
+}
+
 /// The largest body of a membership request.
 pub(super) const MAX_BODY: usize = 4096;
 
@@ -102,14 +118,9 @@ pub(crate) async fn invitations_to(
 
 /// The pending invitations to the space named by `?space=`, as `actor` may see them.
 pub(super) async fn invitations_to_as(app: &App, actor: Actor<'_>, q: QueryParams) -> Result<Response, ApiError> {
-    let q = query(q)?;
-    let space = q.get("space").ok_or_else(|| ApiError::bad_request("space is required"))?;
-    let (after, limit) = page(&q)?;
-    let list = app.store.invitations_to(actor, space, &after, limit).await?;
-    if let Actor::User(user) = actor {
-        app.budgets.charge(Work::Reads, user, 1 + list.len());
-    }
-    Ok(invitations_list(list))
+    let (space, after, limit) = space_page(q)?;
+    let list = app.store.invitations_to(actor, &space, &after, limit).await?;
+    Ok(invitations_list(listed_as(app, actor, list)))
 }
 
 /// `POST /v1/invitations/accept`: the caller joins a space they are invited to.
@@ -212,13 +223,9 @@ pub(crate) async fn members(
 
 /// The members of the space named by `?space=`, as `actor` may see them.
 pub(super) async fn members_as(app: &App, actor: Actor<'_>, q: QueryParams) -> Result<Response, ApiError> {
-    let q = query(q)?;
-    let space = q.get("space").ok_or_else(|| ApiError::bad_request("space is required"))?;
-    let (after, limit) = page(&q)?;
-    let list = app.store.members(actor, space, &after, limit).await?;
-    if let Actor::User(user) = actor {
-        app.budgets.charge(Work::Reads, user, 1 + list.len());
-    }
-    let members = list.into_iter().map(|(user, role)| Member { user, role: Some(role) }).collect();
-    Ok(Json(MembersList { space: space.clone(), members }).into_response())
+    let (space, after, limit) = space_page(q)?;
+    let list = app.store.members(actor, &space, &after, limit).await?;
+    let members =
+        listed_as(app, actor, list).into_iter().map(|(user, role)| Member { user, role: Some(role) }).collect();
+    Ok(Json(MembersList { space, members }).into_response())
 }

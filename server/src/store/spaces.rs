@@ -148,7 +148,8 @@ async fn lock_space<C: Conn>(tx: &mut C, space: &str) -> Result<bool, DbError> {
     tx.lock_head(space).await
 }
 
-/// `actor`'s right to manage `space`'s members, under the space's lock (`exists`: whether it does).
+/// `actor`'s right to manage `space`'s members (and to see its pending
+/// invitations), under the space's lock or in a snapshot (`exists`: whether it does).
 async fn may_manage<C: Conn>(tx: &mut C, actor: Actor<'_>, space: &str, exists: bool) -> Result<(), SpaceError> {
     match actor {
         Actor::Admin if exists => Ok(()),
@@ -357,16 +358,7 @@ pub(crate) async fn invitations_to<D: Backend>(
     space::check_space(space).map_err(|p| SpaceError::BadRequest(format!("space: {p}")))?;
     let mut snap = pools.snapshot().await?;
     let exists = space::personal_owner(space).is_some() || snap.space_exists(space).await?;
-    match actor {
-        Actor::Admin if !exists => return Err(SpaceError::NotFound(space.to_owned())),
-        Actor::Admin => {}
-        Actor::User(user) => {
-            let stored = if exists { snap.member(space, user).await? } else { None };
-            if !space::manages_members(space::role_of(user, space, stored)) {
-                return Err(space::not_an_owner(space).into());
-            }
-        }
-    }
+    may_manage(&mut *snap, actor, space, exists).await?;
     let list = snap.invitations(InvitationsOf::Space, space, after, crate::clock::now_ms_db(), limit).await?;
     snap.commit().await?;
     Ok(list)
