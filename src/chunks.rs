@@ -381,9 +381,12 @@ where
     Ok(Row { cells, notes: None })
 }
 
-/// Decodes a chunk in encoding 2 (the UTF-8 bytes of a JSON array).
+/// Decodes a chunk in encoding 2 (the UTF-8 bytes of a JSON array). Read
+/// as text, as every other JSON is in the wasm: serde_json's reader of
+/// bytes is a second copy of its parser there.
 fn decode_chunk_v2(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
-    let rows: Vec<RowV2<'_>> = serde_json::from_slice(bytes).map_err(corrupt)?;
+    let text = std::str::from_utf8(bytes).map_err(corrupt)?;
+    let rows: Vec<RowV2<'_>> = serde_json::from_str(text).map_err(corrupt)?;
     rows.into_iter()
         .map(|RowV2(table, row_id, groups)| {
             row_of(
