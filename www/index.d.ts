@@ -61,17 +61,21 @@ export interface ListPage {
   limit?: number;
 }
 
-/** A pending invitation to a space, as its invitee and the space's owners see it. */
+/** A pending invitation to a space, as its invitee sees it. */
 export interface Invitation {
   space: string;
-  /** The invitee. */
-  user: string;
   /** The role accepting gives. */
   role: Role;
   /** The owner who invited. */
   from: string;
   /** When it lapses, in ms since the epoch. */
   expiresAt: number;
+}
+
+/** A pending invitation to a space, as the space's owners see it: who is invited. */
+export interface SpaceInvitation extends Invitation {
+  /** The invitee. */
+  user: string;
 }
 
 /** A member's role in a space: owners manage members, editors write rows, viewers read. */
@@ -448,7 +452,7 @@ export interface Database {
    * who is invited, as what, by whom, until when. Withdraw one with `setMember(space, user, null)`. All of them; with
    * `{ after, limit }` that page only.
    */
-  invited(space: string, page?: ListPage): Promise<Invitation[]>;
+  invited(space: string, page?: ListPage): Promise<SpaceInvitation[]>;
   /** Accepts the invitation to `space`; its rows arrive with the sync started now. None pending: `refused` (`not_found`). */
   accept(space: string): Promise<{ space: string; role: Role }>;
   /** Declines the invitation to `space` (none pending: resolves all the same). */

@@ -125,15 +125,16 @@ pub struct MemberChange {
 }
 
 /// A pending invitation, listed from either side: by its invitee
-/// (`GET /v1/invitations`) and by the space's owners (`GET
-/// /v1/spaces/invitations?space=`). One type for both, each entry whole.
+/// (`GET /v1/invitations`, without `user`: the caller) and by the space's
+/// owners (`GET /v1/spaces/invitations?space=`). One type for both.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Invitation {
     /// The space.
     pub space: String,
-    /// The invitee (absent from a server older than the owners' listing).
-    #[serde(default)]
+    /// The invitee, in the owners' listing; in the invitee's own (the
+    /// caller), empty and not written.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub user: String,
     /// The role accepting gives.
     pub role: Role,

@@ -70,7 +70,7 @@ impl Marksync {
         })
     }
 
-    /// The user's pending invitations: `[{ space, user, role, from, expiresAt }]`,
+    /// The user's pending invitations: `[{ space, role, from, expiresAt }]`,
     /// all of them; with `{ after, limit }`, that page (by space).
     /// Nothing of an invited space is on the device until it is accepted.
     pub fn invitations(&self, options: JsValue) -> Promise {

@@ -87,7 +87,9 @@ pub(crate) async fn invitations(
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let (after, limit) = page(&query(q)?)?;
-    let list = app.store.invitations(&user, &after, limit).await?;
+    let mut list = app.store.invitations(&user, &after, limit).await?;
+    // The invitee is the caller: not repeated in every entry.
+    list.iter_mut().for_each(|i| i.user.clear());
     Ok(invitations_list(listed(&app, &user, list)))
 }
 

@@ -1,6 +1,6 @@
 // The README's snippets as an app writes them, compiled by `tsc --strict`
 // against the package's own types (imported by the package's name).
-import { Marksync, type Database, type Invitation, type MarksyncError, type Row } from 'marksync';
+import { Marksync, type Database, type Invitation, type MarksyncError, type Row, type SpaceInvitation } from 'marksync';
 import { useQuery, useRows, useRowStatus, useSpaces } from 'marksync/react';
 import marksync from 'marksync/vite';
 import { mountInspector } from 'marksync/devtools';
@@ -32,7 +32,8 @@ export async function readme(): Promise<void> {
 
   await db.createSpace('team-42');
   await db.setMember('team-42', 'coach', 'viewer');
-  for (const i of await db.invited('team-42')) showError(`${i.user} invited as ${i.role} by ${i.from} until ${i.expiresAt}`);
+  const invited: SpaceInvitation[] = await db.invited('team-42');
+  for (const i of invited) showError(`${i.user} invited as ${i.role} by ${i.from} until ${i.expiresAt}`);
   const firstMembers = await db.members('team-42', { limit: 50 });
   void firstMembers.members[0]?.user;
   const pending: Invitation[] = await db.invitations({ after: 'team-41' });
