@@ -713,7 +713,7 @@ impl Marksync {
     /// request got no usable answer, or null).
     pub fn metrics(&self) -> JsValue {
         let e = self.inner.engine.borrow();
-        let v = to_js(e.metrics());
+        let v = via_json(e.metrics());
         let reason = e.recovery().map(|r| JsValue::from_str(&r.message)).unwrap_or(JsValue::NULL);
         let _ = Reflect::set(&v, &"recoveryReason".into(), &reason);
         let next = e.retry_at().map(|t| JsValue::from_f64(t as f64)).unwrap_or(JsValue::NULL);
