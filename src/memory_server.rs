@@ -381,8 +381,7 @@ impl MemoryServer {
     /// `user`'s pending invitations, by space name.
     pub fn invitations(&self, user: &str) -> Vec<Invitation> {
         let mine = self.invitations.iter().filter(|((_, u), i)| u == user && self.pending(i));
-        // The invitee is the caller: not repeated in every entry.
-        mine.map(Self::listed).map(|i| Invitation { user: String::new(), ..i }).collect()
+        mine.map(|i| Self::listed(i).for_invitee()).collect()
     }
 
     /// `GET /v1/spaces/invitations` for `by`: the pending invitations to

@@ -144,6 +144,14 @@ pub struct Invitation {
     pub expires_at: u64,
 }
 
+impl Invitation {
+    /// The entry as its invitee's own listing spells it: they are the
+    /// caller, so they are not named again in every entry.
+    pub fn for_invitee(self) -> Invitation {
+        Invitation { user: String::new(), ..self }
+    }
+}
+
 /// `GET /v1/invitations` answer (the caller's pending invitations, by space
 /// name) and `GET /v1/spaces/invitations?space=` answer (a space's, by invitee).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -87,22 +87,22 @@ pub(crate) async fn invitations(
     q: QueryParams,
 ) -> Result<Response, ApiError> {
     let (after, limit) = page(&query(q)?)?;
-    let mut list = app.store.invitations(&user, &after, limit).await?;
-    // The invitee is the caller: not repeated in every entry.
-    list.iter_mut().for_each(|i| i.user.clear());
-    Ok(invitations_list(listed(&app, &user, list)))
+    let list = app.store.invitations(&user, &after, limit).await?;
+    Ok(invitations_list(listed(&app, &user, list), Invitation::for_invitee))
 }
 
-/// A listing of invitations as the wire spells it.
-fn invitations_list(list: Vec<Invited>) -> Response {
+/// A listing of invitations as the wire spells it, each entry as `seen` from its side.
+fn invitations_list(list: Vec<Invited>, seen: fn(Invitation) -> Invitation) -> Response {
     let invitations = list
         .into_iter()
-        .map(|i| Invitation {
-            space: i.space,
-            user: i.user,
-            role: i.role,
-            from: i.from,
-            expires_at: u64::try_from(i.expires_at).unwrap_or(0),
+        .map(|i| {
+            seen(Invitation {
+                space: i.space,
+                user: i.user,
+                role: i.role,
+                from: i.from,
+                expires_at: u64::try_from(i.expires_at).unwrap_or(0),
+            })
         })
         .collect();
     Json(InvitationsList { invitations }).into_response()
@@ -122,7 +122,7 @@ pub(crate) async fn invitations_to(
 pub(super) async fn invitations_to_as(app: &App, actor: Actor<'_>, q: QueryParams) -> Result<Response, ApiError> {
     let (space, after, limit) = space_page(q)?;
     let list = app.store.invitations_to(actor, &space, &after, limit).await?;
-    Ok(invitations_list(listed_as(app, actor, list)))
+    Ok(invitations_list(listed_as(app, actor, list), |i| i))
 }
 
 /// `POST /v1/invitations/accept`: the caller joins a space they are invited to.
