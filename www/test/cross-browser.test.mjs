@@ -425,18 +425,37 @@ for (const engine of engines) {
       const user = newUser(`${engine}-converge`);
       const a = await device(user);
       const b = await device(user);
+      // Each sync bounded on its own: a stall (twice in WebKit on CI, in 60 s script timeouts) names the device,
+      // the step and what the device was doing, instead of timing the whole script out.
+      const sync = (s, step) => s.run(async (step) => {
+        let timer;
+        const stalled = new Promise((_, reject) => {
+          timer = setTimeout(() => {
+            const d = db.diagnostics();
+            reject(new Error(`${step}: sync stalled 20 s; flight ${JSON.stringify(d.flight)}; lastError ${d.lastError}; `
+              + `outbox ${JSON.stringify(d.outbox.map((o) => [o.phase, o.attempts]))}; last cycle ${JSON.stringify(d.cycles.at(-1))}`));
+          }, 20000);
+        });
+        try {
+          const r = await Promise.race([db.sync(), stalled]);
+          if (!r.ok) throw new Error(`${step}: sync failed: ${JSON.stringify(r)}`);
+          return r;
+        } finally {
+          clearTimeout(timer);
+        }
+      }, step);
       const rowId = await a.run(async () => {
         const id = db.newRowId();
         await db.change('sets', id, { exercise: 'press', weightKg: 40, reps: 8 });
-        await db.sync();
         return id;
       });
-      await b.run(() => db.sync());
+      await sync(a, 'a: first push');
+      await sync(b, 'b: first pull');
       await a.run((id) => db.change('sets', id, { reps: 9 }), rowId);
       await b.run((id) => db.change('sets', id, { weightKg: 42.5 }), rowId);
       for (let i = 0; i < 2; i++) {
-        await a.run(() => db.sync());
-        await b.run(() => db.sync());
+        await sync(a, `a: round ${i}`);
+        await sync(b, `b: round ${i}`);
       }
       const [ra, rb] = [await a.run((id) => db.row('sets', id), rowId), await b.run((id) => db.row('sets', id), rowId)];
       assert.deepEqual(ra, rb);

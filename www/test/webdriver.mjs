@@ -168,7 +168,22 @@ export async function session(engine) {
       const script = `const done = arguments[arguments.length - 1];
         Promise.resolve().then(() => (${fn.toString()})(arguments[0]))
           .then((v) => done({ ok: v === undefined ? null : v }), (e) => done({ error: String(e && e.message || e), code: e && e.code }));`;
-      const out = await call('POST', `${base}/execute/async`, { script, args: [arg ?? null] });
+      let out;
+      try {
+        out = await call('POST', `${base}/execute/async`, { script, args: [arg ?? null] });
+      } catch (e) {
+        // A script that never finished: say what the page's database was doing, so that a stall seen once on a
+        // loaded machine names itself instead of leaving only "script timeout".
+        if (!/timeout/i.test(e.message)) throw e;
+        const state = await call('POST', `${base}/execute/sync`, {
+          script: `const d = window.db?.diagnostics?.();
+            return JSON.stringify({ visibility: document.visibilityState, focus: document.hasFocus(),
+              diagnostics: d && { flight: d.flight, lastError: d.lastError, nextRetryAt: d.nextRetryAt, recovery: d.recovery,
+                outbox: d.outbox.map((o) => [o.phase, o.attempts, o.unknown]), lastCycle: d.cycles.at(-1) } });`,
+          args: [],
+        }).catch((e2) => `unreadable: ${e2.message}`);
+        throw new Error(`${e.message}; the page then: ${state}`);
+      }
       if (out && 'error' in out) throw Object.assign(new Error(out.error), { code: out.code });
       return out?.ok;
     },
