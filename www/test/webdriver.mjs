@@ -175,11 +175,15 @@ export async function session(engine) {
         // A script that never finished: say what the page's database was doing, so that a stall seen once on a
         // loaded machine names itself instead of leaving only "script timeout".
         if (!/timeout/i.test(e.message)) throw e;
-        const state = await call('POST', `${base}/execute/sync`, {
-          script: `const d = window.db?.diagnostics?.();
-            return JSON.stringify({ visibility: document.visibilityState, focus: document.hasFocus(),
-              diagnostics: d && { flight: d.flight, lastError: d.lastError, nextRetryAt: d.nextRetryAt, recovery: d.recovery,
-                outbox: d.outbox.map((o) => [o.phase, o.attempts, o.unknown]), lastCycle: d.cycles.at(-1) } });`,
+        // The Web Locks held and waited for too (a sync waits for its database's lock), unless asking them stalls.
+        const state = await call('POST', `${base}/execute/async`, {
+          script: `const done = arguments[arguments.length - 1];
+            const d = window.db?.diagnostics?.();
+            const asked = navigator.locks?.query ? navigator.locks.query().then((q) => ({ held: q.held.map((l) => l.name), pending: q.pending.map((l) => l.name) }), (e) => String(e)) : Promise.resolve('no Web Locks');
+            Promise.race([asked, new Promise((r) => setTimeout(() => r('locks.query() did not answer in 5 s'), 5000))]).then((locks) =>
+              done(JSON.stringify({ visibility: document.visibilityState, focus: document.hasFocus(), locks,
+                diagnostics: d && { flight: d.flight, lastError: d.lastError, nextRetryAt: d.nextRetryAt, recovery: d.recovery,
+                  outbox: d.outbox.map((o) => [o.phase, o.attempts, o.unknown]), lastCycle: d.cycles.at(-1) } })));`,
           args: [],
         }).catch((e2) => `unreadable: ${e2.message}`);
         throw new Error(`${e.message}; the page then: ${state}`);
