@@ -12,6 +12,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startServer, CHROMIUM_ARGS } from '../test/helpers.mjs';
+import { startProfile, printProfile } from './profile.mjs';
 const server = await startServer('sqlite');
 const ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'tr-')), { executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
 const page = await ctx.newPage();
@@ -20,7 +21,7 @@ await page.waitForFunction(() => window.ready);
 await page.evaluate(() => window.ready);
 const N = Number(process.env.N || 2000);
 const cdp = await ctx.newCDPSession(page);
-if (process.env.PROF) { await cdp.send('Profiler.enable'); await cdp.send('Profiler.setSamplingInterval', { interval: 50 }); await cdp.send('Profiler.start'); }
+if (process.env.PROF) await startProfile(cdp);
 if (process.env.ONLY) await page.evaluate((o) => { window.ONLY = o; }, process.env.ONLY);
 const out = await page.evaluate(async (N) => {
   const p50 = (a) => { a.sort((x, y) => x - y); const mid = a.slice(Math.floor(a.length / 4), Math.ceil(a.length * 3 / 4)); return [+a[Math.floor(a.length / 2)].toFixed(3), +(mid.reduce((s, x) => s + x, 0) / mid.length).toFixed(3)]; };
@@ -53,14 +54,7 @@ const out = await page.evaluate(async (N) => {
   return res;
 }, N);
 console.log(JSON.stringify(out));
-if (process.env.PROF) {
-  const { profile } = await cdp.send('Profiler.stop');
-  const self = new Map(); const dt = profile.timeDeltas; const byId = new Map(profile.nodes.map((n) => [n.id, n]));
-  const counts = new Map(); profile.samples.forEach((id, i) => counts.set(id, (counts.get(id) || 0) + (dt[i] || 0)));
-  for (const [id, us] of counts) { const n = byId.get(id); const k = `${n.callFrame.functionName || '(anon)'} ${n.callFrame.url.split('/').pop()}:${n.callFrame.lineNumber}`; self.set(k, (self.get(k) || 0) + us); }
-  const top = [...self].sort((a, b) => b[1] - a[1]).slice(0, 40);
-  for (const [k, us] of top) console.log((us / 1000).toFixed(1).padStart(8), 'ms', k);
-}
+if (process.env.PROF) await printProfile(cdp);
 await ctx.close();
 await server.stop?.();
 process.exit(0);

@@ -9,6 +9,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startServer, CHROMIUM_ARGS } from '../test/helpers.mjs';
+import { startProfile, printProfile } from './profile.mjs';
 const server = await startServer('sqlite');
 const ctx = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), 'mt-')), { executablePath: '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
 const page = await ctx.newPage();
@@ -32,7 +33,7 @@ for (let r = 0; r < rounds; r++) {
     await window.m.change('sets', window.m.newRowId(), { exercise: 'squat', weightKg: 80, reps: 1 });
     return { raw };
   });
-  if (prof) { await cdp.send('Profiler.enable'); await cdp.send('Profiler.setSamplingInterval', { interval: 50 }); await cdp.send('Profiler.start'); }
+  if (prof) await startProfile(cdp);
   const many = await page.evaluate(async () => {
     const db = window.m;
     const edits = Array.from({ length: 10000 }, (_, i) => ({ table: 'sets', rowId: `${db.deviceId}-bulk-${i}`, fields: { exercise: 'squat', weightKg: 80, reps: i } }));
@@ -41,13 +42,7 @@ for (let r = 0; r < rounds; r++) {
     return t;
   });
   res.raw.push(out.raw); res.many.push(many);
-  if (prof) {
-    const { profile } = await cdp.send('Profiler.stop');
-    const self = new Map(); const dt = profile.timeDeltas; const byId = new Map(profile.nodes.map((n) => [n.id, n]));
-    const counts = new Map(); profile.samples.forEach((id, i) => counts.set(id, (counts.get(id) || 0) + (dt[i] || 0)));
-    for (const [id, us] of counts) { const n = byId.get(id); const k = `${n.callFrame.functionName || '(anon)'} ${n.callFrame.url.split('/').pop()}:${n.callFrame.lineNumber}`; self.set(k, (self.get(k) || 0) + us); }
-    for (const [k, us] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 40)) console.log((us / 1000).toFixed(1).padStart(8), 'ms', k);
-  }
+  if (prof) await printProfile(cdp);
 }
 console.log(`changeMany(10,000) on disk, strict, median of ${rounds}: ${med(res.many).toFixed(1)} ms; raw one transaction ${med(res.raw).toFixed(1)} ms (${(med(res.many) / med(res.raw)).toFixed(2)}×)`);
 await ctx.close();
