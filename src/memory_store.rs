@@ -7,12 +7,11 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use crate::conflict::Conflict;
 use crate::following::Following;
 use crate::index_def::{Entries, EntriesFor, EntryRange};
 use crate::known_schema::KnownSchema;
-use crate::protocol::{Op, OpId, Row, RowKey};
-use crate::store::{LocalStore, Meta, Provided, ProvidedRows, Rejection, Snapshot, StoreError, Txn, Want};
+use crate::protocol::{Op, Row, RowKey};
+use crate::store::{LocalStore, Meta, Provided, ProvidedRows, Snapshot, StoreError, Txn, Want};
 use crate::sync_state::SyncState;
 
 /// The state a store keeps, with the one way to apply a [`Txn`] to it.
@@ -25,9 +24,9 @@ pub struct Tables {
     /// Pending ops by `at`.
     pub pending: BTreeMap<u64, Op>,
     /// Rejections by opId.
-    pub rejections: BTreeMap<OpId, Rejection>,
+    pub rejections: crate::store::Rejections,
     /// Conflicts by id.
-    pub conflicts: BTreeMap<String, Conflict>,
+    pub conflicts: crate::store::Conflicts,
     /// The sync state.
     pub sync: Option<SyncState>,
     /// The server's schema as last fetched.

@@ -91,6 +91,15 @@ pub struct Rejection {
     pub superseded: bool,
 }
 
+/// A device's refusals by op, few and rarely written: a sorted vector (a
+/// tree is one copy of its insert and removal code per key and value type
+/// in the wasm, several KB each).
+pub type Rejections = litemap::LiteMap<OpId, Rejection>;
+
+/// The concurrent overwrites shown, by id: at most
+/// [`crate::conflict::MAX_CONFLICTS`], a sorted vector as the refusals.
+pub type Conflicts = litemap::LiteMap<String, Conflict>;
+
 /// One atomic step of the device's state. Apply in field order: meta, base
 /// puts, pending deletes then puts, rejection deletes then puts.
 ///
@@ -192,8 +201,8 @@ impl Txn {
     /// store's, or a context's in memory): deletes, then puts.
     pub fn apply_notices(
         &self,
-        rejections: &mut std::collections::BTreeMap<OpId, Rejection>,
-        conflicts: &mut std::collections::BTreeMap<String, Conflict>,
+        rejections: &mut Rejections,
+        conflicts: &mut Conflicts,
     ) {
         for id in &self.delete_rejections {
             rejections.remove(id);

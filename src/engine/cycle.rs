@@ -282,7 +282,7 @@ impl Engine {
                 // A later edit of this device set again every field an older
                 // refusal on the row was about: the row stands past it. It
                 // stays listed until dismissed, but no longer tells the status.
-                for r in self.rejections.values_mut() {
+                for (_, r) in self.rejections.iter_mut() {
                     let covered = || r.op.fields.keys().all(|f| op.fields.contains_key(f));
                     if !r.superseded && r.op.at < op.at && r.op.place() == key && covered() {
                         r.superseded = true;

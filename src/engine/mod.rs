@@ -199,10 +199,10 @@ pub struct Engine {
     ids: IdBlock,
     replica: Replica,
     outbox: Outbox,
-    rejections: BTreeMap<OpId, Rejection>,
+    rejections: crate::store::Rejections,
     /// Edits of this device that lost to concurrent ones, by id, dismissed
     /// ones too (PROTOCOL §2a).
-    conflicts: BTreeMap<String, Conflict>,
+    conflicts: crate::store::Conflicts,
     /// The durable, shared part: attempts, flight, recovery, counters.
     sync: SyncState,
     /// Whether `sync` changed since it was last handed out in a txn.
@@ -259,11 +259,15 @@ impl Engine {
             Replica::open(snapshot.base_chunks, snapshot.base, &snapshot.pending)?
         };
         let outbox = Outbox::new(snapshot.pending);
-        // Inserted, not collected: a collect sorts, one more sort in the wasm for each type.
-        let mut rejections = BTreeMap::new();
-        rejections.extend(snapshot.rejections.into_iter().map(|r| (r.op.op_id.clone(), r)));
-        let mut conflicts = BTreeMap::new();
-        conflicts.extend(snapshot.conflicts.into_iter().map(|c| (c.id.clone(), c)));
+        // Inserted one by one, not collected: a collect sorts, one more sort in the wasm for each type.
+        let mut rejections = crate::store::Rejections::new();
+        for r in snapshot.rejections {
+            rejections.insert(r.op.op_id.clone(), r);
+        }
+        let mut conflicts = crate::store::Conflicts::new();
+        for c in snapshot.conflicts {
+            conflicts.insert(c.id.clone(), c);
+        }
         let sync = snapshot.sync.unwrap_or_default();
         let mut rng = SplitMix::new(config.seed);
         let attempt_seq = rng.next_u64() >> 40;
