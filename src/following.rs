@@ -9,10 +9,11 @@
 //!
 //! Pure: the engine feeds it pull answers and asks it who may write where.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::names::Names;
 use crate::protocol::{SpacePage, SpacesPullRequest, SpacesPullResponse};
 use crate::space::{self, Denied, Follow, Role};
 
@@ -30,8 +31,8 @@ pub struct Following {
     /// Spaces a pull said the user left, until they join again: their rows
     /// were removed, an applied echo of an op there is not kept, and an
     /// edit there is refused on the device.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub left: BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "Names::is_empty")]
+    pub left: Names,
 }
 
 /// A space as the app sees it: `db.spaces()`.
@@ -141,7 +142,7 @@ impl Following {
             if self.personal.as_ref() == Some(s) || self.spaces.remove(s).is_none() {
                 continue;
             }
-            self.left.insert(s.clone());
+            self.left.insert(s);
             out.left.push(self.local(s).to_owned());
             out.changed = true;
         }

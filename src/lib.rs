@@ -51,6 +51,7 @@ pub mod known_schema;
 pub mod layered;
 pub mod memory_server;
 pub mod memory_store;
+pub mod names;
 pub mod order;
 pub mod outbox;
 pub mod protocol;

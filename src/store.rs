@@ -199,11 +199,7 @@ impl Txn {
 
     /// Applies the step's refusals and conflicts to a copy of them (the
     /// store's, or a context's in memory): deletes, then puts.
-    pub fn apply_notices(
-        &self,
-        rejections: &mut Rejections,
-        conflicts: &mut Conflicts,
-    ) {
+    pub fn apply_notices(&self, rejections: &mut Rejections, conflicts: &mut Conflicts) {
         for id in &self.delete_rejections {
             rejections.remove(id);
         }

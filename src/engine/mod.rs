@@ -241,7 +241,7 @@ pub struct Engine {
     cycle: CycleLog,
     view: View,
     /// Over a lazy store: the tables read whole, kept so between steps.
-    whole: std::collections::BTreeSet<String>,
+    whole: crate::names::Names,
 }
 
 /// How many "nothing judged, call again now" answers in a row before backing off.
@@ -299,7 +299,7 @@ impl Engine {
             last_failure: None,
             cycle: CycleLog::default(),
             view: View::default(),
-            whole: std::collections::BTreeSet::new(),
+            whole: crate::names::Names::new(),
         };
         if let Some(known) = &snapshot.schema {
             engine.absorb_schema(known);

@@ -8,10 +8,10 @@
 //! touched; a new schema, or rows hidden or shown again, rebuilds them.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
 
 use super::Engine;
 use crate::index_def::EntriesFor;
+use crate::names::Names;
 use crate::protocol::{Row, RowKey};
 use crate::query::{self, Explain, IndexDef, Indexes, Query, Source};
 use crate::store::Want;
@@ -25,7 +25,7 @@ pub struct View {
     changes: Changes,
     /// Over a lazy store: tables with an index not filled yet, their rows
     /// not all read (filled at the first query, once they are).
-    unfilled: BTreeSet<String>,
+    unfilled: Names,
     /// The indexes whose entries the store keeps (PROTOCOL §7, "Indexes on disk").
     disk: Option<EntriesFor>,
 }
@@ -34,7 +34,7 @@ pub struct View {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Changes {
     /// The tables a row of which may have changed.
-    pub tables: BTreeSet<String>,
+    pub tables: Names,
     /// Anything may have changed (a schema, rows hidden or shown, a reopen).
     pub all: bool,
     /// Per changed table, its changed rows as queries see them now
@@ -123,15 +123,14 @@ impl Engine {
             let for_what: Built = (self.schema.as_ref().map(|(k, s)| (s.version, k.etag.clone(), k.text.len())), hidden);
             let defs = self.index_defs();
             let mut indexes = Indexes::new(defs);
-            let mut tables: BTreeSet<String> = BTreeSet::new();
-            tables.extend(indexes.defs().into_iter().map(|d| d.table));
+            let tables: Names = indexes.defs().into_iter().map(|d| d.table).collect();
             self.view.unfilled.clear();
             if !self.hides_rows() {
                 for table in &tables {
                     if self.replica.missing(vec![Want::table(table)]).is_empty() {
                         self.fill(&mut indexes, table);
                     } else {
-                        self.view.unfilled.insert(table.clone());
+                        self.view.unfilled.insert(table);
                     }
                 }
             }
@@ -161,9 +160,7 @@ impl Engine {
                 }
                 _ => *told = None,
             }
-            if !self.view.changes.tables.contains(&key.table) {
-                self.view.changes.tables.insert(key.table);
-            }
+            self.view.changes.tables.insert(&key.table);
         }
     }
 
@@ -182,8 +179,7 @@ impl Engine {
     /// Touched rows keep what they were in the tables whose indexes are
     /// filled: what an index takes out (an unfilled one takes nothing).
     fn keep_was_of_filled(&mut self) {
-        let mut tables: BTreeSet<String> = BTreeSet::new();
-        tables.extend(self.view.indexes.defs().into_iter().map(|d| d.table).filter(|t| !self.view.unfilled.contains(t)));
+        let tables: Names = self.view.indexes.defs().into_iter().map(|d| d.table).filter(|t| !self.view.unfilled.contains(t)).collect();
         self.replica.keep_was(tables);
     }
 

@@ -68,9 +68,7 @@ impl Engine {
     /// Keeps `table` whole from now on: [`Engine::trim`] lets none of its
     /// rows go (checked first: no allocation after the first time).
     pub(super) fn keep_whole(&mut self, table: &str) {
-        if !self.whole.contains(table) {
-            self.whole.insert(table.to_owned());
-        }
+        self.whole.insert(table);
     }
 
     /// What an answer about queued ops reads (a push's verdicts, or the

@@ -8,6 +8,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use crate::names::Names;
 use crate::order::{merge, merge_row};
 use crate::protocol::{Op, Row, RowKey};
 use crate::store::{Provided, Snapshot, StoreError, Want};
@@ -26,7 +27,7 @@ pub struct Replica {
     overlay: BTreeMap<RowKey, Row>,
     /// The shared spaces a row was ever put in (until the space is dropped):
     /// kept as rows come, so a pull need not scan every key to know them.
-    spaces: std::collections::BTreeSet<String>,
+    spaces: Names,
     /// Keys whose visible row may have changed since [`Replica::take_touched`],
     /// each with its visible row before the first such change: what an
     /// index takes out (it keeps no map from a row to its entry).
@@ -36,7 +37,7 @@ pub struct Replica {
     /// Whether anyone reads `touched` (else it is not kept).
     tracking: bool,
     /// The tables whose touched rows keep what they were.
-    keep_was: std::collections::BTreeSet<String>,
+    keep_was: Names,
 }
 
 impl Replica {
@@ -44,11 +45,11 @@ impl Replica {
     /// ([`Packed`]), the base rows stored beside them, and pending ops.
     pub fn open(chunks: Vec<Vec<u8>>, base: impl IntoIterator<Item = (RowKey, Row)>, pending: &[Op]) -> Result<Self, StoreError> {
         let mut r = Replica { base: Packed::open(chunks, base)?, ..Replica::default() };
-        let mut shared = std::collections::BTreeSet::new();
+        let mut shared = Names::new();
         let mut last = "";
         for (_, _, space) in r.base.keys() {
-            if !space.is_empty() && space != last && !shared.contains(space) {
-                shared.insert(space.to_owned());
+            if !space.is_empty() && space != last {
+                shared.insert(space);
             }
             last = space;
         }
@@ -287,13 +288,13 @@ impl Replica {
 
     /// The tables whose touched rows keep what they were (those with an
     /// index): the rest are only named, at no cost of a read.
-    pub fn keep_was(&mut self, tables: std::collections::BTreeSet<String>) {
+    pub fn keep_was(&mut self, tables: Names) {
         self.keep_was = tables;
     }
 
     fn note(&mut self, space: &str) {
-        if !space.is_empty() && !self.spaces.contains(space) {
-            self.spaces.insert(space.to_owned());
+        if !space.is_empty() {
+            self.spaces.insert(space);
         }
     }
 
@@ -326,7 +327,7 @@ impl Replica {
 
     /// The shared spaces this replica may hold a row of (base or pending):
     /// every one it holds a row of, and perhaps some whose rows all went.
-    pub fn spaces(&self) -> &std::collections::BTreeSet<String> {
+    pub fn spaces(&self) -> &Names {
         &self.spaces
     }
 
@@ -441,7 +442,7 @@ mod tests {
     #[test]
     fn a_read_newer_than_what_was_held_touches_every_row_it_moves() {
         let mut r = Replica::open_lazy(vec![read(&[("a", 1), ("b", 2), ("c", 3)])], [], &[]).unwrap();
-        r.keep_was(["sets".to_owned()].into());
+        r.keep_was(["sets"].into());
         r.add_pending(&op("d:1", "c", 10, &[("b", 7.0)]));
         // From the first look on, touches are kept.
         r.take_touched();
