@@ -9,13 +9,11 @@
 //!
 //! Pure: the engine feeds it pull answers and asks it who may write where.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::names::Names;
 use crate::protocol::{SpacePage, SpacesPullRequest, SpacesPullResponse};
-use crate::space::{self, Denied, Follow, Role};
+use crate::space::{self, Denied, Follow, Followed, Role};
 
 /// The spaces a device follows, as stored.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,8 +24,8 @@ pub struct Following {
     pub personal: Option<String>,
     /// Every followed space by name (the personal one too, once known):
     /// where the device's copy stands and the role last learned.
-    #[serde(default)]
-    pub spaces: BTreeMap<String, Follow>,
+    #[serde(default, deserialize_with = "crate::protocol::sorted_spaces")]
+    pub spaces: Followed,
     /// Spaces a pull said the user left, until they join again: their rows
     /// were removed, an applied echo of an op there is not kept, and an
     /// edit there is refused on the device.
@@ -125,12 +123,18 @@ impl Following {
                 out.changed = true;
             }
         }
+        // Spaces joined are followed from the start: taken in together (a
+        // first pull of a user in thousands of spaces joins them all at once).
+        let mut fresh: Vec<(String, Follow)> = Vec::new();
         for m in &answer.joined {
-            let follow = self.spaces.entry(m.space.clone()).or_default();
-            follow.role = Some(m.role);
+            match self.spaces.get_mut(&m.space) {
+                Some(follow) => follow.role = Some(m.role),
+                None => fresh.push((m.space.clone(), Follow { cursor: 0, role: Some(m.role) })),
+            }
             self.left.remove(&m.space);
             out.changed = true;
         }
+        self.follow_all(fresh);
         for m in &answer.roles {
             if let Some(f) = self.spaces.get_mut(&m.space) {
                 f.role = Some(m.role);
@@ -147,6 +151,25 @@ impl Following {
             out.changed = true;
         }
         out
+    }
+
+    /// Follows every space of `fresh` (none followed yet): appended when
+    /// they come after every space followed, else all sorted once.
+    fn follow_all(&mut self, fresh: Vec<(String, Follow)>) {
+        let Some((first, _)) = fresh.first() else { return };
+        let in_order = fresh.windows(2).all(|w| w[0].0 < w[1].0);
+        if in_order && self.spaces.last().is_none_or(|(last, _)| last < first) {
+            for (name, follow) in fresh {
+                crate::protocol::put(&mut self.spaces, name, follow);
+            }
+            return;
+        }
+        let mut all = std::mem::take(&mut self.spaces).into_tuple_vec();
+        all.extend(fresh);
+        let mut all = crate::cold_sort::sorted_by(all, |a, b| a.0.cmp(&b.0));
+        // A space named twice by one answer is followed once.
+        all.dedup_by(|a, b| a.0 == b.0);
+        self.spaces = Followed::from_sorted_store_unchecked(all);
     }
 
     /// Moves a followed space's cursor past a page. `false` (nothing taken)
@@ -209,6 +232,29 @@ mod tests {
     }
 
     #[test]
+    fn spaces_joined_in_any_order_are_all_followed_in_order() {
+        let mut f = Following::default();
+        f.learn(&answer("~ann", &[("b", Role::Viewer), ("d", Role::Editor)], &[], &[]));
+        // After every space followed: appended; then interleaved and out of order: sorted in.
+        f.learn(&answer("~ann", &[("e", Role::Owner)], &[], &[]));
+        f.learn(&answer("~ann", &[("c", Role::Viewer), ("a", Role::Editor), ("a", Role::Editor), ("b", Role::Owner)], &[], &[]));
+        let followed: Vec<(&str, Option<Role>)> = f.spaces.iter().map(|(k, v)| (k.as_str(), v.role)).collect();
+        assert_eq!(
+            followed,
+            [
+                ("a", Some(Role::Editor)),
+                ("b", Some(Role::Owner)),
+                ("c", Some(Role::Viewer)),
+                ("d", Some(Role::Editor)),
+                ("e", Some(Role::Owner))
+            ]
+        );
+        assert_eq!(f.role("c"), Some(Role::Viewer), "found by a search, so in order");
+        let stored = serde_json::to_string(&f).unwrap();
+        assert_eq!(serde_json::from_str::<Following>(&stored).unwrap(), f);
+    }
+
+    #[test]
     fn the_personal_space_is_the_unnamed_one_and_always_writable() {
         let mut f = Following::default();
         assert_eq!(f.local("~ann"), "~ann", "not known yet");
@@ -228,7 +274,7 @@ mod tests {
         let mut f = Following::default();
         f.learn(&answer("~coach", &[("~coach", Role::Owner), ("diary", Role::Viewer)], &[], &[]));
         assert_eq!(f.request(10).spaces.keys().collect::<Vec<_>>(), ["diary", "~coach"], "joined: followed from the start");
-        assert_eq!(f.spaces["diary"], Follow { cursor: 0, role: Some(Role::Viewer) });
+        assert_eq!(f.spaces[&"diary".to_owned()], Follow { cursor: 0, role: Some(Role::Viewer) });
         let denied = f.may_write("diary").unwrap_err();
         assert_eq!(
             (denied.code, denied.reason.as_str()),
@@ -237,7 +283,7 @@ mod tests {
         assert!(f.may_write("elsewhere").is_ok(), "a space not known yet is the server's to judge");
         f.learn(&answer("~coach", &[], &[("diary", Role::Editor)], &[]));
         assert!(f.may_write("diary").is_ok());
-        assert_eq!(f.request(10).spaces["diary"].role, Some(Role::Editor));
+        assert_eq!(f.request(10).spaces[&"diary".to_owned()].role, Some(Role::Editor));
         let l = f.learn(&answer("~coach", &[], &[], &["diary"]));
         assert_eq!(l.left, vec!["diary".to_owned()]);
         assert!(f.has_left("diary") && !f.request(10).spaces.contains_key("diary"));
@@ -245,7 +291,7 @@ mod tests {
         // Joined again: followed from the start, writable.
         f.learn(&answer("~coach", &[("diary", Role::Editor)], &[], &[]));
         assert!(!f.has_left("diary") && f.may_write("diary").is_ok());
-        assert_eq!(f.spaces["diary"].cursor, 0);
+        assert_eq!(f.spaces[&"diary".to_owned()].cursor, 0);
     }
 
     #[test]
@@ -255,7 +301,7 @@ mod tests {
         let page = |s: &str, c| SpacePage { space: s.into(), changes: vec![], cursor: c, has_more: false };
         assert!(f.advance(&page("s", 7)));
         assert!(f.advance(&page("s", 3)), "a cursor never goes back");
-        assert_eq!(f.spaces["s"].cursor, 7);
+        assert_eq!(f.spaces[&"s".to_owned()].cursor, 7);
         assert!(!f.advance(&page("unknown", 9)));
         assert!(f.advance(&page("~a", 4)));
         assert_eq!(f.personal_cursor(), 4);

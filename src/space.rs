@@ -12,8 +12,8 @@
 use std::sync::Arc;
 
 pub use crate::protocol::space::{
-    check_shared_space, check_space, check_user, personal, personal_owner, Follow, Membership, Role, MAX_FOLLOWED, MAX_SPACE_BYTES,
-    PERSONAL_PREFIX,
+    check_shared_space, check_space, check_user, personal, personal_owner, Follow, Followed, Membership, Role, MAX_FOLLOWED,
+    MAX_SPACE_BYTES, PERSONAL_PREFIX,
 };
 
 /// The rejection code of an op whose sender is not a member of its space.
@@ -156,7 +156,7 @@ pub struct PullPlan {
 /// of every space the user is a member of now. A space is read only when its
 /// head passed the device's cursor, so a device in many spaces with nothing
 /// new reads nothing.
-pub fn plan_pull(followed: &std::collections::BTreeMap<String, Follow>, members: &[(String, Role, u64)]) -> PullPlan {
+pub fn plan_pull(followed: &Followed, members: &[(String, Role, u64)]) -> PullPlan {
     let mut plan = PullPlan::default();
     let mut member_of = std::collections::HashSet::with_capacity(members.len());
     let mut sorted: Vec<&(String, Role, u64)> = members.iter().collect();
@@ -246,7 +246,7 @@ mod tests {
 
     #[test]
     fn a_pull_reads_only_spaces_that_moved_and_names_joins_leaves_and_role_changes() {
-        let followed: std::collections::BTreeMap<String, Follow> = [
+        let followed: Followed = [
             ("~u".to_owned(), Follow { cursor: 5, role: Some(Role::Owner) }),
             ("quiet".to_owned(), Follow { cursor: 9, role: Some(Role::Viewer) }),
             ("gone".to_owned(), Follow { cursor: 3, role: Some(Role::Editor) }),
@@ -272,7 +272,7 @@ mod tests {
         // Nothing new anywhere: nothing read, nothing said.
         let quiet: Vec<_> = members.iter().filter(|m| m.0 != "new" && m.0 != "empty").cloned().collect();
         let mut same = followed.clone();
-        same.remove("gone");
+        same.remove(&"gone".to_owned());
         same.insert("~u".into(), Follow { cursor: 7, role: Some(Role::Owner) });
         same.insert("promoted".into(), Follow { cursor: 1, role: Some(Role::Editor) });
         assert_eq!(plan_pull(&same, &quiet), PullPlan::default());

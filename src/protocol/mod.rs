@@ -271,6 +271,41 @@ pub(crate) fn unique_map<'de, D: Deserializer<'de>, V: Deserialize<'de>>(
     d.deserialize_map(Of(what, std::marker::PhantomData))
 }
 
+/// Deserializes an object of spaces as [`sorted_map`] does.
+pub fn sorted_spaces<'de, D: Deserializer<'de>>(d: D) -> Result<space::Followed, D::Error> {
+    sorted_map(d, "spaces")
+}
+
+/// An object of names to `V`s that may hold thousands (the spaces a pull
+/// names), no key twice: read whole, sorted once, then checked for a key
+/// twice side by side — where [`unique_map`], for a few keys, inserts each
+/// in place.
+pub(crate) fn sorted_map<'de, D: Deserializer<'de>, V: Deserialize<'de>>(
+    d: D,
+    what: &'static str,
+) -> Result<litemap::LiteMap<String, V>, D::Error> {
+    struct Of<V>(&'static str, std::marker::PhantomData<V>);
+    impl<'de, V: Deserialize<'de>> Visitor<'de> for Of<V> {
+        type Value = litemap::LiteMap<String, V>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "an object of {}", self.0)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            let mut read: Vec<(String, V)> = Vec::new();
+            while let Some(entry) = m.next_entry::<String, V>()? {
+                read.push(entry);
+            }
+            let sorted = crate::cold_sort::sorted_by(read, |a, b| a.0.cmp(&b.0));
+            if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+                let shown: String = w[0].0.chars().take(64).collect();
+                return Err(de::Error::custom(format_args!("{}.{shown}: the key appears twice", self.0)));
+            }
+            Ok(litemap::LiteMap::from_sorted_store_unchecked(sorted))
+        }
+    }
+    d.deserialize_map(Of(what, std::marker::PhantomData))
+}
+
 /// One edit, "field = value" for each of its fields (PROTOCOL §2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -981,7 +1016,8 @@ pub struct PullResponse {
 pub struct SpacesPullRequest {
     /// Space name → where the device's copy stands. A device that follows
     /// nothing yet sends `{}` and learns its spaces from `joined`.
-    pub spaces: BTreeMap<String, space::Follow>,
+    #[serde(deserialize_with = "sorted_spaces")]
+    pub spaces: space::Followed,
     /// Most changes in the answer, over all spaces (1..=1000, default 500).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
@@ -1437,6 +1473,18 @@ mod tests {
         assert!(e.contains("marks.reps: the key appears twice"), "{e}");
         let ok = r#"{"fields": {"reps": 5}, "marks": {"reps": {"at": 1, "opId": "d:1"}}}"#;
         assert_eq!(serde_json::from_str::<Row>(ok).unwrap().cells.len(), 1);
+    }
+
+    #[test]
+    fn a_pulls_spaces_are_read_in_any_order_sorted_and_a_name_twice_refused() {
+        let raw = r#"{"spaces": {"zed": {"cursor": 3}, "abc": {"cursor": 1}, "mid": {"cursor": 2}}}"#;
+        let req = serde_json::from_str::<SpacesPullRequest>(raw).unwrap();
+        let read: Vec<(&str, u64)> = req.spaces.iter().map(|(k, f)| (k.as_str(), f.cursor)).collect();
+        assert_eq!(read, [("abc", 1), ("mid", 2), ("zed", 3)]);
+        assert_eq!(req.spaces.get("mid").map(|f| f.cursor), Some(2), "found by a search, so in order");
+        let twice = r#"{"spaces": {"b": {"cursor": 1}, "a": {"cursor": 0}, "b": {"cursor": 9}}}"#;
+        let e = serde_json::from_str::<SpacesPullRequest>(twice).unwrap_err().to_string();
+        assert!(e.contains("spaces.b: the key appears twice"), "{e}");
     }
 
     #[test]

@@ -97,6 +97,12 @@ pub struct Follow {
     pub role: Option<Role>,
 }
 
+/// The spaces a device follows, by name: a sorted vector (in the wasm a
+/// tree is several KB of code per key and value type), read sorted once
+/// ([`super::sorted_map`]) so that a pull naming 10,000 spaces costs a sort,
+/// not an insert into the middle for each.
+pub type Followed = litemap::LiteMap<String, Follow>;
+
 /// A space and a user's role in it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

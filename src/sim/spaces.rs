@@ -104,7 +104,7 @@ pub type SpacesFailure = SimFailure;
 /// One user's device, following spaces as the protocol says.
 #[derive(Debug, Default)]
 struct Follower {
-    follows: BTreeMap<String, Follow>,
+    follows: crate::space::Followed,
     rows: BTreeMap<String, BTreeMap<RowKey, Row>>,
 }
 

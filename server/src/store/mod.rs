@@ -43,13 +43,12 @@ mod spaces;
 mod sqlite;
 mod writer;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use marksync::judge::{Judgement, Limits};
 use marksync::protocol::{Op, OpId, PullResponse, RememberedVerdict, SpacesPullResponse};
 use marksync::schema::Schema;
-use marksync::space::{Follow, Role};
+use marksync::space::{Followed, Role};
 use sqlx::{Postgres, Sqlite};
 use tokio::sync::watch;
 
@@ -285,18 +284,14 @@ impl Store {
     pub async fn pull_spaces(
         &self,
         user: &str,
-        followed: &BTreeMap<String, Follow>,
+        followed: &Followed,
         limit: Option<usize>,
     ) -> Result<SpacesPullResponse, DbError> {
         on_backend!(self, db => pull::spaces(db, user, followed, limit).await)
     }
 
     /// `POST /v1/admin/pull`: any spaces, as the app's backend names them, read in one snapshot.
-    pub async fn pull_any(
-        &self,
-        followed: &BTreeMap<String, Follow>,
-        limit: Option<usize>,
-    ) -> Result<SpacesPullResponse, DbError> {
+    pub async fn pull_any(&self, followed: &Followed, limit: Option<usize>) -> Result<SpacesPullResponse, DbError> {
         on_backend!(self, db => pull::any(db, followed, limit).await)
     }
 

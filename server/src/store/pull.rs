@@ -3,10 +3,8 @@
 //! one snapshot (§4b) so that it never returns a row of a space the user
 //! was not a member of at that moment.
 
-use std::collections::BTreeMap;
-
 use marksync::protocol::{PullResponse, SpacePage, SpacesPullResponse, MAX_PULL_PAGE_BYTES};
-use marksync::space::{self, Follow, Role};
+use marksync::space::{self, Role};
 
 use super::conn::{Backend, Conn};
 use super::dialect::Pools;
@@ -36,7 +34,7 @@ pub(crate) async fn personal<D: Backend>(
 pub(crate) async fn spaces<D: Backend>(
     pools: &Pools<D>,
     user: &str,
-    followed: &BTreeMap<String, Follow>,
+    followed: &space::Followed,
     limit: Option<usize>,
 ) -> Result<SpacesPullResponse, DbError> {
     let mut snap = pools.snapshot().await?;
@@ -91,13 +89,13 @@ async fn read_pages<C: Conn>(
 /// that does not exist is answered in `left`.
 pub(crate) async fn any<D: Backend>(
     pools: &Pools<D>,
-    followed: &BTreeMap<String, Follow>,
+    followed: &space::Followed,
     limit: Option<usize>,
 ) -> Result<SpacesPullResponse, DbError> {
     let mut snap = pools.snapshot().await?;
     let mut out = SpacesPullResponse::default();
     let mut reads = Vec::new();
-    for (space, follow) in followed {
+    for (space, follow) in followed.iter() {
         match snap.find_head(space).await? {
             None => out.left.push(space.clone()),
             Some(head) if head > follow.cursor => reads.push((space.clone(), follow.cursor)),
