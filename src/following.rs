@@ -24,7 +24,7 @@ pub struct Following {
     pub personal: Option<String>,
     /// Every followed space by name (the personal one too, once known):
     /// where the device's copy stands and the role last learned.
-    #[serde(default, deserialize_with = "crate::protocol::sorted_spaces")]
+    #[serde(default, serialize_with = "crate::protocol::map_of", deserialize_with = "crate::protocol::sorted_spaces")]
     pub spaces: Followed,
     /// Spaces a pull said the user left, until they join again: their rows
     /// were removed, an applied echo of an op there is not kept, and an
@@ -252,6 +252,10 @@ mod tests {
         assert_eq!(f.role("c"), Some(Role::Viewer), "found by a search, so in order");
         let stored = serde_json::to_string(&f).unwrap();
         assert_eq!(serde_json::from_str::<Following>(&stored).unwrap(), f);
+        // Following nothing: stored as `{}` and read back.
+        let none = serde_json::to_string(&Following::default()).unwrap();
+        assert_eq!(none, r#"{"spaces":{}}"#);
+        assert_eq!(serde_json::from_str::<Following>(&none).unwrap(), Following::default());
     }
 
     #[test]

@@ -271,6 +271,24 @@ pub(crate) fn unique_map<'de, D: Deserializer<'de>, V: Deserialize<'de>>(
     d.deserialize_map(Of(what, std::marker::PhantomData))
 }
 
+/// Serializes a sorted map of names as an object, `{}` when empty (litemap's
+/// own writes an empty map as `[]`, which no reader of an object takes).
+pub fn map_of<S: Serializer, V: Serialize>(map: &litemap::LiteMap<String, V>, s: S) -> Result<S::Ok, S::Error> {
+    let mut m = s.serialize_map(Some(map.len()))?;
+    for (k, v) in map.iter() {
+        m.serialize_entry(k, v)?;
+    }
+    m.end()
+}
+
+/// [`map_of`] for a map that may be absent (`null`).
+pub fn opt_map_of<S: Serializer, V: Serialize>(map: &Option<litemap::LiteMap<String, V>>, s: S) -> Result<S::Ok, S::Error> {
+    match map {
+        Some(map) => map_of(map, s),
+        None => s.serialize_none(),
+    }
+}
+
 /// Deserializes an object of spaces as [`sorted_map`] does.
 pub fn sorted_spaces<'de, D: Deserializer<'de>>(d: D) -> Result<space::Followed, D::Error> {
     sorted_map(d, "spaces")
@@ -1016,7 +1034,7 @@ pub struct PullResponse {
 pub struct SpacesPullRequest {
     /// Space name → where the device's copy stands. A device that follows
     /// nothing yet sends `{}` and learns its spaces from `joined`.
-    #[serde(deserialize_with = "sorted_spaces")]
+    #[serde(serialize_with = "map_of", deserialize_with = "sorted_spaces")]
     pub spaces: space::Followed,
     /// Most changes in the answer, over all spaces (1..=1000, default 500).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1482,6 +1500,10 @@ mod tests {
         let read: Vec<(&str, u64)> = req.spaces.iter().map(|(k, f)| (k.as_str(), f.cursor)).collect();
         assert_eq!(read, [("abc", 1), ("mid", 2), ("zed", 3)]);
         assert_eq!(req.spaces.get("mid").map(|f| f.cursor), Some(2), "found by a search, so in order");
+        assert_eq!(serde_json::to_string(&req).unwrap(), r#"{"spaces":{"abc":{"cursor":1},"mid":{"cursor":2},"zed":{"cursor":3}}}"#);
+        // Following nothing yet: `{}`, as the protocol spells it (litemap's own writer says `[]`).
+        let none = SpacesPullRequest { spaces: space::Followed::new(), limit: Some(10) };
+        assert_eq!(serde_json::to_string(&none).unwrap(), r#"{"spaces":{},"limit":10}"#);
         let twice = r#"{"spaces": {"b": {"cursor": 1}, "a": {"cursor": 0}, "b": {"cursor": 9}}}"#;
         let e = serde_json::from_str::<SpacesPullRequest>(twice).unwrap_err().to_string();
         assert!(e.contains("spaces.b: the key appears twice"), "{e}");

@@ -17,7 +17,12 @@ use crate::protocol::{check_field_key, check_table, Value, DELETED};
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct SchemaFile {
     pub(crate) version: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "super::unique_tables")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::protocol::opt_map_of",
+        deserialize_with = "super::unique_tables"
+    )]
     pub(crate) tables: Option<Tables>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) history: Vec<Release>,
@@ -32,7 +37,12 @@ pub struct Release {
     /// The version this release makes.
     pub version: u32,
     /// The base's tables (first release only).
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "super::unique_tables")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::protocol::opt_map_of",
+        deserialize_with = "super::unique_tables"
+    )]
     pub tables: Option<Tables>,
     /// The steps from the version before (every release but the first).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -50,7 +60,7 @@ pub enum Step {
         /// Its name (`[a-z][a-z0-9_]{0,63}`).
         table: String,
         /// Its fields.
-        #[serde(deserialize_with = "crate::protocol::unique_fields")]
+        #[serde(serialize_with = "crate::protocol::map_of", deserialize_with = "crate::protocol::unique_fields")]
         fields: FieldRules,
     },
     /// A new field: optional, or required with a `default` in its rule, which

@@ -67,7 +67,7 @@ pub(crate) fn unique_tables<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Op
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TableRules {
     /// Field name → its rule. Fields not named here are `unknown_field`.
-    #[serde(deserialize_with = "crate::protocol::unique_fields")]
+    #[serde(serialize_with = "crate::protocol::map_of", deserialize_with = "crate::protocol::unique_fields")]
     pub fields: FieldRules,
     /// Indexes the devices keep of this table: each a list of its fields.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -586,3 +586,18 @@ fn an_app_on_an_older_version_reads_rows_in_its_own_names_and_keeps_fields_it_do
     both.cells.insert("weightKg".into(), Cell { value: 90.0.into(), mark: Mark { at: 2, op_id: OpId::new("d:2") } });
     assert_eq!(v2.row_at(1, "sets", &both).get("weightKg"), Some(&Value::Number(90.0)));
 }
+
+#[test]
+fn a_schema_with_no_tables_or_a_table_with_no_fields_reads_back_as_written() {
+    // litemap's own writer spells an empty map `[]`, which the schema's reader refuses.
+    for raw in [
+        r#"{"version":1,"tables":{}}"#,
+        r#"{"version":1,"tables":{"t":{"fields":{}}}}"#,
+        r#"{"version":2,"history":[{"version":1,"tables":{}},{"version":2,"steps":[{"addTable":{"table":"t","fields":{"n":{"type":"number"}}}}]}]}"#,
+    ] {
+        let schema = Schema::from_json(raw).unwrap_or_else(|e| panic!("{raw}: {e}"));
+        let written = serde_json::to_string(&schema).unwrap();
+        assert!(!written.contains("[]"), "{written}");
+        assert_eq!(Schema::from_json(&written).unwrap(), schema, "{written}");
+    }
+}
