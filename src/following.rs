@@ -278,7 +278,7 @@ mod tests {
         let mut f = Following::default();
         f.learn(&answer("~coach", &[("~coach", Role::Owner), ("diary", Role::Viewer)], &[], &[]));
         assert_eq!(f.request(10).spaces.keys().collect::<Vec<_>>(), ["diary", "~coach"], "joined: followed from the start");
-        assert_eq!(f.spaces[&"diary".to_owned()], Follow { cursor: 0, role: Some(Role::Viewer) });
+        assert_eq!(f.spaces.get("diary"), Some(&Follow { cursor: 0, role: Some(Role::Viewer) }));
         let denied = f.may_write("diary").unwrap_err();
         assert_eq!(
             (denied.code, denied.reason.as_str()),
@@ -287,7 +287,7 @@ mod tests {
         assert!(f.may_write("elsewhere").is_ok(), "a space not known yet is the server's to judge");
         f.learn(&answer("~coach", &[], &[("diary", Role::Editor)], &[]));
         assert!(f.may_write("diary").is_ok());
-        assert_eq!(f.request(10).spaces[&"diary".to_owned()].role, Some(Role::Editor));
+        assert_eq!(f.request(10).spaces.get("diary").and_then(|f| f.role), Some(Role::Editor));
         let l = f.learn(&answer("~coach", &[], &[], &["diary"]));
         assert_eq!(l.left, vec!["diary".to_owned()]);
         assert!(f.has_left("diary") && !f.request(10).spaces.contains_key("diary"));
@@ -295,7 +295,7 @@ mod tests {
         // Joined again: followed from the start, writable.
         f.learn(&answer("~coach", &[("diary", Role::Editor)], &[], &[]));
         assert!(!f.has_left("diary") && f.may_write("diary").is_ok());
-        assert_eq!(f.spaces[&"diary".to_owned()].cursor, 0);
+        assert_eq!(f.spaces.get("diary").map(|f| f.cursor), Some(0));
     }
 
     #[test]
@@ -305,7 +305,7 @@ mod tests {
         let page = |s: &str, c| SpacePage { space: s.into(), changes: vec![], cursor: c, has_more: false };
         assert!(f.advance(&page("s", 7)));
         assert!(f.advance(&page("s", 3)), "a cursor never goes back");
-        assert_eq!(f.spaces[&"s".to_owned()].cursor, 7);
+        assert_eq!(f.spaces.get("s").map(|f| f.cursor), Some(7));
         assert!(!f.advance(&page("unknown", 9)));
         assert!(f.advance(&page("~a", 4)));
         assert_eq!(f.personal_cursor(), 4);

@@ -249,26 +249,50 @@ pub(crate) fn unique_map<'de, D: Deserializer<'de>, V: Deserialize<'de>>(
     d: D,
     what: &'static str,
 ) -> Result<litemap::LiteMap<String, V>, D::Error> {
-    struct Of<V>(&'static str, std::marker::PhantomData<V>);
-    impl<'de, V: Deserialize<'de>> Visitor<'de> for Of<V> {
-        type Value = litemap::LiteMap<String, V>;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            write!(f, "an object of {}", self.0)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
-            let mut out = litemap::LiteMap::new();
-            while let Some(k) = m.next_key::<String>()? {
-                if out.contains_key(&k) {
-                    let shown: String = k.chars().take(64).collect();
-                    return Err(de::Error::custom(format_args!("{}.{shown}: the key appears twice", self.0)));
-                }
-                let v = m.next_value()?;
-                out.insert(k, v);
-            }
-            Ok(out)
-        }
+    d.deserialize_map(NamesTo::<V, false>(what, std::marker::PhantomData))
+}
+
+/// The reader of an object of names to `V`s, no key twice. `MANY: false`,
+/// a few keys (an op's fields, a row's marks): each inserted in place.
+/// `MANY: true`, keys that may be thousands (the spaces a pull names): read
+/// whole, sorted once, then a key twice found side by side — inserts into
+/// the middle, one per key, would cost the square of their number.
+struct NamesTo<V, const MANY: bool>(&'static str, std::marker::PhantomData<V>);
+
+impl<V, const MANY: bool> NamesTo<V, MANY> {
+    fn twice<E: de::Error>(&self, key: &str) -> E {
+        let shown: String = key.chars().take(64).collect();
+        de::Error::custom(format_args!("{}.{shown}: the key appears twice", self.0))
     }
-    d.deserialize_map(Of(what, std::marker::PhantomData))
+}
+
+impl<'de, V: Deserialize<'de>, const MANY: bool> Visitor<'de> for NamesTo<V, MANY> {
+    type Value = litemap::LiteMap<String, V>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "an object of {}", self.0)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+        if MANY {
+            let mut read: Vec<(String, V)> = Vec::new();
+            while let Some(entry) = m.next_entry::<String, V>()? {
+                read.push(entry);
+            }
+            let sorted = crate::cold_sort::sorted_by(read, |a, b| a.0.cmp(&b.0));
+            if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(self.twice(&w[0].0));
+            }
+            return Ok(litemap::LiteMap::from_sorted_store_unchecked(sorted));
+        }
+        let mut out = litemap::LiteMap::new();
+        while let Some(k) = m.next_key::<String>()? {
+            if out.contains_key(&k) {
+                return Err(self.twice(&k));
+            }
+            let v = m.next_value()?;
+            out.insert(k, v);
+        }
+        Ok(out)
+    }
 }
 
 /// Serializes a sorted map of names as an object, `{}` when empty (litemap's
@@ -295,33 +319,12 @@ pub fn sorted_spaces<'de, D: Deserializer<'de>>(d: D) -> Result<space::Followed,
 }
 
 /// An object of names to `V`s that may hold thousands (the spaces a pull
-/// names), no key twice: read whole, sorted once, then checked for a key
-/// twice side by side — where [`unique_map`], for a few keys, inserts each
-/// in place.
+/// names), no key twice, read as [`NamesTo`] says.
 pub(crate) fn sorted_map<'de, D: Deserializer<'de>, V: Deserialize<'de>>(
     d: D,
     what: &'static str,
 ) -> Result<litemap::LiteMap<String, V>, D::Error> {
-    struct Of<V>(&'static str, std::marker::PhantomData<V>);
-    impl<'de, V: Deserialize<'de>> Visitor<'de> for Of<V> {
-        type Value = litemap::LiteMap<String, V>;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            write!(f, "an object of {}", self.0)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
-            let mut read: Vec<(String, V)> = Vec::new();
-            while let Some(entry) = m.next_entry::<String, V>()? {
-                read.push(entry);
-            }
-            let sorted = crate::cold_sort::sorted_by(read, |a, b| a.0.cmp(&b.0));
-            if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
-                let shown: String = w[0].0.chars().take(64).collect();
-                return Err(de::Error::custom(format_args!("{}.{shown}: the key appears twice", self.0)));
-            }
-            Ok(litemap::LiteMap::from_sorted_store_unchecked(sorted))
-        }
-    }
-    d.deserialize_map(Of(what, std::marker::PhantomData))
+    d.deserialize_map(NamesTo::<V, true>(what, std::marker::PhantomData))
 }
 
 /// One edit, "field = value" for each of its fields (PROTOCOL §2).
