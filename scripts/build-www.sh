@@ -15,6 +15,12 @@ for a in "$@"; do
   esac
 done
 
+# The dependencies' sources are named from the registry's root, not from the
+# builder's home: the shipped wasm names no path of the machine that built it
+# (its panic locations keep the crate and file). Merged with the wasm target's
+# flags of .cargo/config.toml, not in place of them.
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="${CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS:-} --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}/registry/src/="
+
 # build <out dir> [cargo args…]
 build() {
   local out="$1"; shift

@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, readdirSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { homedir } from 'node:os';
 import { gzipSync } from 'node:zlib';
 import { root } from './helpers.mjs';
 
@@ -54,4 +55,14 @@ test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const total = sizes.reduce((s, [, n]) => s + n, 0);
   console.log(`# ${(total / 1024).toFixed(1)} KB gzip: ${sizes.map(([f, n]) => `${f} ${(n / 1024).toFixed(1)}`).join(', ')}`);
   assert.ok(total <= BUDGET_KB * 1024, `${(total / 1024).toFixed(1)} KB gzip is over the budget of ${BUDGET_KB} KB`);
+});
+
+// What is shipped names no path of the machine that built it: the
+// dependencies' panic locations are remapped from the registry's root
+// (scripts/build-www.sh).
+test('the wasm names no path of the machine that built it', () => {
+  const wasm = readFileSync(join(root, 'www', 'pkg', 'marksync_bg.wasm')).toString('latin1');
+  for (const path of ['/registry/src/', homedir() + '/', root + '/']) {
+    if (path.length > 2) assert.ok(!wasm.includes(path), `the wasm names ${path}`);
+  }
 });
