@@ -1,13 +1,16 @@
 //! The outbox: pending ops in record order (`at` order), indexed by opId and row.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use crate::protocol::{Op, OpId, RowKey};
 
 /// Pending ops, ordered by `at` (unique and increasing per device).
 #[derive(Debug, Clone, Default)]
 pub struct Outbox {
-    ops: BTreeMap<u64, Op>,
+    /// In `at` order: recorded at the back, answered from the front, found
+    /// by a binary search (a deque, where a tree was one more copy of a
+    /// tree's code in the wasm and no faster at either end).
+    ops: VecDeque<Op>,
     by_id: HashMap<OpId, u64>,
     /// Per row, its ops' `at`s in order: a few, pushed at the back (a new
     /// op's `at` is the largest) and taken from the front (ops leave in
@@ -40,13 +43,27 @@ impl Outbox {
             }
             _ => ats.push_back(op.at),
         }
-        self.ops.insert(op.at, op);
+        // `at`s only grow as ops are recorded: nearly always appended.
+        match self.ops.back() {
+            Some(last) if last.at >= op.at => match self.find(op.at) {
+                Ok(i) => self.ops[i] = op,
+                Err(i) => self.ops.insert(i, op),
+            },
+            _ => self.ops.push_back(op),
+        }
+    }
+
+    /// Where the op recorded at `at` is, or would go.
+    fn find(&self, at: u64) -> Result<usize, usize> {
+        self.ops.binary_search_by_key(&at, |o| o.at)
     }
 
     /// Removes an op by opId and returns it.
     pub fn remove(&mut self, id: &OpId) -> Option<Op> {
         let at = self.by_id.remove(id)?;
-        let op = self.ops.remove(&at)?;
+        // Verdicts come in the order ops were sent, the outbox's: the first
+        // op goes, at no cost (a deque shifts the shorter side).
+        let op = self.ops.remove(self.find(at).ok()?)?;
         let key = op.place();
         if let Some(ats) = self.by_row.get_mut(&key) {
             if let Ok(i) = ats.binary_search(&at) {
@@ -61,28 +78,28 @@ impl Outbox {
 
     /// Removes an op by `at` and returns it.
     pub fn remove_at(&mut self, at: u64) -> Option<Op> {
-        let id = self.ops.get(&at)?.op_id.clone();
+        let id = self.at(at)?.op_id.clone();
         self.remove(&id)
     }
 
     /// The op queued at `at`.
     pub fn at(&self, at: u64) -> Option<&Op> {
-        self.ops.get(&at)
+        self.find(at).ok().map(|i| &self.ops[i])
     }
 
     /// The op with this opId.
     pub fn get(&self, id: &OpId) -> Option<&Op> {
-        self.by_id.get(id).and_then(|at| self.ops.get(at))
+        self.by_id.get(id).and_then(|at| self.at(*at))
     }
 
     /// The first `max` ops, in order: the next batch to push.
     pub fn next_batch(&self, max: usize) -> Vec<Op> {
-        self.ops.values().take(max).cloned().collect()
+        self.ops.iter().take(max).cloned().collect()
     }
 
     /// The pending ops on one row, in order.
     pub fn on_row<'a>(&'a self, key: &RowKey) -> impl Iterator<Item = &'a Op> + 'a {
-        self.by_row.get(key).into_iter().flatten().filter_map(|at| self.ops.get(at))
+        self.by_row.get(key).into_iter().flatten().filter_map(|at| self.at(*at))
     }
 
     /// Whether the row has pending ops.
@@ -102,7 +119,7 @@ impl Outbox {
 
     /// All pending ops, in order.
     pub fn iter(&self) -> impl Iterator<Item = &Op> {
-        self.ops.values()
+        self.ops.iter()
     }
 }
 
