@@ -28,8 +28,11 @@ build() {
   wasm-bindgen --target web --out-dir "$out" target/wasm32-unknown-unknown/wasm-release/marksync.wasm
   # Binaryen from npm (pinned in www/package.json): Debian's older wasm-opt breaks externref tables.
   # `--converge` runs -Oz again until the module stops shrinking: ~1 KB gzip for ~10 s more.
+  # `--flatten --rereloop` first rebuilds every function's control flow, which
+  # -Oz then folds tighter: ~2.9 KB gzip for ~30 s more, at no cost to speed
+  # measured side by side (BENCHMARKS.md, "The package, step by step").
   if [[ -x www/node_modules/.bin/wasm-opt ]]; then
-    www/node_modules/.bin/wasm-opt -Oz --converge --strip-debug --strip-producers "$out/marksync_bg.wasm" -o "$out/marksync_bg.wasm"
+    www/node_modules/.bin/wasm-opt --flatten --rereloop -Oz --converge --strip-debug --strip-producers "$out/marksync_bg.wasm" -o "$out/marksync_bg.wasm"
   else
     echo "build-www: run 'npm ci' in www first for wasm-opt; the wasm is not size-optimised" >&2
   fi
