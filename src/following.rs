@@ -123,18 +123,18 @@ impl Following {
                 out.changed = true;
             }
         }
-        // Spaces joined are followed from the start: taken in together (a
-        // first pull of a user in thousands of spaces joins them all at once).
-        let mut fresh: Vec<(String, Follow)> = Vec::new();
+        // Spaces joined are followed from the start, taken in together (a
+        // first pull of a user in thousands of spaces joins them all at
+        // once); then each gets its role, the answer's last word winning.
+        let fresh = answer.joined.iter().filter(|m| !self.spaces.contains_key(&m.space));
+        self.follow_all(fresh.map(|m| (m.space.clone(), Follow::default())).collect());
         for m in &answer.joined {
-            match self.spaces.get_mut(&m.space) {
-                Some(follow) => follow.role = Some(m.role),
-                None => fresh.push((m.space.clone(), Follow { cursor: 0, role: Some(m.role) })),
+            if let Some(follow) = self.spaces.get_mut(&m.space) {
+                follow.role = Some(m.role);
             }
             self.left.remove(&m.space);
             out.changed = true;
         }
-        self.follow_all(fresh);
         for m in &answer.roles {
             if let Some(f) = self.spaces.get_mut(&m.space) {
                 f.role = Some(m.role);
@@ -167,7 +167,7 @@ impl Following {
         let mut all = std::mem::take(&mut self.spaces).into_tuple_vec();
         all.extend(fresh);
         let mut all = crate::cold_sort::sorted_by(all, |a, b| a.0.cmp(&b.0));
-        // A space named twice by one answer is followed once.
+        // A space named twice by one answer is followed once (its role is set after).
         all.dedup_by(|a, b| a.0 == b.0);
         self.spaces = Followed::from_sorted_store_unchecked(all);
     }
@@ -237,7 +237,7 @@ mod tests {
         f.learn(&answer("~ann", &[("b", Role::Viewer), ("d", Role::Editor)], &[], &[]));
         // After every space followed: appended; then interleaved and out of order: sorted in.
         f.learn(&answer("~ann", &[("e", Role::Owner)], &[], &[]));
-        f.learn(&answer("~ann", &[("c", Role::Viewer), ("a", Role::Editor), ("a", Role::Editor), ("b", Role::Owner)], &[], &[]));
+        f.learn(&answer("~ann", &[("c", Role::Viewer), ("a", Role::Viewer), ("a", Role::Editor), ("b", Role::Owner)], &[], &[]));
         let followed: Vec<(&str, Option<Role>)> = f.spaces.iter().map(|(k, v)| (k.as_str(), v.role)).collect();
         assert_eq!(
             followed,

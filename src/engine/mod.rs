@@ -259,14 +259,15 @@ impl Engine {
             Replica::open(snapshot.base_chunks, snapshot.base, &snapshot.pending)?
         };
         let outbox = Outbox::new(snapshot.pending);
-        // Inserted one by one, not collected: a collect sorts, one more sort in the wasm for each type.
+        // Put one by one (appended as the store lists them), not collected:
+        // a collect sorts, one more sort in the wasm for each type.
         let mut rejections = crate::store::Rejections::new();
         for r in snapshot.rejections {
-            rejections.insert(r.op.op_id.clone(), r);
+            crate::protocol::put(&mut rejections, r.op.op_id.clone(), r);
         }
         let mut conflicts = crate::store::Conflicts::new();
         for c in snapshot.conflicts {
-            conflicts.insert(c.id.clone(), c);
+            crate::protocol::put(&mut conflicts, c.id.clone(), c);
         }
         let sync = snapshot.sync.unwrap_or_default();
         let mut rng = SplitMix::new(config.seed);

@@ -66,7 +66,7 @@ impl Engine {
     }
 
     /// Keeps `table` whole from now on: [`Engine::trim`] lets none of its
-    /// rows go (checked first: no allocation after the first time).
+    /// rows go (no allocation once it is kept).
     pub(super) fn keep_whole(&mut self, table: &str) {
         self.whole.insert(table);
     }

@@ -313,18 +313,10 @@ pub fn opt_map_of<S: Serializer, V: Serialize>(map: &Option<litemap::LiteMap<Str
     }
 }
 
-/// Deserializes an object of spaces as [`sorted_map`] does.
+/// Deserializes an object of spaces, which may be thousands: read whole and
+/// sorted once ([`NamesTo`]).
 pub fn sorted_spaces<'de, D: Deserializer<'de>>(d: D) -> Result<space::Followed, D::Error> {
-    sorted_map(d, "spaces")
-}
-
-/// An object of names to `V`s that may hold thousands (the spaces a pull
-/// names), no key twice, read as [`NamesTo`] says.
-pub(crate) fn sorted_map<'de, D: Deserializer<'de>, V: Deserialize<'de>>(
-    d: D,
-    what: &'static str,
-) -> Result<litemap::LiteMap<String, V>, D::Error> {
-    d.deserialize_map(NamesTo::<V, true>(what, std::marker::PhantomData))
+    d.deserialize_map(NamesTo::<space::Follow, true>("spaces", std::marker::PhantomData))
 }
 
 /// One edit, "field = value" for each of its fields (PROTOCOL §2).

@@ -99,7 +99,7 @@ pub struct Follow {
 
 /// The spaces a device follows, by name: a sorted vector (in the wasm a
 /// tree is several KB of code per key and value type), read sorted once
-/// ([`super::sorted_map`]) so that a pull naming 10,000 spaces costs a sort,
+/// ([`super::sorted_spaces`]) so that a pull naming 10,000 spaces costs a sort,
 /// not an insert into the middle for each.
 pub type Followed = litemap::LiteMap<String, Follow>;
 
