@@ -503,6 +503,144 @@ async fn acknowledged_ops_are_deleted_but_never_an_op_queued_in_between() {
     assert_eq!(pending(name).await, Vec::<u64>::new());
 }
 
+/// The outbox's records in the `pending` store, counted as IndexedDB holds them.
+async fn outbox_records(name: &str) -> u32 {
+    let db = idb::Factory::new().unwrap().open(name, None).unwrap().await.unwrap();
+    let tx = db.transaction(&["pending"], idb::TransactionMode::ReadOnly).unwrap();
+    let n = tx.object_store("pending").unwrap().count(None).unwrap().await.unwrap();
+    db.close();
+    n
+}
+
+/// The outbox's `at`s as a fresh open reads them.
+async fn queued_ats(name: &str) -> Vec<u64> {
+    let s = IdbStore::connect(name).await.unwrap();
+    let snap = s.open(Meta::fresh("dev".into())).await.unwrap();
+    s.close();
+    snap.pending.iter().map(|o| o.at).collect()
+}
+
+/// Records `ops` as a recording does (read, then write, in one transaction).
+async fn record(store: &IdbStore, ops: &[marksync::protocol::Op]) {
+    let wrote = store.update(true, &mut |_| Some(Txn { put_pending: ops.to_vec(), ..Txn::default() })).await.unwrap();
+    assert!(wrote);
+}
+
+#[wasm_bindgen_test]
+async fn a_recording_of_many_ops_goes_as_runs_and_reads_back_whole_and_in_order() {
+    let name = unique("runs");
+    let store = IdbStore::connect(&name).await.unwrap();
+    store.open(Meta::fresh("dev".into())).await.unwrap();
+    let ops: Vec<_> = (1..=600u64).map(|i| marksync::workload::set_op("dev", i as usize, i as usize, 1_000 + i)).collect();
+    record(&store, &ops).await;
+    // One change() is one record, as before.
+    let one = marksync::workload::set_op("dev", 601, 601, 1_601);
+    record(&store, std::slice::from_ref(&one)).await;
+    store.close();
+    assert_eq!(outbox_records(&name).await, 4, "600 ops in runs of 256, and the single op alone");
+    let s = IdbStore::connect(&name).await.unwrap();
+    let snap = s.open(Meta::fresh("dev".into())).await.unwrap();
+    s.close();
+    let mut expected = ops.clone();
+    expected.push(one);
+    assert_eq!(snap.pending, expected, "every op whole, in `at` order");
+    // The outbox's last key still says the last `at` taken.
+    let s = IdbStore::connect(&name).await.unwrap();
+    let mut seen = None;
+    s.update(true, &mut |stored| {
+        seen = Some(stored.clock.last_at);
+        None
+    })
+    .await
+    .unwrap();
+    s.close();
+    assert_eq!(seen, Some(1_601));
+}
+
+#[wasm_bindgen_test]
+async fn an_answer_takes_its_ops_out_of_runs_and_every_other_op_stays() {
+    let name = unique("runack");
+    let store = IdbStore::connect(&name).await.unwrap();
+    store.open(Meta::fresh("dev".into())).await.unwrap();
+    // A recording of 51 ops at even `at`s 1000..=1100: one run.
+    let ops: Vec<_> = (0..=50u64).map(|i| marksync::workload::set_op("dev", i as usize + 1, i as usize, 1_000 + 2 * i)).collect();
+    record(&store, &ops).await;
+    // A single op put back inside the run's range (a context that outlived
+    // its database being cleared puts its own ops back).
+    let inside = marksync::workload::set_op("dev", 99, 99, 1_051);
+    store.commit(&Txn { put_pending: vec![inside], ..Txn::default() }).await.unwrap();
+    // An answer acknowledges the run's first 21 ops (1000..=1040): the run
+    // lies above the single op, and keeps its other 30.
+    let acked: Vec<u64> = (0..=20u64).map(|i| 1_000 + 2 * i).collect();
+    store.commit(&Txn { delete_pending: acked, ..Txn::default() }).await.unwrap();
+    let mut expected: Vec<u64> = (21..=50u64).map(|i| 1_000 + 2 * i).collect();
+    expected.insert(5, 1_051);
+    assert_eq!(queued_ats(&name).await, expected);
+    // Then one across the single op: the range holds it, and it goes.
+    let acked: Vec<u64> = [1_042, 1_044, 1_046, 1_048, 1_050, 1_051].into();
+    store.commit(&Txn { delete_pending: acked, ..Txn::default() }).await.unwrap();
+    expected.retain(|at| *at > 1_051);
+    assert_eq!(queued_ats(&name).await, expected);
+    // An answer naming one op inside the run, and an `at` not queued.
+    store.commit(&Txn { delete_pending: vec![1_070, 1_071], ..Txn::default() }).await.unwrap();
+    expected.retain(|at| *at != 1_070);
+    assert_eq!(queued_ats(&name).await, expected);
+    // The rest, many at once: nothing is left, not even an empty run.
+    store.commit(&Txn { delete_pending: expected.clone(), ..Txn::default() }).await.unwrap();
+    store.close();
+    assert_eq!(queued_ats(&name).await, Vec::<u64>::new());
+    assert_eq!(outbox_records(&name).await, 0);
+}
+
+#[wasm_bindgen_test]
+async fn many_acknowledged_at_once_never_take_an_unacknowledged_op_of_a_run() {
+    let name = unique("runrange");
+    let store = IdbStore::connect(&name).await.unwrap();
+    store.open(Meta::fresh("dev".into())).await.unwrap();
+    // Two recordings: 300 ops (two runs), then 40 singles' worth in one run.
+    let first: Vec<_> = (1..=300u64).map(|i| marksync::workload::set_op("dev", i as usize, i as usize, 1_000 + i)).collect();
+    record(&store, &first).await;
+    let second: Vec<_> = (301..=340u64).map(|i| marksync::workload::set_op("dev", i as usize, i as usize, 1_000 + i)).collect();
+    record(&store, &second).await;
+    // An answer of 1000 would take 1001..=1310, but op 1150 (say, refused
+    // later) is not among them: the range holds it, so no range delete.
+    let acked: Vec<u64> = (1_001..=1_310u64).filter(|at| *at != 1_150).collect();
+    store.commit(&Txn { delete_pending: acked, ..Txn::default() }).await.unwrap();
+    let mut expected = vec![1_150];
+    expected.extend(1_311..=1_340u64);
+    assert_eq!(queued_ats(&name).await, expected);
+    // A run none of whose ops is named, inside the range of many singles
+    // acknowledged: the range is not deleted whole.
+    let singles =
+        |from: u64| (from..from + 20).map(|at| marksync::workload::set_op("dev", at as usize, at as usize, at)).collect::<Vec<_>>();
+    store.commit(&Txn { put_pending: singles(2_000), ..Txn::default() }).await.unwrap();
+    let run: Vec<_> = (2_100..=2_110u64).map(|at| marksync::workload::set_op("dev", at as usize, at as usize, at)).collect();
+    record(&store, &run).await;
+    store.commit(&Txn { put_pending: singles(2_200), ..Txn::default() }).await.unwrap();
+    let acked: Vec<u64> = (2_000..2_020).chain(2_200..2_220).collect();
+    store.commit(&Txn { delete_pending: acked, ..Txn::default() }).await.unwrap();
+    expected.extend(2_100..=2_110u64);
+    assert_eq!(queued_ats(&name).await, expected);
+    store.close();
+}
+
+#[wasm_bindgen_test]
+async fn the_run_an_answer_ends_inside_is_found_past_any_number_of_single_ops() {
+    let name = unique("runfar");
+    let store = IdbStore::connect(&name).await.unwrap();
+    store.open(Meta::fresh("dev".into())).await.unwrap();
+    let run: Vec<_> = (0..100u64).map(|i| marksync::workload::set_op("dev", i as usize + 1, i as usize, 3_000 + 2 * i)).collect();
+    record(&store, &run).await;
+    // 70 single ops put back inside the run's range: more than one page of keys.
+    let inside: Vec<_> = (0..70u64).map(|i| marksync::workload::set_op("dev", 500 + i as usize, 500 + i as usize, 3_001 + 2 * i)).collect();
+    store.commit(&Txn { put_pending: inside, ..Txn::default() }).await.unwrap();
+    store.commit(&Txn { delete_pending: vec![3_000], ..Txn::default() }).await.unwrap();
+    store.close();
+    let ats = queued_ats(&name).await;
+    assert_eq!(ats.len(), 169);
+    assert!(!ats.contains(&3_000), "the run's first op is gone");
+}
+
 #[wasm_bindgen_test]
 async fn recording_an_edit_waits_for_the_disk() {
     // change() records in a transaction with durability "strict": it completes

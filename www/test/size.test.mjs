@@ -41,8 +41,10 @@ import { root } from './helpers.mjs';
 // 410 → 409: wasm-opt -Oz until it converges, −0.9 KB; 409 → 397: the
 // refusals, conflicts, sets of names and followed spaces as sorted vectors,
 // the outbox a deque, not trees, −12.3 KB; 397 → 395: wasm-opt's
-// --flatten --rereloop before -Oz, −2.6 KB.
-const BUDGET_KB = 395;
+// --flatten --rereloop before -Oz, −2.6 KB; 395 → 398: the outbox's
+// runs (a `changeMany` of 10,000 in 40 records, not 10,000: 0.26× the
+// time, 0.38× raw IndexedDB's), +3.6 KB.
+const BUDGET_KB = 398;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');

@@ -8,7 +8,8 @@
 //! Records are JSON strings (base chunks and batches: binary, see [`crate::chunks`]); keys: `"meta"` (and `"sync"`,
 //! `"schema"`, `"following"`, the followed spaces, in the same store), `[table, rowId]` (`[table, rowId, space]`
 //! in a shared space),
-//! `at` (a number, so the outbox reads back in record order), `opId`.
+//! `at` (a number, so the outbox reads back in record order; a run of a
+//! recording's ops under its last `at` + 0.5, [`runs`]), `opId`.
 //!
 //! Base rows live in chunks plus a log, so that open reads a few large
 //! records instead of one per row: `base_chunks`, compacted snapshot chunks
@@ -35,10 +36,11 @@ use js_sys::{Array, Uint8Array};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 
-use crate::protocol::{Op, Row, RowKey};
+use crate::protocol::{Row, RowKey};
 use crate::store::{LocalStore, Meta, Provided, ProvidedRows, Rejection, Snapshot, StoreError, Txn, Want};
 
 mod entries;
+mod runs;
 
 use crate::chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, encode_snapshot, fold};
 
@@ -65,8 +67,10 @@ const ALL: [&str; 7] = [META, CHUNKS, DELTA, BATCHES, PENDING, REJECTIONS, entri
 /// `at`s of ops still queued (the outbox's keys hold them, PROTOCOL §7).
 /// A context of an older version reads the record alone and would hand out
 /// an `at` taken: the upgrade closes its connection, and it cannot open the
-/// database again ("reload the page").
-const VERSION: u32 = 5;
+/// database again ("reload the page"). Layout 6 changed no store either:
+/// the outbox holds runs of ops in one record ([`runs`]), which an older
+/// version cannot read.
+const VERSION: u32 = 6;
 
 /// Compaction starts once more base deltas than this are counted.
 pub const COMPACT_AFTER: usize = 2_000;
@@ -148,29 +152,6 @@ fn chunk_rows(v: &JsValue) -> Result<Vec<(RowKey, Row)>, StoreError> {
         Some(text) => decode_chunk_v1(&text),
         None => Err(corrupt("a base chunk is neither bytes nor text")),
     }
-}
-
-/// Deletes outbox records by key (their `at`). Many at once (an answered
-/// push) go as one key-range delete when the range holds no other record —
-/// checked inside the same transaction, so an op another tab or the worker
-/// queued with an `at` inside the range is never deleted unsent; otherwise
-/// one delete per key.
-async fn delete_pending(store: &idb::ObjectStore, ats: &[u64]) -> Result<(), StoreError> {
-    if ats.len() >= 16 {
-        if let (Some(lo), Some(hi)) = (ats.iter().min(), ats.iter().max()) {
-            let range = idb::KeyRange::bound(&JsValue::from_f64(*lo as f64), &JsValue::from_f64(*hi as f64), None, None).map_err(failed)?;
-            let present = store.get_all_keys(Some(Query::KeyRange(range.clone())), None).map_err(failed)?.await.map_err(failed)?;
-            let mine: std::collections::HashSet<u64> = ats.iter().copied().collect();
-            if present.iter().all(|k| k.as_f64().is_some_and(|f| mine.contains(&(f as u64)))) {
-                store.delete(Query::KeyRange(range)).map_err(failed)?;
-                return Ok(());
-            }
-        }
-    }
-    for at in ats {
-        store.delete(Query::Key(JsValue::from_f64(*at as f64))).map_err(failed)?;
-    }
-    Ok(())
 }
 
 /// Asks for the outbox's last key: the largest `at` still queued
@@ -640,7 +621,9 @@ impl IdbStore {
 
     /// Writes a step's puts and deletes into an open transaction.
     /// `stored`: the meta record this transaction already read, if it did.
-    async fn write(tx: &idb::Transaction, txn: &Txn, stored: Option<&Meta>) -> Result<(), StoreError> {
+    /// `recording`: the step records ops whose `at`s are above every `at`
+    /// taken (checked in this transaction), so they may go as runs.
+    async fn write(tx: &idb::Transaction, txn: &Txn, stored: Option<&Meta>, recording: bool) -> Result<(), StoreError> {
         let names = tx.store_names();
         let store = |n: &str| -> Result<idb::ObjectStore, StoreError> {
             if !names.iter().any(|x| x == n) {
@@ -675,10 +658,8 @@ impl IdbStore {
         }
         if !txn.delete_pending.is_empty() || !txn.put_pending.is_empty() {
             let s = store(PENDING)?;
-            delete_pending(&s, &txn.delete_pending).await?;
-            for op in &txn.put_pending {
-                s.put(&json(op)?, Some(&JsValue::from_f64(op.at as f64))).map_err(failed)?;
-            }
+            runs::delete(&s, &txn.delete_pending).await?;
+            runs::put(&s, &txn.put_pending, recording)?;
         }
         if Self::notices(txn) {
             let s = store(REJECTIONS)?;
@@ -725,7 +706,7 @@ impl IdbStore {
         let stores = Self::stores_of(txn);
         let tx = self.db()?.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
         let plan = entries::plan(&tx, txn).await?;
-        Self::write(&tx, txn, None).await?;
+        Self::write(&tx, txn, None, false).await?;
         entries::write(&tx, txn, plan).await?;
         tx.abort().map_err(failed)?;
         Ok(())
@@ -861,7 +842,7 @@ impl IdbStore {
         let schema_v = schema_req.await.map_err(failed)?;
         let following_v = following_req.await.map_err(failed)?;
         let entries_for_v = entries_for_req.await.map_err(failed)?;
-        let pending = pending_v.iter().map(parse::<Op>).collect::<Result<Vec<_>, _>>()?;
+        let pending = runs::read(&pending_v)?;
         // The rows of queued ops: the engine builds their visible rows at open.
         let provided = if lazy {
             let mut places: Vec<RowKey> = Vec::new();
@@ -956,7 +937,7 @@ impl IdbStore {
             let _ = tx.abort();
             return Ok(false);
         };
-        Self::write(&tx, &txn, Some(&stored)).await?;
+        Self::write(&tx, &txn, Some(&stored), true).await?;
         finish(tx, "the transaction").await.map(|()| true)
     }
 
@@ -991,7 +972,7 @@ impl IdbStore {
         let above = tx.object_store(PENDING).map_err(failed)?.get_all_keys(Some(Query::KeyRange(above)), Some(1)).map_err(failed)?;
         let above = std::future::IntoFuture::into_future(above);
         let checked = async {
-            Self::write(&tx, txn, Some(assumed)).await?;
+            Self::write(&tx, txn, Some(assumed), true).await?;
             let stored = read.await.map_err(failed)?.map(|v| parse::<Meta>(&v)).transpose()?;
             let queued_above = above.await.map_err(failed)?.first().and_then(|k| k.as_f64()).map(|f| f as u64);
             Ok::<_, StoreError>(stored.is_some_and(|s| assumed.covers(&s.with_queued(queued_above))))
@@ -1015,7 +996,7 @@ impl IdbStore {
         let tx = self.db()?.transaction(&stores, TransactionMode::ReadWrite).map_err(failed)?;
         // The old rows are read before the step's batch goes in.
         let plan = entries::plan(&tx, txn).await?;
-        Self::write(&tx, txn, None).await?;
+        Self::write(&tx, txn, None, false).await?;
         entries::write(&tx, txn, plan).await?;
         finish(tx, "the transaction").await?;
         if !txn.put_base.is_empty() {
