@@ -114,7 +114,8 @@ pub struct Txn {
     pub put_base: Vec<(RowKey, Row)>,
     /// Pending ops to delete, by `at`.
     pub delete_pending: Vec<u64>,
-    /// Pending ops to put (key: `op.at`).
+    /// Pending ops to put, in `at` order (key: `op.at`; IndexedDB keeps a
+    /// recording's many ops together, in runs: `wasm::idb_store::runs`).
     pub put_pending: Vec<Op>,
     /// Rejections to delete, by opId.
     pub delete_rejections: Vec<OpId>,
