@@ -485,13 +485,7 @@ async fn acknowledged_ops_are_deleted_but_never_an_op_queued_in_between() {
     let acked: Vec<u64> = ops.iter().map(|o| o.at).filter(|at| *at != 1_020).collect();
     store.commit(&Txn { delete_pending: acked, ..Txn::default() }).await.unwrap();
     store.close();
-    let pending = |name: String| async move {
-        let s = IdbStore::connect(&name).await.unwrap();
-        let snap = s.open(Meta::fresh("dev".into())).await.unwrap();
-        s.close();
-        snap.pending.iter().map(|o| o.at).collect::<Vec<_>>()
-    };
-    assert_eq!(pending(name.clone()).await, vec![1_020], "the op inside the range, not acknowledged, stays");
+    assert_eq!(queued_ats(&name).await, vec![1_020], "the op inside the range, not acknowledged, stays");
     // Acknowledging a whole range (one key-range delete) leaves nothing.
     let store = IdbStore::connect(&name).await.unwrap();
     let more: Vec<_> = (41..=80u64).map(|i| marksync::workload::set_op("dev", i as usize, i as usize, 1_000 + i)).collect();
@@ -500,7 +494,7 @@ async fn acknowledged_ops_are_deleted_but_never_an_op_queued_in_between() {
     all.push(1_020);
     store.commit(&Txn { delete_pending: all, ..Txn::default() }).await.unwrap();
     store.close();
-    assert_eq!(pending(name).await, Vec::<u64>::new());
+    assert_eq!(queued_ats(&name).await, Vec::<u64>::new());
 }
 
 /// The outbox's records in the `pending` store, counted as IndexedDB holds them.
@@ -631,7 +625,7 @@ async fn the_run_an_answer_ends_inside_is_found_past_any_number_of_single_ops() 
     store.open(Meta::fresh("dev".into())).await.unwrap();
     let run: Vec<_> = (0..100u64).map(|i| marksync::workload::set_op("dev", i as usize + 1, i as usize, 3_000 + 2 * i)).collect();
     record(&store, &run).await;
-    // 70 single ops put back inside the run's range: more than one page of keys.
+    // 70 single ops put back inside the run's range, between its first op and its key.
     let inside: Vec<_> = (0..70u64).map(|i| marksync::workload::set_op("dev", 500 + i as usize, 500 + i as usize, 3_001 + 2 * i)).collect();
     store.commit(&Txn { put_pending: inside, ..Txn::default() }).await.unwrap();
     store.commit(&Txn { delete_pending: vec![3_000], ..Txn::default() }).await.unwrap();

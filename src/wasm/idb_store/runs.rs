@@ -31,7 +31,7 @@ use crate::store::StoreError;
 
 /// The most ops in one run record: a push's answer (≤ 1000 ops) rewrites at
 /// most the one run it ends inside, and that rewrite stays small.
-pub(super) const RUN_LEN: usize = 256;
+const RUN_LEN: usize = 256;
 
 /// `at`s from here on have no exact `+ 0.5` as a double.
 const NO_HALF: u64 = 1 << 52;
