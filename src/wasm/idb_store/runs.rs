@@ -63,14 +63,13 @@ pub(super) fn put(store: &ObjectStore, ops: &[Op], runs: bool) -> Result<(), Sto
 /// Puts one run under its last `at` + 0.5.
 fn put_run(store: &ObjectStore, run: &[Op]) -> Result<(), StoreError> {
     let Some(last) = run.last() else { return Ok(()) };
-    let mut text = Vec::with_capacity(run.len() * 256);
+    let mut text = String::with_capacity(run.len() * 256);
     for op in run {
         if !text.is_empty() {
-            text.push(b'\n');
+            text.push('\n');
         }
-        serde_json::to_writer(&mut text, op).map_err(corrupt)?;
+        text.push_str(&serde_json::to_string(op).map_err(corrupt)?);
     }
-    let text = String::from_utf8(text).map_err(corrupt)?;
     store.put(&JsValue::from_str(&text), Some(&key(last.at as f64 + 0.5))).map_err(failed)?;
     Ok(())
 }
