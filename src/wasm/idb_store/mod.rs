@@ -109,8 +109,11 @@ pub struct IdbStore {
 /// A failed call in the words of the store's contract: the quota used up
 /// is [`StoreError::Full`], a connection that is closing is [`StoreError::Closed`]
 /// (the DOMException's name leads its text in every engine).
-fn failed(e: impl std::fmt::Display) -> StoreError {
-    let text = e.to_string();
+fn failed(e: impl Said) -> StoreError {
+    classify(e.said())
+}
+
+fn classify(text: String) -> StoreError {
     if text.contains("QuotaExceededError") {
         StoreError::Full(text)
     } else if (text.contains("InvalidStateError") || text.contains("AbortError")) && (text.contains("clos") || text.contains("connection"))
@@ -118,6 +121,77 @@ fn failed(e: impl std::fmt::Display) -> StoreError {
         StoreError::Closed(text)
     } else {
         StoreError::TxnFailed(text)
+    }
+}
+
+/// What a failed call says.
+trait Said {
+    fn said(self) -> String;
+}
+
+impl Said for &str {
+    fn said(self) -> String {
+        self.to_owned()
+    }
+}
+
+impl Said for String {
+    fn said(self) -> String {
+        self
+    }
+}
+
+impl Said for idb::Error {
+    /// What the browser threw, as JS says it (`String(e)`: the DOMException's
+    /// name, then its message). Not idb's own `Display`: its forty texts
+    /// and their formatting were 4 KB of the wasm for the word before the
+    /// browser's.
+    fn said(self) -> String {
+        use idb::Error::*;
+        let thrown = match &self {
+            AddFailed(v)
+            | ClearFailed(v)
+            | CountFailed(v)
+            | CursorAdvanceFailed(v)
+            | CursorContinueFailed(v)
+            | CursorKeyNotFound(v)
+            | CursorPrimaryKeyNotFound(v)
+            | CursorValueNotFound(v)
+            | DeleteFailed(v)
+            | GetAllFailed(v)
+            | GetAllKeysFailed(v)
+            | GetFailed(v)
+            | GetKeyFailed(v)
+            | IndexCreateFailed(v)
+            | IndexDeleteFailed(v)
+            | IndexedDbDeleteFailed(v)
+            | IndexedDbOpenFailed(v)
+            | IndexNotFound(v)
+            | KeyPathNotFound(v)
+            | KeyRangeBoundNotFound(v)
+            | KeyRangeCreateFailed(v)
+            | KeyRangeIncludesFailed(v)
+            | ObjectStoreCreateFailed(v)
+            | ObjectStoreDeleteFailed(v)
+            | ObjectStoreNotFound(v)
+            | OpenCursorFailed(v)
+            | OpenKeyCursorFailed(v)
+            | RequestErrorNotFound(v)
+            | RequestResultNotFound(v)
+            | TransactionAbortError(v)
+            | TransactionCommitError(v)
+            | TransactionModeNotFound(v)
+            | TransactionOpenFailed(v)
+            | UnexpectedJsType(_, v)
+            | UpdateFailed(v) => v,
+            DomException(d) => d.as_ref(),
+            IndexedDbNotFound(_) => return "IndexedDB is not available in this context".to_owned(),
+            _ => return "IndexedDB failed without an error".to_owned(),
+        };
+        if thrown.is_undefined() || thrown.is_null() {
+            return "IndexedDB failed without an error".to_owned();
+        }
+        thrown.unchecked_ref::<js_sys::Object>().to_string().into()
     }
 }
 
@@ -488,8 +562,8 @@ impl IdbStore {
     }
 
     async fn open_conn(name: &str, lost: &Rc<Cell<bool>>, on_lost: &Rc<RefCell<Option<Rc<dyn Fn()>>>>) -> Result<Conn, StoreError> {
-        let factory = Factory::new().map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let mut req = factory.open(name, Some(VERSION)).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let factory = Factory::new().map_err(|e| StoreError::Unavailable(e.said()))?;
+        let mut req = factory.open(name, Some(VERSION)).map_err(|e| StoreError::Unavailable(e.said()))?;
         req.on_upgrade_needed(|event| {
             let Ok(db) = event.database() else { return };
             let has = |s: &str| db.store_names().iter().any(|n| n == s);
@@ -512,7 +586,7 @@ impl IdbStore {
             }
         });
         let db = req.await.map_err(|e| {
-            let text = e.to_string();
+            let text = e.said();
             if text.contains("VersionError") {
                 StoreError::Unavailable(format!(
                     "a newer version of this app changed the database {name} on this device; reload the page ({text})"
@@ -550,7 +624,7 @@ impl IdbStore {
 
     /// Deletes a whole database (tests, "sign out and wipe").
     pub async fn delete(name: &str) -> Result<(), StoreError> {
-        let factory = Factory::new().map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let factory = Factory::new().map_err(|e| StoreError::Unavailable(e.said()))?;
         factory.delete(name).map_err(failed)?.await.map_err(failed)
     }
 
