@@ -62,6 +62,7 @@ pub mod schema;
 pub mod space;
 pub mod store;
 pub mod sync_state;
+pub mod told;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -105,8 +105,10 @@ pub type Conflicts = litemap::LiteMap<String, Conflict>;
 ///
 /// A base row put with no cells ([`Row::is_gone`]) removes the row: the
 /// rows of a space the user left go that way, through the same log.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+///
+/// Not a record itself: the other contexts are told it record by record
+/// ([`crate::told`]).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Txn {
     /// The whole meta record, when it changed.
     pub meta: Option<Meta>,
@@ -122,24 +124,18 @@ pub struct Txn {
     /// Rejections to put (key: `op.opId`).
     pub put_rejections: Vec<Rejection>,
     /// Conflicts to delete, by id (PROTOCOL §2a).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delete_conflicts: Vec<String>,
     /// Conflicts to put (key: their id).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub put_conflicts: Vec<Conflict>,
     /// The whole sync state, when it changed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<SyncState>,
     /// The server's schema, when the device learned a new one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<KnownSchema>,
     /// The spaces the device follows, when they changed (whole record).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub following: Option<Following>,
     /// The indexes whose entries the store keeps from now on: unless it
     /// keeps them already, it builds every entry again, from its own base
     /// rows, in this step (PROTOCOL §7, "Indexes on disk").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries_for: Option<EntriesFor>,
 }
 

@@ -67,11 +67,12 @@ struct Slot {
     waker: Option<Waker>,
 }
 
-/// A committed step told to the contexts that were listening.
+/// A committed step told to the contexts that were listening, as the
+/// browser's channel carries it ([`crate::told`]).
 struct Broadcast {
     dev: usize,
     to: Vec<Who>,
-    txn: Txn,
+    told: String,
 }
 
 struct Lock {
@@ -249,7 +250,8 @@ impl World {
         let mut b = self.broadcasts.borrow_mut();
         let i = b.iter().position(|x| x.dev == dev)?;
         let x = b.remove(i);
-        Some((x.to, x.txn))
+        let txn = crate::told::heard(&x.told).expect("a step told is heard whole");
+        Some((x.to, txn))
     }
 
     /// Forgets every broadcast and message (a world where everyone reopens).
@@ -437,7 +439,7 @@ impl Host for SimHost {
 
     fn broadcast(&self, txn: &Txn) {
         let to = self.world.alive.borrow().iter().filter(|w| w.dev == self.who.dev && w.ctx != self.who.ctx).copied().collect();
-        self.world.broadcasts.borrow_mut().push(Broadcast { dev: self.who.dev, to, txn: txn.clone() });
+        self.world.broadcasts.borrow_mut().push(Broadcast { dev: self.who.dev, to, told: crate::told::tell(txn) });
     }
 
     fn now(&self) -> u64 {

@@ -126,7 +126,7 @@ impl BrowserHost {
         let weak: Weak<Client<T>> = Rc::downgrade(client);
         let cb = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
             let (Some(me), Some(text)) = (weak.upgrade(), ev.data().as_string()) else { return };
-            if let Ok(txn) = serde_json::from_str::<Txn>(&text) {
+            if let Some(txn) = crate::told::heard(&text) {
                 me.absorb(&txn);
             }
         });
@@ -147,8 +147,8 @@ impl Host for BrowserHost {
     }
 
     fn broadcast(&self, txn: &Txn) {
-        if let (Some(ch), Ok(s)) = (&self.channel, serde_json::to_string(txn)) {
-            let _ = ch.post_message(&JsValue::from_str(&s));
+        if let Some(ch) = &self.channel {
+            let _ = ch.post_message(&JsValue::from_str(&crate::told::tell(txn)));
         }
     }
 
