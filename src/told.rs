@@ -29,52 +29,43 @@ const ENTRIES_FOR: char = 'e';
 
 /// The step as the other contexts are told it.
 pub fn tell(txn: &Txn) -> String {
-    let mut out = String::new();
-    let mut line = |tag: char, text: &str| {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push(tag);
-        out.push_str(text);
-    };
-    let mut put = |tag: char, v: &dyn Spell| line(tag, &v.spell());
-    if let Some(m) = &txn.meta {
-        put(META, m);
-    }
-    for r in &txn.put_base {
-        put(PUT_BASE, r);
-    }
-    for at in &txn.delete_pending {
-        put(DELETE_PENDING, at);
-    }
-    for op in &txn.put_pending {
-        put(PUT_PENDING, op);
-    }
-    for id in &txn.delete_rejections {
-        put(DELETE_REJECTION, id);
-    }
-    for r in &txn.put_rejections {
-        put(PUT_REJECTION, r);
-    }
-    for id in &txn.delete_conflicts {
-        put(DELETE_CONFLICT, id);
-    }
-    for c in &txn.put_conflicts {
-        put(PUT_CONFLICT, c);
-    }
-    if let Some(s) = &txn.sync {
-        put(SYNC, s);
-    }
-    if let Some(s) = &txn.schema {
-        put(SCHEMA, s);
-    }
-    if let Some(f) = &txn.following {
-        put(FOLLOWING, f);
-    }
+    let mut out = Lines::default();
+    out.all(META, &txn.meta);
+    out.all(PUT_BASE, &txn.put_base);
+    out.all(DELETE_PENDING, &txn.delete_pending);
+    out.all(PUT_PENDING, &txn.put_pending);
+    out.all(DELETE_REJECTION, &txn.delete_rejections);
+    out.all(PUT_REJECTION, &txn.put_rejections);
+    out.all(DELETE_CONFLICT, &txn.delete_conflicts);
+    out.all(PUT_CONFLICT, &txn.put_conflicts);
+    out.all(SYNC, &txn.sync);
+    out.all(SCHEMA, &txn.schema);
+    out.all(FOLLOWING, &txn.following);
     if let Some(e) = &txn.entries_for {
-        line(ENTRIES_FOR, &e.spell());
+        out.line(ENTRIES_FOR, &e.spell());
     }
-    out
+    out.0
+}
+
+/// The message as it is written.
+#[derive(Default)]
+struct Lines(String);
+
+impl Lines {
+    fn line(&mut self, tag: char, text: &str) {
+        if !self.0.is_empty() {
+            self.0.push('\n');
+        }
+        self.0.push(tag);
+        self.0.push_str(text);
+    }
+
+    /// Every record of one kind, each as the store writes it (`at`s as plain numbers).
+    fn all<'a, T: Serialize + 'a>(&mut self, tag: char, records: impl IntoIterator<Item = &'a T>) {
+        for r in records {
+            self.line(tag, &serde_json::to_string(r).unwrap_or_default());
+        }
+    }
 }
 
 /// The step a message tells, or `None` if any line of it does not read (a
@@ -107,17 +98,6 @@ pub fn heard(text: &str) -> Option<Txn> {
 
 fn read<T: DeserializeOwned>(body: &str) -> Option<T> {
     serde_json::from_str(body).ok()
-}
-
-/// A record spelled as the store writes it (`at`s as plain numbers).
-trait Spell {
-    fn spell(&self) -> String;
-}
-
-impl<T: Serialize> Spell for T {
-    fn spell(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
-    }
 }
 
 #[cfg(test)]
