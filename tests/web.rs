@@ -97,6 +97,34 @@ async fn indexeddb_store_keeps_the_contract() {
     }
 }
 
+/// The browser closes a connection before its `close` event reaches the
+/// library: a transaction that will not start then is the connection
+/// closed (IndexedDB's `InvalidStateError` at `transaction()`, whatever each
+/// engine's message says), not a failed write, so the edit heals instead
+/// of failing.
+#[wasm_bindgen_test]
+async fn a_connection_closed_before_its_event_is_heard_is_told_as_closed_and_the_edit_lands() {
+    use marksync::store::StoreError;
+    let store = IdbStore::connect(&unique("unheard")).await.unwrap();
+    store.open(Meta::fresh("d".into())).await.unwrap();
+    store.close_unheard();
+    let write = store.commit(&Txn { delete_pending: vec![1], ..Txn::default() }).await;
+    assert!(matches!(write, Err(StoreError::Closed(_))), "a durable write: {write:?}");
+    let read = store.read_sync().await;
+    assert!(matches!(read, Err(StoreError::Closed(_))), "a read: {read:?}");
+    store.close();
+
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let name = unique("unheard");
+    let c = client(&name, &server).await;
+    c.store.close_unheard();
+    let row = c.new_row_id().unwrap();
+    c.change("sets", &row, set(5)).await.expect("the edit lands in the database opened again");
+    c.close();
+    let c2 = client(&name, &server).await;
+    assert_eq!(c2.engine.borrow().pending().count(), 1, "on disk");
+}
+
 #[wasm_bindgen_test]
 async fn reopen_keeps_rows_outbox_counter_and_cursor() {
     let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));

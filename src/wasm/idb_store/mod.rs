@@ -110,6 +110,9 @@ pub struct IdbStore {
 /// is [`StoreError::Full`], a connection that is closing is [`StoreError::Closed`]
 /// (the DOMException's name leads its text in every engine).
 fn failed(e: impl Said) -> StoreError {
+    if e.closing() {
+        return StoreError::Closed(e.said());
+    }
     classify(e.said())
 }
 
@@ -127,6 +130,32 @@ fn classify(text: String) -> StoreError {
 /// What a failed call says.
 trait Said {
     fn said(self) -> String;
+
+    /// A transaction refused to start because the connection is closing:
+    /// IndexedDB's `transaction()` throws `InvalidStateError` for that alone
+    /// (no upgrade runs on a connection the store writes through). The
+    /// browser closes a connection before its `close` event reaches the
+    /// library, and the message differs in each engine; the name does not.
+    fn closing(&self) -> bool {
+        false
+    }
+}
+
+/// What `IDBDatabase.transaction()` threw.
+struct NotStarted(JsValue);
+
+impl Said for NotStarted {
+    fn said(self) -> String {
+        self.0.said()
+    }
+
+    fn closing(&self) -> bool {
+        invalid_state(&self.0)
+    }
+}
+
+fn invalid_state(thrown: &JsValue) -> bool {
+    thrown.dyn_ref::<web_sys::DomException>().is_some_and(|d| d.name() == "InvalidStateError")
 }
 
 impl Said for &str {
@@ -188,10 +217,21 @@ impl Said for idb::Error {
             IndexedDbNotFound(_) => return "IndexedDB is not available in this context".to_owned(),
             _ => return "IndexedDB failed without an error".to_owned(),
         };
-        if thrown.is_undefined() || thrown.is_null() {
+        thrown.clone().said()
+    }
+
+    fn closing(&self) -> bool {
+        matches!(self, idb::Error::TransactionOpenFailed(v) if invalid_state(v))
+    }
+}
+
+impl Said for JsValue {
+    /// As JS says it (`String(e)`): a DOMException's name, then its message.
+    fn said(self) -> String {
+        if self.is_undefined() || self.is_null() {
             return "IndexedDB failed without an error".to_owned();
         }
-        thrown.unchecked_ref::<js_sys::Object>().to_string().into()
+        self.unchecked_ref::<js_sys::Object>().to_string().into()
     }
 }
 
@@ -622,6 +662,13 @@ impl IdbStore {
         &self.name
     }
 
+    /// Closes the connection as the browser does before its `close` event
+    /// is dispatched: the library has not heard of it yet (tests).
+    #[cfg(feature = "testing")]
+    pub fn close_unheard(&self) {
+        self.conn.borrow().raw.close();
+    }
+
     /// Deletes a whole database (tests, "sign out and wipe").
     pub async fn delete(name: &str) -> Result<(), StoreError> {
         let factory = Factory::new().map_err(|e| StoreError::Unavailable(e.said()))?;
@@ -684,12 +731,12 @@ impl IdbStore {
         // marks the options dictionary unstable.
         let names: Array = stores.iter().map(|s| JsValue::from_str(s)).collect();
         let options = js_sys::Object::new();
-        js_sys::Reflect::set(&options, &"durability".into(), &"strict".into()).map_err(|e| failed(super::transport::js_text(&e)))?;
+        js_sys::Reflect::set(&options, &"durability".into(), &"strict".into()).map_err(failed)?;
         let raw = self.conn.borrow().raw.clone();
         let open: js_sys::Function = js_sys::Reflect::get(&raw, &"transaction".into())
             .and_then(|f| f.dyn_into().map_err(|_| JsValue::from_str("IDBDatabase.transaction is not a function")))
-            .map_err(|e| failed(super::transport::js_text(&e)))?;
-        let tx = open.call3(&raw, &names, &"readwrite".into(), &options).map_err(|e| failed(super::transport::js_text(&e)))?;
+            .map_err(failed)?;
+        let tx = open.call3(&raw, &names, &"readwrite".into(), &options).map_err(|e| failed(NotStarted(e)))?;
         Ok(idb::Transaction::from(tx.unchecked_into::<web_sys::IdbTransaction>()))
     }
 
