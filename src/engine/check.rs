@@ -117,7 +117,7 @@ impl Engine {
     /// refused edit, with its refusal.
     pub fn check_drafts(&self, drafts: &[Draft]) -> Result<(), (usize, Refusal)> {
         let Some(schema) = self.checking_schema() else { return Ok(()) };
-        let mut after: std::collections::HashMap<RowKey, Row> = std::collections::HashMap::new();
+        let mut after: std::collections::BTreeMap<RowKey, Row> = std::collections::BTreeMap::new();
         // The edits are the newest writes of their rows, each newer than the
         // one before it: the marks `Schema::check_edit` gives.
         for (i, d) in drafts.iter().enumerate() {

@@ -12,7 +12,7 @@
 use super::Engine;
 use crate::attempt::Recovery;
 use crate::following::Following;
-use crate::protocol::Code;
+use crate::protocol::{Code, OpId};
 use crate::store::{Meta, Snapshot, Txn};
 
 /// The words a person reads while the device syncs its copy again.
@@ -90,8 +90,8 @@ impl Engine {
         if !cleared && !refilled {
             return None;
         }
-        let on_disk: std::collections::HashSet<_> = disk.pending.iter().map(|o| &o.op_id).collect();
-        let refused: std::collections::HashSet<_> = disk.rejections.iter().map(|r| &r.op.op_id).collect();
+        let on_disk: std::collections::HashSet<OpId> = disk.pending.iter().map(|o| o.op_id.clone()).collect();
+        let refused: std::collections::HashSet<OpId> = disk.rejections.iter().map(|r| r.op.op_id.clone()).collect();
         let mut txn = Txn {
             put_pending: self.outbox.iter().filter(|o| !on_disk.contains(&o.op_id)).cloned().collect(),
             put_rejections: self.rejections.values().filter(|r| !refused.contains(&r.op.op_id)).cloned().collect(),

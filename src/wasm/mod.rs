@@ -14,7 +14,6 @@ pub mod query;
 pub mod transport;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use js_sys::{Array, Function, Object, Promise, Reflect};
@@ -187,7 +186,9 @@ type ReadLater = Box<dyn FnOnce(&Client<FetchTransport>) -> Result<JsValue, JsVa
 #[wasm_bindgen]
 pub struct Marksync {
     inner: Rc<Client<FetchTransport>>,
-    cache: Rc<RefCell<(u64, HashMap<String, JsValue>)>>,
+    /// `rows()`' answers since the last change, by table (and space): a few
+    /// keys, a sorted vector.
+    cache: Rc<RefCell<(u64, litemap::LiteMap<String, JsValue>)>>,
     /// Opened lazily (the Service Worker's): rows are read only as sync needs them.
     lazy: bool,
 }
@@ -279,7 +280,7 @@ impl Marksync {
         if auto_sync {
             inner.schedule_sync(0);
         }
-        Ok(Marksync { inner, cache: Rc::new(RefCell::new((0, HashMap::new()))), lazy })
+        Ok(Marksync { inner, cache: Rc::new(RefCell::new((0, litemap::LiteMap::new()))), lazy })
     }
 
     /// Whether this database was opened lazily (`open({ lazy: true })`):
@@ -411,14 +412,14 @@ impl Marksync {
 
     fn rows_held(
         inner: &Client<FetchTransport>,
-        cache: &RefCell<(u64, HashMap<String, JsValue>)>,
+        cache: &RefCell<(u64, litemap::LiteMap<String, JsValue>)>,
         table: &str,
         only: Option<&str>,
     ) -> JsValue {
         let version = inner.version();
         let mut cache = cache.borrow_mut();
         if cache.0 != version {
-            *cache = (version, HashMap::new());
+            *cache = (version, litemap::LiteMap::new());
         }
         let cache_key = match only {
             Some(s) => format!("{table}\u{0}{s}"),
