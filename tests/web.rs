@@ -125,6 +125,35 @@ async fn a_connection_closed_before_its_event_is_heard_is_told_as_closed_and_the
     assert_eq!(c2.engine.borrow().pending().count(), 1, "on disk");
 }
 
+/// A step told in words this context cannot read (garbled, or of another
+/// version of the library) is never taken in part: the context reads the
+/// database again, and finds what it was not told.
+#[wasm_bindgen_test]
+async fn a_step_told_in_words_a_context_cannot_read_makes_it_read_the_database_again() {
+    use marksync::protocol::{Cell, Mark, OpId, Row};
+    let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));
+    let name = unique("unreadable");
+    let c = client(&name, &server).await;
+    // A step no one tells: written beside the context, straight to the disk.
+    let store = IdbStore::connect(&name).await.unwrap();
+    let mut row = Row::default();
+    row.cells.insert("reps".into(), Cell { value: Value::Number(7.0), mark: Mark { at: 7, op_id: OpId::new("srv:1") } });
+    store.commit(&Txn { put_base: vec![(RowKey::new("sets", "told-badly"), row)], ..Txn::default() }).await.unwrap();
+    store.close();
+    assert!(c.engine.borrow().row(&RowKey::new("sets", "told-badly")).is_none());
+    let channel = web_sys::BroadcastChannel::new(&format!("marksync:{name}")).unwrap();
+    channel.post_message(&"{\"meta\":null}".into()).unwrap();
+    for _ in 0..100 {
+        if c.engine.borrow().row(&RowKey::new("sets", "told-badly")).is_some() {
+            break;
+        }
+        gloo_timers::future::TimeoutFuture::new(10).await;
+    }
+    assert!(c.engine.borrow().row(&RowKey::new("sets", "told-badly")).is_some(), "read again from the disk");
+    channel.close();
+    c.close();
+}
+
 #[wasm_bindgen_test]
 async fn reopen_keeps_rows_outbox_counter_and_cursor() {
     let server = Rc::new(RefCell::new(MemoryServer::new(Schema::workout())));

@@ -214,6 +214,19 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         }
     }
 
+    /// Another context told a step this one cannot read (garbled, or of
+    /// another version of the library): the step is on disk, so the engine
+    /// is built again from it, as when a heard step's rows cannot be read.
+    pub fn absorb_unreadable(self: &Rc<Self>) {
+        if self.closed.get() {
+            return;
+        }
+        let me = self.clone();
+        self.host.spawn(Box::pin(async move {
+            let _ = me.reload().await;
+        }));
+    }
+
     fn take_in(&self, txn: &Txn) {
         if self.closed.get() {
             return;

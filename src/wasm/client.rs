@@ -126,8 +126,9 @@ impl BrowserHost {
         let weak: Weak<Client<T>> = Rc::downgrade(client);
         let cb = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
             let (Some(me), Some(text)) = (weak.upgrade(), ev.data().as_string()) else { return };
-            if let Some(txn) = crate::told::heard(&text) {
-                me.absorb(&txn);
+            match crate::told::heard(&text) {
+                Some(txn) => me.absorb(&txn),
+                None => me.absorb_unreadable(),
             }
         });
         ch.set_onmessage(Some(cb.as_ref().unchecked_ref()));

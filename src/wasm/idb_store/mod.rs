@@ -69,8 +69,10 @@ const ALL: [&str; 7] = [META, CHUNKS, DELTA, BATCHES, PENDING, REJECTIONS, entri
 /// an `at` taken: the upgrade closes its connection, and it cannot open the
 /// database again ("reload the page"). Layout 6 changed no store either:
 /// the outbox holds runs of ops in one record ([`runs`]), which an older
-/// version cannot read.
-const VERSION: u32 = 6;
+/// version cannot read. Nor did layout 7: the contexts sharing the
+/// database tell each other their steps record by record
+/// ([`crate::told`]), which an older version cannot hear.
+const VERSION: u32 = 7;
 
 /// Compaction starts once more base deltas than this are counted.
 pub const COMPACT_AFTER: usize = 2_000;
