@@ -1,6 +1,6 @@
 //! A committed step as told to the device's other contexts (tabs and the
-//! Service Worker, on the channel `marksync:<name>`; PROTOCOL §7, "What the
-//! other contexts are told").
+//! Service Worker, on the channel `marksync:<name>`; PROTOCOL §7, where it
+//! says how the other contexts' steps arrive).
 //!
 //! The message is one text of lines, one record a line: a letter for what
 //! it is, then the record as the store writes it (compact JSON never holds a
@@ -69,8 +69,9 @@ impl Lines {
 }
 
 /// The step a message tells, or `None` if any line of it does not read (a
-/// message of another version of the library, or garbled): it is then
-/// ignored whole, never taken in part.
+/// message of another version of the library, or garbled): it is never
+/// taken in part, and the hearer reads the database again instead
+/// ([`crate::driver::Driver::absorb_unreadable`]).
 pub fn heard(text: &str) -> Option<Txn> {
     let mut txn = Txn::default();
     for line in text.split('\n').filter(|l| !l.is_empty()) {
