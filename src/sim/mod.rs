@@ -497,11 +497,15 @@ impl Sim {
 
     /// Hands device `d`'s oldest broadcast to the contexts that listened.
     fn broadcast(&mut self, d: usize) -> bool {
-        let Some((to, txn)) = self.world.next_broadcast(d) else { return false };
+        let Some((to, told)) = self.world.next_broadcast(d) else { return false };
         for who in to {
             let ctx = &self.devices[who.dev].contexts[who.ctx];
             if let (true, Some(driver)) = (ctx.life == who.life, ctx.driver.clone()) {
-                driver.absorb(&txn);
+                // As the browser's listener hears it (`wasm::client`).
+                match crate::told::heard(&told) {
+                    Some(txn) => driver.absorb(&txn),
+                    None => driver.absorb_unreadable(),
+                }
             }
         }
         self.world.run();
