@@ -45,7 +45,8 @@ function demoFiles() {
       for (const f of readdirSync(join(www, 'pkg'))) {
         if (f.endsWith('.js') || f.endsWith('.wasm')) cpSync(join(www, 'pkg', f), join(lib, 'pkg', f));
       }
-      // wasm-bindgen's inline JS (Web Locks, Background Sync) lives in pkg/snippets/.
+      // wasm-bindgen's inline JS (Web Locks, Background Sync) lives in pkg/snippets/
+      // unless the build minified the glue, which takes it in.
       if (existsSync(join(www, 'pkg', 'snippets'))) cpSync(join(www, 'pkg', 'snippets'), join(lib, 'pkg', 'snippets'), { recursive: true });
 
       const shell = walk(outDir)
