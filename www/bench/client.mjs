@@ -4,7 +4,7 @@
 // Prints one JSON object; BENCHMARKS.md quotes it. `node www/bench/client.mjs check`
 // runs only the schema-check part (any server build: MARKSYNC_SERVER_BIN).
 import { execFileSync } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { gzipSync, brotliCompressSync } from 'node:zlib';
 import { startServer, launch, device, root } from '../test/helpers.mjs';
@@ -15,8 +15,12 @@ const pct = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Mat
 function sizes() {
   const pkg = join(root, 'www', 'pkg');
   const files = ['marksync_bg.wasm', 'marksync.js'].map((f) => join(pkg, f));
-  for (const d of readdirSync(join(pkg, 'snippets'))) {
-    for (const f of readdirSync(join(pkg, 'snippets', d))) files.push(join(pkg, 'snippets', d, f));
+  // The snippets are inside marksync.js once the build minified the glue.
+  const snippets = join(pkg, 'snippets');
+  if (existsSync(snippets)) {
+    for (const d of readdirSync(snippets)) {
+      for (const f of readdirSync(join(snippets, d))) files.push(join(snippets, d, f));
+    }
   }
   files.push(join(root, 'www', 'index.js'));
   const all = Buffer.concat(files.map((f) => readFileSync(f)));
