@@ -236,22 +236,15 @@ pub(super) fn read_for(v: Option<JsValue>) -> Result<Option<EntriesFor>, StoreEr
 /// on); `None` elsewhere.
 fn all_records(store: &idb::ObjectStore, range: &KeyRange, count: u32, reverse: bool) -> Result<Option<GetAllStoreRequest>, StoreError> {
     let raw: web_sys::IdbObjectStore = store.clone().into();
-    let f = js_sys::Reflect::get(&raw, &JsValue::from_str("getAllRecords")).map_err(thrown)?;
+    let f = js_sys::Reflect::get(&raw, &JsValue::from_str("getAllRecords")).map_err(failed)?;
     let Some(f) = f.dyn_ref::<js_sys::Function>() else { return Ok(None) };
     let options = js_sys::Object::new();
-    let set = |k: &str, v: JsValue| js_sys::Reflect::set(&options, &JsValue::from_str(k), &v).map_err(thrown);
+    let set = |k: &str, v: JsValue| js_sys::Reflect::set(&options, &JsValue::from_str(k), &v).map_err(failed);
     set("query", range.clone().into())?;
     set("count", count.into())?;
     set("direction", JsValue::from_str(if reverse { "prev" } else { "next" }))?;
-    let request = f.call1(&raw, &options).map_err(thrown)?;
+    let request = f.call1(&raw, &options).map_err(failed)?;
     Ok(Some(request.unchecked_into::<web_sys::IdbRequest>().into()))
-}
-
-/// What the browser threw, as a failed read.
-fn thrown(e: JsValue) -> StoreError {
-    // The name too: `failed` tells a full disk and a closed database by it.
-    let name = js_sys::Reflect::get(&e, &JsValue::from_str("name")).ok().and_then(|v| v.as_string()).unwrap_or_default();
-    failed(format!("{name}: {}", crate::wasm::transport::js_text(&e)))
 }
 
 /// Keys and values in two requests, ascending from where the page starts.
@@ -313,7 +306,7 @@ pub(super) async fn read(db: &idb::Database, range: &EntryRange) -> Result<(Vec<
     let (keys, values) = match all_records(&store, &bounds, limit, range.reverse)? {
         Some(request) => {
             let records = request.await.map_err(failed)?;
-            let field = |r: &JsValue, name: &str| js_sys::Reflect::get(r, &JsValue::from_str(name)).map_err(thrown);
+            let field = |r: &JsValue, name: &str| js_sys::Reflect::get(r, &JsValue::from_str(name)).map_err(failed);
             let mut pairs = (Vec::with_capacity(records.len()), Vec::with_capacity(records.len()));
             for r in &records {
                 pairs.0.push(field(r, "key")?);

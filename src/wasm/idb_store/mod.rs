@@ -129,7 +129,10 @@ fn classify(text: String) -> StoreError {
     }
 }
 
-/// What a failed call says.
+/// A failure that names no error.
+const NOTHING_THROWN: &str = "IndexedDB failed without an error";
+
+/// What a failed call says (a thrown value: its name, then its message).
 trait Said {
     fn said(self) -> String;
 
@@ -217,7 +220,7 @@ impl Said for idb::Error {
             | UpdateFailed(v) => v,
             DomException(d) => d.as_ref(),
             IndexedDbNotFound(_) => return "IndexedDB is not available in this context".to_owned(),
-            _ => return "IndexedDB failed without an error".to_owned(),
+            _ => return NOTHING_THROWN.to_owned(),
         };
         thrown.clone().said()
     }
@@ -231,7 +234,7 @@ impl Said for JsValue {
     /// As JS says it (`String(e)`): a DOMException's name, then its message.
     fn said(self) -> String {
         if self.is_undefined() || self.is_null() {
-            return "IndexedDB failed without an error".to_owned();
+            return NOTHING_THROWN.to_owned();
         }
         self.unchecked_ref::<js_sys::Object>().to_string().into()
     }
