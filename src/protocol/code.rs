@@ -4,13 +4,10 @@
 //! `Error` carries its `code`). Apps and tests match on these words: they
 //! never change meaning.
 
-use serde::{Deserialize, Serialize};
-
 macro_rules! codes {
     ($($(#[$doc:meta])* $variant:ident = $text:literal,)*) => {
         /// A stable code (see the module's doc).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[serde(rename_all = "snake_case")]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Code {
             $($(#[$doc])* $variant,)*
         }
@@ -35,6 +32,17 @@ macro_rules! codes {
                 }
             }
         }
+
+        impl super::word::Word for Code {
+            const WORDS: &'static [&'static str] = &[$($text,)*];
+            fn word(self) -> &'static str {
+                self.as_str()
+            }
+            fn from_word(s: &str) -> Option<Code> {
+                Code::parse(s)
+            }
+        }
+        super::word::serde_by_word!(Code);
     };
 }
 

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod code;
 pub mod space;
+pub mod word;
 
 pub use code::Code;
 

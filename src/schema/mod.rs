@@ -80,8 +80,7 @@ pub struct TableRules {
 }
 
 /// The type a field's value must have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FieldType {
     /// A string.
     String,
@@ -92,6 +91,22 @@ pub enum FieldType {
     /// true or false.
     Boolean,
 }
+
+impl FieldType {
+    /// Every type, in the order of its words.
+    const ALL: [FieldType; 4] = [FieldType::String, FieldType::Number, FieldType::Integer, FieldType::Boolean];
+}
+
+impl crate::protocol::word::Word for FieldType {
+    const WORDS: &'static [&'static str] = &["string", "number", "integer", "boolean"];
+    fn word(self) -> &'static str {
+        Self::WORDS[self as usize]
+    }
+    fn from_word(s: &str) -> Option<FieldType> {
+        FieldType::ALL.get(Self::WORDS.iter().position(|w| *w == s)?).copied()
+    }
+}
+crate::protocol::word::serde_by_word!(FieldType);
 
 /// The rule of one field.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
