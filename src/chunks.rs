@@ -386,7 +386,7 @@ where
 /// bytes is a second copy of its parser there.
 fn decode_chunk_v2(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
     let text = std::str::from_utf8(bytes).map_err(corrupt)?;
-    let rows: Vec<RowV2<'_>> = serde_json::from_str(text).map_err(corrupt)?;
+    let rows: Vec<RowV2<'_>> = crate::json::from_str(text).map_err(corrupt)?;
     rows.into_iter()
         .map(|RowV2(table, row_id, groups)| {
             row_of(
@@ -401,7 +401,7 @@ fn decode_chunk_v2(bytes: &[u8]) -> Result<Vec<(RowKey, Row)>, StoreError> {
 
 /// Decodes a chunk stored as JSON text in the first encoding.
 pub fn decode_chunk_v1(text: &str) -> Result<Vec<(RowKey, Row)>, StoreError> {
-    let rows: Vec<RowV1> = serde_json::from_str(text).map_err(corrupt)?;
+    let rows: Vec<RowV1> = crate::json::from_str(text).map_err(corrupt)?;
     Ok(rows
         .into_iter()
         .map(|RowV1(table, row_id, cells_v1)| {

@@ -46,6 +46,7 @@ pub mod engine;
 pub mod following;
 pub mod ids;
 pub mod index_def;
+pub mod json;
 pub mod judge;
 pub mod known_schema;
 pub mod layered;

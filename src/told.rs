@@ -98,7 +98,7 @@ pub fn heard(text: &str) -> Option<Txn> {
 }
 
 fn read<T: DeserializeOwned>(body: &str) -> Option<T> {
-    serde_json::from_str(body).ok()
+    crate::json::from_str(body).ok()
 }
 
 #[cfg(test)]

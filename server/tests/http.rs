@@ -55,6 +55,9 @@ async fn every_bad_input_is_refused_whole_and_writes_nothing(b: Backend) {
             with(json!({"opId": "d:1", "table": "sets", "rowId": "d-1", "at": 1, "fields": {"reps": 1}, "x": 1})),
         ),
         ("a missing attemptKey", json!({"batch": [good.clone()]}).to_string()),
+        // Objects only: serde_json alone reads a struct from its fields in order.
+        ("an op as an array of its fields", with(json!(["d:1", "sets", "d-1", {"reps": 1}, 1]))),
+        ("the body as an array of its fields", json!(["d:a1", [good.clone()]]).to_string()),
         ("an empty batch", body(json!([]))),
         ("a long string", with(op("d:1", "d-1", 10, json!({"exercise": "x".repeat(4097)})))),
     ];

@@ -245,7 +245,7 @@ impl Schema {
     /// Parses and checks a schema file: a history whose steps do not compose
     /// is refused with the version and step named ([`SchemaError::Step`]).
     pub fn from_json(text: &str) -> Result<Schema, SchemaError> {
-        let file: SchemaFile = serde_json::from_str(text)?;
+        let file: SchemaFile = crate::json::from_str(text)?;
         Schema::try_from(file)
     }
 

@@ -147,7 +147,7 @@ impl FetchTransport {
         if a.status == 200 || (a.status == 304 && if_none_match.is_some()) {
             return Ok(a);
         }
-        let body: Option<ErrorBody> = serde_json::from_str(&a.text).ok();
+        let body: Option<ErrorBody> = crate::json::from_str(&a.text).ok();
         match (Failure::from_http(a.status, body.as_ref(), retry_after.map(|s| s * 1000)), &body) {
             // Not the marksync server's answer: say where the request went.
             (Failure::Refused(m), None) => Err(Failure::Refused(format!(
@@ -162,9 +162,9 @@ impl FetchTransport {
     async fn call<T: serde::de::DeserializeOwned>(&self, method: &str, path: &str, body: Option<String>) -> Result<T, CallError> {
         let (a, _) = self.fetch(method, path, body, None).await.map_err(CallError::network)?;
         if a.status == 200 {
-            return serde_json::from_str(&a.text).map_err(|e| CallError::network(Failure::BadResponse(e.to_string())));
+            return crate::json::from_str(&a.text).map_err(|e| CallError::network(Failure::BadResponse(e.to_string())));
         }
-        match serde_json::from_str::<ErrorBody>(&a.text) {
+        match crate::json::from_str::<ErrorBody>(&a.text) {
             Ok(e) => Err(CallError::of(e)),
             Err(_) => Err(CallError {
                 code: crate::protocol::Code::Network.as_str().into(),
@@ -307,20 +307,20 @@ impl Transport for FetchTransport {
     async fn push(&self, req: &PushRequest) -> Result<PushResponse, Failure> {
         let body = serde_json::to_string(req).map_err(|e| Failure::Refused(e.to_string()))?;
         let text = self.request("POST", "/v1/push", Some(body)).await?;
-        serde_json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
+        crate::json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
     }
 
     async fn pull(&self, req: &SpacesPullRequest) -> Result<SpacesPullResponse, Failure> {
         let body = serde_json::to_string(req).map_err(|e| Failure::Refused(e.to_string()))?;
         let text = self.request("POST", "/v1/pull", Some(body)).await?;
-        serde_json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
+        crate::json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
     }
 
     async fn verdicts(&self, op_ids: &[OpId]) -> Result<VerdictsResponse, Failure> {
         let req = VerdictsRequest { op_ids: op_ids.to_vec() };
         let body = serde_json::to_string(&req).map_err(|e| Failure::Refused(e.to_string()))?;
         let text = self.request("POST", "/v1/verdicts", Some(body)).await?;
-        serde_json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
+        crate::json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
     }
 
     async fn schema(&self, etag: Option<&str>) -> Result<Option<(String, Option<String>)>, Failure> {

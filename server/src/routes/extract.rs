@@ -138,7 +138,7 @@ pub(crate) fn checked_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &
         Err(e) if !e.is_data() => {}
         Err(e) => return Err(refused(e)),
     }
-    serde_json::from_slice(bytes).map_err(refused)
+    marksync::json::from_slice(bytes).map_err(refused)
 }
 
 /// The query string's parameters, or a 400.

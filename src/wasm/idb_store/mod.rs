@@ -250,7 +250,7 @@ fn json<T: serde::Serialize>(v: &T) -> Result<JsValue, StoreError> {
 
 fn parse<T: serde::de::DeserializeOwned>(v: &JsValue) -> Result<T, StoreError> {
     let s = v.as_string().ok_or_else(|| corrupt("a record is not a string"))?;
-    serde_json::from_str(&s).map_err(corrupt)
+    crate::json::from_str(&s).map_err(corrupt)
 }
 
 /// A chunk's IndexedDB key: its first row's `[table, rowId]`, and the

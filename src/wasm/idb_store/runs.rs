@@ -78,7 +78,7 @@ fn put_run(store: &ObjectStore, run: &[Op]) -> Result<(), StoreError> {
 fn read_into(record: &JsValue, ops: &mut Vec<Op>) -> Result<(), StoreError> {
     let text = record.as_string().ok_or_else(|| corrupt("an outbox record is not a string"))?;
     for line in text.split('\n') {
-        ops.push(serde_json::from_str::<Op>(line).map_err(corrupt)?);
+        ops.push(crate::json::from_str::<Op>(line).map_err(corrupt)?);
     }
     Ok(())
 }
