@@ -9,7 +9,9 @@
 //! - chunks: decode 100k stored base rows (the other half of `open`);
 //! - device pull: a device takes the backfill of a 100k-row space it was
 //!   just granted (in pages of 1000, as pulled), and the empty answer of a
-//!   pull while following 1,000 spaces (the request built, the answer taken).
+//!   pull while following 1,000 spaces (the request built, the answer taken);
+//! - json: a pull page of 1,000 rows read from its text by `marksync::json`
+//!   (objects only) and by serde_json alone, side by side (goal: the same).
 //!
 //! The workloads come from `marksync::workload`, shared with the browser benchmarks.
 
@@ -163,5 +165,26 @@ fn bench_device_pull(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_merge, bench_judge, bench_replica, bench_chunks, bench_device_pull);
+fn bench_json(c: &mut Criterion) {
+    use marksync::protocol::{Change, SpacePage, SpacesPullResponse};
+    let changes = base_rows(1000).into_iter().enumerate().map(|(i, (key, row))| Change { key, row, seq: i as u64 + 1 }).collect();
+    let page = SpacesPullResponse {
+        spaces: vec![SpacePage { space: "~me".into(), changes, cursor: 1000, has_more: false }],
+        personal: Some("~me".into()),
+        ..SpacesPullResponse::default()
+    };
+    let text = serde_json::to_string(&page).unwrap();
+    let mut g = c.benchmark_group("json");
+    g.sample_size(20);
+    g.throughput(Throughput::Elements(1000));
+    g.bench_function("pull page of 1000 rows, objects only", |b| {
+        b.iter(|| black_box(marksync::json::from_str::<SpacesPullResponse>(&text).unwrap()))
+    });
+    g.bench_function("pull page of 1000 rows, serde_json alone", |b| {
+        b.iter(|| black_box(serde_json::from_str::<SpacesPullResponse>(&text).unwrap()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_merge, bench_judge, bench_replica, bench_chunks, bench_device_pull, bench_json);
 criterion_main!(benches);
