@@ -5,13 +5,13 @@
 //! struct; nothing marksync writes or is sent is such an array, yet the
 //! wasm carried the second reader of each struct (10.4 KB gzip of the
 //! package, measured with serde_json's array arm taken out; BENCHMARKS.md,
-//! "The package, step by step"). [`from_str`] reads through [`Objects`], a
+//! "The package, step by step"). [`from_str`] reads through `Objects`, a
 //! deserializer that asks serde_json for a map wherever a struct is
 //! wanted, at every depth, so the array reader is never built. A struct
 //! written as an array is refused ("invalid type: sequence, expected
 //! struct …"), as the protocol's shapes say it must be.
 //!
-//! Every other call is passed through unchanged; [`Objects`] only wraps
+//! Every other call is passed through unchanged; `Objects` only wraps
 //! what it hands on (visitors, the map's and the sequence's accessors, the
 //! seeds they deserialize with) so that the rule holds inside them too.
 
@@ -23,24 +23,26 @@ use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqA
 /// module's doc). Same errors, positions and trailing-text check as
 /// `serde_json::from_str`.
 pub fn from_str<'a, T: de::Deserialize<'a>>(text: &'a str) -> Result<T, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_str(text);
-    let value = T::deserialize(Objects(&mut de))?;
-    de.end()?;
-    Ok(value)
+    whole(serde_json::Deserializer::from_str(text))
 }
 
 /// [`from_str`] of bytes (a request's body).
 pub fn from_slice<'a, T: de::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
+    whole(serde_json::Deserializer::from_slice(bytes))
+}
+
+/// The one value of `de`'s input, nothing after it (what serde_json's own
+/// `from_str` checks).
+fn whole<'a, R: serde_json::de::Read<'a>, T: de::Deserialize<'a>>(mut de: serde_json::Deserializer<R>) -> Result<T, serde_json::Error> {
     let value = T::deserialize(Objects(&mut de))?;
     de.end()?;
     Ok(value)
 }
 
 /// A deserializer that reads structs as maps (see the module's doc).
-pub struct Objects<D>(pub D);
+struct Objects<D>(D);
 
-/// A visitor, accessor or seed whose inner deserializers are [`Objects`].
+/// A visitor, accessor or seed whose inner deserializers are `Objects`.
 struct Wrap<X>(X);
 
 macro_rules! forward {

@@ -45,48 +45,25 @@ pub fn check_shared_space(s: &str) -> Result<(), &'static str> {
     super::check_op_id(s)
 }
 
-/// What a member may do in a space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Role {
-    /// Reads, writes rows, and manages the members.
-    Owner,
-    /// Reads and writes rows.
-    Editor,
-    /// Reads.
-    Viewer,
+super::word::words! {
+    /// What a member may do in a space.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Role {
+        /// Reads, writes rows, and manages the members.
+        Owner = "owner",
+        /// Reads and writes rows.
+        Editor = "editor",
+        /// Reads.
+        Viewer = "viewer",
+    }
 }
 
 impl Role {
-    /// Every role, in the order of [`Word::WORDS`](super::word::Word::WORDS).
-    const ALL: [Role; 3] = [Role::Owner, Role::Editor, Role::Viewer];
-
-    /// The role's name on the wire and in the database.
-    pub const fn as_str(self) -> &'static str {
-        <Role as super::word::Word>::WORDS[self as usize]
-    }
-
-    /// The role named `s`, if any.
-    pub fn parse(s: &str) -> Option<Role> {
-        let i = <Role as super::word::Word>::WORDS.iter().position(|w| *w == s)?;
-        Role::ALL.get(i).copied()
-    }
-
     /// Whether this role may write rows.
     pub const fn writes(self) -> bool {
         matches!(self, Role::Owner | Role::Editor)
     }
 }
-
-impl super::word::Word for Role {
-    const WORDS: &'static [&'static str] = &["owner", "editor", "viewer"];
-    fn word(self) -> &'static str {
-        self.as_str()
-    }
-    fn from_word(s: &str) -> Option<Role> {
-        Role::parse(s)
-    }
-}
-super::word::serde_by_word!(Role);
 
 /// The most spaces one pull may follow.
 pub const MAX_FOLLOWED: usize = 10_000;

@@ -79,34 +79,20 @@ pub struct TableRules {
     pub own_rows: bool,
 }
 
-/// The type a field's value must have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FieldType {
-    /// A string.
-    String,
-    /// Any finite number.
-    Number,
-    /// A number without fraction.
-    Integer,
-    /// true or false.
-    Boolean,
-}
-
-impl FieldType {
-    /// Every type, in the order of its words.
-    const ALL: [FieldType; 4] = [FieldType::String, FieldType::Number, FieldType::Integer, FieldType::Boolean];
-}
-
-impl crate::protocol::word::Word for FieldType {
-    const WORDS: &'static [&'static str] = &["string", "number", "integer", "boolean"];
-    fn word(self) -> &'static str {
-        Self::WORDS[self as usize]
-    }
-    fn from_word(s: &str) -> Option<FieldType> {
-        FieldType::ALL.get(Self::WORDS.iter().position(|w| *w == s)?).copied()
+crate::protocol::word::words! {
+    /// The type a field's value must have.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum FieldType {
+        /// A string.
+        String = "string",
+        /// Any finite number.
+        Number = "number",
+        /// A number without fraction.
+        Integer = "integer",
+        /// true or false.
+        Boolean = "boolean",
     }
 }
-crate::protocol::word::serde_by_word!(FieldType);
 
 /// The rule of one field.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
