@@ -25,7 +25,7 @@ if (process.env.PROF) await startProfile(cdp);
 if (process.env.ONLY) await page.evaluate((o) => { window.ONLY = o; }, process.env.ONLY);
 const out = await page.evaluate(async (N) => {
   const p50 = (a) => { a.sort((x, y) => x - y); const mid = a.slice(Math.floor(a.length / 4), Math.ceil(a.length * 3 / 4)); return [+a[Math.floor(a.length / 2)].toFixed(3), +(mid.reduce((s, x) => s + x, 0) / mid.length).toFixed(3)]; };
-  const openRaw = (name) => new Promise((res, rej) => { const r = indexedDB.open(name, 1); r.onupgradeneeded = () => { r.result.createObjectStore('a'); r.result.createObjectStore('m'); }; r.onsuccess = () => res(r.result); r.onerror = () => rej(r.error); });
+  const openRaw = (name) => new Promise((res, rej) => { const r = indexedDB.open(name, 1); r.onupgradeneeded = () => { r.result.createObjectStore('a'); r.result.createObjectStore('m'); r.result.createObjectStore('p').put({ c: 0 }, 'meta'); }; r.onsuccess = () => res(r.result); r.onerror = () => rej(r.error); });
   const raw = await openRaw('raw-' + Math.random());
   const done = (tx) => new Promise((res, rej) => { tx.oncomplete = res; tx.onerror = () => rej(tx.error); });
   const res = {};
@@ -35,6 +35,10 @@ const out = await page.evaluate(async (N) => {
     rawGetAndPut: async (i) => { const tx = raw.transaction(['a', 'm'], 'readwrite', { durability: 'strict' }); tx.objectStore('m').get('meta'); tx.objectStore('a').put({ reps: i }, i); tx.objectStore('m').put({ c: i }, 'meta'); await done(tx); },
     rawLastAndPut: async (i) => { const tx = raw.transaction(['a'], 'readwrite', { durability: 'strict' }); tx.objectStore('a').openKeyCursor(null, 'prev'); tx.objectStore('a').put({ reps: i }, i); await done(tx); },
     rawAboveAndPut: async (i) => { const tx = raw.transaction(['a'], 'readwrite', { durability: 'strict' }); tx.objectStore('a').getAll(IDBKeyRange.lowerBound(i - 1, true)); tx.objectStore('a').put({ reps: i }, i); await done(tx); },
+    // Layout 8's recording: one store, the first record above the last key
+    // known (the meta record, keyed above every op, when none is queued since).
+    rawFirstAboveAndPut: async (i) => { const tx = raw.transaction(['p'], 'readwrite', { durability: 'strict' }); tx.objectStore('p').getAll(IDBKeyRange.lowerBound(i - 1, true), 1); tx.objectStore('p').put({ reps: i }, i); await done(tx); },
+    rawCursorAboveAndPut: async (i) => { const tx = raw.transaction(['p'], 'readwrite', { durability: 'strict' }); tx.objectStore('p').openCursor(IDBKeyRange.lowerBound(i - 1, true)); tx.objectStore('p').put({ reps: i }, i); await done(tx); },
     rawGetLastAndPut: async (i) => { const tx = raw.transaction(['a', 'm'], 'readwrite', { durability: 'strict' }); tx.objectStore('m').get('meta'); tx.objectStore('a').openKeyCursor(null, 'prev'); tx.objectStore('a').put({ reps: i }, i); await done(tx); },
   };
   const db = await window.Marksync.open({ endpoint: location.origin, token: 'dev:trace', name: 'trace-' + Math.random(), autoSync: false, live: false, persist: false });

@@ -4,7 +4,10 @@
 // `changeMany`) in the same rounds. Rounds
 // alternate A, B and raw; prints medians and ratios.
 //
-//   N=2000 node www/bench/disk.mjs <www dir A> <www dir B> [rounds]
+//   N=2000 [SYNC=1] node www/bench/disk.mjs <www dir A> <www dir B> [rounds]
+//
+// SYNC=1: each page syncs as it records (autoSync), so edits are recorded
+// while the sync cycle's own steps commit beside them.
 //
 // Each www dir needs pkg/ (`scripts/build-www.sh --pkg-only`).
 import { chromium } from 'playwright-core';
@@ -25,7 +28,7 @@ for (let r = 0; r < rounds; r++) {
     const page = await ctx.newPage();
     await page.goto(`${servers[side === 'raw' ? 'A' : side].url}/test/harness.html`);
     await page.evaluate(() => window.ready);
-    const out = await page.evaluate(async ({ N, raw }) => {
+    const out = await page.evaluate(async ({ N, SYNC, raw }) => {
       const t = [];
       if (raw) {
         const db = await new Promise((res, rej) => { const q = indexedDB.open('raw-' + Math.random(), 1); q.onupgradeneeded = () => q.result.createObjectStore('a'); q.onsuccess = () => res(q.result); q.onerror = () => rej(q.error); });
@@ -37,13 +40,13 @@ for (let r = 0; r < rounds; r++) {
         await new Promise((r) => { tx.oncomplete = r; });
         return { t, bulk: performance.now() - b0 };
       }
-      const db = await window.Marksync.open({ endpoint: location.origin, token: 'dev:sbs', name: 'sbs-' + Math.random(), autoSync: false, live: false, persist: false });
+      const db = await window.Marksync.open({ endpoint: location.origin, token: 'dev:sbs', name: 'sbs-' + Math.random(), autoSync: SYNC, live: false, persist: false });
       for (let i = 0; i < N; i++) { const t0 = performance.now(); await db.change('sets', db.newRowId(), { exercise: 'squat', weightKg: 80, reps: i }); t.push(performance.now() - t0); }
       const edits = Array.from({ length: 10000 }, (_, i) => ({ table: 'sets', rowId: `${db.deviceId}-bulk-${i}`, fields: { exercise: 'squat', weightKg: 80, reps: i } }));
       const b0 = performance.now(); await db.changeMany(edits); const bulk = performance.now() - b0;
       db.close();
       return { t, bulk };
-    }, { N, raw: side === 'raw' });
+    }, { N, SYNC: !!process.env.SYNC, raw: side === 'raw' });
     res[side].p50.push(med(out.t));
     res[side].mid.push(mid(out.t));
     if (out.bulk) res[side].bulk.push(out.bulk);

@@ -18,5 +18,7 @@ export async function printProfile(cdp, n = 40) {
     const k = `${f.functionName || '(anon)'} ${f.url.split('/').pop()}:${f.lineNumber}`;
     self.set(k, (self.get(k) || 0) + (profile.timeDeltas[i] || 0));
   });
+  const busy = [...self].filter(([k]) => !k.startsWith('(idle)')).reduce((a, [, us]) => a + us, 0);
+  console.log((busy / 1000).toFixed(1).padStart(8), 'ms busy (every function but idle)');
   for (const [k, us] of [...self].sort((a, b) => b[1] - a[1]).slice(0, n)) console.log((us / 1000).toFixed(1).padStart(8), 'ms', k);
 }

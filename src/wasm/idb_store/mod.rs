@@ -5,11 +5,12 @@
 //! the counter when it reserves numbers; its key is its `at`); applying a push answer's verdicts; applying a pull page
 //! with the cursor; recording an attempt going out, and its outcome (the sync
 //! state, [`crate::sync_state::SyncState`], one record `"sync"` in `meta`).
-//! Records are JSON strings (base chunks and batches: binary, see [`crate::chunks`]); keys: `"meta"` (and `"sync"`,
-//! `"schema"`, `"following"`, the followed spaces, in the same store), `[table, rowId]` (`[table, rowId, space]`
-//! in a shared space),
-//! `at` (a number, so the outbox reads back in record order; a run of a
-//! recording's ops under its last `at` + 0.5, [`runs`]), `opId`.
+//! Records are JSON strings (base chunks and batches: binary, see [`crate::chunks`]); keys: `"sync"`,
+//! `"schema"`, `"following"` (the followed spaces) in `meta`; `[table, rowId]` (`[table, rowId, space]`
+//! in a shared space) in the base stores;
+//! `at` in `pending` (a number, so the outbox reads back in record order; a run of a
+//! recording's ops under its last `at` + 0.5, [`runs`]), and there, above
+//! every number, the meta record under `"meta"` (layout 8); `opId` in `rejections`.
 //!
 //! Base rows live in chunks plus a log, so that open reads a few large
 //! records instead of one per row: `base_chunks`, compacted snapshot chunks
@@ -71,8 +72,12 @@ const ALL: [&str; 7] = [META, CHUNKS, DELTA, BATCHES, PENDING, REJECTIONS, entri
 /// the outbox holds runs of ops in one record ([`runs`]), which an older
 /// version cannot read. Nor did layout 7: the contexts sharing the
 /// database tell each other their steps record by record
-/// ([`crate::told`]), which an older version cannot hear.
-const VERSION: u32 = 7;
+/// ([`crate::told`]), which an older version cannot hear. Layout 8 moved
+/// the meta record from `meta` into `pending`, under its key `"meta"`,
+/// above every op's: a recording checks it and the ops queued since in
+/// one request of one store ([`IdbStore::write_assuming`]); the first open
+/// moves it, and an older version would read a record no longer kept.
+const VERSION: u32 = 8;
 
 /// Compaction starts once more base deltas than this are counted.
 pub const COMPACT_AFTER: usize = 2_000;
@@ -276,8 +281,14 @@ fn chunk_rows(v: &JsValue) -> Result<Vec<(RowKey, Row)>, StoreError> {
 /// Asks for the outbox's last key: the largest `at` still queued
 /// ([`Meta::with_queued`]). Made before the transaction's writes, it sees
 /// the store as it was before them.
+/// The outbox's keys, every number: not the meta record's key, a string
+/// (IndexedDB orders every number before every string).
+fn ops_only() -> Result<KeyRange, StoreError> {
+    KeyRange::upper_bound(&JsValue::from_f64(f64::INFINITY), None).map_err(failed)
+}
+
 fn ask_last_queued(pending: &idb::ObjectStore) -> Result<impl std::future::Future<Output = Result<Option<u64>, StoreError>>, StoreError> {
-    let req = pending.open_key_cursor(None, Some(CursorDirection::Prev)).map_err(failed)?;
+    let req = pending.open_key_cursor(Some(Query::KeyRange(ops_only()?)), Some(CursorDirection::Prev)).map_err(failed)?;
     // Listened to from now: its answer is heard whenever it is awaited.
     let req = std::future::IntoFuture::into_future(req);
     Ok(async move {
@@ -760,13 +771,13 @@ impl IdbStore {
         if let Some(m) = txn.meta_written() {
             // Joined with the stored record, never over it: another context
             // may have reserved numbers or taken `at`s this one has not heard of.
-            let meta_store = store(META)?;
+            let outbox = store(PENDING)?;
             let stored = match stored {
                 Some(s) => Some(s.clone()),
-                None => Self::read_meta(&meta_store).await?,
+                None => Self::read_meta(&outbox).await?,
             };
             let joined = stored.map_or_else(|| m.clone(), |stored| m.join(&stored));
-            meta_store.put(&json(&joined)?, Some(&JsValue::from_str(META))).map_err(failed)?;
+            outbox.put(&json(&joined)?, Some(&JsValue::from_str(META))).map_err(failed)?;
         }
         if let Some(sync) = &txn.sync {
             store(META)?.put(&json(sync)?, Some(&JsValue::from_str(SYNC))).map_err(failed)?;
@@ -815,10 +826,10 @@ impl IdbStore {
 
     fn stores_of(txn: &Txn) -> Vec<&'static str> {
         let mut v: Vec<&'static str> = entries::stores(txn).to_vec();
-        if (txn.meta.is_some() || txn.sync.is_some() || txn.following.is_some()) && !v.contains(&META) {
+        if (txn.sync.is_some() || txn.following.is_some()) && !v.contains(&META) {
             v.push(META);
         }
-        if !txn.delete_pending.is_empty() || !txn.put_pending.is_empty() {
+        if txn.meta.is_some() || !txn.delete_pending.is_empty() || !txn.put_pending.is_empty() {
             v.push(PENDING);
         }
         if Self::notices(txn) {
@@ -929,11 +940,21 @@ impl IdbStore {
     async fn open_in(&self, fresh: Meta) -> Result<Snapshot, StoreError> {
         let tx = self.db()?.transaction(&ALL, TransactionMode::ReadWrite).map_err(failed)?;
         let meta_store = tx.object_store(META).map_err(failed)?;
-        let meta = match Self::read_meta(&meta_store).await? {
+        let pending_store = tx.object_store(PENDING).map_err(failed)?;
+        let meta = match Self::read_meta(&pending_store).await? {
             Some(m) => m,
             None => {
-                meta_store.put(&json(&fresh)?, Some(&JsValue::from_str(META))).map_err(failed)?;
-                fresh
+                // Layout 7 and before kept the record in `meta`: moved here,
+                // once, in the transaction every open of this layout runs first.
+                let m = match Self::read_meta(&meta_store).await? {
+                    Some(m) => {
+                        meta_store.delete(Query::Key(JsValue::from_str(META))).map_err(failed)?;
+                        m
+                    }
+                    None => fresh,
+                };
+                pending_store.put(&json(&m)?, Some(&JsValue::from_str(META))).map_err(failed)?;
+                m
             }
         };
         let lazy = self.lazy.get();
@@ -944,7 +965,8 @@ impl IdbStore {
         let first_key_req =
             if lazy { Some(tx.object_store(CHUNKS).map_err(failed)?.get_all_keys(None, Some(1)).map_err(failed)?) } else { None };
         let (delta_req, batches_req) = (get_all(DELTA)?, get_all(BATCHES)?);
-        let (pending_req, rej_req) = (get_all(PENDING)?, get_all(REJECTIONS)?);
+        let pending_req = pending_store.get_all(Some(Query::KeyRange(ops_only()?)), None).map_err(failed)?;
+        let rej_req = get_all(REJECTIONS)?;
         // Last: the idb crate hears a request's success only once it is awaited,
         // and requests complete in the order they were made — so they are
         // awaited in that order.
@@ -1054,10 +1076,10 @@ impl IdbStore {
     /// (Chromium's default, "relaxed", completes before that), so a
     /// recorded edit survives a power cut. A plan of nothing aborts it.
     async fn update_in(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
-        let tx = self.update_transaction(durable)?;
-        let meta_store = tx.object_store(META).map_err(failed)?;
-        let last = ask_last_queued(&tx.object_store(PENDING).map_err(failed)?)?;
-        let stored = Self::read_meta(&meta_store).await?.ok_or_else(|| corrupt("no meta record"))?;
+        let tx = self.transaction_over(&[META, PENDING], durable)?;
+        let outbox = tx.object_store(PENDING).map_err(failed)?;
+        let last = ask_last_queued(&outbox)?;
+        let stored = Self::read_meta(&outbox).await?.ok_or_else(|| corrupt("no meta record"))?;
         let stored = stored.with_queued(last.await?);
         let Some(txn) = plan(&stored) else {
             let _ = tx.abort();
@@ -1067,41 +1089,44 @@ impl IdbStore {
         finish(tx, "the transaction").await.map(|()| true)
     }
 
-    /// A transaction over meta and pending, durable or not.
-    fn update_transaction(&self, durable: bool) -> Result<idb::Transaction, StoreError> {
+    /// A read-write transaction over `stores`, durable or not.
+    fn transaction_over(&self, stores: &[&str], durable: bool) -> Result<idb::Transaction, StoreError> {
         if durable {
             self.db()?;
-            self.durable_transaction(&[META, PENDING])
+            self.durable_transaction(stores)
         } else {
-            self.db()?.transaction(&[META, PENDING], TransactionMode::ReadWrite).map_err(failed)
+            self.db()?.transaction(stores, TransactionMode::ReadWrite).map_err(failed)
         }
     }
 
-    /// The writes queued behind the read of the meta record, in one
-    /// transaction. Requests run in the order they were made, so the read
-    /// sees the record as it was before this transaction's puts; and the
-    /// transaction cannot commit before the read's answer has been heard
-    /// (the puts behind it are still pending, and the answer is heard in a
-    /// microtask of its success event), so the abort always comes first.
+    /// The writes queued behind one read, in one transaction over the
+    /// outbox alone: the first record above the last `at` assumed. Its key
+    /// says what it is: a number, an op queued since (the plan is stale); the
+    /// string `"meta"`, which IndexedDB orders above every number, the meta
+    /// record itself, nothing queued since. Requests run in the order they
+    /// were made, so the read sees the store as it was before this
+    /// transaction's puts; and the transaction cannot commit before the
+    /// read's answer has been heard (the puts behind it are still pending,
+    /// and the answer is heard in a microtask of its success event), so the
+    /// abort always comes first.
     async fn write_assuming_in(&self, durable: bool, assumed: &Meta, txn: &Txn) -> Result<bool, StoreError> {
         if txn.touches_more_than_meta_and_pending() || !txn.delete_pending.is_empty() {
             // Not a recording: not written here (the caller plans it again, read first).
             return Ok(false);
         }
-        let tx = self.update_transaction(durable)?;
-        let meta_store = tx.object_store(META).map_err(failed)?;
-        // Listened to from now: its answer is heard whenever it is awaited.
-        let read = std::future::IntoFuture::into_future(meta_store.get(Query::Key(JsValue::from_str(META))).map_err(failed)?);
-        // Any op queued past the last `at` assumed ([`Meta::with_queued`]):
-        // the first key above it, if any (one plain request, no cursor).
+        let tx = self.transaction_over(&[PENDING], durable)?;
         let above = KeyRange::lower_bound(&JsValue::from_f64(assumed.clock.last_at as f64), Some(true)).map_err(failed)?;
-        let above = tx.object_store(PENDING).map_err(failed)?.get_all_keys(Some(Query::KeyRange(above)), Some(1)).map_err(failed)?;
-        let above = std::future::IntoFuture::into_future(above);
+        // Listened to from now: its answer is heard whenever it is awaited.
+        let first = tx.object_store(PENDING).map_err(failed)?.open_cursor(Some(Query::KeyRange(above)), None).map_err(failed)?;
+        let first = std::future::IntoFuture::into_future(first);
         let checked = async {
             Self::write(&tx, txn, Some(assumed), true).await?;
-            let stored = read.await.map_err(failed)?.map(|v| parse::<Meta>(&v)).transpose()?;
-            let queued_above = above.await.map_err(failed)?.first().and_then(|k| k.as_f64()).map(|f| f as u64);
-            Ok::<_, StoreError>(stored.is_some_and(|s| assumed.covers(&s.with_queued(queued_above))))
+            let Some(cursor) = first.await.map_err(failed)? else { return Ok(false) };
+            if cursor.key().map_err(failed)?.as_string().as_deref() != Some(META) {
+                return Ok(false);
+            }
+            let stored = parse::<Meta>(&cursor.value().map_err(failed)?)?;
+            Ok::<_, StoreError>(assumed.covers(&stored))
         }
         .await;
         match checked {
