@@ -32,7 +32,17 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// Runs one sync cycle: push until the outbox is empty, then pull to the head.
     /// Only one cycle runs at a time in this context; another call waits for it.
     pub async fn sync(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
+        self.run_cycle(false).await
+    }
+
+    /// A cycle for a caller (`paced`: a timer of this context's own, which
+    /// no one waits on; else an app's `sync()`, which must see its queue
+    /// out). A cycle is paced only if every caller it answers is.
+    pub(super) async fn run_cycle(self: &Rc<Self>, paced: bool) -> Result<SyncOutcome, ClientError> {
         self.check_open()?;
+        if !paced {
+            self.unpaced.set(true);
+        }
         if self.host.offline() {
             // Nothing is sent, so nothing is in doubt: rows stay `pending`. The
             // `online` event (page) or Background Sync (worker) starts the next cycle.
@@ -60,6 +70,12 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         self.cycles.set((want, self.cycles.get().1));
         // A cycle now: a retry timer set before it has nothing left to do.
         self.timer.set(self.timer.get() + 1);
+        self.timer_due.set(None);
+        let paced = !self.unpaced.replace(false);
+        self.paced.set(paced);
+        if paced {
+            self.paced_at.set(Some(self.host.now()));
+        }
         let resets = self.resets.get();
         let mut r = self.under_lock(Job::Cycle, false).await;
         if r.is_err() && self.resets.get() != resets {
@@ -180,7 +196,11 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         // again, what the cycle planned belongs to a copy that is gone.
         let copy = self.resets.get();
         let mut unsaved: Option<Txn> = None;
-        let first = self.engine.borrow_mut().start_sync(self.host.now());
+        let first = if self.paced.get() {
+            self.engine.borrow_mut().start_paced_sync(self.host.now())
+        } else {
+            self.engine.borrow_mut().start_sync(self.host.now())
+        };
         let mut step = self.or_restart(Some(first), &mut unsaved);
         let mut refreshed = false;
         loop {

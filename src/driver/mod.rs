@@ -55,6 +55,13 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Drop fo
 /// A listener for "what the app can see changed".
 pub type Listener = Rc<dyn Fn()>;
 
+/// A context syncing on its own starts a cycle no sooner than this after
+/// the last one it started so (ms), and each such cycle pushes what was
+/// queued when it began ([`Engine::start_paced_sync`]): an edit made alone
+/// goes out at once, and a loop of `change()`s goes in a push every few
+/// milliseconds, not one each (BENCHMARKS.md, "Edits while a push is out").
+pub const PUSH_PACE: u64 = 10;
+
 /// How a context opens its database.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -100,6 +107,14 @@ pub struct Driver<S: LocalStore, T: Transport, H: Host> {
     auto_sync: bool,
     /// The retry timer set last; an earlier one that fires does nothing.
     timer: Cell<u64>,
+    /// When that timer fires (host ms), while it is set and has not fired.
+    timer_due: Cell<Option<u64>>,
+    /// When the last paced cycle began (host ms).
+    paced_at: Cell<Option<u64>>,
+    /// Someone waits on the next cycle (an app's `sync()`): it is not paced.
+    unpaced: Cell<bool>,
+    /// The cycle running is paced.
+    paced: Cell<bool>,
     reserving: Cell<bool>,
     /// The server has no `/v1/schema` (older) or sent one this library cannot read.
     schema_unsupported: Cell<bool>,
@@ -157,6 +172,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             version: Cell::new(1),
             auto_sync: options.auto_sync,
             timer: Cell::new(0),
+            timer_due: Cell::new(None),
+            paced_at: Cell::new(None),
+            unpaced: Cell::new(false),
+            paced: Cell::new(false),
             reserving: Cell::new(false),
             schema_unsupported: Cell::new(false),
             config,
@@ -508,7 +527,8 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         let txn = Txn { meta, put_pending: ops, ..Txn::default() };
         self.changed(true, Some(&txn));
         if self.auto_sync {
-            self.schedule_sync(0);
+            let next = self.paced_at.get().map_or(0, |t| t.saturating_add(PUSH_PACE).saturating_sub(self.host.now()));
+            self.sync_within(next);
         }
         Ok(ids)
     }
@@ -624,6 +644,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         }
         let timer = self.timer.get() + 1;
         self.timer.set(timer);
+        self.timer_due.set(Some(self.host.now().saturating_add(ms)));
         let weak: Weak<Self> = Rc::downgrade(self);
         let sleep = self.host.sleep(ms);
         // The task holds the driver only weakly while it sleeps: a closed or
@@ -632,9 +653,19 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             sleep.await;
             let Some(me) = weak.upgrade() else { return };
             if me.timer.get() == timer && !me.closed.get() {
-                let _ = me.sync().await;
+                me.timer_due.set(None);
+                let _ = me.run_cycle(true).await;
             }
         }));
+    }
+
+    /// Syncs within `ms`: a timer set to fire sooner is kept, a later one is
+    /// brought forward.
+    fn sync_within(self: &Rc<Self>, ms: u64) {
+        if self.timer_due.get().is_some_and(|due| due <= self.host.now().saturating_add(ms)) {
+            return;
+        }
+        self.schedule_sync(ms);
     }
 
     /// Commits a step's txn; on failure the engine reopens from disk (what
@@ -720,6 +751,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     pub fn close(&self) {
         self.closed.set(true);
         self.timer.set(self.timer.get() + 1);
+        self.timer_due.set(None);
         self.host.close();
         self.listeners.borrow_mut().clear();
         self.watches.clear();

@@ -34,6 +34,22 @@ impl Engine {
     /// flight that is not this engine's belongs to a context that closed with
     /// its request out, and its ops become `unknown-outcome`.
     pub fn start_sync(&mut self, now: u64) -> (Txn, Step) {
+        self.start(now, false)
+    }
+
+    /// Starts a cycle no one waits on (a context syncing on its own): it
+    /// pushes what is queued now, then ends, and the ops recorded while its
+    /// push was out wait for the next cycle instead of going out one push
+    /// after another — the host starts that one no sooner than its pace
+    /// allows ([`crate::driver::PUSH_PACE`]), so a burst of edits goes in a
+    /// few pushes, not one each. Ops it sent and that were not judged (an
+    /// empty answer, a batch too large) still go again at once.
+    pub fn start_paced_sync(&mut self, now: u64) -> (Txn, Step) {
+        self.start(now, true)
+    }
+
+    fn start(&mut self, now: u64, paced: bool) -> (Txn, Step) {
+        self.paced = paced;
         self.report = SyncReport { cursor: self.meta.cursor, ..SyncReport::default() };
         self.cycle = CycleLog { started_at: now, ..CycleLog::default() };
         let due = self.sync.next_retry_at.take();
@@ -121,9 +137,18 @@ impl Engine {
             return self.reconcile_step(false);
         }
         if !self.outbox.is_empty() {
-            return Step::Push(self.new_attempt(now));
+            return self.push_unless_paced(now);
         }
         self.pull_step(now)
+    }
+
+    /// The next push, but in a paced cycle that already pushed, not of
+    /// ops recorded since: it ends, and they go in the next cycle.
+    fn push_unless_paced(&mut self, now: u64) -> Step {
+        if self.paced && !self.pushed.is_empty() && self.outbox.iter().all(|o| !self.pushed.contains(&o.op_id)) {
+            return Step::Done(self.report.clone());
+        }
+        Step::Push(self.new_attempt(now))
     }
 
     pub(super) fn pull_step(&mut self, now: u64) -> Step {
@@ -692,7 +717,7 @@ impl Engine {
             self.pull_step(now)
         } else if !self.outbox.is_empty() && self.blocked().is_none() {
             // Edits made during the pull, or queued in a space just left: push them in this cycle too.
-            Step::Push(self.new_attempt(now))
+            self.push_unless_paced(now)
         } else {
             if self.outbox.is_empty() {
                 self.resynced();

@@ -155,7 +155,9 @@ pub enum Step {
     /// Send this pull (`POST /v1/pull`: every followed space at once), then
     /// hand the answer, with this request, to [`Engine::on_pull_response`].
     Pull(SpacesPullRequest),
-    /// The cycle is over: outbox empty (or nothing more to push) and pulled to the head.
+    /// The cycle is over: outbox empty (or nothing more to push) and pulled
+    /// to the head — or, paced, its push answered with edits recorded
+    /// meanwhile left for the next cycle ([`Engine::start_paced_sync`]).
     Done(SyncReport),
     /// The cycle stopped on a failure; start a new one at `until` (ms).
     Wait {
@@ -235,6 +237,9 @@ pub struct Engine {
     early: Option<u64>,
     /// The ops sent in this cycle (for [`SyncReport::pushed`]).
     pushed: std::collections::HashSet<OpId>,
+    /// This cycle is paced ([`Engine::start_paced_sync`]): it pushes what
+    /// was queued when it began, not what was recorded while it ran.
+    paced: bool,
     /// Why the last request of this engine got no usable answer, in words.
     last_failure: Option<String>,
     /// The cycle running in this context, as the inspector will show it.
@@ -297,6 +302,7 @@ impl Engine {
             following_moved: false,
             early: None,
             pushed: std::collections::HashSet::new(),
+            paced: false,
             last_failure: None,
             cycle: CycleLog::default(),
             view: View::default(),

@@ -1152,3 +1152,33 @@ fn a_database_named_for_one_user_refuses_another() {
     assert!(matches!(e.bind_user("bob"), Err(EngineError::WrongUser { .. })));
     assert_eq!(e.user(), Some("alice"));
 }
+
+#[test]
+fn a_paced_cycle_pushes_what_was_queued_when_it_began_and_an_asked_one_everything() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    let first = record(&mut e, "d-1", set(1), 10);
+    let (_, Step::Push(req)) = e.start_paced_sync(20) else { panic!("what is queued goes at once") };
+    assert_eq!(req.batch, vec![first]);
+    // Two edits while the push is out: the paced cycle ends on its answer.
+    let later = [record(&mut e, "d-2", set(2), 21), record(&mut e, "d-3", set(3), 22)];
+    let resp = s.push("u", &req).unwrap();
+    let Some((_, Step::Done(report))) = e.on_push_response(resp, 23) else { panic!("the edits made meanwhile wait for the next cycle") };
+    assert_eq!((report.pushed, e.pending_len()), (1, 2));
+    // The next paced cycle takes both in one push.
+    let (_, Step::Push(req)) = e.start_paced_sync(30) else { panic!() };
+    assert_eq!(req.batch, later.to_vec());
+    // Ops it sent and that were not judged still go again at once.
+    let empty = PushResponse { attempt_key: req.attempt_key.clone(), verdicts: vec![], now: None };
+    let Some((_, Step::Push(again))) = e.on_push_response(empty, 31) else { panic!("unjudged ops go again now") };
+    let resp = s.push("u", &again).unwrap();
+    let more = record(&mut e, "d-4", set(4), 32);
+    assert!(matches!(e.on_push_response(resp, 33), Some((_, Step::Done(_)))));
+    // A cycle someone asked for sees the queue out, edits made meanwhile too.
+    let (_, Step::Push(req)) = e.start_sync(40) else { panic!() };
+    assert_eq!(req.batch, vec![more]);
+    record(&mut e, "d-5", set(5), 41);
+    let resp = s.push("u", &req).unwrap();
+    let Some((_, Step::Push(req))) = e.on_push_response(resp, 42) else { panic!("an asked cycle pushes on") };
+    assert_eq!(req.batch.len(), 1);
+}

@@ -40,16 +40,21 @@ for (let r = 0; r < rounds; r++) {
         await new Promise((r) => { tx.oncomplete = r; });
         return { t, bulk: performance.now() - b0 };
       }
+      let pushes = 0;
+      const fetch0 = window.fetch;
+      window.fetch = function (url) { if (String(url).includes('/v1/push')) pushes++; return fetch0.apply(this, arguments); };
       const db = await window.Marksync.open({ endpoint: location.origin, token: 'dev:sbs', name: 'sbs-' + Math.random(), autoSync: SYNC, live: false, persist: false });
-      for (let i = 0; i < N; i++) { const t0 = performance.now(); await db.change('sets', db.newRowId(), { exercise: 'squat', weightKg: 80, reps: i }); t.push(performance.now() - t0); }
-      const edits = Array.from({ length: 10000 }, (_, i) => ({ table: 'sets', rowId: `${db.deviceId}-bulk-${i}`, fields: { exercise: 'squat', weightKg: 80, reps: i } }));
+      for (let i = 0; i < N; i++) { const t0 = performance.now(); await db.change('sets', db.newRowId(), { exercise: 'squat', weightKg: 80, reps: 1 + (i % 100) }); t.push(performance.now() - t0); }
+      const pushed = pushes;
+      const edits = Array.from({ length: 10000 }, (_, i) => ({ table: 'sets', rowId: `${db.deviceId}-bulk-${i}`, fields: { exercise: 'squat', weightKg: 80, reps: 1 + (i % 100) } }));
       const b0 = performance.now(); await db.changeMany(edits); const bulk = performance.now() - b0;
       db.close();
-      return { t, bulk };
+      return { t, bulk, pushed };
     }, { N, SYNC: !!process.env.SYNC, raw: side === 'raw' });
     res[side].p50.push(med(out.t));
     res[side].mid.push(mid(out.t));
     if (out.bulk) res[side].bulk.push(out.bulk);
+    if (out.pushed !== undefined) (res[side].pushes ||= []).push(out.pushed);
     await page.close();
   }
 }
@@ -58,6 +63,7 @@ const a = med(res.A.p50), b = med(res.B.p50), raw = med(res.raw.p50);
 console.log(`change() p50 on disk (strict), medians of ${rounds} rounds of ${N}: A ${f(a)} ms, B ${f(b)} ms (B/A ${f(b / a)}), raw IndexedDB strict ${f(raw)} ms (A/raw ${f(a / raw)}, B/raw ${f(b / raw)})`);
 const ma = med(res.A.mid), mb = med(res.B.mid), mr = med(res.raw.mid);
 console.log(`mean of the middle half, medians of ${rounds} rounds: A ${f(ma)} ms, B ${f(mb)} ms (B/A ${f(mb / ma)}), raw ${f(mr)} ms (A/raw ${f(ma / mr)}, B/raw ${f(mb / mr)})`);
+if (process.env.SYNC) console.log(`pushes during the ${N} change()s, medians: A ${med(res.A.pushes)}, B ${med(res.B.pushes)}`);
 const rb = med(res.raw.bulk);
 console.log(`changeMany(10,000): A ${f(med(res.A.bulk))} ms, B ${f(med(res.B.bulk))} ms (B/A ${f(med(res.B.bulk) / med(res.A.bulk))}), raw one transaction ${f(rb)} ms (A/raw ${f(med(res.A.bulk) / rb)}, B/raw ${f(med(res.B.bulk) / rb)})`);
 await ctx.close();
