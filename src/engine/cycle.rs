@@ -38,8 +38,8 @@ impl Engine {
     }
 
     /// Starts a cycle no one waits on (a context syncing on its own): it
-    /// pushes what is queued now, then ends, and the ops recorded while its
-    /// push was out wait for the next cycle instead of going out one push
+    /// pushes what is queued now (in as many pushes as it takes), then ends,
+    /// and the ops recorded while its pushes were out wait for the next cycle instead of going out one push
     /// after another — the host starts that one no sooner than its pace
     /// allows ([`crate::driver::PUSH_PACE`]), so a burst of edits goes in a
     /// few pushes, not one each. Ops it sent and that were not judged (an
@@ -49,7 +49,7 @@ impl Engine {
     }
 
     fn start(&mut self, now: u64, paced: bool) -> (Txn, Step) {
-        self.paced = paced;
+        self.paced = paced.then(|| self.outbox.iter().map(|o| o.at).max().unwrap_or(0));
         self.report = SyncReport { cursor: self.meta.cursor, ..SyncReport::default() };
         self.cycle = CycleLog { started_at: now, ..CycleLog::default() };
         let due = self.sync.next_retry_at.take();
@@ -145,8 +145,10 @@ impl Engine {
     /// The next push, but in a paced cycle that already pushed, not of
     /// ops recorded since: it ends, and they go in the next cycle.
     fn push_unless_paced(&mut self, now: u64) -> Step {
-        if self.paced && !self.pushed.is_empty() && self.outbox.iter().all(|o| !self.pushed.contains(&o.op_id)) {
-            return Step::Done(self.report.clone());
+        if let Some(upto) = self.paced {
+            if !self.pushed.is_empty() && self.outbox.iter().all(|o| o.at > upto && !self.pushed.contains(&o.op_id)) {
+                return Step::Done(self.report.clone());
+            }
         }
         Step::Push(self.new_attempt(now))
     }

@@ -237,9 +237,10 @@ pub struct Engine {
     early: Option<u64>,
     /// The ops sent in this cycle (for [`SyncReport::pushed`]).
     pushed: std::collections::HashSet<OpId>,
-    /// This cycle is paced ([`Engine::start_paced_sync`]): it pushes what
-    /// was queued when it began, not what was recorded while it ran.
-    paced: bool,
+    /// This cycle is paced ([`Engine::start_paced_sync`]), with the last
+    /// `at` queued when it began: it pushes what was queued then, not what
+    /// was recorded while it ran.
+    paced: Option<u64>,
     /// Why the last request of this engine got no usable answer, in words.
     last_failure: Option<String>,
     /// The cycle running in this context, as the inspector will show it.
@@ -302,7 +303,7 @@ impl Engine {
             following_moved: false,
             early: None,
             pushed: std::collections::HashSet::new(),
-            paced: false,
+            paced: None,
             last_failure: None,
             cycle: CycleLog::default(),
             view: View::default(),

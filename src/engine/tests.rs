@@ -1174,6 +1174,16 @@ fn a_paced_cycle_pushes_what_was_queued_when_it_began_and_an_asked_one_everythin
     let resp = s.push("u", &again).unwrap();
     let more = record(&mut e, "d-4", set(4), 32);
     assert!(matches!(e.on_push_response(resp, 33), Some((_, Step::Done(_)))));
+    // What was queued when a paced cycle began goes out whole, in as many pushes as it takes.
+    let mut backlog = engine("b");
+    for i in 0..1200 {
+        record(&mut backlog, &format!("b-r{i}"), set(5), 10 + i);
+    }
+    let (_, Step::Push(req)) = backlog.start_paced_sync(2_000) else { panic!() };
+    let resp = s.push("u", &req).unwrap();
+    let late = record(&mut backlog, "b-late", set(6), 2_001);
+    let Some((_, Step::Push(req))) = backlog.on_push_response(resp, 2_002) else { panic!("the rest of the backlog goes on at once") };
+    assert_eq!((req.batch.len(), req.batch.contains(&late)), (201, true), "with the edit made meanwhile, as one push");
     // A cycle someone asked for sees the queue out, edits made meanwhile too.
     let (_, Step::Push(req)) = e.start_sync(40) else { panic!() };
     assert_eq!(req.batch, vec![more]);
