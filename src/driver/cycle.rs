@@ -12,8 +12,8 @@ use crate::store::Txn;
 /// What a context does while it holds the database's cycle lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Job {
-    /// A sync cycle.
-    Cycle,
+    /// A sync cycle; `paced`: one no one waits on ([`crate::engine::Engine::start_paced_sync`]).
+    Cycle { paced: bool },
     /// A person's check with the server: never pushes.
     Reconcile,
     /// At open, with no cycle running anywhere: an attempt recorded in flight is orphaned.
@@ -72,17 +72,16 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         self.timer.set(self.timer.get() + 1);
         self.timer_due.set(None);
         let paced = !self.unpaced.replace(false);
-        self.paced.set(paced);
         if paced {
             self.paced_at.set(Some(self.host.now()));
         }
         let resets = self.resets.get();
-        let mut r = self.under_lock(Job::Cycle, false).await;
+        let mut r = self.under_lock(Job::Cycle { paced }, false).await;
         if r.is_err() && self.resets.get() != resets {
             // The database was closed under the cycle and came back: the
             // cycle runs again on it (what it had sent is in doubt, resent
             // under the same opIds).
-            r = self.under_lock(Job::Cycle, false).await;
+            r = self.under_lock(Job::Cycle { paced }, false).await;
         }
         self.busy.set(false);
         *self.last_cycle.borrow_mut() = Some(r.clone());
@@ -151,7 +150,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             self.commit_some(txn).await?;
         }
         match job {
-            Job::Cycle => self.cycle().await,
+            Job::Cycle { paced } => self.cycle(paced).await,
             Job::Reconcile => self.check_with_server().await,
             Job::SettleOrphan | Job::Lift | Job::LiftExhausted => {
                 let txn = {
@@ -191,12 +190,12 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     /// the next pull is on the wire: a crash before that commit only means
     /// the page is asked for again, which idempotent pulls make harmless.
     /// Still one request in flight at a time.
-    async fn cycle(self: &Rc<Self>) -> Result<SyncOutcome, ClientError> {
+    async fn cycle(self: &Rc<Self>, paced: bool) -> Result<SyncOutcome, ClientError> {
         // The copy of the database this cycle plans for: once it is filled
         // again, what the cycle planned belongs to a copy that is gone.
         let copy = self.resets.get();
         let mut unsaved: Option<Txn> = None;
-        let first = if self.paced.get() {
+        let first = if paced {
             self.engine.borrow_mut().start_paced_sync(self.host.now())
         } else {
             self.engine.borrow_mut().start_sync(self.host.now())

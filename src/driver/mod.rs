@@ -113,8 +113,6 @@ pub struct Driver<S: LocalStore, T: Transport, H: Host> {
     paced_at: Cell<Option<u64>>,
     /// Someone waits on the next cycle (an app's `sync()`): it is not paced.
     unpaced: Cell<bool>,
-    /// The cycle running is paced.
-    paced: Cell<bool>,
     reserving: Cell<bool>,
     /// The server has no `/v1/schema` (older) or sent one this library cannot read.
     schema_unsupported: Cell<bool>,
@@ -175,7 +173,6 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             timer_due: Cell::new(None),
             paced_at: Cell::new(None),
             unpaced: Cell::new(false),
-            paced: Cell::new(false),
             reserving: Cell::new(false),
             schema_unsupported: Cell::new(false),
             config,

@@ -38,18 +38,19 @@ impl Engine {
     }
 
     /// Starts a cycle no one waits on (a context syncing on its own): it
-    /// pushes what is queued now (in as many pushes as it takes), then ends,
-    /// and the ops recorded while its pushes were out wait for the next cycle instead of going out one push
-    /// after another — the host starts that one no sooner than its pace
-    /// allows ([`crate::driver::PUSH_PACE`]), so a burst of edits goes in a
-    /// few pushes, not one each. Ops it sent and that were not judged (an
-    /// empty answer, a batch too large) still go again at once.
+    /// pushes what is queued now (in as many pushes as it takes), then
+    /// ends; the ops recorded while its pushes were out wait for the next
+    /// cycle instead of going out one push after another. The host starts
+    /// that one no sooner than its pace allows ([`crate::driver::PUSH_PACE`]),
+    /// so a burst of edits goes in a few pushes, not one each. Ops it sent
+    /// that were not judged (an empty answer, a batch too large) still go
+    /// again at once.
     pub fn start_paced_sync(&mut self, now: u64) -> (Txn, Step) {
         self.start(now, true)
     }
 
     fn start(&mut self, now: u64, paced: bool) -> (Txn, Step) {
-        self.paced = paced.then(|| self.outbox.iter().map(|o| o.at).max().unwrap_or(0));
+        self.paced = paced.then(|| self.outbox.iter().last().map_or(0, |o| o.at));
         self.report = SyncReport { cursor: self.meta.cursor, ..SyncReport::default() };
         self.cycle = CycleLog { started_at: now, ..CycleLog::default() };
         let due = self.sync.next_retry_at.take();

@@ -20,7 +20,7 @@ pub trait Word: Sized + Copy + 'static {
     fn from_word(s: &str) -> Option<Self>;
 }
 
-/// `Serialize` for a [`Word`] (the body of the one [`words!`] writes).
+/// `Serialize` for a [`Word`] (the body of the one `words!` writes).
 pub fn serialize<W: Word, S: Serializer>(w: &W, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(w.word())
 }

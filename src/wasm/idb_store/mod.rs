@@ -46,6 +46,9 @@ mod runs;
 use crate::chunks::{chunk_of, decode_chunk, decode_chunk_v1, encode_chunks, encode_snapshot, fold};
 
 const META: &str = "meta";
+/// The meta record's key: in `pending` from layout 8 (a string, so above
+/// every op's `at`), in `meta` before.
+const META_RECORD: &str = "meta";
 /// The key of the sync state's record in the `meta` store.
 const SYNC: &str = "sync";
 /// The key of the server's schema, as last fetched, in the `meta` store.
@@ -278,15 +281,15 @@ fn chunk_rows(v: &JsValue) -> Result<Vec<(RowKey, Row)>, StoreError> {
     }
 }
 
-/// Asks for the outbox's last key: the largest `at` still queued
-/// ([`Meta::with_queued`]). Made before the transaction's writes, it sees
-/// the store as it was before them.
 /// The outbox's keys, every number: not the meta record's key, a string
 /// (IndexedDB orders every number before every string).
 fn ops_only() -> Result<KeyRange, StoreError> {
     KeyRange::upper_bound(&JsValue::from_f64(f64::INFINITY), None).map_err(failed)
 }
 
+/// Asks for the outbox's last key: the largest `at` still queued
+/// ([`Meta::with_queued`]). Made before the transaction's writes, it sees
+/// the store as it was before them.
 fn ask_last_queued(pending: &idb::ObjectStore) -> Result<impl std::future::Future<Output = Result<Option<u64>, StoreError>>, StoreError> {
     let req = pending.open_key_cursor(Some(Query::KeyRange(ops_only()?)), Some(CursorDirection::Prev)).map_err(failed)?;
     // Listened to from now: its answer is heard whenever it is awaited.
@@ -736,7 +739,7 @@ impl IdbStore {
     }
 
     async fn read_meta(store: &idb::ObjectStore) -> Result<Option<Meta>, StoreError> {
-        let v = store.get(Query::Key(JsValue::from_str(META))).map_err(failed)?.await.map_err(failed)?;
+        let v = store.get(Query::Key(JsValue::from_str(META_RECORD))).map_err(failed)?.await.map_err(failed)?;
         v.map(|v| parse::<Meta>(&v)).transpose()
     }
 
@@ -777,7 +780,7 @@ impl IdbStore {
                 None => Self::read_meta(&outbox).await?,
             };
             let joined = stored.map_or_else(|| m.clone(), |stored| m.join(&stored));
-            outbox.put(&json(&joined)?, Some(&JsValue::from_str(META))).map_err(failed)?;
+            outbox.put(&json(&joined)?, Some(&JsValue::from_str(META_RECORD))).map_err(failed)?;
         }
         if let Some(sync) = &txn.sync {
             store(META)?.put(&json(sync)?, Some(&JsValue::from_str(SYNC))).map_err(failed)?;
@@ -948,12 +951,12 @@ impl IdbStore {
                 // once, in the transaction every open of this layout runs first.
                 let m = match Self::read_meta(&meta_store).await? {
                     Some(m) => {
-                        meta_store.delete(Query::Key(JsValue::from_str(META))).map_err(failed)?;
+                        meta_store.delete(Query::Key(JsValue::from_str(META_RECORD))).map_err(failed)?;
                         m
                     }
                     None => fresh,
                 };
-                pending_store.put(&json(&m)?, Some(&JsValue::from_str(META))).map_err(failed)?;
+                pending_store.put(&json(&m)?, Some(&JsValue::from_str(META_RECORD))).map_err(failed)?;
                 m
             }
         };
@@ -1122,7 +1125,7 @@ impl IdbStore {
         let checked = async {
             Self::write(&tx, txn, Some(assumed), true).await?;
             let Some(cursor) = first.await.map_err(failed)? else { return Ok(false) };
-            if cursor.key().map_err(failed)?.as_string().as_deref() != Some(META) {
+            if cursor.key().map_err(failed)?.as_string().as_deref() != Some(META_RECORD) {
                 return Ok(false);
             }
             let stored = parse::<Meta>(&cursor.value().map_err(failed)?)?;
