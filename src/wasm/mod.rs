@@ -27,6 +27,12 @@ pub use args::js_type;
 use client::{Client, ClientError, Edit};
 use transport::{FetchTransport, TokenSource};
 
+/// The allocator: talc, not Rust's default dlmalloc, for a smaller module
+/// (BENCHMARKS.md, "The package, step by step"). A page's wasm runs on one
+/// thread, which talc's cell relies on.
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+
 /// A Promise of `f`. Every async method goes through one
 /// `future_to_promise` of a boxed future: a copy of its machinery per
 /// future type weighs on the wasm for nothing.
