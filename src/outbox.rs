@@ -121,6 +121,11 @@ impl Outbox {
     pub fn iter(&self) -> impl Iterator<Item = &Op> {
         self.ops.iter()
     }
+
+    /// The largest `at` still queued: the last op's, the ops being in `at` order.
+    pub fn last_at(&self) -> Option<u64> {
+        self.ops.back().map(|o| o.at)
+    }
 }
 
 #[cfg(test)]

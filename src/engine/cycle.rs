@@ -50,7 +50,7 @@ impl Engine {
     }
 
     fn start(&mut self, now: u64, paced: bool) -> (Txn, Step) {
-        self.paced = paced.then(|| self.outbox.iter().last().map_or(0, |o| o.at));
+        self.paced = paced.then(|| self.outbox.last_at().unwrap_or(0));
         self.report = SyncReport { cursor: self.meta.cursor, ..SyncReport::default() };
         self.cycle = CycleLog { started_at: now, ..CycleLog::default() };
         let due = self.sync.next_retry_at.take();
@@ -338,7 +338,7 @@ impl Engine {
                 if code == crate::judge::CLOCK_AHEAD {
                     // This device stamped an `at` the server finds implausible:
                     // stamp near real time again (never below what still matters).
-                    let highest = self.outbox.iter().map(|o| o.at).max().unwrap_or(0);
+                    let highest = self.outbox.last_at().unwrap_or(0);
                     self.meta.clock.rewind(highest.min(MAX_SAFE_INTEGER));
                 }
                 if let Some(r) = &row {
