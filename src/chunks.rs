@@ -298,10 +298,13 @@ pub fn project(bytes: &[u8], names: &[&str], out: &mut Vec<Value>) -> Result<boo
     Ok(deleted)
 }
 
+/// A row's key as its bytes: table, rowId, space.
+pub type KeyBytes<'a> = (&'a [u8], &'a [u8], &'a [u8]);
+
 /// [`key_of`] as bytes: UTF-8 sorts as its bytes do, so a search compares
 /// them without checking them again.
-pub fn key_bytes_of(bytes: &[u8]) -> Result<(&[u8], &[u8], &[u8]), StoreError> {
-    postcard::take_from_bytes::<(&[u8], &[u8], &[u8])>(bytes).map(|(k, _)| k).map_err(corrupt)
+pub fn key_bytes_of(bytes: &[u8]) -> Result<KeyBytes<'_>, StoreError> {
+    postcard::take_from_bytes::<KeyBytes<'_>>(bytes).map(|(k, _)| k).map_err(corrupt)
 }
 
 /// The key of one encoded row — table, rowId, space — borrowed from its

@@ -1243,7 +1243,8 @@ async fn a_lazy_context_reads_its_queries_from_the_indexes_on_disk() {
     let reps = |rows: &[(RowKey, marksync::protocol::Row)]| {
         rows.iter().map(|(k, r)| (k.row_id.clone(), r.get("reps").cloned())).collect::<Vec<_>>()
     };
-    assert_eq!(reps(&heard.borrow()[0]), reps(&fresh(top.clone()).await));
+    let got = reps(&heard.borrow()[0]);
+    assert_eq!(got, reps(&fresh(top.clone()).await));
     // The context's first step after its open shows all as changed: both are read again, neither heard.
     lazy.change("sets", &named[6].1, set(4)).await.unwrap();
     gloo_timers::future::TimeoutFuture::new(50).await;
@@ -1251,11 +1252,13 @@ async fn a_lazy_context_reads_its_queries_from_the_indexes_on_disk() {
     lazy.change("sets", &named[5].1, set(99)).await.unwrap();
     heard_n(2).await;
     assert_eq!(lazy.live_updates(), before + 2, "a new first row: both answers updated without a read");
-    assert_eq!(reps(&heard.borrow()[1]), reps(&fresh(top.clone()).await));
+    let got = reps(&heard.borrow()[1]);
+    assert_eq!(got, reps(&fresh(top.clone()).await));
     lazy.change("sets", &named[5].1, set(2)).await.unwrap();
     heard_n(3).await;
     assert_eq!(lazy.live_updates(), before + 3, "a full page that lost a row: read again (the other: updated)");
-    assert_eq!(reps(&heard.borrow()[2]), reps(&fresh(top.clone()).await));
+    let got = reps(&heard.borrow()[2]);
+    assert_eq!(got, reps(&fresh(top.clone()).await));
     // Asked again, a query is answered from the answer kept (updated by the steps since).
     let served = lazy.answers_kept_served();
     let again = lazy.query_on_disk("sets", &Query { limit: Some(longer.get()), ..top.clone() }).await.unwrap().unwrap();

@@ -92,7 +92,10 @@ fn query() -> impl Strategy<Value = Query> {
     })
 }
 
-fn rows() -> impl Strategy<Value = Vec<(String, bool, bool, Vec<(usize, Value)>)>> {
+/// Rows to build: id, in a shared space, deleted, fields (by index into `FIELDS`).
+type Spec = Vec<(String, bool, bool, Vec<(usize, Value)>)>;
+
+fn rows() -> impl Strategy<Value = Spec> {
     let id = prop::sample::select(vec!["r1", "r2", "r3", "R", "x", "\u{FF61}", "\u{1F600}"]).prop_map(str::to_owned);
     prop::collection::vec((id, any::<bool>(), prop::bool::weighted(0.1), prop::collection::vec((0usize..3, value()), 0..3)), 0..24)
 }
@@ -103,7 +106,7 @@ fn indexes() -> impl Strategy<Value = Vec<Vec<&'static str>>> {
 
 /// The rows of `spec` and indexes `ix` over them: kept row by row as rows
 /// change (`put`), or `filled` at once from every row (as an engine opens).
-fn build_by(spec: Vec<(String, bool, bool, Vec<(usize, Value)>)>, ix: &[Vec<&str>], filled: bool) -> (Rows, Indexes) {
+fn build_by(spec: Spec, ix: &[Vec<&str>], filled: bool) -> (Rows, Indexes) {
     let mut map = BTreeMap::new();
     for (id, shared, deleted, fields) in spec {
         let key = RowKey::in_space(if shared { "team" } else { "" }, "t", id);
@@ -127,7 +130,7 @@ fn build_by(spec: Vec<(String, bool, bool, Vec<(usize, Value)>)>, ix: &[Vec<&str
     (Rows(map), indexes)
 }
 
-fn build(spec: Vec<(String, bool, bool, Vec<(usize, Value)>)>, ix: &[Vec<&str>]) -> (Rows, Indexes) {
+fn build(spec: Spec, ix: &[Vec<&str>]) -> (Rows, Indexes) {
     build_by(spec, ix, false)
 }
 

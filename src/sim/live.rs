@@ -12,11 +12,14 @@ use crate::engine::Engine;
 use crate::protocol::{Row, RowKey, Value};
 use crate::query::{Dir, Filter, IndexDef, Order, Pred, Query};
 
+/// What a live query's listener heard last (`None`: nothing yet).
+pub type Heard = Rc<RefCell<Option<Vec<(RowKey, Row)>>>>;
+
 /// One live query and what its listener heard last.
 pub struct Live {
     pub table: String,
     pub query: Query,
-    pub heard: Rc<RefCell<Option<Vec<(RowKey, Row)>>>>,
+    pub heard: Heard,
 }
 
 /// The indexes every simulated device keeps (of the workout demo's fields).

@@ -97,6 +97,10 @@ struct Conn {
     _handler: Handler,
 }
 
+/// Who is told when the connection is lost (set by the store's owner), shared
+/// with the connection's close and version-change handlers.
+type OnLost = Rc<RefCell<Option<Rc<dyn Fn()>>>>;
+
 /// A local store in IndexedDB.
 pub struct IdbStore {
     conn: RefCell<Conn>,
@@ -106,7 +110,7 @@ pub struct IdbStore {
     lost: Rc<Cell<bool>>,
     /// Told once when the connection is lost, so the context heals at once
     /// rather than at its next call.
-    on_lost: Rc<RefCell<Option<Rc<dyn Fn()>>>>,
+    on_lost: OnLost,
     name: String,
     /// Base deltas written since the last compaction, as far as this context knows.
     deltas: Rc<Cell<usize>>,
@@ -620,7 +624,7 @@ impl IdbStore {
         lose(&self.lost, &self.on_lost);
     }
 
-    async fn open_conn(name: &str, lost: &Rc<Cell<bool>>, on_lost: &Rc<RefCell<Option<Rc<dyn Fn()>>>>) -> Result<Conn, StoreError> {
+    async fn open_conn(name: &str, lost: &Rc<Cell<bool>>, on_lost: &OnLost) -> Result<Conn, StoreError> {
         let factory = Factory::new().map_err(|e| StoreError::Unavailable(e.said()))?;
         let mut req = factory.open(name, Some(VERSION)).map_err(|e| StoreError::Unavailable(e.said()))?;
         req.on_upgrade_needed(|event| {
