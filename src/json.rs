@@ -281,6 +281,33 @@ mod tests {
     }
 
     #[test]
+    fn every_number_is_read_back_as_the_very_double_written() {
+        // Two a fast parser reads one ULP off: a value the server stores and
+        // sends on would differ from the device's, under the same mark, and
+        // 1000.0000000000001 would pass a bound of 1000.
+        let mut xs = vec![406.881_374_020_916_27, 1000.000_000_000_000_1, 5e-324, f64::MAX, -0.1, 0.1 + 0.2];
+        // And doubles across the whole range, from a fixed seed (xorshift).
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        while xs.len() < 10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let f = f64::from_bits(x);
+            if f.is_finite() {
+                xs.push(f);
+                xs.push((x % 1_000_000_000) as f64 / 1e6);
+            }
+        }
+        for f in xs {
+            let text = serde_json::to_string(&Value::Number(f)).unwrap();
+            match from_str::<Value>(&text).unwrap() {
+                Value::Number(g) => assert_eq!(g.to_bits(), if f == 0.0 { 0.0f64.to_bits() } else { f.to_bits() }, "{text}"),
+                v => panic!("{text} read as {v:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn errors_say_where_as_serde_json_says_it() {
         let bad = r#"{"opId":"d:1","table":"sets","rowId":"d-1","fields":{"reps":5},"at":"10"}"#;
         let e = from_str::<Op>(bad).unwrap_err().to_string();

@@ -615,6 +615,29 @@ async fn a_query_parameter_given_twice_is_refused_by_name(b: Backend) {
 }
 both!(a_query_parameter_given_twice_is_refused_by_name);
 
+/// A number is judged, stored and sent on as the very double the device
+/// sent: a parser one ULP off would store a value the device does not hold
+/// under the same mark, and let 1000.0000000000001 pass a bound of 1000.
+async fn numbers_are_judged_and_kept_as_the_very_doubles_sent(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    let raw = r#"{"attemptKey":"d:a1","batch":[
+        {"opId":"d:1","table":"sets","rowId":"d-1","at":10,"fields":{"exercise":"squat","weightKg":406.88137402091627,"reps":1}},
+        {"opId":"d:2","table":"sets","rowId":"d-2","at":11,"fields":{"exercise":"squat","weightKg":1000.0000000000001,"reps":1}}]}"#;
+    let (status, resp) = t.push_raw("u", raw.to_string()).await;
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(resp["verdicts"][0]["status"], "applied", "{resp}");
+    assert_eq!(
+        (resp["verdicts"][1]["status"].as_str(), resp["verdicts"][1]["code"].as_str()),
+        (Some("rejected"), Some("out_of_range")),
+        "{resp}"
+    );
+    let rows = t.pull_all("u").await;
+    let d1 = rows.iter().find(|c| c["rowId"] == "d-1").unwrap();
+    assert_eq!(d1["fields"]["weightKg"].as_f64().map(f64::to_bits), Some(406.881_374_020_916_27_f64.to_bits()), "{d1}");
+    t.stop().await;
+}
+both!(numbers_are_judged_and_kept_as_the_very_doubles_sent);
+
 /// `--schema FILE` is read at start; a bad file stops the start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_file_is_loaded() {

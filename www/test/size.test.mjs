@@ -51,8 +51,10 @@ import { root } from './helpers.mjs';
 // word (−2.2 KB), every struct read from an object only (−9.7 KB);
 // 373 → 370: talc for the allocator, not dlmalloc (−2.4 KB). (The
 // inliner's threshold at 25 saved 9.9 KB more but wrote edits and merged
-// ops in memory 1.2–1.25× slower: not kept.)
-const BUDGET_KB = 370;
+// ops in memory 1.2–1.25× slower: not kept.) 370 → 378: numbers read
+// back as the very doubles written (serde_json's `float_roundtrip`: its
+// fast parser landed one ULP off on 13% of random doubles), +8.9 KB.
+const BUDGET_KB = 378;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');
