@@ -638,6 +638,20 @@ async fn numbers_are_judged_and_kept_as_the_very_doubles_sent(b: Backend) {
 }
 both!(numbers_are_judged_and_kept_as_the_very_doubles_sent);
 
+/// A member change names its role, `null` to remove: a body that forgets
+/// it is refused and removes no one (read as `null`, it would have).
+async fn a_member_change_without_its_role_is_refused_and_removes_no_one(b: Backend) {
+    let Some(t) = TestServer::new(b).await else { return };
+    assert_eq!(post(&t, "/v1/spaces", "ann", json!({"space": "role-team"})).await.0, 200);
+    assert_eq!(post(&t, "/v1/spaces/members", "ann", json!({"space": "role-team", "user": "bob", "role": "editor"})).await.0, 200);
+    let (status, e) = post(&t, "/v1/spaces/members", "ann", json!({"space": "role-team", "user": "bob"})).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (400, Some("bad_request")), "{e}");
+    let (_, listed) = get(&t, "/v1/spaces/invitations?space=role-team", "ann").await;
+    assert_eq!(listed["invitations"][0]["user"], "bob", "{listed}");
+    t.stop().await;
+}
+both!(a_member_change_without_its_role_is_refused_and_removes_no_one);
+
 /// `--schema FILE` is read at start; a bad file stops the start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_file_is_loaded() {

@@ -1121,7 +1121,9 @@ pub struct SetMember {
     pub space: String,
     /// The member's user id.
     pub user: String,
-    /// The new role; `None` removes the member.
+    /// The new role; `None` removes the member. Required, `null` included:
+    /// a body that forgets it is refused, never read as a removal.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub role: Option<space::Role>,
 }
 
@@ -1316,6 +1318,19 @@ impl ErrorBody {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_member_change_names_its_role_even_to_remove() {
+        let set: SetMember = crate::json::from_str(r#"{"space":"team","user":"dan","role":null}"#).unwrap();
+        assert_eq!(set.role, None);
+        let set: SetMember = crate::json::from_str(r#"{"space":"team","user":"dan","role":"editor"}"#).unwrap();
+        assert_eq!(set.role, Some(space::Role::Editor));
+        let e = crate::json::from_str::<SetMember>(r#"{"space":"team","user":"dan"}"#).unwrap_err();
+        assert!(e.to_string().starts_with("missing field `role`"), "{e}");
+        // What the device sends says `null` when it removes.
+        let sent = serde_json::to_string(&SetMember { space: "team".into(), user: "dan".into(), role: None }).unwrap();
+        assert_eq!(sent, r#"{"space":"team","user":"dan","role":null}"#);
+    }
 
     // Native only: proptest is not built for wasm32.
     #[cfg(not(target_arch = "wasm32"))]
