@@ -550,6 +550,19 @@ async fn encoded_request_bodies_are_decoded_within_the_same_limits(b: Backend) {
     assert_eq!(r.headers()["accept-encoding"], "gzip, br");
     let answer: Value = r.json().await.unwrap();
     assert_eq!(statuses(answer["verdicts"].as_array().unwrap()), vec!["applied"; 20]);
+    // Refusals before the body is read say it too: no token, another
+    // user's database, a route that does not exist.
+    for (request, status) in [
+        (t.http.post(t.url("/v1/push")), 401),
+        (t.http.get(t.url("/v1/pull?user=someone-else")).bearer_auth("dev:zip"), 403),
+        (t.http.get(t.url("/v1/nothing")).bearer_auth("dev:zip"), 404),
+    ] {
+        let r = request.send().await.unwrap();
+        assert_eq!(
+            (r.status().as_u16(), r.headers().get("accept-encoding").and_then(|v| v.to_str().ok())),
+            (status, Some("gzip, br"))
+        );
+    }
 
     let mut bomb = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     let zeros = vec![b' '; 1 << 20];
@@ -643,7 +656,10 @@ both!(numbers_are_judged_and_kept_as_the_very_doubles_sent);
 async fn a_member_change_without_its_role_is_refused_and_removes_no_one(b: Backend) {
     let Some(t) = TestServer::new(b).await else { return };
     assert_eq!(post(&t, "/v1/spaces", "ann", json!({"space": "role-team"})).await.0, 200);
-    assert_eq!(post(&t, "/v1/spaces/members", "ann", json!({"space": "role-team", "user": "bob", "role": "editor"})).await.0, 200);
+    assert_eq!(
+        post(&t, "/v1/spaces/members", "ann", json!({"space": "role-team", "user": "bob", "role": "editor"})).await.0,
+        200
+    );
     let (status, e) = post(&t, "/v1/spaces/members", "ann", json!({"space": "role-team", "user": "bob"})).await;
     assert_eq!((status, e["error"]["code"].as_str()), (400, Some("bad_request")), "{e}");
     let (_, listed) = get(&t, "/v1/spaces/invitations?space=role-team", "ann").await;

@@ -65,17 +65,18 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         .route("/v1/verdicts", post(verdicts::verdicts))
         .route("/v1/schema", get(schema::schema))
         .route("/v1/events", get(events::events));
-    let api = decoding(api).route_layer(middleware::from_fn_with_state(app.clone(), guard::api));
+    let api = says_encodings(decoding(api).route_layer(middleware::from_fn_with_state(app.clone(), guard::api)));
     let admin = Router::new()
         .route("/v1/admin/spaces", get(admin::spaces).post(admin::create))
         .route("/v1/admin/pull", post(admin::pull))
         .route("/v1/admin/spaces/members", get(admin::members).post(admin::set))
         .route("/v1/admin/spaces/invitations", get(admin::invitations));
-    let admin = decoding(admin).route_layer(middleware::from_fn_with_state(app.admin.clone(), auth::admin));
+    let admin =
+        says_encodings(decoding(admin).route_layer(middleware::from_fn_with_state(app.admin.clone(), auth::admin)));
     let mut r = Router::new()
         .merge(api)
         .merge(admin)
-        .route("/v1/{*rest}", any(not_found))
+        .merge(says_encodings(Router::new().route("/v1/{*rest}", any(not_found))))
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))
         .route("/healthz", get(health::readyz))
@@ -104,12 +105,20 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
 /// `routes` with their request bodies decoded: a body sent gzip- or
 /// brotli-encoded is decoded on the way in; every limit counts the decoded
 /// bytes (a bomb is a 413), a corrupt body fails its read (a 400), another
-/// coding is a 415 (said first, in the API's words, by `extract::codings`);
-/// and every answer says so (RFC 7694), so a client may encode its bodies.
+/// coding is a 415 (said first, in the API's words, by `extract::codings`).
 fn decoding(routes: Router<App>) -> Router<App> {
-    routes.route_layer(RequestDecompressionLayer::new()).route_layer(middleware::from_fn(extract::codings)).route_layer(
-        SetResponseHeaderLayer::if_not_present(header::ACCEPT_ENCODING, HeaderValue::from_static(REQUEST_ENCODINGS)),
-    )
+    routes.route_layer(RequestDecompressionLayer::new()).route_layer(middleware::from_fn(extract::codings))
+}
+
+/// `routes` with every answer saying which codings a request body may come
+/// in (RFC 7694), so a client may encode its bodies: outside the guards, so
+/// a refusal before the body is read (401, 403, 429, an unknown route) says
+/// it too.
+fn says_encodings(routes: Router<App>) -> Router<App> {
+    routes.route_layer(SetResponseHeaderLayer::if_not_present(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static(REQUEST_ENCODINGS),
+    ))
 }
 
 fn cors(origins: &[String]) -> Result<CorsLayer, ServerError> {
