@@ -35,7 +35,10 @@ async fn every_bad_input_is_refused_whole_and_writes_nothing(b: Backend) {
     at_negative["at"] = json!(-1);
     let mut at_float = full("d:1", "d-1", 10, 5);
     at_float["at"] = json!(1.5);
+    let mut schema_zero = full("d:1", "d-1", 10, 5);
+    schema_zero["schema"] = json!(0);
     let cases: Vec<(&str, String)> = vec![
+        ("schema version 0 (versions start at 1)", with(schema_zero)),
         ("not JSON", "{\"attemptKey\": \"d:a1\", \"batch\": [".into()),
         ("not an object", "[1, 2]".into()),
         ("at as a string", with(at_string)),

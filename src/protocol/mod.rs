@@ -389,6 +389,9 @@ impl Op {
         if self.at > MAX_SAFE_INTEGER {
             return Err(ShapeError::new(format!("{path}.at"), "must be at most 2^53-1"));
         }
+        if self.schema == 0 {
+            return Err(ShapeError::new(format!("{path}.schema"), "must be at least 1 (schema versions start at 1)"));
+        }
         if self.seen.is_some_and(|n| n > MAX_SAFE_INTEGER) {
             return Err(ShapeError::new(format!("{path}.seen"), "must be at most 2^53-1"));
         }
