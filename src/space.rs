@@ -229,8 +229,13 @@ mod tests {
         assert!(check_shared_space("~alice").is_err());
         assert!(check_shared_space("team-1").is_ok());
         assert!(check_space("~a b").is_ok());
-        for bad in ["", "~", "~a\nb", "a b", &"x".repeat(129)] {
+        for bad in ["", "~", "~a\nb", "a b", &"x".repeat(129), "~ bob", "~bob "] {
             assert!(check_space(bad).is_err(), "{bad:?}");
+        }
+        // A token's user id is read trimmed: no one is ` bob`, so no one is invited as them.
+        assert!(check_user("bob").is_ok() && check_user("a b").is_ok());
+        for bad in [" bob", "bob ", "\u{a0}bob", " "] {
+            assert!(check_user(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -26,16 +26,19 @@ pub fn personal_owner(space: &str) -> Option<&str> {
 /// space (`~` and a user id: no control characters) or a shared name.
 pub fn check_space(s: &str) -> Result<(), &'static str> {
     match personal_owner(s) {
-        Some(user) => check_user(user).map_err(|_| "a personal space is ~ and a user id of 1 to 256 bytes without control characters"),
+        Some(user) => check_user(user)
+            .map_err(|_| "a personal space is ~ and a user id of 1 to 256 bytes without control characters or spaces at either end"),
         None => check_shared_space(s),
     }
 }
 
 /// Checks the shape of a user id as a personal space holds it: 1 to 256
-/// bytes, no control characters.
+/// bytes, no control characters, no white space at either end (a token's
+/// user id is read trimmed, so no one could ever be ` bob`: an invitation
+/// to that name would only spend its inviter's share).
 pub fn check_user(user: &str) -> Result<(), &'static str> {
-    if user.is_empty() || user.len() + 1 > MAX_SPACE_BYTES || user.chars().any(char::is_control) {
-        return Err("a user id is 1 to 256 bytes without control characters");
+    if user.is_empty() || user.len() + 1 > MAX_SPACE_BYTES || user.chars().any(char::is_control) || user.trim() != user {
+        return Err("a user id is 1 to 256 bytes without control characters or spaces at either end");
     }
     Ok(())
 }
