@@ -270,12 +270,21 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         self.refresh_watches();
         self.trim();
         let view = txn.is_none_or(Txn::changes_data);
-        let status = self.status_part();
-        let moved = *self.seen_sync.borrow() != status;
+        // What statuses read moves only in a step that writes the sync state
+        // or the followed spaces (the engine hands out every change of them
+        // with its next txn), so a recording, the hot path, does not write
+        // out every attempted op and every followed space to compare them:
+        // its cost follows the edit, not the spaces the device holds.
+        let may_move = txn.is_none_or(|t| t.sync.is_some() || t.following.is_some()) || self.engine.borrow().sync_unsaved();
+        let moved = may_move && {
+            let status = self.status_part();
+            let moved = *self.seen_sync.borrow() != status;
+            *self.seen_sync.borrow_mut() = status;
+            moved
+        };
         if !view && !moved {
             return;
         }
-        *self.seen_sync.borrow_mut() = status;
         self.version.set(self.version.get() + 1);
         let ls: Vec<Listener> = self.listeners.borrow().iter().map(|(_, l)| l.clone()).collect();
         for l in ls {

@@ -447,6 +447,11 @@ impl Engine {
         &self.sync.metrics
     }
 
+    /// Whether the sync state changed since it last went out with a txn.
+    pub fn sync_unsaved(&self) -> bool {
+        self.sync_dirty
+    }
+
     /// The durable sync state as this engine knows it.
     pub fn sync_state(&self) -> &SyncState {
         &self.sync
