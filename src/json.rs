@@ -285,7 +285,7 @@ mod tests {
         // Two a fast parser reads one ULP off: a value the server stores and
         // sends on would differ from the device's, under the same mark, and
         // 1000.0000000000001 would pass a bound of 1000.
-        let mut xs = vec![406.881_374_020_916_27, 1000.000_000_000_000_1, 5e-324, f64::MAX, -0.1, 0.1 + 0.2];
+        let mut xs = vec![406.881_374_020_916_27, 1_000.000_000_000_000_1, 5e-324, f64::MAX, -0.1, 0.1 + 0.2];
         // And doubles across the whole range, from a fixed seed (xorshift).
         let mut x = 0x9e37_79b9_7f4a_7c15_u64;
         while xs.len() < 10_000 {
