@@ -7,17 +7,42 @@
 //! nothing is recorded (no id is spent). What JSON cannot say is refused, not
 //! bent: `undefined` field values are skipped as `JSON.stringify` skips them.
 
-use js_sys::{Array, JsString, Object, Reflect};
+use js_sys::{Array, JsString, Reflect};
+use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::js_error;
 use crate::protocol::{Code, Fields, Value, DELETED};
 
+// Reading an argument may run the caller's code — a getter, a Proxy's trap —
+// and what that code throws must come back here as a value: an exception
+// unwinding through the wasm skips its destructors and leaves the engine
+// borrowed for the life of the page (every later edit then aborts). js-sys's
+// `Array.isArray`, `Object.keys` and its reads of an array's items do not
+// catch; these do, and every read of an argument goes through them or
+// through `Reflect`, which does.
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = Array, js_name = isArray, catch)]
+    fn is_array_or_throw(v: &JsValue) -> Result<bool, JsValue>;
+    #[wasm_bindgen(js_namespace = Object, js_name = keys, catch)]
+    fn keys_or_throw(v: &JsValue) -> Result<Array, JsValue>;
+    #[wasm_bindgen(js_namespace = Array, js_name = from, catch)]
+    fn from_or_throw(v: &JsValue) -> Result<Array, JsValue>;
+    #[wasm_bindgen(js_name = String, catch)]
+    fn string_or_throw(v: &JsValue) -> Result<JsString, JsValue>;
+}
+
+/// `String(v)` as JS says it, or its type when even that throws.
+pub fn shown(v: &JsValue) -> String {
+    string_or_throw(v).map_or_else(|_| js_type(v), String::from)
+}
+
 /// The JS type of a value, for error messages: `typeof`, with `null` and `array` told apart.
 pub fn js_type(v: &JsValue) -> String {
     if v.is_null() {
         "null".into()
-    } else if Array::is_array(v) {
+    } else if is_array_or_throw(v).unwrap_or(false) {
         "array".into()
     } else {
         v.js_typeof().as_string().unwrap_or_else(|| "unknown".into())
@@ -26,6 +51,37 @@ pub fn js_type(v: &JsValue) -> String {
 
 fn bad(message: String) -> JsValue {
     js_error(Code::BadInput.as_str(), &message)
+}
+
+/// `bad_input` for an argument whose reading threw, in the words it threw.
+fn unreadable(what: &str, thrown: &JsValue) -> JsValue {
+    let why = Reflect::get(thrown, &"message".into()).ok().and_then(|m| m.as_string()).or_else(|| thrown.as_string());
+    bad(format!("{what} could not be read: it threw {}", why.map_or_else(|| js_type(thrown), |w| format!("{w:?}"))))
+}
+
+/// Whether `v` is an array (`what` names it if asking throws: a revoked Proxy).
+pub fn is_array(v: &JsValue, what: &str) -> Result<bool, JsValue> {
+    is_array_or_throw(v).map_err(|e| unreadable(what, &e))
+}
+
+/// The items of `v` if it is an array, read once into a list of our own
+/// (so no getter or trap runs while they are read); `None` if it is not one.
+pub fn list(v: &JsValue, what: &str) -> Result<Option<Vec<JsValue>>, JsValue> {
+    if !is_array(v, what)? {
+        return Ok(None);
+    }
+    Ok(Some(from_or_throw(v).map_err(|e| unreadable(what, &e))?.iter().collect()))
+}
+
+/// The own enumerable keys of object `v`, each well-formed text.
+pub fn keys(v: &JsValue, what: &str) -> Result<Vec<String>, JsValue> {
+    let keys = keys_or_throw(v).map_err(|e| unreadable(what, &e))?;
+    keys.iter().map(|k| text(&k, &format!("a key of {what}"))).collect()
+}
+
+/// Whether `v` is a plain object: an object, not an array nor a function.
+pub fn plain_object(v: &JsValue, what: &str) -> Result<bool, JsValue> {
+    Ok(v.is_object() && !v.is_function() && !is_array(v, what)?)
 }
 
 /// A string argument: a JS string of well-formed UTF-16 (a lone surrogate
@@ -48,17 +104,18 @@ pub fn opt_text(v: &JsValue, what: &str) -> Result<Option<String>, JsValue> {
     text(v, what).map(Some)
 }
 
-/// Property `k` of an options object (`undefined` when there is no object).
-pub fn get(options: &JsValue, k: &str) -> JsValue {
+/// Property `k` of an options object (`undefined` when there is no object);
+/// a getter that throws is `bad_input`, never read as absent.
+pub fn get(options: &JsValue, k: &str) -> Result<JsValue, JsValue> {
     if !options.is_object() {
-        return JsValue::UNDEFINED;
+        return Ok(JsValue::UNDEFINED);
     }
-    Reflect::get(options, &k.into()).unwrap_or(JsValue::UNDEFINED)
+    Reflect::get(options, &k.into()).map_err(|e| unreadable(k, &e))
 }
 
 /// An options argument: absent, or an object.
 pub fn options(v: &JsValue, what: &str) -> Result<(), JsValue> {
-    if v.is_undefined() || v.is_null() || (v.is_object() && !Array::is_array(v) && !v.is_function()) {
+    if v.is_undefined() || v.is_null() || plain_object(v, what)? {
         return Ok(());
     }
     Err(bad(format!("{what} must be an object (got {})", js_type(v))))
@@ -66,7 +123,7 @@ pub fn options(v: &JsValue, what: &str) -> Result<(), JsValue> {
 
 /// An optional boolean option.
 pub fn opt_bool(options: &JsValue, k: &str, what: &str) -> Result<Option<bool>, JsValue> {
-    let v = get(options, k);
+    let v = get(options, k)?;
     if v.is_undefined() || v.is_null() {
         return Ok(None);
     }
@@ -75,7 +132,7 @@ pub fn opt_bool(options: &JsValue, k: &str, what: &str) -> Result<Option<bool>, 
 
 /// An optional integer option within `min..=max` (a JS number, never a string or a bigint).
 pub fn opt_int(options: &JsValue, k: &str, what: &str, min: f64, max: f64) -> Result<Option<f64>, JsValue> {
-    let v = get(options, k);
+    let v = get(options, k)?;
     if v.is_undefined() || v.is_null() {
         return Ok(None);
     }
@@ -101,18 +158,17 @@ pub struct Echo<'a> {
 /// word for (a bigint, NaN, an object, a function, a lone surrogate) is
 /// `bad_input`, as is a `_`-field that does not echo the row.
 pub fn fields(v: &JsValue, what: &str, echo: &Echo<'_>) -> Result<Fields, JsValue> {
-    if !v.is_object() || Array::is_array(v) || v.is_function() {
+    if !plain_object(v, what)? {
         return Err(bad(format!("{what} must be an object of field → value (got {})", js_type(v))));
     }
-    let obj: &Object = v.unchecked_ref();
     let mut out = Fields::new();
-    for key in Object::keys(obj).iter() {
+    for key in keys_or_throw(v).map_err(|e| unreadable(what, &e))?.iter() {
         let name = text(&key, &format!("a field name of {what}"))?;
-        let value = Reflect::get(obj, &key).unwrap_or(JsValue::UNDEFINED);
+        let at = format!("{what}.{name}");
+        let value = Reflect::get(v, &key).map_err(|e| unreadable(&at, &e))?;
         if value.is_undefined() {
             continue;
         }
-        let at = format!("{what}.{name}");
         match name.as_str() {
             "_id" => {
                 if value.as_string().as_deref() == Some(echo.row_id) {

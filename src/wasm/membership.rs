@@ -14,7 +14,7 @@ use crate::protocol::Code;
 /// A list's `{ after, limit }`: `None` when neither is given (the whole list).
 fn page(options: &JsValue) -> Result<Option<Page>, JsValue> {
     args::options(options, "options")?;
-    let after = args::opt_text(&args::get(options, "after"), "options.after")?;
+    let after = args::opt_text(&args::get(options, "after")?, "options.after")?;
     let limit = args::opt_int(options, "limit", "options", 1.0, MAX_LIST_LIMIT as f64)?;
     if after.is_none() && limit.is_none() {
         return Ok(None);

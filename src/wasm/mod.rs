@@ -123,7 +123,7 @@ fn rows_to_js<'a>(rows: impl Iterator<Item = (&'a RowKey, &'a Row)>) -> JsValue 
 /// `options.space`: a space's name, `null`/absent for none.
 fn space_of(options: &JsValue, what: &str) -> Result<Option<String>, JsValue> {
     args::options(options, what)?;
-    args::opt_text(&args::get(options, "space"), &format!("{what}.space"))
+    args::opt_text(&args::get(options, "space")?, &format!("{what}.space"))
 }
 
 /// Whether an edit is checked against the known schema: unless `options.check` is `false`.
@@ -160,11 +160,11 @@ fn edit_of(
 }
 
 fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit>, JsValue> {
-    let list: &Array = v.dyn_ref().ok_or_else(|| {
+    let list = args::list(v, "edits")?.ok_or_else(|| {
         js_error(Code::BadInput.as_str(), &format!("edits must be an array of {{ table, rowId, fields }} (got {})", js_type(v)))
     })?;
-    let mut out = Vec::with_capacity(list.length() as usize);
-    for (i, e) in list.iter().enumerate() {
+    let mut out = Vec::with_capacity(list.len());
+    for (i, e) in list.into_iter().enumerate() {
         let what = format!("edits[{i}]");
         if !e.is_object() {
             return Err(js_error(
@@ -173,10 +173,10 @@ fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit
             ));
         }
         let space = space_of(&e, &what)?;
-        let row_id = args::get(&e, "rowId");
+        let row_id = args::get(&e, "rowId")?;
         // No rowId: a new row, named by the device in the step that records it.
         let named = !(row_id.is_undefined() || row_id.is_null());
-        out.push(edit_of(engine, &args::get(&e, "table"), named.then_some(&row_id), &args::get(&e, "fields"), space, &what)?);
+        out.push(edit_of(engine, &args::get(&e, "table")?, named.then_some(&row_id), &args::get(&e, "fields")?, space, &what)?);
     }
     Ok(out)
 }
@@ -215,21 +215,21 @@ impl Marksync {
     /// sends with no usable answer stop and the server is asked what it
     /// remembers). A bad option is `bad_input`, before anything is opened.
     pub async fn open(options: JsValue) -> Result<Marksync, JsValue> {
-        if !options.is_object() || Array::is_array(&options) {
+        if !args::plain_object(&options, "options")? {
             return Err(js_error(Code::BadInput.as_str(), &format!("open() takes an options object (got {})", js_type(&options))));
         }
         let o = "options";
-        let endpoint = args::get(&options, "endpoint");
+        let endpoint = args::get(&options, "endpoint")?;
         if endpoint.is_undefined() || endpoint.is_null() {
             return Err(js_error(Code::BadInput.as_str(), "options.endpoint (the server's base URL) is required"));
         }
         let endpoint = args::text(&endpoint, "options.endpoint")?;
         check_endpoint(&endpoint)?;
-        let name = args::opt_text(&args::get(&options, "name"), "options.name")?.unwrap_or_else(|| "marksync".to_owned());
+        let name = args::opt_text(&args::get(&options, "name")?, "options.name")?.unwrap_or_else(|| "marksync".to_owned());
         if name.is_empty() {
             return Err(js_error(Code::BadInput.as_str(), "options.name must not be empty"));
         }
-        let user = args::opt_text(&args::get(&options, "user"), "options.user")?;
+        let user = args::opt_text(&args::get(&options, "user")?, "options.user")?;
         if let Some(u) = &user {
             crate::space::check_user(u).map_err(|why| js_error(Code::BadInput.as_str(), &format!("options.user: {why}")))?;
         }
@@ -244,9 +244,9 @@ impl Marksync {
         // exhausted retries (only a person, or the app's next open, does).
         let resume_exhausted = args::opt_bool(&options, "resumeExhausted", o)?.unwrap_or(true);
         let mut retry = crate::engine::RetryPolicy::default();
-        let retry_opt = args::get(&options, "retry");
+        let retry_opt = args::get(&options, "retry")?;
         if !retry_opt.is_undefined() && !retry_opt.is_null() {
-            if !retry_opt.is_object() || Array::is_array(&retry_opt) {
+            if !args::plain_object(&retry_opt, "options.retry")? {
                 return Err(js_error(Code::BadInput.as_str(), "options.retry must be { maxAttempts, maxElapsedMs }"));
             }
             if let Some(n) = args::opt_int(&retry_opt, "maxAttempts", "options.retry", 1.0, u32::MAX as f64)? {
@@ -256,7 +256,7 @@ impl Marksync {
                 retry.max_elapsed_ms = n as u64;
             }
         }
-        let indexes = query::read_indexes(&args::get(&options, "indexes"))?;
+        let indexes = query::read_indexes(&args::get(&options, "indexes")?)?;
         // The bound of the row cache (PROTOCOL §7, "The lazy store").
         let cache_bytes = args::opt_int(&options, "cacheBytes", o, 1.0, crate::protocol::MAX_SAFE_INTEGER as f64)?
             .map_or(crate::engine::CACHE_BYTES, |n| n as usize);
@@ -269,7 +269,7 @@ impl Marksync {
         // lazy database keeps them, unless it never queries (the Service
         // Worker's says so).
         let indexes_on_disk = args::opt_bool(&options, "indexesOnDisk", o)?.unwrap_or(lazy);
-        let token = token_source(args::get(&options, "token"))?;
+        let token = token_source(args::get(&options, "token")?)?;
         let transport = FetchTransport::new(&endpoint, token, timeout_ms);
         // Pages of the protocol's largest size: fewer round trips and IndexedDB transactions.
         let config = Config {

@@ -3,7 +3,7 @@
 //! [`Query`]; its rules (the order of values, ranges, pages) live in
 //! [`crate::query`] alone.
 
-use js_sys::{Array, Function, Object};
+use js_sys::Function;
 use wasm_bindgen::prelude::*;
 
 use super::{args, client_error, js_error, js_type, rows_to_js, to_js, Client, FetchTransport, Marksync};
@@ -18,37 +18,29 @@ fn bad(message: String) -> JsValue {
     js_error(Code::BadInput.as_str(), &message)
 }
 
-fn plain_object(v: &JsValue) -> bool {
-    v.is_object() && !Array::is_array(v) && !v.is_function()
-}
-
-fn keys(v: &JsValue) -> Vec<String> {
-    Object::keys(v.unchecked_ref::<Object>()).iter().filter_map(|k| k.as_string()).collect()
-}
-
 /// `{ where, orderBy, limit, after, space }` (absent: every row).
 fn read_query(engine: &Engine, v: &JsValue, with_page: bool) -> Result<Query, JsValue> {
     if v.is_undefined() || v.is_null() {
         return Ok(Query::default());
     }
-    if !plain_object(v) {
+    if !args::plain_object(v, "query")? {
         return Err(bad(format!("a query must be an object {{ where, orderBy, limit, after, space }} (got {})", js_type(v))));
     }
     let known: &[&str] = if with_page { &["where", "orderBy", "limit", "after", "space"] } else { &["where", "space"] };
-    for k in keys(v) {
-        if !known.contains(&k.as_str()) && !args::get(v, &k).is_undefined() {
+    for k in args::keys(v, "query")? {
+        if !known.contains(&k.as_str()) && !args::get(v, &k)?.is_undefined() {
             return Err(bad(format!("query.{k} is not a query option (the options are {})", known.join(", "))));
         }
     }
     let mut q = Query::default();
-    if let Some(space) = args::opt_text(&args::get(v, "space"), "query.space")? {
+    if let Some(space) = args::opt_text(&args::get(v, "space")?, "query.space")? {
         q.space = Some(engine.following().local(&space).to_owned());
     }
-    q.filters = read_where(&args::get(v, "where"))?;
+    q.filters = read_where(&args::get(v, "where")?)?;
     if with_page {
-        q.order = read_order(&args::get(v, "orderBy"))?;
+        q.order = read_order(&args::get(v, "orderBy")?)?;
         q.limit = args::opt_int(v, "limit", "query", 1.0, MAX_LIMIT as f64)?.map(|n| n as usize);
-        let after = args::get(v, "after");
+        let after = args::get(v, "after")?;
         if !after.is_undefined() && !after.is_null() {
             q.after = Some(read_after(engine, &after, &q.order)?);
         }
@@ -63,23 +55,23 @@ fn read_where(v: &JsValue) -> Result<Vec<Filter>, JsValue> {
     if v.is_undefined() || v.is_null() {
         return Ok(Vec::new());
     }
-    if !plain_object(v) {
+    if !args::plain_object(v, "query.where")? {
         return Err(bad(format!("query.where must be an object of field → value or {{ {OPERATORS} }} (got {})", js_type(v))));
     }
     let mut out = Vec::new();
-    for field in keys(v) {
+    for field in args::keys(v, "query.where")? {
         let at = format!("query.where.{field}");
-        let value = args::get(v, &field);
+        let value = args::get(v, &field)?;
         if value.is_undefined() {
             continue;
         }
-        if Array::is_array(&value) {
+        if args::is_array(&value, &at)? {
             return Err(bad(format!("{at} is an array: write {{ in: [...] }} to match one of several values")));
         }
-        let preds = if plain_object(&value) {
+        let preds = if args::plain_object(&value, &at)? {
             let mut preds = Vec::new();
-            for op in keys(&value) {
-                let x = args::get(&value, &op);
+            for op in args::keys(&value, &at)? {
+                let x = args::get(&value, &op)?;
                 if x.is_undefined() {
                     continue;
                 }
@@ -92,12 +84,12 @@ fn read_where(v: &JsValue) -> Result<Vec<Filter>, JsValue> {
                     "lte" => Pred::Lte(args::scalar(&x, &at)?),
                     "prefix" => Pred::Prefix(args::text(&x, &at)?),
                     "in" => {
-                        let list: &Array =
-                            x.dyn_ref().ok_or_else(|| bad(format!("{at} must be an array of values (got {})", js_type(&x))))?;
-                        if list.length() as usize > MAX_LIMIT {
+                        let list =
+                            args::list(&x, &at)?.ok_or_else(|| bad(format!("{at} must be an array of values (got {})", js_type(&x))))?;
+                        if list.len() > MAX_LIMIT {
                             return Err(bad(format!("{at}: at most {MAX_LIMIT} values")));
                         }
-                        Pred::In(list.iter().enumerate().map(|(i, x)| args::scalar(&x, &format!("{at}[{i}]"))).collect::<Result<_, _>>()?)
+                        Pred::In(list.iter().enumerate().map(|(i, x)| args::scalar(x, &format!("{at}[{i}]"))).collect::<Result<_, _>>()?)
                     }
                     _ => return Err(bad(format!("{at}: unknown operator {op:?} (the operators are {OPERATORS})"))),
                 });
@@ -128,30 +120,34 @@ fn read_order(v: &JsValue) -> Result<Vec<Order>, JsValue> {
     if v.is_string() {
         return Ok(vec![Order { field: args::text(v, at)?, dir: Dir::Asc }]);
     }
-    let Some(list) = v.dyn_ref::<Array>() else {
+    let Some(list) = args::list(v, at)? else {
         return Err(bad(format!("{at} must be a field, [field, \"asc\"|\"desc\"], or an array of those (got {})", js_type(v))));
     };
     let is_dir = |x: &JsValue| matches!(x.as_string().as_deref(), Some("asc" | "desc"));
-    if list.length() == 2 && list.get(0).is_string() && is_dir(&list.get(1)) {
-        return Ok(vec![Order {
-            field: args::text(&list.get(0), &format!("{at}[0]"))?,
-            dir: read_dir(&list.get(1), &format!("{at}[1]"))?,
-        }]);
+    if let [field, dir] = list.as_slice() {
+        if field.is_string() && is_dir(dir) {
+            return Ok(vec![Order { field: args::text(field, &format!("{at}[0]"))?, dir: read_dir(dir, &format!("{at}[1]"))? }]);
+        }
     }
     let mut out = Vec::new();
     for (i, item) in list.iter().enumerate() {
         let at = format!("{at}[{i}]");
         if item.is_string() {
-            out.push(Order { field: args::text(&item, &at)?, dir: Dir::Asc });
+            out.push(Order { field: args::text(item, &at)?, dir: Dir::Asc });
             continue;
         }
-        let pair: &Array =
-            item.dyn_ref().ok_or_else(|| bad(format!("{at} must be a field or [field, \"asc\"|\"desc\"] (got {})", js_type(&item))))?;
-        if pair.length() == 0 || pair.length() > 2 {
-            return Err(bad(format!("{at} must be [field] or [field, \"asc\"|\"desc\"]")));
-        }
-        let field = args::text(&pair.get(0), &format!("{at}[0]"))?;
-        let dir = if pair.length() == 2 { read_dir(&pair.get(1), &format!("{at}[1]"))? } else { Dir::Asc };
+        let pair = args::list(item, &at)?
+            .ok_or_else(|| bad(format!("{at} must be a field or [field, \"asc\"|\"desc\"] (got {})", js_type(item))))?;
+        let (field, dir) = match pair.as_slice() {
+            [field] => (field, None),
+            [field, dir] => (field, Some(dir)),
+            _ => return Err(bad(format!("{at} must be [field] or [field, \"asc\"|\"desc\"]"))),
+        };
+        let field = args::text(field, &format!("{at}[0]"))?;
+        let dir = match dir {
+            Some(d) => read_dir(d, &format!("{at}[1]"))?,
+            None => Dir::Asc,
+        };
         out.push(Order { field, dir });
     }
     Ok(out)
@@ -160,17 +156,17 @@ fn read_order(v: &JsValue) -> Result<Vec<Order>, JsValue> {
 /// A row the query returned: its `_id`, `_space` and the order's fields.
 fn read_after(engine: &Engine, v: &JsValue, order: &[Order]) -> Result<After, JsValue> {
     let at = "query.after";
-    if !plain_object(v) {
+    if !args::plain_object(v, at)? {
         return Err(bad(format!("{at} must be a row this query returned (got {})", js_type(v))));
     }
-    let row_id = args::text(&args::get(v, "_id"), &format!("{at}._id"))?;
-    let space = match args::opt_text(&args::get(v, "_space"), &format!("{at}._space"))? {
+    let row_id = args::text(&args::get(v, "_id")?, &format!("{at}._id"))?;
+    let space = match args::opt_text(&args::get(v, "_space")?, &format!("{at}._space"))? {
         Some(s) => engine.following().local(&s).to_owned(),
         None => String::new(),
     };
     let mut values = Vec::with_capacity(order.len());
     for o in order {
-        let x = args::get(v, &o.field);
+        let x = args::get(v, &o.field)?;
         values.push(if x.is_undefined() { Value::Null } else { args::scalar(&x, &format!("{at}.{}", o.field))? });
     }
     Ok(After { key: RowKey { table: String::new(), row_id, space }, values })
@@ -182,20 +178,20 @@ pub fn read_indexes(v: &JsValue) -> Result<Vec<IndexDef>, JsValue> {
     if v.is_undefined() || v.is_null() {
         return Ok(Vec::new());
     }
-    if !plain_object(v) {
+    if !args::plain_object(v, at)? {
         return Err(bad(format!("{at} must be {{ table: [[field, …], …] }} (got {})", js_type(v))));
     }
     let mut out = Vec::new();
-    for table in keys(v) {
-        let list = args::get(v, &table);
+    for table in args::keys(v, at)? {
+        let list = args::get(v, &table)?;
         let at = format!("{at}.{table}");
-        let list: &Array = list.dyn_ref().ok_or_else(|| bad(format!("{at} must be an array of indexes, each an array of fields")))?;
+        let list = args::list(&list, &at)?.ok_or_else(|| bad(format!("{at} must be an array of indexes, each an array of fields")))?;
         for (i, ix) in list.iter().enumerate() {
             let at = format!("{at}[{i}]");
-            let fields: &Array = ix.dyn_ref().ok_or_else(|| bad(format!("{at} must be an array of fields (got {})", js_type(&ix))))?;
+            let fields = args::list(ix, &at)?.ok_or_else(|| bad(format!("{at} must be an array of fields (got {})", js_type(ix))))?;
             let mut names: Vec<String> = Vec::new();
             for (j, f) in fields.iter().enumerate() {
-                let name = args::text(&f, &format!("{at}[{j}]"))?;
+                let name = args::text(f, &format!("{at}[{j}]"))?;
                 if name.is_empty() || names.contains(&name) {
                     return Err(bad(format!("{at}: field names must be distinct and not empty")));
                 }

@@ -300,7 +300,7 @@ pub fn js_text(v: &JsValue) -> String {
     }
     // `String(v)` as JS would say it (`toString`), not a Debug dump: the
     // glue of a dump is a kilobyte of JS for a case that names no message.
-    Reflect::get(v, &"message".into()).ok().and_then(|m| m.as_string()).unwrap_or_else(|| v.unchecked_ref::<Object>().to_string().into())
+    Reflect::get(v, &"message".into()).ok().and_then(|m| m.as_string()).unwrap_or_else(|| super::args::shown(v))
 }
 
 impl Transport for FetchTransport {

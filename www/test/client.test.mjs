@@ -269,6 +269,41 @@ for (const backend of backends()) {
       await a.close();
     });
 
+    test('an argument whose reading throws is bad_input, and the database goes on', async () => {
+      const user = newUser('traps');
+      const a = await open(user);
+      const r = await a.run(async () => {
+        const revoked = () => { const p = Proxy.revocable({ exercise: 'a' }, {}); p.revoke(); return p.proxy; };
+        const getter = () => Object.defineProperty({ exercise: 'a', weightKg: 1 }, 'reps', { enumerable: true, get() { throw new Error('boom'); } });
+        const keysThrow = new Proxy({}, { ownKeys() { throw new Error('no keys'); } });
+        const out = [];
+        const attempt = async (f) => {
+          try { await f(); out.push('accepted'); } catch (e) { out.push(`${e.code}:${e.message}`); }
+        };
+        await attempt(() => db.change('sets', 'r-1', revoked()));
+        await attempt(() => db.change('sets', 'r-1', getter(), { check: false }));
+        await attempt(() => db.change('sets', 'r-1', keysThrow));
+        await attempt(() => db.change('sets', 'r-1', { exercise: 'a', weightKg: 1, reps: 1 }, Object.defineProperty({}, 'space', { get() { throw new Error('no space'); } })));
+        await attempt(() => db.changeMany(revoked()));
+        await attempt(() => db.changeMany([{ table: 'sets', fields: revoked() }]));
+        await attempt(() => db.check('sets', 'r-1', revoked()));
+        await attempt(() => db.query('sets', { where: revoked() }));
+        await attempt(() => db.query('sets', { orderBy: new Proxy([], { get() { throw new Error('no order'); } }) }));
+        // A key that is not text is refused, not dropped (it would have matched every row).
+        await attempt(() => db.query('sets', { where: { ['reps\ud800']: 99 } }));
+        // The database goes on: an id, an edit, a read.
+        const id = db.newRowId();
+        await db.change('sets', id, { exercise: 'after', weightKg: 1, reps: 1 });
+        return { out, pending: db.pending().length, row: db.row('sets', id)?.exercise };
+      });
+      assert.equal(r.out.length, 10);
+      for (const o of r.out) assert.match(o, /^bad_input:/);
+      assert.match(r.out[1], /reps could not be read: it threw "boom"/);
+      assert.equal(r.pending, 1, 'only the edit after them is queued');
+      assert.equal(r.row, 'after');
+      await a.close();
+    });
+
     test('rows() is a stable snapshot until something changes', async () => {
       const user = newUser('snap');
       const a = await open(user);

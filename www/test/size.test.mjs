@@ -53,8 +53,10 @@ import { root } from './helpers.mjs';
 // inliner's threshold at 25 saved 9.9 KB more but wrote edits and merged
 // ops in memory 1.2–1.25× slower: not kept.) 370 → 378: numbers read
 // back as the very doubles written (serde_json's `float_roundtrip`: its
-// fast parser landed one ULP off on 13% of random doubles), +8.9 KB.
-const BUDGET_KB = 378;
+// fast parser landed one ULP off on 13% of random doubles), +8.9 KB;
+// 378 → 380: every argument read through calls that catch what a getter or
+// a Proxy's trap throws (it left the engine borrowed for good), +1.3 KB.
+const BUDGET_KB = 380;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');
