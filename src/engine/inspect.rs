@@ -81,9 +81,13 @@ pub struct Followed<'a> {
 impl Engine {
     /// The whole sync as one snapshot (see [`Inspection`]).
     pub fn inspect(&self) -> Inspection<'_> {
+        // Under another user's token the session is another person's: what
+        // `pending()`, `rejections()` and `conflicts()` hide, this hides too.
+        let hidden = self.hides_rows();
         let outbox = self
             .outbox
             .iter()
+            .filter(|_| !hidden)
             .map(|op| {
                 let a = self.sync.ops.get(&op.op_id);
                 Queued {
@@ -118,8 +122,8 @@ impl Engine {
             recovery: self.recovery(),
             last_error: self.sync.last_error.as_deref(),
             cycles: self.sync.cycles.iter().collect(),
-            rejections: self.rejections.values().collect(),
-            conflicts: self.conflicts(),
+            rejections: self.rejections.values().filter(|_| !hidden).collect(),
+            conflicts: if hidden { Vec::new() } else { self.conflicts() },
             spaces,
             schema_version: self.known_schema().map(|(_, s)| s.version),
         }

@@ -476,9 +476,11 @@ impl Engine {
     /// tombstone too), has ops queued for, or holds a refusal of — or `None`
     /// for a row it has never seen: such a row has no sync status.
     pub fn known_status(&self, key: &RowKey) -> Option<RowStatus> {
-        let known = self.replica.visible(key).is_some()
-            || self.outbox.on_row(key).next().is_some()
-            || self.rejections.values().any(|r| &r.op.place() == key);
+        // Under another user's token only the queue's rows are told (they
+        // read `recovery-required`): the rows and refusals are another person's.
+        let shown = !self.hides_rows();
+        let known = self.outbox.on_row(key).next().is_some()
+            || (shown && (self.replica.visible(key).is_some() || self.rejections.values().any(|r| &r.op.place() == key)));
         known.then(|| self.status(key))
     }
 
