@@ -280,7 +280,7 @@ export interface StorageInfo {
 export type TokenSource = string | (() => string | Promise<string>);
 
 export interface OpenOptions {
-  /** The server's base URL, e.g. `https://sync.example.com` or `''` for same origin. */
+  /** The server's base URL, absolute (`https://sync.example.com`; for the page's own server, `location.origin`). */
   endpoint: string;
   /** A bearer token, or a function giving one (called again after a 401). */
   token?: TokenSource;
