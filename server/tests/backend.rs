@@ -315,6 +315,15 @@ async fn the_backend_reads_any_space(backend: Backend) {
     assert_eq!(spaces.len(), 1, "nothing new in team: {rest}");
     assert_eq!(spaces[0]["changes"][0]["rowId"], "r1");
     assert_eq!(spaces[0]["changes"][0]["fields"]["reps"], 7);
+    // Marks as a device's pull gives them: the cells' notes (`seq`, `by`)
+    // only for a request that asks (`marksync-accept: notes`).
+    let marks = |page: &Value| page["spaces"][0]["changes"][0]["marks"]["reps"].clone();
+    assert!(marks(&rest).get("seq").is_none() && marks(&rest).get("by").is_none(), "{rest}");
+    let ask = json!({"spaces": {"~bob": {"cursor": 0}}}).to_string();
+    let r = t.http.post(t.url("/v1/admin/pull")).bearer_auth(ADMIN).header("marksync-accept", "notes");
+    let noted: Value =
+        r.header("content-type", "application/json").body(ask).send().await.unwrap().json().await.unwrap();
+    assert!(marks(&noted).get("seq").is_some(), "{noted}");
 
     // The backend may encode its bodies as a device does (PROTOCOL §5a).
     let ask = json!({"spaces": {"team": {"cursor": 0}}}).to_string();

@@ -11,7 +11,7 @@ use axum::Json;
 use marksync::protocol::{CreateSpace, SpacesPullRequest};
 use serde::Serialize;
 
-use super::extract::{query, read_json, QueryParams};
+use super::extract::{for_reader, query, read_json, QueryParams};
 use super::pull::finish_spaces;
 use super::spaces::{create_for, invitations_to_as, members_as, page, set_as, MAX_BODY};
 use crate::app::App;
@@ -53,7 +53,8 @@ pub(crate) async fn pull(State(app): State<App>, headers: HeaderMap, body: Body)
     let mut answer = app.store.pull_any(&req.spaces, req.limit).await?;
     let pulled = finish_spaces(&app, &mut answer, now);
     app.metrics.pulled(pulled);
-    Ok(Json(answer).into_response())
+    // Cells' notes only when asked for, as a user's pull (`marksync-accept: notes`).
+    Ok(Json(for_reader(&headers, answer)).into_response())
 }
 
 /// One space of [`spaces`]'s page.
