@@ -210,6 +210,10 @@ impl App {
             if t.chars().count() < 32 {
                 return Err(ServerError::Config("--admin-token must be at least 32 characters".into()));
             }
+            // A bearer token is read trimmed: one with white space at an end could never match.
+            if t.trim() != t {
+                return Err(ServerError::Config("--admin-token must not begin or end with white space".into()));
+            }
             tracing::info!("admin routes on: /v1/admin/spaces, /v1/admin/spaces/members, /v1/admin/spaces/invitations, /v1/admin/pull");
         }
         let most = marksync::space::MAX_FOLLOWED - 1;
@@ -228,7 +232,7 @@ impl App {
         let pokes = Arc::new(crate::poke::Hub::default());
         store.forward_pokes(Arc::clone(&pokes), shutdown.clone());
         if let Some(w) = &webhook {
-            tracing::info!(url = %config.webhook_url.as_deref().unwrap_or_default(), "webhook on: every committed change is delivered there");
+            tracing::info!(url = %crate::webhook::redact(config.webhook_url.as_deref().unwrap_or_default()), "webhook on: every committed change is delivered there");
             Arc::clone(w).spawn(store.clone(), shutdown.clone());
         }
         Ok(App(Arc::new(AppState {

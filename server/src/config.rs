@@ -210,8 +210,8 @@ pub struct Config {
     #[arg(long, env = "MARKSYNC_WEBHOOK_BACKOFF_MS", default_value_t = 1_000)]
     pub webhook_backoff_ms: u64,
 
-    /// Deliveries waiting at most: past it, pushes that would move rows are answered
-    /// `503 unavailable` (retried by the devices; nothing is lost) until the receiver
+    /// Deliveries waiting at most: past it, pushes are answered `503 unavailable`
+    /// before anything is judged (retried by the devices; nothing is lost) until the receiver
     /// catches up. 0 = no bound.
     #[arg(long, env = "MARKSYNC_WEBHOOK_MAX_PENDING", default_value_t = 1_000_000)]
     pub webhook_max_pending: u64,

@@ -190,7 +190,8 @@ impl Webhook {
                 Err(crate::error::capped(&format!("{status}: {text}")))
             }
             Err(e) if e.is_timeout() => Err(format!("no answer within {} ms", ms(self.timeout))),
-            Err(e) => Err(e.to_string()),
+            // Without the URL: it may hold a secret (user info, a key in the query).
+            Err(e) => Err(e.without_url().to_string()),
         }
     }
 
@@ -293,5 +294,29 @@ mod tests {
             assert!(*w <= full && *w >= full - full / 4, "{f}: {w:?}");
         }
         assert!(waits[11] > Duration::from_secs(200));
+    }
+}
+
+/// The receiver's URL as a log may show it: scheme, host, port and path,
+/// without user info or query (either may hold a secret).
+pub(crate) fn redact(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => "(not a URL)".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    #[test]
+    fn a_logged_receiver_url_holds_no_secret() {
+        assert_eq!(super::redact("http://user:pa55word@127.0.0.1:1/hook?key=sekrit#x"), "http://127.0.0.1:1/hook");
+        assert_eq!(super::redact("https://hooks.example.com/in"), "https://hooks.example.com/in");
     }
 }
