@@ -162,10 +162,9 @@ pub fn fields(v: &JsValue, what: &str, echo: &Echo<'_>) -> Result<Fields, JsValu
         return Err(bad(format!("{what} must be an object of field → value (got {})", js_type(v))));
     }
     let mut out = Fields::new();
-    for key in keys_or_throw(v).map_err(|e| unreadable(what, &e))?.iter() {
-        let name = text(&key, &format!("a field name of {what}"))?;
+    for name in keys(v, what)? {
         let at = format!("{what}.{name}");
-        let value = Reflect::get(v, &key).map_err(|e| unreadable(&at, &e))?;
+        let value = Reflect::get(v, &JsValue::from_str(&name)).map_err(|e| unreadable(&at, &e))?;
         if value.is_undefined() {
             continue;
         }
