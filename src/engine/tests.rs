@@ -1131,10 +1131,9 @@ fn a_token_of_another_user_sends_nothing_shows_nothing_until_the_owners_token_re
     assert!(matches!(step, Step::Blocked(ref r) if r.code.as_str() == "wrong_user"), "{step:?}");
     assert!(txn.put_base.is_empty() && txn.following.is_none(), "nothing of bob's is taken");
     assert!(e.hides_rows());
+    record(&mut e, "d-3", set(7), 18);
     // Nor does the inspector's snapshot or a row's status show the owner's:
     // the synced row is unknown, the queued one reads recovery-required.
-    // While it stands, a cycle only probes with a pull: nothing is pushed.
-    record(&mut e, "d-3", set(7), 18);
     let seen = e.inspect();
     assert!(seen.outbox.is_empty() && seen.rejections.is_empty() && seen.conflicts.is_empty());
     assert!(e.known_status(&RowKey::new("sets", "d-1")).is_none(), "a synced row of u's is not told");
@@ -1143,6 +1142,7 @@ fn a_token_of_another_user_sends_nothing_shows_nothing_until_the_owners_token_re
         Some(Phase::RecoveryRequired),
         "a queued row reads its stop"
     );
+    // While it stands, a cycle only probes with a pull: nothing is pushed.
     let (_, step) = e.start_sync(19);
     let Step::Pull(p) = step else { panic!("{step:?}") };
     let (_, step) = e.on_pull_response(&p, answer_for(&mut s, "bob", &p), 20).unwrap();
