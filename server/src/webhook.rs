@@ -271,6 +271,23 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// The receiver's URL as a log may show it: scheme, host, port and path,
+/// without user info or query (either may hold a secret). Not
+/// `store::redact`: that one keeps a database URL's query and masks the
+/// parameters a database names as secret; a receiver's query names are its own.
+pub(crate) fn redact(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => "(not a URL)".to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,25 +312,7 @@ mod tests {
         }
         assert!(waits[11] > Duration::from_secs(200));
     }
-}
 
-/// The receiver's URL as a log may show it: scheme, host, port and path,
-/// without user info or query (either may hold a secret).
-pub(crate) fn redact(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut u) => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.set_query(None);
-            u.set_fragment(None);
-            u.to_string()
-        }
-        Err(_) => "(not a URL)".to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod redact_tests {
     #[test]
     fn a_logged_receiver_url_holds_no_secret() {
         assert_eq!(super::redact("http://user:pa55word@127.0.0.1:1/hook?key=sekrit#x"), "http://127.0.0.1:1/hook");
