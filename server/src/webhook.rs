@@ -26,7 +26,7 @@ use crate::store::{Claimed, Settle, Store};
 
 /// The shortest secret `--webhook-secret` takes.
 pub const MIN_SECRET_CHARS: usize = 32;
-/// Spaces' queues leased at once (sent side by side).
+/// Spaces' queues sent side by side at most.
 const SPACES_AT_ONCE: usize = 16;
 /// Deliveries of one space sent in one lease, one after the other.
 const PER_SPACE: usize = 8;
@@ -110,33 +110,49 @@ impl Webhook {
                 tracing::warn!(error = %e, "webhook: cannot release the leases of the last run");
             }
             let mut last_stats = tokio::time::Instant::now() - Duration::from_secs(1);
+            // The queues being sent: each space goes on its own, and a slot
+            // a space frees is taken at once by the next due one, so a
+            // receiver slow for one space holds up only that space.
+            // Each is a task of its own: a send waiting here while the loop
+            // awaits the store would hold the database's write lock (a
+            // settle half done) against the loop's next claim.
+            let mut sending = tokio::task::JoinSet::new();
             loop {
                 if *shutdown.borrow() {
+                    // The sends under way end with the runtime; a queue cut
+                    // short is sent again when its lease runs out (at least once).
                     return;
                 }
                 if last_stats.elapsed() >= Duration::from_secs(1) {
                     self.refresh(&store).await;
                     last_stats = tokio::time::Instant::now();
                 }
-                // A lease outlasts every send it covers, so no other process takes the queue meanwhile.
-                let lease = now_ms_db().saturating_add(ms(self.timeout * PER_SPACE as u32 + Duration::from_secs(5)));
-                let claimed = match store.claim_deliveries(lease, SPACES_AT_ONCE, PER_SPACE).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "webhook: cannot read the deliveries; trying again at the next poll");
-                        Vec::new()
+                let room = SPACES_AT_ONCE.saturating_sub(sending.len());
+                if room > 0 {
+                    // A lease outlasts every send it covers, so no other process (and no later claim of this one) takes the queue meanwhile.
+                    let lease =
+                        now_ms_db().saturating_add(ms(self.timeout * PER_SPACE as u32 + Duration::from_secs(5)));
+                    match store.claim_deliveries(lease, room, PER_SPACE).await {
+                        Ok(claimed) => {
+                            for queue in claimed {
+                                let (webhook, store) = (Arc::clone(&self), store.clone());
+                                sending.spawn(async move { webhook.send_queue(&store, queue).await });
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "webhook: cannot read the deliveries; trying again at the next poll")
+                        }
                     }
-                };
-                if claimed.is_empty() {
-                    tokio::select! {
-                        _ = self.wake.notified() => {}
-                        _ = tokio::time::sleep(IDLE_POLL) => {}
-                        _ = shutdown.changed() => {}
-                    }
-                    continue;
                 }
-                let sends = claimed.into_iter().map(|queue| self.send_queue(&store, queue));
-                futures_util::future::join_all(sends).await;
+                tokio::select! {
+                    Some(_) = sending.join_next(), if !sending.is_empty() => {
+                        // Every queue done by now frees its slot before the next claim, so one claim fills them all.
+                        while sending.try_join_next().is_some() {}
+                    }
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(IDLE_POLL) => {}
+                    _ = shutdown.changed() => {}
+                }
             }
         });
     }

@@ -44,11 +44,13 @@ struct Got {
 struct Receiver {
     got: Arc<Mutex<Vec<Got>>>,
     mode: Arc<Mutex<Mode>>,
+    /// A space whose deliveries the receiver never answers, whatever the mode.
+    hang_space: Arc<Mutex<Option<String>>>,
 }
 
 impl Receiver {
     fn new(mode: Mode) -> Receiver {
-        Receiver { got: Arc::default(), mode: Arc::new(Mutex::new(mode)) }
+        Receiver { got: Arc::default(), mode: Arc::new(Mutex::new(mode)), hang_space: Arc::default() }
     }
 
     /// Serves on `listener` (until the returned task is aborted).
@@ -59,12 +61,17 @@ impl Receiver {
             axum::routing::post(move |headers: HeaderMap, body: Bytes| {
                 let r = r.clone();
                 async move {
-                    let mode = *r.mode.lock().unwrap();
+                    let body = String::from_utf8(body.to_vec()).unwrap();
+                    let space = serde_json::from_str::<Value>(&body).unwrap()["space"].as_str().map(str::to_owned);
+                    let mode = match *r.hang_space.lock().unwrap() {
+                        Some(ref hang) if space.as_ref() == Some(hang) => Mode::Hang,
+                        _ => *r.mode.lock().unwrap(),
+                    };
                     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
                     r.got.lock().unwrap().push(Got {
                         id: header("marksync-delivery"),
                         signature: header("marksync-signature"),
-                        body: String::from_utf8(body.to_vec()).unwrap(),
+                        body,
                         answered_ok: mode == Mode::Ok,
                     });
                     match mode {
@@ -331,6 +338,31 @@ async fn two_servers_on_one_postgres_send_each_delivery_once() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A receiver that never answers one space's deliveries holds up that space
+/// alone: a change to another space committed while the first hangs is
+/// delivered while it still hangs, not after its timeout.
+async fn a_receiver_stuck_on_one_space_holds_up_no_other(backend: Backend) {
+    let Some(database) = fresh_database(backend).await else { return };
+    let (receiver, url, _task) = Receiver::start(Mode::Ok).await;
+    *receiver.hang_space.lock().unwrap() = Some("stuck".into());
+    let mut c = hooked(&database, &url);
+    c.webhook_timeout_ms = 25_000; // the receiver hangs 30 s: the stuck send lasts the whole test
+    let t = TestServer::start(c).await.owning_database();
+    assert_eq!(post(&t, "/v1/spaces", "ann", json!({"space": "stuck"})).await.0, 200);
+    t.push_ok("ann", &[in_space("stuck", full("s1", "r1", 1_000, 5))]).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !receiver.got().iter().any(|g| changes(&g.body).iter().any(|c| c["opId"] == "s1")) {
+        assert!(tokio::time::Instant::now() < deadline, "the stuck space's delivery is being sent");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    t.push_ok("ann", &[full("p1", "r2", 1_001, 5)]).await;
+    t.push_ok("bob", &[full("b1", "r3", 1_002, 5)]).await;
+    receiver.wait_for(&["p1", "b1"], 10).await;
+    assert!(!receiver.delivered_ops().contains("s1"), "the stuck space is still being waited for");
+    t.stop().await;
+}
+both!(a_receiver_stuck_on_one_space_holds_up_no_other);
 
 /// Past `--webhook-max-pending` deliveries waiting, a push is answered 503
 /// with nothing judged; the devices send it again once the receiver caught up.
