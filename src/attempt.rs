@@ -47,9 +47,10 @@ pub enum Failure {
     /// server is probed again until it is upgraded (PROTOCOL §5).
     #[error("schema too new: {0}")]
     SchemaTooNew(String),
-    /// 413: the batch is too large; send half.
-    #[error("payload too large")]
-    PayloadTooLarge,
+    /// 413: the batch is too large; send half. A push of one op alone
+    /// refused so is that op's refusal, in the server's words (PROTOCOL §5).
+    #[error("payload too large: {0}")]
+    PayloadTooLarge(String),
     /// 429: wait `retry_after_ms`.
     #[error("rate limited for {retry_after_ms} ms")]
     RateLimited {
@@ -77,7 +78,7 @@ impl Failure {
             (_, Some(ErrorCode::SchemaTooNew)) | (409, None) => Failure::SchemaTooNew(message),
             (_, Some(ErrorCode::WrongUser)) => Failure::WrongUser(message),
             (401, _) | (_, Some(ErrorCode::Unauthorized)) => Failure::Unauthorized(message),
-            (413, _) | (_, Some(ErrorCode::PayloadTooLarge)) => Failure::PayloadTooLarge,
+            (413, _) | (_, Some(ErrorCode::PayloadTooLarge)) => Failure::PayloadTooLarge(message),
             (429, _) | (_, Some(ErrorCode::RateLimited)) => Failure::RateLimited { retry_after_ms: retry_after_ms.unwrap_or(1000) },
             (s, _) if s >= 500 => Failure::Server { status: s, message },
             (408, _) => Failure::Timeout,
@@ -227,7 +228,7 @@ mod tests {
         let body = |c| ErrorBody::new(c, "m");
         assert!(Failure::from_http(503, None, None).outcome_unknown());
         assert!(Failure::from_http(500, Some(&body(ErrorCode::Internal)), None).outcome_unknown());
-        assert_eq!(Failure::from_http(413, None, None), Failure::PayloadTooLarge);
+        assert_eq!(Failure::from_http(413, None, None), Failure::PayloadTooLarge(String::new()));
         assert_eq!(Failure::from_http(429, None, Some(3000)), Failure::RateLimited { retry_after_ms: 3000 });
         let f = Failure::from_http(409, Some(&body(ErrorCode::SchemaTooNew)), None);
         assert_eq!(f.recovery().map(|r| r.code.as_str()), Some("schema_too_new"));

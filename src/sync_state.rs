@@ -48,6 +48,16 @@ pub struct OpAttempts {
     pub counted: u32,
     /// Whether its last attempt ended with no usable answer (it may have been judged).
     pub unknown: bool,
+    /// Whether an earlier attempt ended with no usable answer since the
+    /// server last said it never judged it: the server may hold its verdict
+    /// even when the last attempt was refused unjudged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub doubted: bool,
+    /// The server's words when a push of this op alone was refused as too
+    /// large while it was in doubt: once the server says it never judged
+    /// it, it is rejected with them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub too_large: Option<String>,
     /// The attemptKey of its last attempt.
     pub last_key: String,
     /// When it was first sent (ms, device clock).

@@ -17,6 +17,9 @@ use crate::protocol::{MAX_SAFE_INTEGER, MAX_VERDICTS_PER_QUERY};
 use crate::store::{Rejection, Txn};
 use crate::sync_state::{CycleLog, Flight, VerdictLog, MAX_CYCLES, MAX_LOGGED_VERDICTS};
 
+/// The reason of an op refused as too large by an answer without words (a proxy's 413).
+pub(super) const TOO_LARGE_UNSAID: &str = "the server refused this edit as larger than it accepts (413)";
+
 /// How often a client whose server is older than its ops probes again (ms).
 pub const SCHEMA_PROBE_MS: u64 = 300_000;
 
@@ -227,6 +230,7 @@ impl Engine {
         // Ops of the batch that got no verdict were not judged: no doubt about them.
         for id in flight.op_ids.iter().skip(resp.verdicts.len()) {
             if let Some(a) = self.sync.ops.get_mut(id) {
+                a.doubted |= a.unknown;
                 a.unknown = false;
             }
         }
@@ -374,6 +378,9 @@ impl Engine {
     pub fn on_push_failed(&mut self, attempt_key: &str, failure: Failure, now: u64) -> Option<(Txn, Step)> {
         let flight = self.in_flight.take_if(|f| f.key == attempt_key)?;
         self.sync.flight = None;
+        if let (Failure::PayloadTooLarge(words), [id]) = (&failure, flight.op_ids.as_slice()) {
+            return Some(self.too_large_alone(id.clone(), words, now));
+        }
         let unknown = failure.outcome_unknown();
         if unknown {
             self.sync.metrics.unknown_outcomes += 1;
@@ -381,6 +388,7 @@ impl Engine {
         let counted = unknown && self.early.is_none();
         for id in &flight.op_ids {
             if let Some(a) = self.sync.ops.get_mut(id) {
+                a.doubted |= a.unknown;
                 a.unknown = unknown;
                 if counted {
                     a.counted = a.counted.saturating_add(1);
@@ -417,6 +425,38 @@ impl Engine {
         Some((self.with_sync(Txn::default()), step))
     }
 
+    /// A push of one op alone was refused as larger than the server takes:
+    /// no retry can carry it, and the queue behind it, and the pulls after
+    /// it, must not wait on it. Unless an earlier attempt of it is in doubt,
+    /// the server never judged it: it is rejected here in the server's words
+    /// (code `payload_too_large`), as final as a verdict. In doubt, the
+    /// server is asked first (§7); if it never judged it, the same follows.
+    fn too_large_alone(&mut self, id: OpId, words: &str, now: u64) -> (Txn, Step) {
+        self.answered();
+        self.backoff.reset();
+        // The batches that led here were halved for this op: the next ones start whole again.
+        self.max_batch = self.config.max_batch.clamp(1, crate::protocol::MAX_JUDGED_PER_PUSH);
+        let reason = if words.trim().is_empty() { TOO_LARGE_UNSAID.to_owned() } else { words.to_owned() };
+        self.touch();
+        if let Some(a) = self.sync.ops.get_mut(&id).filter(|a| a.unknown || a.doubted) {
+            a.unknown = true;
+            a.too_large = Some(reason);
+            let step = self.reconcile_step(false);
+            return (self.with_sync(Txn::default()), step);
+        }
+        let mut txn = Txn::default();
+        self.reject_unjudged(id, reason, now, &mut txn);
+        let step = self.next_step(now);
+        (self.with_sync(txn), step)
+    }
+
+    /// Rejects on the device an op the server never judged and cannot take.
+    fn reject_unjudged(&mut self, id: OpId, reason: String, now: u64, txn: &mut Txn) {
+        let code = Code::PayloadTooLarge.as_str().to_owned();
+        self.apply_verdict(id, Outcome::Rejected { reason, code, row: None }, false, now, txn, &mut HashMap::new());
+        txn.meta = Some(self.meta.clone());
+    }
+
     /// A usable answer came: the last failure's words go, here and in the shared state.
     fn answered(&mut self) {
         self.last_failure = None;
@@ -448,11 +488,12 @@ impl Engine {
             return self.require_recovery(r);
         }
         match failure {
-            Failure::PayloadTooLarge if self.max_batch > 1 => {
-                self.max_batch = (self.max_batch / 2).max(1);
+            Failure::PayloadTooLarge(_) if sent.len() > 1 => {
+                self.max_batch = sent.len() / 2;
                 self.next_step(now)
             }
-            Failure::PayloadTooLarge => self.require_recovery(Recovery {
+            // Not a push's (a push of one op is that op's refusal: `too_large_alone`).
+            Failure::PayloadTooLarge(_) => self.require_recovery(Recovery {
                 code: Code::PayloadTooLarge,
                 message: "a single op is larger than the server accepts".into(),
             }),
@@ -536,10 +577,16 @@ impl Engine {
                 }
                 Some(Recalled::Unknown) | None => {
                     // Never judged: sending it again is safe, and starts its count over.
-                    if let Some(a) = self.sync.ops.get_mut(id) {
+                    let too_large = self.sync.ops.get_mut(id).and_then(|a| {
                         a.unknown = false;
+                        a.doubted = false;
+                        a.too_large.take()
+                    });
+                    match too_large {
+                        // ...unless it is more than the server takes.
+                        Some(reason) => self.reject_unjudged(id.clone(), reason, now, &mut txn),
+                        None => unknown += 1,
                     }
-                    unknown += 1;
                 }
             }
         }

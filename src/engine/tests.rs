@@ -282,24 +282,85 @@ fn failures_back_off_and_auth_requires_recovery() {
 }
 
 #[test]
-fn payload_too_large_halves_the_batch() {
+fn payload_too_large_halves_the_batch_sent() {
     let mut e = engine("d");
     for i in 0..10 {
         record(&mut e, &format!("d-{i}"), set(5), 10 + i);
     }
     let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
     assert_eq!(req.batch.len(), 10);
-    let Some((_, Step::Push(req2))) = e.on_push_failed(&req.attempt_key, Failure::PayloadTooLarge, 0) else { panic!() };
-    assert_eq!(req2.batch.len(), 10, "the limit halves to 500: the 10 ops still fit");
-    let mut e2 =
-        Engine::open(Snapshot { meta: Some(Meta::fresh("x".into())), ..Snapshot::default() }, Config { max_batch: 8, ..Config::default() })
-            .unwrap();
-    for i in 0..10 {
-        record(&mut e2, &format!("x-{i}"), set(5), 10 + i);
+    let too_large = || Failure::PayloadTooLarge("the body is larger than 6000 bytes".into());
+    let Some((_, Step::Push(req2))) = e.on_push_failed(&req.attempt_key, too_large(), 0) else { panic!() };
+    assert_eq!(req2.batch.len(), 5, "half of what was refused, not of the limit");
+    let Some((_, Step::Push(req3))) = e.on_push_failed(&req2.attempt_key, too_large(), 0) else { panic!() };
+    assert_eq!(req3.batch.len(), 2);
+    assert_eq!(e.pending_len(), 10, "nothing lost");
+}
+
+/// A push of one op alone refused as too large (413): no retry can carry
+/// it, so it is rejected on the device in the server's words, and the ops
+/// behind it go out at once, in whole batches again — the queue and the
+/// pulls never wait on it.
+#[test]
+fn an_op_too_large_alone_is_rejected_in_the_servers_words_and_the_queue_goes_on() {
+    let mut e = engine("d");
+    let big = record(&mut e, "d-0", set(5), 10);
+    for i in 1..4 {
+        record(&mut e, &format!("d-{i}"), set(5), 10 + i);
     }
-    let (_, Step::Push(r)) = e2.start_sync(0) else { panic!() };
-    let Some((_, Step::Push(r2))) = e2.on_push_failed(&r.attempt_key, Failure::PayloadTooLarge, 0) else { panic!() };
-    assert_eq!(r2.batch.len(), 4);
+    let words = "the body is larger than 6000 bytes";
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    let (_, Step::Push(req)) = e.on_push_failed(&req.attempt_key, Failure::PayloadTooLarge(words.into()), 1).unwrap() else { panic!() };
+    let (_, Step::Push(req)) = e.on_push_failed(&req.attempt_key, Failure::PayloadTooLarge(words.into()), 2).unwrap() else { panic!() };
+    assert_eq!(req.batch.iter().map(|o| &o.op_id).collect::<Vec<_>>(), [&big.op_id]);
+    let (txn, Step::Push(rest)) = e.on_push_failed(&req.attempt_key, Failure::PayloadTooLarge(words.into()), 3).unwrap() else {
+        panic!("the queue behind it goes on")
+    };
+    assert_eq!(rest.batch.len(), 3, "whole batches again");
+    assert_eq!(txn.delete_pending, [big.at], "it leaves the queue on disk");
+    assert_eq!(txn.put_rejections.len(), 1, "its rejection is on disk, for every context");
+    let st = e.status(&RowKey::new("sets", "d-0"));
+    assert_eq!((st.phase, st.reason.as_deref(), st.code.as_deref()), (Phase::Rejected, Some(words), Some("payload_too_large")));
+    assert!(e.recovery().is_none(), "nothing blocks sync");
+    // A proxy's 413 says nothing: the reason says what happened.
+    let mut e = engine("d");
+    record(&mut e, "d-0", set(5), 10);
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    let (_, Step::Pull(_)) = e.on_push_failed(&req.attempt_key, Failure::from_http(413, None, None), 1).unwrap() else {
+        panic!("the pull goes on")
+    };
+    let st = e.status(&RowKey::new("sets", "d-0"));
+    assert_eq!(st.reason.as_deref(), Some(cycle::TOO_LARGE_UNSAID));
+}
+
+/// An op whose earlier attempt may have been judged (no usable answer came)
+/// is not rejected on a later 413: the server is asked first; only if it
+/// never judged it is it rejected, in the words of the 413.
+#[test]
+fn an_op_too_large_alone_but_in_doubt_is_asked_about_before_it_is_rejected() {
+    let words = "the body is larger than 6000 bytes";
+    for recalled in [Recalled::Unknown, Recalled::Applied] {
+        let mut e = engine("d");
+        let op = record(&mut e, "d-0", set(5), 10);
+        let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+        let (_, Step::Wait { until, .. }) = e.on_push_failed(&req.attempt_key, Failure::Timeout, 1).unwrap() else { panic!() };
+        let (_, Step::Push(req)) = e.start_sync(until) else { panic!() };
+        let (_, Step::Reconcile(asked)) = e.on_push_failed(&req.attempt_key, Failure::PayloadTooLarge(words.into()), until).unwrap() else {
+            panic!("in doubt: ask first")
+        };
+        assert_eq!(asked, [op.op_id.clone()]);
+        let key = RowKey::new("sets", "d-0");
+        assert_eq!(e.status(&key).phase, Phase::UnknownOutcome, "not rejected while the server may hold it");
+        let answer =
+            VerdictsResponse { verdicts: vec![RememberedVerdict { op_id: op.op_id.clone(), recalled: recalled.clone() }], now: None };
+        let (_, Step::Pull(_)) = e.on_verdicts(answer, until + 1).unwrap() else { panic!("then the pull goes on") };
+        let st = e.status(&key);
+        match recalled {
+            Recalled::Unknown => assert_eq!((st.phase, st.reason.as_deref()), (Phase::Rejected, Some(words))),
+            _ => assert_eq!(st.phase, Phase::Synced, "applied before: never rejected"),
+        }
+        assert!(e.recovery().is_none());
+    }
 }
 
 #[test]

@@ -183,6 +183,51 @@ for (const backend of backends()) {
       }
     });
 
+    test('an edit larger than the server takes is rejected in its words; the queue behind it and the pulls go on', async () => {
+      const small = await startServer(backend, { extra: ['--max-body-bytes', '6000'] });
+      try {
+        const user = newUser('toolarge');
+        const { context, pages: [a] } = await tabs(user, 1, {}, small);
+        const { pages: [other] } = await tabs(user, 1, { name: 'status-other' }, small);
+        const ids = await a.evaluate(async () => {
+          // Well formed (each value under 4096 bytes), but ~12 KB as one op.
+          const big = db.newRowId();
+          const note = 'x'.repeat(4000);
+          await db.change('sets', big, { a: note, b: note, c: note }, { check: false });
+          const smalls = [];
+          for (let i = 0; i < 3; i++) {
+            const id = db.newRowId();
+            await db.change('sets', id, { exercise: 'row', weightKg: 50, reps: i + 1 });
+            smalls.push(id);
+          }
+          return { big, smalls };
+        });
+        const theirs = await other.evaluate(async () => {
+          const id = db.newRowId();
+          await db.change('sets', id, { exercise: 'dip', weightKg: 0, reps: 9 });
+          await db.sync();
+          return id;
+        });
+        const report = await a.evaluate(() => db.sync());
+        assert.equal(report.ok, true, JSON.stringify(report));
+        const st = await phaseIn(a, ids.big);
+        assert.deepEqual([st.phase, st.code, st.reason], ['rejected', 'payload_too_large', 'the body is larger than 6000 bytes']);
+        for (const id of ids.smalls) assert.equal((await phaseIn(a, id)).phase, 'synced');
+        const seen = await a.evaluate(() => ({
+          rejections: db.rejections().map((r) => [r.code, r.reason]),
+          pending: db.pending().length,
+          recovery: db.metrics().recovery,
+        }));
+        assert.deepEqual(seen, { rejections: [['payload_too_large', 'the body is larger than 6000 bytes']], pending: 0, recovery: null });
+        assert.ok(await a.evaluate((id) => db.row('sets', id) !== null, theirs), 'the row of the other device came down');
+        assert.equal(await a.evaluate((id) => db.row('sets', id), ids.big), null, 'the refused row is not shown');
+        assert.equal((await small.rows(user)).size, 4, 'three rows of this device, one of the other');
+        await context.close();
+      } finally {
+        await small.stop();
+      }
+    });
+
     test('open() never waits on a permission prompt for persistent storage', async () => {
       const user = newUser('persist');
       const context = await browser.newContext();
