@@ -348,7 +348,7 @@ fn an_op_too_large_alone_but_in_doubt_is_asked_about_before_it_is_rejected() {
         let (_, Step::Reconcile(asked)) = e.on_push_failed(&req.attempt_key, Failure::PayloadTooLarge(words.into()), until).unwrap() else {
             panic!("in doubt: ask first")
         };
-        assert_eq!(asked, [op.op_id.clone()]);
+        assert_eq!(asked, std::slice::from_ref(&op.op_id));
         let key = RowKey::new("sets", "d-0");
         assert_eq!(e.status(&key).phase, Phase::UnknownOutcome, "not rejected while the server may hold it");
         let answer =
