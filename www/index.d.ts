@@ -105,7 +105,8 @@ export type Phase = 'synced' | 'pending' | 'awaiting-ack' | 'unknown-outcome' | 
  * usable answer came (it will be resent, same opIds); `recovery-required`:
  * see `code` — `retries_exhausted` (retry() or reconcile()), `schema_too_new`
  * (the server is older than the app: probed every 5 minutes, heals alone),
- * `unauthorized` (setToken()), `refused`, `storage` (the device's copy was cleared under the app and is being synced
+ * `unauthorized` (setToken()), `refused` (a 400 or 405: probed every 5 minutes and at each open, heals once answered;
+ * retry() at once), `storage` (the device's copy was cleared under the app and is being synced
  * again — heals alone, the queue kept; or its storage cannot be opened again — reload).
  */
 export interface RowStatus {

@@ -134,7 +134,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
 
     /// Runs a job holding the lock: first take the sync state as stored, so
     /// counters and attempts another context moved are built on, not overwritten.
-    async fn run_job(self: &Rc<Self>, job: Job) -> Result<SyncOutcome, ClientError> {
+    pub(super) async fn run_job(self: &Rc<Self>, job: Job) -> Result<SyncOutcome, ClientError> {
         let stored = match self.store.read_sync().await {
             Ok(s) => s,
             Err(e) if self.healed(&e).await => self.store.read_sync().await?,
@@ -276,6 +276,11 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                 Step::Blocked(r) => {
                     self.log_cycle(&mut unsaved, "blocked", Some(r.message.clone()));
                     self.commit_planned(unsaved.take(), copy).await?;
+                    // A stop with a probe to come (a refusal) is tried again then.
+                    let probe = self.engine.borrow().retry_at();
+                    if let (true, Some(at)) = (self.auto_sync, probe) {
+                        self.schedule_sync(at.saturating_sub(self.host.now()));
+                    }
                     return Err(ClientError::RecoveryRequired { code: r.code.as_str().to_owned(), message: r.message });
                 }
             };

@@ -132,6 +132,9 @@ pub struct Driver<S: LocalStore, T: Transport, H: Host> {
     /// A lift of exhausted retries asked for at open, not yet written: the
     /// next job under the lock writes it first, whichever it is.
     lift_exhausted: Cell<bool>,
+    /// Waiting for the cycle lock to see whether another context's request
+    /// out outlives its context ([`Driver::watch_flight`]).
+    watching_flight: Cell<bool>,
 }
 
 impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<S, T, H> {
@@ -183,6 +186,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             recording: Cell::new(0),
             heard: reads::Heard::default(),
             lift_exhausted: Cell::new(false),
+            watching_flight: Cell::new(false),
         });
         *driver.seen_sync.borrow_mut() = driver.status_part();
         driver.reserve().await?;
@@ -227,7 +231,33 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         }
         if self.hear(txn) {
             self.take_in(txn);
+            self.watch_flight();
         }
+    }
+
+    /// Another context has a request out (its rows read `awaiting-ack`):
+    /// this one waits for the cycle lock, which that context holds until
+    /// the answer is in. A flight still recorded when the lock comes is no
+    /// one's — its context closed, crashed or was stopped with the request
+    /// out — and its ops read `unknown-outcome` in every context at once,
+    /// not only once some context runs a cycle (§7: `awaiting-ack` means
+    /// some context has the request out).
+    fn watch_flight(self: &Rc<Self>) {
+        if self.watching_flight.get() || self.busy.get() || self.engine.borrow().sync_state().flight.is_none() {
+            return;
+        }
+        self.watching_flight.set(true);
+        let me = self.clone();
+        self.host.spawn(Box::pin(async move {
+            if let Ok(Some(guard)) = me.host.lock(false).await {
+                // Mostly the answer came and was heard: nothing to read.
+                if !me.closed.get() && me.engine.borrow().sync_state().flight.is_some() {
+                    let _ = me.run_job(cycle::Job::SettleOrphan).await;
+                }
+                drop(guard);
+            }
+            me.watching_flight.set(false);
+        }));
     }
 
     /// Another context told a step this one cannot read (garbled, or of

@@ -26,6 +26,7 @@ pub const SCHEMA_PROBE_MS: u64 = 300_000;
 /// The recovery codes that stop every automatic send until a person acts.
 pub(super) const RETRIES_EXHAUSTED: Code = Code::RetriesExhausted;
 const SCHEMA_TOO_NEW: Code = Code::SchemaTooNew;
+const REFUSED: Code = Code::Refused;
 
 /// How much earlier than the backoff's time a cycle may start and still be
 /// the scheduled one (timers are not exact); earlier, it is a person's.
@@ -64,6 +65,14 @@ impl Engine {
         // it may go out, but if it fails it is no further failure of the
         // ops — the wait stays the one already scheduled.
         self.early = due.filter(|t| *t > now.saturating_add(EARLY_SLACK_MS));
+        // A refusal (a 400: a server older than the app, a wrong endpoint)
+        // is tried again once its probe comes due — the server may have
+        // been upgraded, the app fixed; until then the stop stands.
+        let refused = self.sync.recovery.as_ref().is_some_and(|r| r.code == REFUSED);
+        self.probe_refused = refused && due.is_some_and(|t| t <= now.saturating_add(EARLY_SLACK_MS));
+        if refused && !self.probe_refused {
+            self.sync.next_retry_at = due;
+        }
         self.pushed.clear();
         self.last_failure = None;
         self.in_flight = None;
@@ -124,7 +133,9 @@ impl Engine {
     /// writes nothing), never pushed with.
     fn blocked(&self) -> Option<&Recovery> {
         // A cleared copy being synced again is a notice: the sync is its cure.
-        self.sync.recovery.as_ref().filter(|r| r.code != SCHEMA_TOO_NEW && r.code != WRONG_USER && !super::salvage::is_resync(r))
+        self.sync.recovery.as_ref().filter(|r| {
+            r.code != SCHEMA_TOO_NEW && r.code != WRONG_USER && !super::salvage::is_resync(r) && !(r.code == REFUSED && self.probe_refused)
+        })
     }
 
     /// The step after the current one: push while ops wait, else pull. Ops
@@ -460,6 +471,12 @@ impl Engine {
     /// A usable answer came: the last failure's words go, here and in the shared state.
     fn answered(&mut self) {
         self.last_failure = None;
+        if self.sync.recovery.as_ref().is_some_and(|r| r.code == REFUSED) {
+            // The refusal's probe was answered: the server takes this device's requests again.
+            self.sync.recovery = None;
+            self.probe_refused = false;
+            self.touch();
+        }
         if self.sync.last_error.take().is_some() {
             self.touch();
         }
@@ -485,6 +502,10 @@ impl Engine {
             return self.wait(now.saturating_add(SCHEMA_PROBE_MS));
         }
         if let Some(r) = failure.recovery() {
+            if r.code == REFUSED {
+                self.probe_refused = false;
+                self.sync.next_retry_at = Some(now.saturating_add(SCHEMA_PROBE_MS));
+            }
             return self.require_recovery(r);
         }
         match failure {
@@ -654,8 +675,14 @@ impl Engine {
     fn start_over(&mut self) -> bool {
         let stopped = self.sync.recovery.as_ref().is_some_and(|r| r.code == RETRIES_EXHAUSTED);
         let counted = self.sync.ops.values().any(|a| a.counted > 0 || a.charged_ms > 0 || a.first_sent_at > 0);
+        // A refusal is probed at once: the app opened again may be a fixed one.
+        let refused = self.sync.recovery.as_ref().is_some_and(|r| r.code == REFUSED) && self.sync.next_retry_at != Some(0);
+        if refused {
+            self.sync.next_retry_at = Some(0);
+            self.touch();
+        }
         if !stopped && !counted {
-            return false;
+            return refused;
         }
         if stopped {
             self.sync.recovery = None;

@@ -227,6 +227,9 @@ pub struct Engine {
     attempt_seq: u64,
     report: SyncReport,
     empty_answers: u32,
+    /// This cycle is the probe of a refusal that came due: the `refused`
+    /// stop lets it send ([`Engine::start_sync`]).
+    probe_refused: bool,
     /// The server's schema as last fetched (stored), parsed.
     schema: Option<(crate::known_schema::KnownSchema, crate::schema::Schema)>,
     /// The schema version the last pull answer named.
@@ -297,6 +300,7 @@ impl Engine {
             rng,
             attempt_seq,
             empty_answers: 0,
+            probe_refused: false,
             schema: None,
             server_schema: None,
             following: snapshot.following.unwrap_or_default(),

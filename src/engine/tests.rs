@@ -363,6 +363,36 @@ fn an_op_too_large_alone_but_in_doubt_is_asked_about_before_it_is_rejected() {
     }
 }
 
+/// A refusal (a 400: a server older than the app, a wrong endpoint) stops
+/// sync — the person's `sync()` learns it — but not for good: it is probed
+/// every 5 minutes and at the app's next open, and an answer lifts it.
+#[test]
+fn a_refusal_stops_sync_until_its_probe_is_answered() {
+    let mut e = engine("d");
+    record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
+    let refused = Failure::from_http(400, None, None);
+    let (_, Step::Blocked(r)) = e.on_push_failed(&req.attempt_key, refused.clone(), 1_000).unwrap() else { panic!() };
+    assert_eq!(r.code.as_str(), "refused");
+    let probe = e.retry_at().expect("a probe is scheduled");
+    assert_eq!(probe, 1_000 + cycle::SCHEMA_PROBE_MS);
+    assert!(matches!(e.start_sync(2_000).1, Step::Blocked(_)), "before the probe: nothing is sent");
+    assert_eq!(e.retry_at(), Some(probe), "and the probe stays scheduled");
+    let (_, Step::Push(req)) = e.start_sync(probe) else { panic!("the probe goes out") };
+    let (_, Step::Blocked(_)) = e.on_push_failed(&req.attempt_key, refused, probe).unwrap() else { panic!() };
+    assert_eq!(e.retry_at(), Some(probe + cycle::SCHEMA_PROBE_MS), "refused again: the next probe");
+    assert!(e.retry_exhausted().is_some(), "the app opened again: probed at once");
+    let (_, Step::Push(req)) = e.start_sync(probe + 1) else { panic!() };
+    let ok = PushResponse {
+        attempt_key: req.attempt_key.clone(),
+        verdicts: vec![Verdict { op_id: req.batch[0].op_id.clone(), outcome: Outcome::Applied }],
+        now: None,
+    };
+    let (_, Step::Pull(_)) = e.on_push_response(ok, probe + 2).unwrap() else { panic!() };
+    assert!(e.recovery().is_none(), "answered: the stop is lifted");
+    assert_eq!(e.status(&RowKey::new("sets", "d-1")).phase, Phase::Synced);
+}
+
 #[test]
 fn empty_answers_are_called_again_at_once_then_backed_off() {
     let mut e = engine("d");

@@ -95,6 +95,26 @@ for (const backend of backends()) {
       await context.close();
     });
 
+    test('a tab closed with its request out: the tab left open reads unknown-outcome by itself, without syncing', async () => {
+      const user = newUser('orphan');
+      const { context, pages: [a, b] } = await tabs(user, 2);
+      await server.faults({ delayMs: 1500 });
+      const rowId = await a.evaluate(async () => {
+        const id = db.newRowId();
+        await db.change('sets', id, { exercise: 'squat', weightKg: 100, reps: 5 });
+        db.sync(); // not awaited: the tab goes away with the request out
+        return id;
+      });
+      await waitPhase(b, rowId, 'awaiting-ack');
+      await a.close();
+      await server.faults({ delayMs: 0 });
+      // b neither syncs nor opens anything: no context has the request out now.
+      await waitPhase(b, rowId, 'unknown-outcome');
+      assert.equal(await b.evaluate(() => db.diagnostics().flight), null, 'no request is shown as out');
+      assert.equal(await b.evaluate(() => db.metrics().unknownOutcomes), 1);
+      await context.close();
+    });
+
     test('retries stop at the limit, the server is asked, and what it cannot settle waits for a person', async () => {
       const user = newUser('bounded');
       const { context, pages: [a, b] } = await tabs(user, 2, { retry: { maxAttempts: 2 } });
