@@ -148,7 +148,7 @@ pub struct Metrics {
     /// The probe of pushes of one user inside the lock at once.
     pub same_user: Arc<SameUserProbe>,
     /// The probe of push requests of one device (user + the deviceId of the
-    /// attemptKey) in flight at once, from arrival to answer: a client keeps
+    /// attemptKey) in flight at once, from arrival until judged: a client keeps
     /// one sync cycle at a time across its tabs and worker, so this stays 1.
     pub same_device: Arc<SameUserProbe>,
 }
@@ -325,7 +325,7 @@ impl Metrics {
         let _ = writeln!(s, "marksync_push_judged_again_total {}", self.same_user.judged_again_total());
         let _ = writeln!(
             s,
-            "# HELP marksync_push_concurrent_same_device_max Most push requests of one device ever in flight at once, arrival to answer (1 when clients keep one cycle at a time)."
+            "# HELP marksync_push_concurrent_same_device_max Most push requests of one device ever in flight at once, arrival to judged — a client that hung up counts until its push is judged (1 when clients keep one cycle at a time)."
         );
         let _ = writeln!(s, "# TYPE marksync_push_concurrent_same_device_max gauge");
         let _ = writeln!(s, "marksync_push_concurrent_same_device_max {}", self.same_device.max());

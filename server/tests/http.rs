@@ -362,6 +362,33 @@ async fn an_in_flight_push_finishes_on_shutdown(b: Backend) {
 }
 both!(an_in_flight_push_finishes_on_shutdown);
 
+/// A push whose client hangs up before its answer commits whole (its judge
+/// runs in a task of its own), and is counted and told to the live streams
+/// as any other: another device learns of it at once; the device's resend
+/// while it is judged shows as an overlap on /metrics.
+async fn a_push_whose_client_hung_up_is_counted_and_told_as_any(b: Backend) {
+    let Some(database) = fresh_database(b).await else { return };
+    let t = TestServer::start(config(&database)).await.owning_database();
+    let mut stream = t.http.get(t.url("/v1/events")).bearer_auth("dev:u").send().await.unwrap();
+    let mut seen = String::new();
+    common::read_until(&mut stream, &mut seen, "event: poke").await;
+    assert_eq!(t.faults(json!({"delayMs": 1_000})).await, 200);
+    let raw = json!({"attemptKey": "dev1:a1", "batch": [full("dev1:1", "d-1", 10, 5)]}).to_string();
+    let hung =
+        t.http.post(t.url("/v1/push")).bearer_auth("dev:u").timeout(Duration::from_millis(300)).body(raw.clone());
+    assert!(hung.send().await.unwrap_err().is_timeout(), "the client gives up before the answer");
+    // The device sends it again at once, while the first is still judged.
+    let again = raw.replace("dev1:a1", "dev1:a2");
+    let (status, v) = t.push_raw("u", again).await;
+    assert_eq!((status, v["verdicts"][0]["status"].as_str()), (200, Some("duplicate")));
+    let mut seen = String::new();
+    common::read_until(&mut stream, &mut seen, "data: 1\n").await;
+    assert_eq!(t.metric("marksync_ops_total{verdict=\"applied\"}").await, 1.0, "the hung-up push is counted");
+    assert_eq!(t.metric("marksync_push_concurrent_same_device_max").await, 2.0, "the overlap shows");
+    t.stop().await;
+}
+both!(a_push_whose_client_hung_up_is_counted_and_told_as_any);
+
 /// 429 `rate_limited` with `Retry-After`, per user.
 async fn the_rate_limit_answers_429_with_retry_after(b: Backend) {
     let Some(database) = fresh_database(b).await else { return };

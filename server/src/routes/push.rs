@@ -17,6 +17,7 @@ use crate::error::ApiError;
 use crate::guard::User;
 use crate::poke::Poke;
 use crate::store::{PushControl, PushError};
+use marksync::judge::Judgement;
 
 pub(crate) async fn push(
     State(app): State<App>,
@@ -28,9 +29,10 @@ pub(crate) async fn push(
     req.check_shape().map_err(|e| ApiError::bad_request(e.to_string()))?;
     // Before the transaction: a refused flood costs its parse, never the database.
     app.budgets.take(Work::Ops, &user, req.batch.len(), &app.metrics)?;
-    // Held until the answer leaves: how many pushes of this device overlap.
+    // Held until the judge is done (in its task, even if the client hung
+    // up): how many pushes of this device overlap.
     let device = req.attempt_key.split(':').next().unwrap_or_default();
-    let _in_flight = app.metrics.same_device.enter(&format!("{user}/{device}"));
+    let in_flight = app.metrics.same_device.enter(&format!("{user}/{device}"));
     if app.webhook.as_ref().is_some_and(|w| w.full()) {
         // Nothing judged: the device keeps its ops and sends them again; the
         // receiver's backlog is bounded, and no change is ever dropped from it.
@@ -54,16 +56,26 @@ pub(crate) async fn push(
     // transaction half way; it commits or rolls back whole.
     let task_app = app.clone();
     let task_user = user.clone();
+    // What follows a commit — counting it, waking the webhook's sender,
+    // poking the live streams — runs there too: a push committed is told
+    // to the other devices and counted whether or not its client waited.
     let task = tokio::spawn(async move {
+        let _in_flight = in_flight;
         // The user's turn first (crate::turn): a user's other pushes queue
         // here, holding nothing, not at the writer in front of everyone.
         let _turn = if task_app.takes_turns() { Some(task_app.turns.take(&task_user).await) } else { None };
         #[cfg(feature = "bench-per-op")]
         if task_app.per_op_judge {
             let result = task_app.store.push_per_op(&task_user, &task_app.schema, &req.batch).await;
+            if let Ok(j) = &result {
+                committed(&task_app, j, started);
+            }
             return (req, result);
         }
         let result = task_app.store.push(&task_user, &task_app.schema, &req.batch, &limits, &ctl).await;
+        if let Ok(j) = &result {
+            committed(&task_app, j, started);
+        }
         (req, result)
     });
     let (req, result) = task.await.map_err(|e| ApiError::internal(&e))?;
@@ -73,6 +85,17 @@ pub(crate) async fn push(
         Err(PushError::Store(e)) => return Err(ApiError::db(&e)),
         Err(e) => return Err(ApiError::internal(&e)),
     };
+    if faults.lose_response {
+        tracing::warn!(user, "fault: committed, now dropping the connection without an answer");
+        return Ok(lost_response());
+    }
+    let answer = PushResponse { attempt_key: req.attempt_key, verdicts: judgement.verdicts, now: Some(limits.now) };
+    Ok(Json(for_reader(&headers, answer)).into_response())
+}
+
+/// Counts a judged push, wakes the webhook's sender if it owes deliveries,
+/// and pokes this process's streams of the spaces it moved.
+fn committed(app: &App, judgement: &Judgement, started: Instant) {
     app.metrics.push_judged(judgement.verdicts.iter().map(|v| &v.outcome), started.elapsed());
     if let (Some(w), false) = (&app.webhook, judgement.heads.is_empty()) {
         w.wake();
@@ -82,12 +105,6 @@ pub(crate) async fn push(
         // too, later; a stream pokes only when a head grows, so once).
         app.pokes.send(Poke::Space { space: space.clone(), head: *head });
     }
-    if faults.lose_response {
-        tracing::warn!(user, "fault: committed, now dropping the connection without an answer");
-        return Ok(lost_response());
-    }
-    let answer = PushResponse { attempt_key: req.attempt_key, verdicts: judgement.verdicts, now: Some(limits.now) };
-    Ok(Json(for_reader(&headers, answer)).into_response())
 }
 
 /// A response whose body fails before its first byte: hyper then closes the
