@@ -134,7 +134,12 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
 
     /// Runs a job holding the lock: first take the sync state as stored, so
     /// counters and attempts another context moved are built on, not overwritten.
-    pub(super) async fn run_job(self: &Rc<Self>, job: Job) -> Result<SyncOutcome, ClientError> {
+    async fn run_job(self: &Rc<Self>, job: Job) -> Result<SyncOutcome, ClientError> {
+        if matches!(job, Job::SettleOrphan) && (self.closed.get() || self.engine.borrow().sync_state().flight.is_none()) {
+            // The answer came and was heard while this job waited: nothing to read.
+            let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
+            return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
+        }
         let stored = match self.store.read_sync().await {
             Ok(s) => s,
             Err(e) if self.healed(&e).await => self.store.read_sync().await?,

@@ -249,13 +249,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         self.watching_flight.set(true);
         let me = self.clone();
         self.host.spawn(Box::pin(async move {
-            if let Ok(Some(guard)) = me.host.lock(false).await {
-                // Mostly the answer came and was heard: nothing to read.
-                if !me.closed.get() && me.engine.borrow().sync_state().flight.is_some() {
-                    let _ = me.run_job(cycle::Job::SettleOrphan).await;
-                }
-                drop(guard);
-            }
+            let _ = me.under_lock(cycle::Job::SettleOrphan, false).await;
             me.watching_flight.set(false);
         }));
     }

@@ -140,6 +140,12 @@ impl FetchTransport {
         Ok(self.exchange(method, path, body, None).await?.text)
     }
 
+    /// A 200 whose body is not marksync's answer (a captive portal's page,
+    /// a proxy's) says where it came from.
+    fn not_ours(&self, path: &str, e: serde_json::Error) -> Failure {
+        Failure::BadResponse(format!("POST {}{path} answered 200 with a body that is not the marksync server's ({e})", self.endpoint))
+    }
+
     /// One request; a 200 (or a 304 when `if_none_match` is given) is an
     /// answer, anything else a [`Failure`].
     async fn exchange(&self, method: &str, path: &str, body: Option<String>, if_none_match: Option<&str>) -> Result<Answer, Failure> {
@@ -154,6 +160,14 @@ impl FetchTransport {
                 "{m}{method} {}{path} answered {} with no marksync error: is the endpoint the marksync server's base URL?",
                 self.endpoint, a.status
             ))),
+            // A gateway's 5xx (502, 504…) has no words of the server's: say where it came from.
+            (Failure::Server { status, message }, None) => Err(Failure::Server {
+                status,
+                message: format!(
+                    "{message}{method} {}{path} answered {status} with no marksync error (a proxy or gateway's answer?)",
+                    self.endpoint
+                ),
+            }),
             (f, _) => Err(f),
         }
     }
@@ -307,20 +321,20 @@ impl Transport for FetchTransport {
     async fn push(&self, req: &PushRequest) -> Result<PushResponse, Failure> {
         let body = serde_json::to_string(req).map_err(|e| Failure::Refused(e.to_string()))?;
         let text = self.request("POST", "/v1/push", Some(body)).await?;
-        crate::json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
+        crate::json::from_str(&text).map_err(|e| self.not_ours("/v1/push", e))
     }
 
     async fn pull(&self, req: &SpacesPullRequest) -> Result<SpacesPullResponse, Failure> {
         let body = serde_json::to_string(req).map_err(|e| Failure::Refused(e.to_string()))?;
         let text = self.request("POST", "/v1/pull", Some(body)).await?;
-        crate::json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
+        crate::json::from_str(&text).map_err(|e| self.not_ours("/v1/pull", e))
     }
 
     async fn verdicts(&self, op_ids: &[OpId]) -> Result<VerdictsResponse, Failure> {
         let req = VerdictsRequest { op_ids: op_ids.to_vec() };
         let body = serde_json::to_string(&req).map_err(|e| Failure::Refused(e.to_string()))?;
         let text = self.request("POST", "/v1/verdicts", Some(body)).await?;
-        crate::json::from_str(&text).map_err(|e| Failure::BadResponse(e.to_string()))
+        crate::json::from_str(&text).map_err(|e| self.not_ours("/v1/verdicts", e))
     }
 
     async fn schema(&self, etag: Option<&str>) -> Result<Option<(String, Option<String>)>, Failure> {

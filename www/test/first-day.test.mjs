@@ -126,6 +126,23 @@ for (const backend of backends()) {
       await wrong.close();
     });
 
+    test("a gateway's 502 and a portal's 200 page name where the answer came from", async () => {
+      const d = await open({ token: `dev:${newUser('gateway')}`, name: 'day1-gateway' });
+      const reasons = [];
+      for (const [status, body] of [[502, ''], [200, '<html>Sign in to the Wi-Fi</html>']]) {
+        await d.page.route('**/v1/push**', (route) => route.fulfill({ status, body, contentType: 'text/html' }));
+        reasons.push(await d.run(async () => {
+          await db.change('sets', db.newRowId(), { exercise: 'squat', weightKg: 80, reps: 5 });
+          const r = await db.sync();
+          return r.error;
+        }));
+        await d.page.unroute('**/v1/push**');
+      }
+      assert.match(reasons[0], /^server error 502: POST http:\S+\/v1\/push answered 502 with no marksync error/, reasons[0]);
+      assert.match(reasons[1], /^malformed answer: POST http:\S+\/v1\/push answered 200 with a body that is not the marksync server's/, reasons[1]);
+      await d.close();
+    });
+
     test('undefined values are skipped, never written as null; a spread row is a valid edit', async () => {
       const d = await open({ token: `dev:${newUser('undef')}` });
       const row = await d.run(async () => {

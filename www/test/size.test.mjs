@@ -55,8 +55,12 @@ import { root } from './helpers.mjs';
 // back as the very doubles written (serde_json's `float_roundtrip`: its
 // fast parser landed one ULP off on 13% of random doubles), +8.9 KB;
 // 378 → 380: every argument read through calls that catch what a getter or
-// a Proxy's trap throws (it left the engine borrowed for good), +1.3 KB.
-const BUDGET_KB = 380;
+// a Proxy's trap throws (it left the engine borrowed for good), +1.3 KB;
+// 380 → 381: an op too large for the server rejected in its words (it
+// blocked sync both ways for good), another context's orphaned request
+// settled by a context left open, a refusal probed until answered, a
+// gateway's answer named, +1.3 KB.
+const BUDGET_KB = 381;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');
