@@ -69,6 +69,9 @@ pub enum Failure {
     Token(String),
 }
 
+/// The longest wait a `Retry-After` is taken for: the backoff's ceiling (5 min).
+pub const MAX_RETRY_AFTER_MS: u64 = 300_000;
+
 impl Failure {
     /// Classifies an HTTP answer that is not a 200. `body` is the parsed error
     /// body if there is one; `retry_after_ms` comes from `Retry-After`.
@@ -79,7 +82,10 @@ impl Failure {
             (_, Some(ErrorCode::WrongUser)) => Failure::WrongUser(message),
             (401, _) | (_, Some(ErrorCode::Unauthorized)) => Failure::Unauthorized(message),
             (413, _) | (_, Some(ErrorCode::PayloadTooLarge)) => Failure::PayloadTooLarge(message),
-            (429, _) | (_, Some(ErrorCode::RateLimited)) => Failure::RateLimited { retry_after_ms: retry_after_ms.unwrap_or(1000) },
+            // A wait past the longest backoff (a proxy's `Retry-After: 999999999`) would park the device for years.
+            (429, _) | (_, Some(ErrorCode::RateLimited)) => {
+                Failure::RateLimited { retry_after_ms: retry_after_ms.unwrap_or(1000).min(MAX_RETRY_AFTER_MS) }
+            }
             (s, _) if s >= 500 => Failure::Server { status: s, message },
             (408, _) => Failure::Timeout,
             (s, _) => Failure::Refused(format!("{s}: {message}")),
@@ -229,6 +235,11 @@ mod tests {
         assert!(Failure::from_http(503, None, None).outcome_unknown());
         assert!(Failure::from_http(500, Some(&body(ErrorCode::Internal)), None).outcome_unknown());
         assert_eq!(Failure::from_http(413, None, None), Failure::PayloadTooLarge(String::new()));
+        assert_eq!(
+            Failure::from_http(429, None, Some(u64::MAX)),
+            Failure::RateLimited { retry_after_ms: MAX_RETRY_AFTER_MS },
+            "a wait of years is read as the longest backoff"
+        );
         assert_eq!(Failure::from_http(429, None, Some(3000)), Failure::RateLimited { retry_after_ms: 3000 });
         let f = Failure::from_http(409, Some(&body(ErrorCode::SchemaTooNew)), None);
         assert_eq!(f.recovery().map(|r| r.code.as_str()), Some("schema_too_new"));

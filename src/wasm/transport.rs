@@ -154,7 +154,7 @@ impl FetchTransport {
             return Ok(a);
         }
         let body: Option<ErrorBody> = crate::json::from_str(&a.text).ok();
-        match (Failure::from_http(a.status, body.as_ref(), retry_after.map(|s| s * 1000)), &body) {
+        match (Failure::from_http(a.status, body.as_ref(), retry_after.map(|s| s.saturating_mul(1000))), &body) {
             // Not the marksync server's answer: say where the request went.
             (Failure::Refused(m), None) => Err(Failure::Refused(format!(
                 "{m}{method} {}{path} answered {} with no marksync error: is the endpoint the marksync server's base URL?",
