@@ -175,16 +175,7 @@ async fn admit(
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(User(user.to_owned()));
     parts.extensions.insert(expires);
-    let timed_out = Arc::new(AtomicBool::new(false));
-    let body = if body.is_end_stream() {
-        body
-    } else {
-        Body::new(Deadline {
-            inner: body,
-            sleep: Box::pin(tokio::time::sleep(app.caps.body_timeout)),
-            timed_out: Arc::clone(&timed_out),
-        })
-    };
+    let (body, timed_out) = deadline(&app, body);
     if let Some(place) = stream {
         parts.extensions.insert(place);
     }
@@ -194,12 +185,38 @@ async fn admit(
         hold_back(&app).await;
     }
     drop(request);
-    if timed_out.load(Ordering::Acquire) {
-        app.metrics.body_timed_out();
-        let message = format!("the body did not arrive within {} ms", app.caps.body_timeout.as_millis());
-        return closing(ApiError::new(ErrorCode::RequestTimeout, message).into_response());
+    late(&app, &timed_out).unwrap_or(resp)
+}
+
+/// The admin routes' guard after their credential: the same body deadline
+/// as the user routes' (holding a body open needs the admin token, but a
+/// leaked one, or a stuck script, should not hold a connection for ever).
+pub async fn admin_body(State(app): State<App>, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let (body, timed_out) = deadline(&app, body);
+    let resp = next.run(Request::from_parts(parts, body)).await;
+    late(&app, &timed_out).unwrap_or(resp)
+}
+
+/// `body` bounded in time by `--body-timeout-ms`; the flag says it ran out.
+fn deadline(app: &App, body: Body) -> (Body, Arc<AtomicBool>) {
+    let timed_out = Arc::new(AtomicBool::new(false));
+    if body.is_end_stream() {
+        return (body, timed_out);
     }
-    resp
+    let sleep = Box::pin(tokio::time::sleep(app.caps.body_timeout));
+    (Body::new(Deadline { inner: body, sleep, timed_out: Arc::clone(&timed_out) }), timed_out)
+}
+
+/// The answer to a body that did not arrive in time (408, the connection
+/// closed), whatever the handler made of the cut body.
+fn late(app: &App, timed_out: &AtomicBool) -> Option<Response> {
+    if !timed_out.load(Ordering::Acquire) {
+        return None;
+    }
+    app.metrics.body_timed_out();
+    let message = format!("the body did not arrive within {} ms", app.caps.body_timeout.as_millis());
+    Some(closing(ApiError::new(ErrorCode::RequestTimeout, message).into_response()))
 }
 
 /// The budget a route spends: a push and a membership write spend ops, the rest read work.

@@ -127,6 +127,31 @@ async fn bodies_trickled_under_their_content_length_are_answered_408(b: Backend)
 }
 both!(bodies_trickled_under_their_content_length_are_answered_408);
 
+/// The admin routes have the same body deadline: a body trickled under its
+/// Content-Length with the admin token is answered `408` and closed, and
+/// creates nothing (before: held open as long as the client liked).
+async fn an_admin_body_trickled_is_answered_408(b: Backend) {
+    const ADMIN: &str = "an-admin-token-of-at-least-32-characters";
+    let Some(t) = start(b, |c| c.admin_token = Some(ADMIN.into())).await else { return };
+    let body = json!({"space": "slow-team", "owner": "ann"}).to_string();
+    let mut s = TcpStream::connect(t.server.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/admin/spaces HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body.as_bytes()[..5]).await.unwrap();
+    let answer = trickle(s, body.as_bytes()[5..].to_vec(), Duration::from_millis(100))
+        .await
+        .expect("a trickled body is cut off");
+    assert_eq!(status_of(&answer), 408, "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+    let listed = t.http.get(t.url("/v1/admin/spaces")).bearer_auth(ADMIN).send().await.unwrap().text().await.unwrap();
+    assert!(!listed.contains("slow-team"), "nothing was created: {listed}");
+    t.stop().await;
+}
+both!(an_admin_body_trickled_is_answered_408);
+
 /// One user's event streams are capped: the one beyond the cap is `429` with
 /// `Retry-After`; closing one makes room; other users and `/healthz` are
 /// served all along (before: every stream was accepted).

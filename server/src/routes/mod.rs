@@ -71,8 +71,11 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         .route("/v1/admin/pull", post(admin::pull))
         .route("/v1/admin/spaces/members", get(admin::members).post(admin::set))
         .route("/v1/admin/spaces/invitations", get(admin::invitations));
-    let admin =
-        says_encodings(decoding(admin).route_layer(middleware::from_fn_with_state(app.admin.clone(), auth::admin)));
+    // Layers run outside in: the credential first, then the body's deadline, then the decoder.
+    let admin = decoding(admin)
+        .route_layer(middleware::from_fn_with_state(app.clone(), guard::admin_body))
+        .route_layer(middleware::from_fn_with_state(app.admin.clone(), auth::admin));
+    let admin = says_encodings(admin);
     let mut r = Router::new()
         .merge(api)
         .merge(admin)
