@@ -20,6 +20,10 @@ use crate::sync_state::{CycleLog, Flight, VerdictLog, MAX_CYCLES, MAX_LOGGED_VER
 /// The reason of an op refused as too large by an answer without words (a proxy's 413).
 pub(super) const TOO_LARGE_UNSAID: &str = "the server refused this edit as larger than it accepts (413)";
 
+/// Why an attempt whose context is gone has no answer (its rows' reason).
+pub(super) const ORPHANED: &str =
+    "the tab or worker that sent it closed before the answer came; it will be sent again under the same opIds";
+
 /// How often a client whose server is older than its ops probes again (ms).
 pub const SCHEMA_PROBE_MS: u64 = 300_000;
 
@@ -118,6 +122,7 @@ impl Engine {
         }
         let flight = self.sync.flight.take()?;
         self.sync.metrics.unknown_outcomes += 1;
+        self.sync.last_error = Some(ORPHANED.to_owned());
         for id in &flight.op_ids {
             if let Some(a) = self.sync.ops.get_mut(id) {
                 a.unknown = true;

@@ -576,6 +576,7 @@ fn a_context_closed_with_its_request_out_shows_unknown_outcome_on_the_next_open_
     let again = reopen(&t);
     for e in [&c, &again] {
         assert_eq!(e.status(&key).phase, Phase::UnknownOutcome);
+        assert_eq!(e.status(&key).reason.as_deref(), Some(cycle::ORPHANED), "the row says why, in every context");
         assert_eq!(e.metrics().unknown_outcomes, 1);
     }
     assert!(c.settle_orphaned_flight().is_none(), "counted once");
