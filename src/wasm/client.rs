@@ -57,6 +57,9 @@ export function acquire_lock(name, if_available) {
     locks.request(name, options, (lock) => (lock ? new Promise((release) => granted(release)) : granted(null))).catch(failed);
   });
 }
+export function report_error(e) {
+  try { if (typeof globalThis.reportError === 'function') globalThis.reportError(e); } catch (_) { /* nowhere to report */ }
+}
 export function register_background_sync(tag) {
   try {
     const sw = globalThis.navigator && globalThis.navigator.serviceWorker;
@@ -72,6 +75,9 @@ extern "C" {
     fn acquire_lock(name: &str, if_available: bool) -> js_sys::Promise;
     /// From a page controlled by a Service Worker: asks for a Background Sync with `tag`.
     fn register_background_sync(tag: &str);
+    /// Reports what a listener threw as the platform does for an event
+    /// listener (`reportError`: the global `error` event, the console).
+    pub(super) fn report_error(e: &JsValue);
 }
 
 /// Whether a page knows it is offline (`navigator.onLine === false`). Only
@@ -229,7 +235,10 @@ impl<T: Transport + 'static> Driver<IdbStore, T, BrowserHost> {
     /// Calls a JS listener function (helper for the bindings).
     pub fn js_listener(f: Function) -> Listener {
         Rc::new(move || {
-            let _ = f.call0(&JsValue::NULL);
+            // The other listeners are still told; the app hears of its bug.
+            if let Err(e) = f.call0(&JsValue::NULL) {
+                report_error(&e);
+            }
         })
     }
 }

@@ -279,7 +279,9 @@ impl Marksync {
             &table,
             q,
             std::rc::Rc::new(move |rows: &[(RowKey, crate::protocol::Row)]| {
-                let _ = listener.call1(&JsValue::NULL, &rows_to_js(rows.iter().map(|(k, r)| (k, r))));
+                if let Err(e) = listener.call1(&JsValue::NULL, &rows_to_js(rows.iter().map(|(k, r)| (k, r)))) {
+                    super::client::report_error(&e);
+                }
             }),
         );
         let weak = std::rc::Rc::downgrade(&self.inner);

@@ -343,6 +343,24 @@ for (const backend of backends()) {
       await d.close();
     });
 
+    test('a listener that throws is reported as the platform reports an event listener, and the others are still told', async () => {
+      const d = await open({ token: `dev:${newUser('throws')}`, name: 'day1-throws' });
+      const out = await d.run(async () => {
+        const reported = [];
+        window.addEventListener('error', (e) => { reported.push(e.error?.message); e.preventDefault(); });
+        let after = 0;
+        let watched = 0;
+        db.subscribe(() => { throw new Error('the app listener broke'); });
+        db.subscribe(() => { after += 1; });
+        db.watch('sets', {}, () => { watched += 1; if (watched > 1) throw new Error('the app watcher broke'); });
+        await db.change('sets', 'th-1', { exercise: 'squat', weightKg: 80, reps: 5 });
+        await new Promise((r) => setTimeout(r, 50));
+        return { reported: [...new Set(reported)].sort(), toldAfter: after > 0, watched: watched > 1 };
+      });
+      assert.deepEqual(out, { reported: ['the app listener broke', 'the app watcher broke'], toldAfter: true, watched: true });
+      await d.close();
+    });
+
     test('a push repeated after a refreshed token counts its op once; sync() calls during a cycle share the next one', async () => {
       const user = newUser('pushed');
       const d = await open({ token: 'placeholder' });
