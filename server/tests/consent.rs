@@ -282,6 +282,48 @@ async fn invitations_lapse_and_are_capped(b: Backend) {
 }
 both!(invitations_lapse_and_are_capped);
 
+/// The caps hold under requests about different spaces at once: each is
+/// counted under the lock of the user it bounds, not only of the space
+/// changed (on PostgreSQL, a dozen invitations at once to a user capped
+/// at 5 left more than 5 pending; a user capped at 5 spaces made more).
+/// A dozen at once: under the cap of one user's requests in progress.
+async fn caps_hold_under_requests_about_many_spaces_at_once(b: Backend) {
+    let Some(t) = server_with(b, |c| {
+        c.max_invitations_per_user = 5;
+        c.max_owned_spaces_per_user = 5;
+        c.max_spaces_per_user = 5;
+    })
+    .await
+    else {
+        return;
+    };
+    for i in 0..12 {
+        assert_eq!(post(&t, "/v1/spaces", &format!("inviter{i}"), json!({"space": format!("c{i}")})).await.0, 200);
+    }
+    let invites = (0..12).map(|i| {
+        let t = &t;
+        async move { invite(t, &format!("inviter{i}"), &format!("c{i}"), "vic", json!("viewer")).await.0 }
+    });
+    let statuses = futures_util::future::join_all(invites).await;
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 5, "{statuses:?}");
+    assert_eq!(get(&t, "/v1/invitations", "vic").await.1["invitations"].as_array().unwrap().len(), 5);
+    let accepts = (0..12).map(|i| {
+        let t = &t;
+        async move { accept(t, "vic", &format!("c{i}")).await.0 }
+    });
+    let statuses = futures_util::future::join_all(accepts).await;
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 5, "{statuses:?}");
+    assert_eq!(get(&t, "/v1/spaces", "vic").await.1["spaces"].as_array().unwrap().len(), 1 + 5, "personal + 5");
+    let creates = (0..12).map(|i| {
+        let t = &t;
+        async move { post(t, "/v1/spaces", "maker", json!({"space": format!("made{i}")})).await.0 }
+    });
+    let statuses = futures_util::future::join_all(creates).await;
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 5, "{statuses:?}");
+    t.stop().await;
+}
+both!(caps_hold_under_requests_about_many_spaces_at_once);
+
 /// The bounds of spaces: owned per user, member of per user (the admin's
 /// direct adds too), members per space — each a `409 conflict` naming its flag.
 async fn spaces_and_members_are_capped(b: Backend) {

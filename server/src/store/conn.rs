@@ -299,6 +299,10 @@ pub(crate) trait Conn: Send {
     async fn drop_expired(&mut self, user: &str, by: &str, now: i64) -> Result<(), DbError>;
     /// Pending invitations of `user` (`by`: false) or sent by `user` (`by`: true) at `now`.
     async fn pending(&mut self, user: &str, by: bool, now: i64) -> Result<usize, DbError>;
+    /// Locks `users` (in byte order, so two transactions never wait on each
+    /// other) to the end of the transaction, before what they hold across
+    /// spaces is counted against a cap.
+    async fn lock_users(&mut self, users: &[&str]) -> Result<(), DbError>;
     /// Up to `limit` pending invitations, in byte order after `after`: a
     /// user's (to spaces named after it) or a space's (of invitees after it).
     async fn invitations(
@@ -677,6 +681,17 @@ where
     async fn drop_expired(&mut self, user: &str, by: &str, now: i64) -> Result<(), DbError> {
         sqlx::query(sql::EXPIRED_FOR).bind(user).bind(now).execute(&mut *self).await?;
         sqlx::query(sql::EXPIRED_BY).bind(by).bind(now).execute(&mut *self).await?;
+        Ok(())
+    }
+
+    async fn lock_users(&mut self, users: &[&str]) -> Result<(), DbError> {
+        let Some(statement) = C::Database::SQL.lock_user else { return Ok(()) };
+        let mut users = users.to_vec();
+        users.sort_unstable();
+        users.dedup();
+        for user in users {
+            sqlx::query(statement).bind(user).execute(&mut *self).await?;
+        }
         Ok(())
     }
 

@@ -53,6 +53,10 @@ pub(crate) struct Statements {
     /// Serialises the migrations of servers starting at once, when the write
     /// transaction does not already.
     pub migration_lock: Option<&'static str>,
+    /// `$1` a user: serialises the transactions that count what the user
+    /// holds across spaces (their spaces, invitations), when the write
+    /// transaction does not already.
+    pub lock_user: Option<&'static str>,
     /// `$1` a space: its head seq, locked to the end of the transaction.
     pub lock_head: &'static str,
     /// `[spaces]`: `(space, seq)` of those that exist, locked in the order given.

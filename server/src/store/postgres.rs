@@ -26,6 +26,9 @@ impl Dialect for Postgres {
              (version bigint PRIMARY KEY, applied_at bigint NOT NULL)",
         // Any fixed number ("marksync"): serialises the migrations of concurrent starts.
         migration_lock: Some("SELECT pg_advisory_xact_lock(7881706628699483747)"),
+        // A cap counted under one space's lock alone lets requests about
+        // other spaces count the same rows at once: the user's lock too.
+        lock_user: Some("SELECT pg_advisory_xact_lock(hashtextextended('marksync-user:' || $1, 0))"),
         lock_head: "SELECT seq FROM heads WHERE space_id = $1 FOR UPDATE",
         // In byte order of their names (`COLLATE "C"`): every push takes
         // them in the same order, so none waits in a cycle.

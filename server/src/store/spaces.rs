@@ -67,6 +67,7 @@ fn check_cap(n: usize, cap: usize, words: impl FnOnce() -> String) -> Result<(),
 
 /// Refuses a new membership of `user` in `space` that would pass a bound.
 async fn check_join<C: Conn>(tx: &mut C, limits: &SpaceLimits, space: &str, user: &str) -> Result<(), SpaceError> {
+    tx.lock_users(&[user]).await?;
     let cap = limits.spaces_per_user;
     check_cap(tx.tally(Tally::MemberOf, user).await?, cap, || {
         format!("{user} is in {cap} spaces, the most one user may be in (--max-spaces-per-user)")
@@ -177,6 +178,7 @@ pub(crate) async fn create<D: Backend>(
     space::check_shared_space(space).map_err(|p| SpaceError::BadRequest(format!("space: {p}")))?;
     let mut tx = pools.write_as(owner).await?;
     if tx.insert_space(space, owner).await? {
+        tx.lock_users(&[owner]).await?;
         let cap = limits.owned_per_user;
         check_cap(tx.tally(Tally::Owned, owner).await?, cap, || {
             format!("{owner} owns {cap} spaces, the most one user may own (--max-owned-spaces-per-user)")
@@ -269,6 +271,7 @@ async fn invite<C: Conn>(
     by: &str,
     now: i64,
 ) -> Result<(), SpaceError> {
+    tx.lock_users(&[user, by]).await?;
     tx.drop_expired(user, by, now).await?;
     // Sending a pending invitation again refreshes it; it is not counted twice.
     if tx.invitation(space, user, now).await?.is_none() {

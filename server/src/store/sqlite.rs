@@ -42,6 +42,7 @@ impl Dialect for Sqlite {
              (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
         // `BEGIN IMMEDIATE` is the lock.
         migration_lock: None,
+        lock_user: None,
         lock_head: "SELECT seq FROM heads WHERE space_id = $1",
         lock_heads: READ_HEADS,
         #[cfg(feature = "sabotage")]
