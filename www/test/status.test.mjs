@@ -61,16 +61,21 @@ for (const backend of backends()) {
       await page.waitForFunction(({ id, phase }) => db.status('sets', id).phase === phase, { id: rowId, phase }, { timeout: 10_000 });
     }
 
+    /** An edit in `page` whose push the server holds 1.5 s; the sync is not awaited: the tab may go away with it out. */
+    async function editWithRequestHeld(page) {
+      await server.faults({ delayMs: 1500 });
+      return page.evaluate(async () => {
+        const id = db.newRowId();
+        await db.change('sets', id, { exercise: 'squat', weightKg: 100, reps: 5 });
+        db.sync();
+        return id;
+      });
+    }
+
     test('a request out shows awaiting-ack in every tab; a tab closed with it out leaves unknown-outcome, never queued', async () => {
       const user = newUser('inflight');
       const { context, pages: [a, b] } = await tabs(user, 2);
-      await server.faults({ delayMs: 1500 });
-      const rowId = await a.evaluate(async () => {
-        const id = db.newRowId();
-        await db.change('sets', id, { exercise: 'squat', weightKg: 100, reps: 5 });
-        db.sync(); // not awaited: the tab goes away with the request out
-        return id;
-      });
+      const rowId = await editWithRequestHeld(a);
       await waitPhase(a, rowId, 'awaiting-ack');
       await waitPhase(b, rowId, 'awaiting-ack');
       assert.equal((await phaseIn(b, rowId)).attempts, 1, 'the other tab knows the attempt count');
@@ -98,13 +103,7 @@ for (const backend of backends()) {
     test('a tab closed with its request out: the tab left open reads unknown-outcome by itself, without syncing', async () => {
       const user = newUser('orphan');
       const { context, pages: [a, b] } = await tabs(user, 2);
-      await server.faults({ delayMs: 1500 });
-      const rowId = await a.evaluate(async () => {
-        const id = db.newRowId();
-        await db.change('sets', id, { exercise: 'squat', weightKg: 100, reps: 5 });
-        db.sync(); // not awaited: the tab goes away with the request out
-        return id;
-      });
+      const rowId = await editWithRequestHeld(a);
       await waitPhase(b, rowId, 'awaiting-ack');
       await a.close();
       await server.faults({ delayMs: 0 });
