@@ -462,7 +462,9 @@ export interface Database {
   leave(space: string): Promise<void>;
   /**
    * Calls `listener` once after every committed change of rows, queued ops, refusals, spaces or statuses (a sync that
-   * changed nothing calls no one); returns the unsubscribe function (calling it again does nothing).
+   * changed nothing calls no one); returns the unsubscribe function (calling it again does nothing). A listener that
+   * throws is reported as an event listener's error is (`reportError`: the global `error` event); the others are still
+   * called. The same holds for `watch`.
    */
   subscribe(listener: () => void): () => void;
   /** Where the row stands now, or `null` for a row this device has never seen (no copy, nothing queued, no refusal). */
