@@ -368,6 +368,20 @@ async fn spaces_and_members_are_capped(b: Backend) {
         .unwrap();
     assert_eq!(r.status().as_u16(), 409, "the admin's direct add is bounded too");
     assert_eq!(get(&t, "/v1/spaces", "m").await.1["spaces"].as_array().unwrap().len(), 4, "personal + 3");
+    // Made owner, or accepting an ownership offered, counts as creating
+    // does: `own` owns 2 already (before: promotions passed the bound).
+    for s in ["p1", "p2"] {
+        assert_eq!(post(&t, "/v1/spaces", "giver", json!({"space": s})).await.0, 200);
+    }
+    invite(&t, "giver", "p2", "own", json!("owner")).await;
+    let (status, body) = accept(&t, "own", "p2").await;
+    assert_eq!((status, error_code(&body)), (409, "conflict"), "an ownership offered past the bound: {body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("--max-owned-spaces-per-user"), "{body}");
+    invite(&t, "giver", "p1", "own", json!("viewer")).await;
+    assert_eq!(accept(&t, "own", "p1").await.0, 200);
+    let (status, body) = invite(&t, "giver", "p1", "own", json!("owner")).await;
+    assert_eq!((status, error_code(&body)), (409, "conflict"), "a promotion past the bound: {body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("--max-owned-spaces-per-user"), "{body}");
     t.stop().await;
 }
 both!(spaces_and_members_are_capped);

@@ -78,6 +78,17 @@ async fn check_join<C: Conn>(tx: &mut C, limits: &SpaceLimits, space: &str, user
     })
 }
 
+/// Refuses to make `user` the owner of one more space past the bound —
+/// at a space's creation, and when a member is made owner or accepts an
+/// ownership offered (else promotions would pass the bound a creation keeps).
+async fn check_owned<C: Conn>(tx: &mut C, limits: &SpaceLimits, user: &str) -> Result<(), SpaceError> {
+    tx.lock_users(&[user]).await?;
+    let cap = limits.owned_per_user;
+    check_cap(tx.tally(Tally::Owned, user).await?, cap, || {
+        format!("{user} owns {cap} spaces, the most one user may own (--max-owned-spaces-per-user)")
+    })
+}
+
 /// Who asks for a membership change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Actor<'a> {
@@ -178,11 +189,7 @@ pub(crate) async fn create<D: Backend>(
     space::check_shared_space(space).map_err(|p| SpaceError::BadRequest(format!("space: {p}")))?;
     let mut tx = pools.write_as(owner).await?;
     if tx.insert_space(space, owner).await? {
-        tx.lock_users(&[owner]).await?;
-        let cap = limits.owned_per_user;
-        check_cap(tx.tally(Tally::Owned, owner).await?, cap, || {
-            format!("{owner} owns {cap} spaces, the most one user may own (--max-owned-spaces-per-user)")
-        })?;
+        check_owned(&mut *tx, limits, owner).await?;
         check_join(&mut *tx, limits, space, owner).await?;
         tx.ensure_head(space).await?;
         tx.set_member(space, owner, Some(Role::Owner)).await?;
@@ -251,6 +258,9 @@ pub(crate) async fn set_member<D: Backend>(
     if before.is_none() {
         check_join(&mut *tx, limits, space, user).await?;
         tx.uninvite(space, user).await?;
+    }
+    if role == Some(Role::Owner) && before != Some(Role::Owner) {
+        check_owned(&mut *tx, limits, user).await?;
     }
     if space::withdraws_invitations(before, role) {
         tx.uninvite_by(space, user).await?;
@@ -321,6 +331,9 @@ pub(crate) async fn accept<D: Backend>(
         return Err(SpaceError::NoInvitation(space.to_owned()));
     }
     check_join(&mut *tx, limits, space, user).await?;
+    if role == Role::Owner {
+        check_owned(&mut *tx, limits, user).await?;
+    }
     tx.uninvite(space, user).await?;
     tx.set_member(space, user, Some(role)).await?;
     tx.announce(&crate::poke::Poke::Members { user: user.into(), space: space.into() }).await?;
