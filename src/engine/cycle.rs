@@ -461,16 +461,18 @@ impl Engine {
             return (self.with_sync(Txn::default()), step);
         }
         let mut txn = Txn::default();
-        self.reject_unjudged(id, reason, now, &mut txn);
+        self.reject_unjudged(id, reason, now, &mut txn, &mut HashMap::new());
+        // As every txn of verdicts carries it ([`Engine::on_push_response`]).
+        txn.meta = Some(self.meta.clone());
         let step = self.next_step(now);
         (self.with_sync(txn), step)
     }
 
-    /// Rejects on the device an op the server never judged and cannot take.
-    fn reject_unjudged(&mut self, id: OpId, reason: String, now: u64, txn: &mut Txn) {
+    /// Rejects on the device an op the server never judged and cannot take,
+    /// as [`Engine::apply_verdict`] does a verdict (`base_at` as there).
+    fn reject_unjudged(&mut self, id: OpId, reason: String, now: u64, txn: &mut Txn, base_at: &mut HashMap<RowKey, usize>) {
         let code = Code::PayloadTooLarge.as_str().to_owned();
-        self.apply_verdict(id, Outcome::Rejected { reason, code, row: None }, false, now, txn, &mut HashMap::new());
-        txn.meta = Some(self.meta.clone());
+        self.apply_verdict(id, Outcome::Rejected { reason, code, row: None }, false, now, txn, base_at);
     }
 
     /// A usable answer came: the last failure's words go, here and in the shared state.
@@ -610,7 +612,7 @@ impl Engine {
                     });
                     match too_large {
                         // ...unless it is more than the server takes.
-                        Some(reason) => self.reject_unjudged(id.clone(), reason, now, &mut txn),
+                        Some(reason) => self.reject_unjudged(id.clone(), reason, now, &mut txn, &mut base_at),
                         None => unknown += 1,
                     }
                 }
