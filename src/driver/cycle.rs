@@ -137,8 +137,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
     async fn run_job(self: &Rc<Self>, job: Job) -> Result<SyncOutcome, ClientError> {
         if matches!(job, Job::SettleOrphan) && (self.closed.get() || self.engine.borrow().sync_state().flight.is_none()) {
             // The answer came and was heard while this job waited: nothing to read.
-            let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
-            return Ok(SyncOutcome { report, ok: true, retry_at: None, error: None });
+            return Ok(self.nothing_sent());
         }
         let stored = match self.store.read_sync().await {
             Ok(s) => s,
@@ -168,10 +167,15 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
                     }
                 };
                 self.commit_some(txn).await?;
-                let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
-                Ok(SyncOutcome { report, ok: true, retry_at: None, error: None })
+                Ok(self.nothing_sent())
             }
         }
+    }
+
+    /// The outcome of a job that sent no request: done, at the cursor held.
+    fn nothing_sent(&self) -> SyncOutcome {
+        let report = SyncReport { cursor: self.engine.borrow().cursor(), ..SyncReport::default() };
+        SyncOutcome { report, ok: true, retry_at: None, error: None }
     }
 
     /// The engine's step and txn, or — when it ignored what it was given (an
