@@ -161,10 +161,10 @@ impl FetchTransport {
                 self.endpoint, a.status
             ))),
             // A gateway's 5xx (502, 504…) has no words of the server's: say where it came from.
-            (Failure::Server { status, message }, None) => Err(Failure::Server {
+            (Failure::Server { status, .. }, None) => Err(Failure::Server {
                 status,
                 message: format!(
-                    "{message}{method} {}{path} answered {status} with no marksync error (a proxy or gateway's answer?)",
+                    "{method} {}{path} answered {status} with no marksync error (a proxy or gateway's answer?)",
                     self.endpoint
                 ),
             }),
