@@ -64,15 +64,14 @@ pub(crate) async fn push(
         // The user's turn first (crate::turn): a user's other pushes queue
         // here, holding nothing, not at the writer in front of everyone.
         let _turn = if task_app.takes_turns() { Some(task_app.turns.take(&task_user).await) } else { None };
-        #[cfg(feature = "bench-per-op")]
-        if task_app.per_op_judge {
-            let result = task_app.store.push_per_op(&task_user, &task_app.schema, &req.batch).await;
-            if let Ok(j) = &result {
-                committed(&task_app, j, started);
+        let result = async {
+            #[cfg(feature = "bench-per-op")]
+            if task_app.per_op_judge {
+                return task_app.store.push_per_op(&task_user, &task_app.schema, &req.batch).await;
             }
-            return (req, result);
+            task_app.store.push(&task_user, &task_app.schema, &req.batch, &limits, &ctl).await
         }
-        let result = task_app.store.push(&task_user, &task_app.schema, &req.batch, &limits, &ctl).await;
+        .await;
         if let Ok(j) = &result {
             committed(&task_app, j, started);
         }
