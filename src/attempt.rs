@@ -35,6 +35,10 @@ pub enum Failure {
         status: u16,
         /// What the server said.
         message: String,
+        /// Its `Retry-After` (a 503's: the database is down for a while): no
+        /// try comes sooner, so a device does not knock on a server that asked
+        /// for time.
+        retry_after_ms: Option<u64>,
     },
     /// A 200 whose body does not fit the request: the outcome is unknown.
     #[error("malformed answer: {0}")]
@@ -86,7 +90,9 @@ impl Failure {
             (429, _) | (_, Some(ErrorCode::RateLimited)) => {
                 Failure::RateLimited { retry_after_ms: retry_after_ms.unwrap_or(1000).min(MAX_RETRY_AFTER_MS) }
             }
-            (s, _) if s >= 500 => Failure::Server { status: s, message },
+            (s, _) if s >= 500 => {
+                Failure::Server { status: s, message, retry_after_ms: retry_after_ms.map(|ms| ms.min(MAX_RETRY_AFTER_MS)) }
+            }
             (408, _) => Failure::Timeout,
             (s, _) => Failure::Refused(format!("{s}: {message}")),
         }
@@ -233,6 +239,11 @@ mod tests {
     fn http_failures_are_classified() {
         let body = |c| ErrorBody::new(c, "m");
         assert!(Failure::from_http(503, None, None).outcome_unknown());
+        assert_eq!(
+            Failure::from_http(503, None, Some(u64::MAX)),
+            Failure::Server { status: 503, message: String::new(), retry_after_ms: Some(MAX_RETRY_AFTER_MS) },
+            "a 503's Retry-After is kept, within the longest backoff"
+        );
         assert!(Failure::from_http(500, Some(&body(ErrorCode::Internal)), None).outcome_unknown());
         assert_eq!(Failure::from_http(413, None, None), Failure::PayloadTooLarge(String::new()));
         assert_eq!(

@@ -515,6 +515,11 @@ impl Engine {
             }
             return self.require_recovery(r);
         }
+        // A server that asked for time (a 503's `Retry-After`) is not tried sooner.
+        let asked = match failure {
+            Failure::Server { retry_after_ms: Some(ms), .. } => ms,
+            _ => 0,
+        };
         match failure {
             Failure::PayloadTooLarge(_) if sent.len() > 1 => {
                 self.max_batch = sent.len() / 2;
@@ -527,9 +532,9 @@ impl Engine {
             }),
             Failure::RateLimited { retry_after_ms } => self.wait(now.saturating_add(retry_after_ms)),
             // A person's early cycle failed: the backoff already scheduled stands.
-            _ if let Some(until) = self.early => self.wait(until.max(now)),
+            _ if let Some(until) = self.early => self.wait(until.max(now.saturating_add(asked))),
             _ => {
-                let d = self.backoff.next_delay(&mut self.rng);
+                let d = self.backoff.next_delay(&mut self.rng).max(asked);
                 for id in sent {
                     if let Some(a) = self.sync.ops.get_mut(id) {
                         a.charged_ms = a.charged_ms.saturating_add(d);

@@ -161,8 +161,9 @@ impl FetchTransport {
                 self.endpoint, a.status
             ))),
             // A gateway's 5xx (502, 504…) has no words of the server's: say where it came from.
-            (Failure::Server { status, .. }, None) => Err(Failure::Server {
+            (Failure::Server { status, retry_after_ms, .. }, None) => Err(Failure::Server {
                 status,
+                retry_after_ms,
                 message: format!(
                     "{method} {}{path} answered {status} with no marksync error (a proxy or gateway's answer?)",
                     self.endpoint
