@@ -35,10 +35,11 @@ pub enum Failure {
         status: u16,
         /// What the server said.
         message: String,
-        /// Its `Retry-After` (a 503's: the database is down for a while): no
-        /// try comes sooner, so a device does not knock on a server that asked
-        /// for time.
-        retry_after_ms: Option<u64>,
+        /// Its `Retry-After` (a 503's: the database is down for a while), 0
+        /// if none: no try comes sooner, so a device does not knock on a
+        /// server that asked for time. (A `u32` of at most
+        /// [`MAX_RETRY_AFTER_MS`]: the failure stays as small as it was.)
+        retry_after_ms: u32,
     },
     /// A 200 whose body does not fit the request: the outcome is unknown.
     #[error("malformed answer: {0}")]
@@ -91,7 +92,7 @@ impl Failure {
                 Failure::RateLimited { retry_after_ms: retry_after_ms.unwrap_or(1000).min(MAX_RETRY_AFTER_MS) }
             }
             (s, _) if s >= 500 => {
-                Failure::Server { status: s, message, retry_after_ms: retry_after_ms.map(|ms| ms.min(MAX_RETRY_AFTER_MS)) }
+                Failure::Server { status: s, message, retry_after_ms: retry_after_ms.map_or(0, |ms| ms.min(MAX_RETRY_AFTER_MS) as u32) }
             }
             (408, _) => Failure::Timeout,
             (s, _) => Failure::Refused(format!("{s}: {message}")),
@@ -241,7 +242,7 @@ mod tests {
         assert!(Failure::from_http(503, None, None).outcome_unknown());
         assert_eq!(
             Failure::from_http(503, None, Some(u64::MAX)),
-            Failure::Server { status: 503, message: String::new(), retry_after_ms: Some(MAX_RETRY_AFTER_MS) },
+            Failure::Server { status: 503, message: String::new(), retry_after_ms: MAX_RETRY_AFTER_MS as u32 },
             "a 503's Retry-After is kept, within the longest backoff"
         );
         assert!(Failure::from_http(500, Some(&body(ErrorCode::Internal)), None).outcome_unknown());

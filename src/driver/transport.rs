@@ -130,7 +130,7 @@ impl Transport for MemoryTransport {
             let mut fail = self.fail_next.borrow_mut();
             if *fail > 0 {
                 *fail -= 1;
-                return Err(Failure::Server { status: 503, message: "unavailable".into(), retry_after_ms: None });
+                return Err(Failure::Server { status: 503, message: "unavailable".into(), retry_after_ms: 0 });
             }
         }
         let r = self.server.borrow_mut().push(&self.user, req);

@@ -517,7 +517,7 @@ impl Engine {
         }
         // A server that asked for time (a 503's `Retry-After`) is not tried sooner.
         let asked = match failure {
-            Failure::Server { retry_after_ms: Some(ms), .. } => ms,
+            Failure::Server { retry_after_ms, .. } => u64::from(retry_after_ms),
             _ => 0,
         };
         match failure {

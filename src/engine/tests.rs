@@ -607,7 +607,7 @@ fn readiness_b_a_retry_sends_the_same_op_ids_never_new_ones() {
         record(&mut e, &format!("d-{i}"), set(5), 10 + i);
     }
     let (_, Step::Push(first)) = e.start_sync(0) else { panic!() };
-    e.on_push_failed(&first.attempt_key, Failure::Server { status: 503, message: "down".into(), retry_after_ms: None }, 1).unwrap();
+    e.on_push_failed(&first.attempt_key, Failure::Server { status: 503, message: "down".into(), retry_after_ms: 0 }, 1).unwrap();
     let (_, Step::Push(second)) = e.start_sync(5_000) else { panic!() };
     let ids = |r: &PushRequest| r.batch.iter().map(|o| o.op_id.clone()).collect::<Vec<_>>();
     assert_eq!(ids(&first), ids(&second));
@@ -620,7 +620,7 @@ fn a_server_that_asks_for_time_is_not_tried_sooner() {
     let mut e = engine("d");
     record(&mut e, "d-1", set(5), 10);
     let (_, Step::Push(req)) = e.start_sync(100) else { panic!() };
-    let down = Failure::Server { status: 503, message: "down".into(), retry_after_ms: Some(240_000) };
+    let down = Failure::Server { status: 503, message: "down".into(), retry_after_ms: 240_000 };
     let (_, Step::Wait { until, .. }) = e.on_push_failed(&req.attempt_key, down, 100).unwrap() else { panic!() };
     assert!(until >= 240_100, "a 503's Retry-After bounds the wait from below (waits until {until})");
     assert_eq!(e.retry_at(), Some(until));
@@ -715,13 +715,9 @@ fn retries_stop_at_the_limit_then_the_server_is_asked_and_what_it_cannot_settle_
             }
             Step::Push(req) => {
                 sends += 1;
-                e.on_push_failed(
-                    &req.attempt_key,
-                    Failure::Server { status: 502, message: "bad gateway".into(), retry_after_ms: None },
-                    now,
-                )
-                .unwrap()
-                .1
+                e.on_push_failed(&req.attempt_key, Failure::Server { status: 502, message: "bad gateway".into(), retry_after_ms: 0 }, now)
+                    .unwrap()
+                    .1
             }
             Step::Reconcile(ids) => break assert_eq!(ids, vec![applied.op_id.clone(), refused.op_id.clone(), never.op_id.clone()]),
             other => panic!("{other:?}"),
@@ -841,7 +837,7 @@ fn under_exhausted_retries_an_edit_never_sent_is_pending_and_a_persons_answered_
     record(&mut e, "d-1", set(5), 10);
     let (_, Step::Push(req)) = e.start_sync(0) else { panic!() };
     let (_, Step::Reconcile(ids)) =
-        e.on_push_failed(&req.attempt_key, Failure::Server { status: 500, message: "x".into(), retry_after_ms: None }, 1).unwrap()
+        e.on_push_failed(&req.attempt_key, Failure::Server { status: 500, message: "x".into(), retry_after_ms: 0 }, 1).unwrap()
     else {
         panic!()
     };

@@ -544,7 +544,7 @@ impl Sim {
                     }
                     3 if matches!(req, Req::Push(_)) => {
                         self.log.push(format!("server fails dev{dev}'s push with 503 before commit"));
-                        let f = Failure::Server { status: 503, message: "unavailable".into(), retry_after_ms: None };
+                        let f = Failure::Server { status: 503, message: "unavailable".into(), retry_after_ms: 0 };
                         self.world.net.borrow_mut().push(Msg::ToDevice { who, slot, resp: Resp::Push(Err(f)) });
                     }
                     _ => {
