@@ -303,7 +303,7 @@ export interface OpenOptions {
   persist?: boolean;
   /** When to stop retrying alone. Default `{ maxAttempts: 10, maxElapsedMs: 3600000 }`. */
   retry?: RetryPolicy;
-  /** Listen to the server's `/v1/events` pokes and pull at once. Default: `autoSync`. */
+  /** Listen to the server's `/v1/events` pokes and pull at once (or, when the server asked for time with a `Retry-After`, once that wait is over). Default: `autoSync`. */
   live?: boolean;
   /** Where to load the wasm from (default: next to this module). */
   wasm?: string | URL;

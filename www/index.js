@@ -141,7 +141,8 @@ function openLive(db, state) {
     const user = db.user;
     if (typeof user === 'string') params.set('user', user);
     const es = new EventSource(`${state.endpoint.replace(/\/$/, '')}/v1/events?${params}`);
-    es.addEventListener('poke', () => db.sync().catch(() => {}));
+    // A poke is no person's sync: it waits for a wait the server asked for.
+    es.addEventListener('poke', () => db.poked());
     es.addEventListener('open', () => {
       state.liveFailures = 0;
       setLive(state, 'open');

@@ -689,6 +689,19 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         }));
     }
 
+    /// The server said a space moved (an event stream's poke): a cycle as
+    /// this context's timer would start one, when [`Engine::poke_wait`]
+    /// allows it; the pokes of a burst share it.
+    pub fn poked(self: &Rc<Self>) {
+        if self.closed.get() {
+            return;
+        }
+        let wait = self.engine.borrow().poke_wait(self.host.now());
+        if let Some(ms) = wait {
+            self.sync_within(ms);
+        }
+    }
+
     /// Syncs within `ms`: a timer set to fire sooner is kept, a later one is
     /// brought forward.
     fn sync_within(self: &Rc<Self>, ms: u64) {

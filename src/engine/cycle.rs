@@ -143,6 +143,24 @@ impl Engine {
         })
     }
 
+    /// How long after `now` a cycle the server asked for (a poke: a space
+    /// moved) may start: at once, or when the wait the server or the backoff
+    /// set is over — a poke is no person pressing sync, so a `Retry-After`
+    /// holds against it, and a device the server is refusing does not answer
+    /// each of another user's pushes with a request. A server older than the
+    /// app is probed at once (the poke may be the upgraded one's, §5). `None`
+    /// while sync is stopped for a person: their act (or the stop's own
+    /// probe) starts the next cycle.
+    pub fn poke_wait(&self, now: u64) -> Option<u64> {
+        if self.blocked().is_some() {
+            return None;
+        }
+        if self.sync.recovery.as_ref().is_some_and(|r| r.code == SCHEMA_TOO_NEW) {
+            return Some(0);
+        }
+        Some(self.sync.next_retry_at.map_or(0, |t| t.saturating_sub(now)))
+    }
+
     /// The step after the current one: push while ops wait, else pull. Ops
     /// that reached a retry limit are asked about first (PROTOCOL §7).
     fn next_step(&mut self, now: u64) -> Step {

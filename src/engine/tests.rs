@@ -627,6 +627,35 @@ fn a_server_that_asks_for_time_is_not_tried_sooner() {
 }
 
 #[test]
+fn a_poke_waits_for_what_the_server_asked_but_a_person_does_not() {
+    let mut e = engine("d");
+    assert_eq!(e.poke_wait(50), Some(0), "nothing to wait for: a poke pulls at once");
+    record(&mut e, "d-1", set(5), 10);
+    let (_, Step::Push(req)) = e.start_sync(100) else { panic!() };
+    let (_, Step::Wait { until, .. }) = e.on_push_failed(&req.attempt_key, Failure::RateLimited { retry_after_ms: 30_000 }, 100).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(until, 30_100);
+    assert_eq!(e.poke_wait(1_100), Some(29_000), "a poke during a 429's wait comes when it is over");
+    assert_eq!(e.poke_wait(40_000), Some(0));
+    // A person's sync still goes at once (and does not move the wait if it fails).
+    let (_, Step::Push(_)) = e.start_sync(1_200) else { panic!("a person's sync goes out") };
+    let mut stopped = engine("s");
+    stopped.require_recovery(Recovery { code: crate::protocol::Code::Unauthorized, message: "sign in".into() });
+    assert_eq!(stopped.poke_wait(0), None, "a stop waits for a person, not for pokes");
+    let mut old_server = engine("o");
+    record(&mut old_server, "o-1", set(5), 10);
+    let (_, Step::Push(req)) = old_server.start_sync(100) else { panic!() };
+    let (_, Step::Wait { until, .. }) = old_server.on_push_failed(&req.attempt_key, Failure::SchemaTooNew("v1".into()), 100).unwrap()
+    else {
+        panic!()
+    };
+    assert!(until > 100_000, "the old server is probed again in minutes…");
+    assert_eq!(old_server.poke_wait(200), Some(0), "…or at once on a poke, which may be the upgraded server's");
+}
+
+#[test]
 fn readiness_c_a_late_answer_after_new_input_and_a_new_attempt_changes_nothing_and_is_counted_stale() {
     let mut e = engine("d");
     let mut s = MemoryServer::new(Schema::workout());

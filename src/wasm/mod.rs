@@ -633,6 +633,13 @@ impl Marksync {
         })
     }
 
+    /// The event stream's poke (a space moved): a cycle once any wait the
+    /// server asked for is over (the package's live stream calls it; an
+    /// app's own `sync()` is a person's and goes at once).
+    pub fn poked(&self) {
+        self.inner.poked();
+    }
+
     /// Asks the server what it remembers of every op sent at least once
     /// (`POST /v1/verdicts`) and settles what it knows, exactly as a push
     /// answer would: applied → acknowledged, rejected → dropped with its

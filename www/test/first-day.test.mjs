@@ -383,3 +383,63 @@ for (const backend of backends()) {
     });
   });
 }
+
+// A device the server is refusing (429) is poked by every push of the
+// user's other devices: each poke started a cycle at once, as a person's
+// sync() would, so a rate-limited device knocked again on every push,
+// whatever its `Retry-After` said. A poke now waits for it (docs/protocol.md §5).
+describe('pokes while the server asks for time', () => {
+  let server;
+  let browser;
+  before(async () => {
+    // Half a read a second: a few pulls spend the budget, and its refusal
+    // asks for seconds; refusals are answered at once.
+    server = await startServer('sqlite', { extra: ['--read-rate', '0.5', '--read-burst', '8', '--refusal-delay-ms', '0'] });
+    browser = await launch();
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.stop();
+  });
+
+  test('a poke during a 429 wait sends nothing until the wait is over, then brings the edits', async () => {
+    const user = `dev:${newUser('poked')}`;
+    const open = async (opts) => {
+      const d = await device(browser, server);
+      const run = (fn, arg) => d.page.evaluate(fn, arg);
+      await run(async (o) => {
+        window.sent = [];
+        const fetch0 = window.fetch;
+        window.fetch = (req, init) => {
+          window.sent.push([Date.now(), typeof req === 'string' ? req : req.url]);
+          return fetch0.call(window, req, init);
+        };
+        window.db = await window.Marksync.open({ endpoint: location.origin, name: 'poked', autoSync: false, ...o });
+      }, { token: user, ...opts });
+      return { ...d, run };
+    };
+    const a = await open({ live: true, autoSync: true });
+    await until(() => a.run(() => db.metrics().live === 'open'), 'the event stream to open');
+    // Pull until the server refuses: the device then knows when to come back.
+    const retryAt = await until(() => a.run(async () => {
+      const r = await db.sync();
+      return r.ok ? null : db.metrics().nextRetryAt;
+    }), 'a refusal for the read budget');
+    const b = await open({ live: false });
+    const sentBefore = await a.run(() => window.sent.length);
+    // The other device pushes (its own pulls are refused too: the budget is the user's).
+    for (let i = 0; i < 4; i += 1) {
+      await b.run((i) => db.change('sets', `b-${i}`, { exercise: 'squat', weightKg: 80, reps: 5 }).then(() => db.sync()), i);
+      await new Promise((r) => setTimeout(r, 150));
+    }
+    const during = await a.run((at) => window.sent.filter(([t]) => t < at - 100).length, retryAt);
+    assert.ok(retryAt - Date.now() > 200, `the wait outlasted the pushes (${retryAt - Date.now()} ms left)`);
+    assert.equal(during, sentBefore, 'no request while the server had asked for time, however many pokes');
+    // After the wait (and any the server asks for again), the edits come.
+    await new Promise((r) => setTimeout(r, Math.max(0, retryAt - Date.now()) + 2500));
+    await b.run(() => db.change('sets', 'b-last', { exercise: 'squat', weightKg: 80, reps: 5 }).then(() => db.sync()));
+    await until(() => a.run(() => db.row('sets', 'b-last') !== null && db.row('sets', 'b-0') !== null), 'the edits after the wait', 30_000);
+    await a.context.close();
+    await b.context.close();
+  });
+});
