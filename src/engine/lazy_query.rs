@@ -97,7 +97,7 @@ impl Engine {
         let disk = self.entries_on_disk()?;
         let plan = query::plan_on_disk(disk.defs.iter(), table, q)?;
         let done = plan.from > plan.to;
-        let hits = Hits::new(q, plan.ordered);
+        let hits = Hits::across_reads(q, plan.ordered);
         Some(LazyQuery { table: table.to_owned(), q: q.clone(), plan, hits, unchecked: Vec::new(), next: None, done })
     }
 
@@ -159,6 +159,12 @@ impl Engine {
         if !missing.is_empty() {
             return Next::Rows(missing);
         }
-        Next::Done(keys.into_iter().filter_map(|k| self.app_visible(&k).map(|r| (k.clone(), r.into_owned()))).collect())
+        // A row taken from an earlier read may have moved since (another
+        // context's step between two reads): what it is now is what is answered.
+        Next::Done(
+            keys.into_iter()
+                .filter_map(|k| self.app_visible(&k).filter(|r| lq.q.matches(&k, r)).map(|r| (k.clone(), r.into_owned())))
+                .collect(),
+        )
     }
 }

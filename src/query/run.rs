@@ -13,6 +13,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
+use std::collections::HashSet;
 
 use super::index::{Index, Indexes};
 use super::sortkey;
@@ -253,17 +254,38 @@ pub struct Hits {
     ordered: bool,
     limit: usize,
     hits: Vec<(Vec<Value>, RowKey)>,
+    /// The rows taken, when one row may be met twice: see [`Hits::across_reads`].
+    taken: Option<HashSet<RowKey>>,
 }
 
 impl Hits {
     /// Gathers `q`'s rows; `ordered`: they come in its order.
     pub fn new(q: &Query, ordered: bool) -> Self {
-        Hits { ordered, limit: q.limit.unwrap_or(usize::MAX), hits: Vec::new() }
+        Hits { ordered, limit: q.limit.unwrap_or(usize::MAX), hits: Vec::new(), taken: None }
+    }
+
+    /// Gathers `q`'s rows read in several reads with awaits between them
+    /// (the indexes on disk): another context's step between two reads can
+    /// move a row's entry past the place read, or give it queued ops, so the
+    /// same row may be met twice. The last meeting stands: the row as it is
+    /// then, in its place then, or out if it no longer matches.
+    pub fn across_reads(q: &Query, ordered: bool) -> Self {
+        Hits { taken: Some(HashSet::new()), ..Hits::new(q, ordered) }
+    }
+
+    /// Forgets a row taken before (it is met again).
+    fn forget(&mut self, key: &RowKey) {
+        if let Some(taken) = &mut self.taken {
+            if !taken.insert(key.clone()) {
+                self.hits.retain(|(_, k)| k != key);
+            }
+        }
     }
 
     /// Takes a row read (checked against the whole query); `false` once an
     /// ordered read has all it needs.
     pub fn take(&mut self, q: &Query, key: &RowKey, row: &Row) -> bool {
+        self.forget(key);
         if !q.matches(key, row) {
             return true;
         }
@@ -287,6 +309,7 @@ impl Hits {
     /// Takes a row read out of the order (rows laid over an ordered read):
     /// it is sorted in with the rest at the end.
     pub fn take_any(&mut self, q: &Query, key: &RowKey, row: &Row) {
+        self.forget(key);
         if q.matches(key, row) {
             let values = q.order_values(row);
             if q.is_after(&values, key) {

@@ -284,3 +284,26 @@ fn an_answer_is_updated_without_a_read_only_when_it_can_be() {
     let got = update(&shorter, &last, &[(RowKey::new("t", "r3"), None)]).expect("a page not full held every row");
     assert_eq!(keys(got), [RowKey::new("t", "r2")]);
 }
+
+/// A row met twice across reads with awaits between them (another
+/// context's step moved its entry, or gave it queued ops) is answered once,
+/// as it was met last — and not at all if it no longer matches.
+#[test]
+fn a_row_met_twice_across_reads_is_answered_once_as_met_last() {
+    let q = Query {
+        filters: vec![Filter { field: "tag".into(), preds: vec![Pred::Eq(Value::from("x"))] }],
+        order: vec![Order { field: "n".into(), dir: Dir::Asc }],
+        ..Query::default()
+    };
+    let (a, b) = (RowKey::new("notes", "a"), RowKey::new("notes", "b"));
+    let x = |n: i64| row(&[("tag", Value::from("x")), ("n", Value::from(n))]);
+    let mut hits = Hits::across_reads(&q, true);
+    assert!(hits.take(&q, &a, &x(1)));
+    assert!(hits.take(&q, &b, &x(2)));
+    // `a`'s entry moved past the place read: met again, in its new place.
+    assert!(hits.take(&q, &a, &x(3)));
+    assert_eq!(hits.clone().keys(&q), [b.clone(), a.clone()]);
+    // `b` got a queued edit that takes it out of the query.
+    hits.take_any(&q, &b, &row(&[("tag", Value::from("y")), ("n", Value::from(2))]));
+    assert_eq!(hits.keys(&q), [a]);
+}
