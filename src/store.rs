@@ -372,6 +372,10 @@ pub enum StoreError {
     /// of the transaction was written; [`LocalStore::reconnect`] opens it again.
     #[error("local storage was closed under the library: {0}")]
     Closed(String),
+    /// The context's own `close()` closed the database while the call was
+    /// under way: it ends as a call after `close()` does (no loss, nothing to heal).
+    #[error("the database was closed")]
+    ClosedByApp,
     /// The browser's storage quota is used up: nothing of the transaction
     /// was written, and no edit can be until space is freed.
     #[error("local storage is full: {0}")]

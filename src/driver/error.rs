@@ -83,6 +83,7 @@ impl From<StoreError> for ClientError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(m) => ClientError::StorageUnavailable(m),
+            StoreError::ClosedByApp => ClientError::Closed,
             e @ StoreError::Full(_) => {
                 ClientError::StorageFull(format!("{e}; free space on this device (nothing of the edit was written)"))
             }

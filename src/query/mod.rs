@@ -127,6 +127,17 @@ pub fn field<'r>(row: &'r Row, name: &str) -> &'r Value {
     row.get(name).unwrap_or(&Value::Null)
 }
 
+/// A field a query or an index names: an app's field
+/// ([`crate::protocol::FIELD_NAME_RULE`]). A row's `_id` and `_space` are
+/// no fields (a row is read by its id with `row()`, a space with `space`),
+/// and no name an edit could never write is read as an empty answer.
+pub fn check_field(name: &str) -> Result<(), &'static str> {
+    if name.starts_with('_') {
+        return Err("a query names an app's fields, [A-Za-z][A-Za-z0-9_]{0,63}: _id and _space are no fields (read a row by its id with row(), a space's rows with space)");
+    }
+    crate::protocol::check_field_key(name)
+}
+
 impl Query {
     /// Checks what a query's shape cannot say: a limit in range, `in` lists
     /// of a sane size, no field ordered twice, ranges of a value kind.
@@ -137,9 +148,7 @@ impl Query {
             }
         }
         for f in &self.filters {
-            if f.field.is_empty() {
-                return Err(QueryError("where: a field name must not be empty".into()));
-            }
+            check_field(&f.field).map_err(|e| QueryError(format!("where.{}: {e}", f.field)))?;
             if f.preds.is_empty() {
                 return Err(QueryError(format!("where.{}: names no condition", f.field)));
             }
@@ -152,9 +161,7 @@ impl Query {
             }
         }
         for (i, o) in self.order.iter().enumerate() {
-            if o.field.is_empty() {
-                return Err(QueryError("orderBy: a field name must not be empty".into()));
-            }
+            check_field(&o.field).map_err(|e| QueryError(format!("orderBy {:?}: {e}", o.field)))?;
             if self.order[..i].iter().any(|p| p.field == o.field) {
                 return Err(QueryError(format!("orderBy names {} twice", o.field)));
             }

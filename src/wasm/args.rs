@@ -104,6 +104,25 @@ pub fn opt_text(v: &JsValue, what: &str) -> Result<Option<String>, JsValue> {
     text(v, what).map(Some)
 }
 
+/// A table name argument: text, and a name a table may have (a read of a
+/// name no edit could write is a mistake, never an empty answer).
+pub fn table(v: &JsValue, what: &str) -> Result<String, JsValue> {
+    let t = text(v, what)?;
+    crate::protocol::check_table(&t).map_err(|p| bad(format!("{what} {p} (got {})", shown(v))))?;
+    Ok(t)
+}
+
+/// An object's keys are all among `known` (one undefined is as absent): a
+/// misspelt key is refused, never read as left out.
+pub fn only_keys(v: &JsValue, what: &str, known: &[&str]) -> Result<(), JsValue> {
+    for k in keys(v, what)? {
+        if !known.contains(&k.as_str()) && !get(v, &k)?.is_undefined() {
+            return Err(bad(format!("{what}.{k} is not one of its keys ({})", known.join(", "))));
+        }
+    }
+    Ok(())
+}
+
 /// Property `k` of an options object (`undefined` when there is no object);
 /// a getter that throws is `bad_input`, never read as absent.
 pub fn get(options: &JsValue, k: &str) -> Result<JsValue, JsValue> {

@@ -172,6 +172,7 @@ fn edits_from_js(engine: &crate::engine::Engine, v: &JsValue) -> Result<Vec<Edit
                 &format!("{what} must be an object {{ table, rowId, fields }} (got {})", js_type(&e)),
             ));
         }
+        args::only_keys(&e, &what, &["table", "rowId", "fields", "space"])?;
         let space = space_of(&e, &what)?;
         let row_id = args::get(&e, "rowId")?;
         // No rowId: a new row, named by the device in the step that records it.
@@ -388,7 +389,7 @@ impl Marksync {
 
     fn deleted(&self, table: JsValue, row_id: JsValue, options: JsValue, deleted: bool) -> Promise {
         let inner = self.inner.clone();
-        let read = (|| Ok::<_, JsValue>((args::text(&table, "table")?, args::text(&row_id, "rowId")?, space_of(&options, "options")?)))();
+        let read = (|| Ok::<_, JsValue>((args::table(&table, "table")?, args::text(&row_id, "rowId")?, space_of(&options, "options")?)))();
         promise(async move {
             let (table, row_id, space) = read?;
             let id = inner.set_deleted(space.as_deref(), &table, &row_id, deleted).await.map_err(client_error)?;
@@ -404,7 +405,7 @@ impl Marksync {
     /// Over a database opened lazily, a Promise of it: the table is read
     /// whole, and kept whole from then on.
     pub fn rows(&self, table: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
-        let table = args::text(&table, "table")?;
+        let table = args::table(&table, "table")?;
         let only = space_of(&options, "options")?;
         if !self.lazy {
             return Ok(Self::rows_held(&self.inner, &self.cache, &table, only.as_deref()));
@@ -476,7 +477,8 @@ impl Marksync {
     /// lazily, a Promise of it once every copy of that row is read — the
     /// same answer, from the same engine, with nothing awaited in between.
     fn named_read(&self, table: JsValue, row_id: JsValue, options: JsValue, read: RowRead) -> Result<JsValue, JsValue> {
-        // Bad arguments are refused at once, before anything is read.
+        // Bad arguments are refused at once, before anything is read. A table
+        // no edit could name is no mistake here: that row was never seen (`null`).
         let (t, id) = (args::text(&table, "table")?, args::text(&row_id, "rowId")?);
         space_of(&options, "options")?;
         let answer = move |inner: &Client<FetchTransport>| {

@@ -185,6 +185,7 @@ pub fn read_indexes(v: &JsValue) -> Result<Vec<IndexDef>, JsValue> {
     for table in args::keys(v, at)? {
         let list = args::get(v, &table)?;
         let at = format!("{at}.{table}");
+        crate::protocol::check_table(&table).map_err(|p| bad(format!("{at}: a table name {p}")))?;
         let list = args::list(&list, &at)?.ok_or_else(|| bad(format!("{at} must be an array of indexes, each an array of fields")))?;
         for (i, ix) in list.iter().enumerate() {
             let at = format!("{at}[{i}]");
@@ -192,7 +193,8 @@ pub fn read_indexes(v: &JsValue) -> Result<Vec<IndexDef>, JsValue> {
             let mut names: Vec<String> = Vec::new();
             for (j, f) in fields.iter().enumerate() {
                 let name = args::text(f, &format!("{at}[{j}]"))?;
-                if name.is_empty() || names.contains(&name) {
+                crate::query::check_field(&name).map_err(|e| bad(format!("{at}[{j}]: {e}")))?;
+                if names.contains(&name) {
                     return Err(bad(format!("{at}: field names must be distinct and not empty")));
                 }
                 names.push(name);
@@ -217,7 +219,7 @@ impl Marksync {
     /// which), else by a scan of the table.
     pub fn query(&self, table: JsValue, query: JsValue) -> Result<JsValue, JsValue> {
         self.inner.check_open().map_err(client_error)?;
-        let table = args::text(&table, "table")?;
+        let table = args::table(&table, "table")?;
         let q = read_query(&self.inner.engine.borrow(), &query, true)?;
         if self.lazy {
             return Ok(self.query_later(table, q, Box::new(|rows| rows_to_js(rows.iter().map(|(k, r)| (k, r))))));
@@ -231,7 +233,7 @@ impl Marksync {
     /// by an index on disk when one serves the `where`, else the table whole.
     pub fn count(&self, table: JsValue, query: JsValue) -> Result<JsValue, JsValue> {
         self.inner.check_open().map_err(client_error)?;
-        let table = args::text(&table, "table")?;
+        let table = args::table(&table, "table")?;
         let q = read_query(&self.inner.engine.borrow(), &query, false)?;
         if !self.lazy {
             return Ok((self.inner.engine.borrow_mut().count(&table, &q) as u32).into());
@@ -260,7 +262,7 @@ impl Marksync {
     /// Which index serves a query, or that a scan of the table does:
     /// `{ index: [fields] | null, equal, range, ordered, plan }`.
     pub fn explain(&self, table: JsValue, query: JsValue) -> Result<JsValue, JsValue> {
-        let table = args::text(&table, "table")?;
+        let table = args::table(&table, "table")?;
         let mut engine = self.inner.engine.borrow_mut();
         let q = read_query(&engine, &query, true)?;
         Ok(to_js(&engine.explain(&table, &q)))
@@ -270,7 +272,7 @@ impl Marksync {
     /// (never within this call), then each new result — only when it
     /// changed. Returns a function that stops it (again: nothing).
     pub fn watch(&self, table: JsValue, query: JsValue, listener: JsValue) -> Result<Function, JsValue> {
-        let table = args::text(&table, "table")?;
+        let table = args::table(&table, "table")?;
         let listener: Function =
             listener.dyn_into().map_err(|v| bad(format!("watch() takes a listener function (got {})", js_type(&v))))?;
         self.inner.check_open().map_err(client_error)?;

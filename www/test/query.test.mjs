@@ -101,9 +101,19 @@ describe('queries in Chromium', () => {
         code('sets'),
         code({ where: { reps: { in: 3 } } }),
         code({ where: { reps: 10n } }),
+        // Names no edit could write were read as an empty answer, or ignored.
+        code({ where: { 'a b': 1 } }),
+        code({ where: { _id: 's01' } }),
+        code({ orderBy: ['_id', 'desc'] }),
+        (() => { try { db.query('No Such'); return 'none'; } catch (e) { return e.code; } })(),
+        (() => { try { db.count('No Such'); return 'none'; } catch (e) { return e.code; } })(),
+        (() => { try { db.rows('No Such'); return 'none'; } catch (e) { return e.code; } })(),
       ];
     });
     assert.deepEqual(codes, Array(codes.length).fill('bad_input'));
+    // An edit of changeMany with a misspelt key made a new row instead of the one named.
+    assert.equal(await d.run(() => db.changeMany([{ table: 'sets', rowID: 'mine', fields: { reps: 1 } }]).then(() => 'none', (e) => e.code)), 'bad_input');
+    assert.equal(await d.run(() => window.Marksync.open({ endpoint: location.origin, name: 'badix', indexes: { sets: [['a b']] } }).then(() => 'none', (e) => e.code)), 'bad_input');
     assert.equal(await d.run(() => db.pending().length), 31);
     await d.context.close();
   });
@@ -197,6 +207,34 @@ describe('queries in Chromium', () => {
     assert.deepEqual(wrong, [], 'no answer holds a row twice');
     await until(() => lazy.evaluate(async () => (await db.count('sets', { where: { exercise: 'squat' } })) === 300), 'all 300 rows once quiet');
     await context.close();
+  });
+
+  // A lazy read under way when the app called close() rejected with
+  // storage_failed, "local storage was closed under the library": an app
+  // that tells its user their storage broke would have said so for nothing.
+  test('a read under way when the app closes the database rejects with closed, as one after it', async () => {
+    const user = newUser('closing');
+    const d = await device(browser, server);
+    const out = await d.page.evaluate(async (user) => {
+      const o = { endpoint: location.origin, token: `dev:${user}`, name: 'closing', autoSync: false, live: false, indexes: { sets: [['weightKg']] } };
+      let db = await window.Marksync.open(o);
+      await db.changeMany(Array.from({ length: 3000 }, (_, i) => ({ table: 'sets', rowId: `c${i}`, fields: { exercise: 'squat', weightKg: i % 500, reps: 5 } })));
+      db.close();
+      db = await window.Marksync.open({ ...o, lazy: true, cacheBytes: 1 });
+      const said = (p) => p.then((v) => `resolved ${Array.isArray(v) ? v.length : v}`, (e) => e.code);
+      const reads = [
+        said(db.query('sets', { orderBy: 'weightKg', limit: 1000 })),
+        said(db.count('sets', { where: { exercise: 'squat' } })),
+        said(db.rows('sets')),
+      ];
+      db.close();
+      const after = await said(Promise.resolve().then(() => db.query('sets', { orderBy: 'weightKg', limit: 10 })));
+      return { under: await Promise.all(reads), after };
+    }, user);
+    assert.equal(out.after, 'closed');
+    for (const r of out.under) assert.ok(r === 'closed' || r.startsWith('resolved'), `a read under way at close() ends as closed (got ${r})`);
+    assert.ok(out.under.includes('closed'), `some read was under way at close(): ${out.under}`);
+    await d.context.close();
   });
 
   test("another tab's edit reaches this tab's live query; a reload keeps the rows; a restored row shows no _deleted", async () => {

@@ -61,8 +61,10 @@ import { root } from './helpers.mjs';
 // settled by a context left open, a refusal probed until answered, a
 // gateway's answer named, +1.3 KB; 381 → 382: a 503's `Retry-After`
 // honoured (a device knocked again within a second on a server that had
-// asked for 5), +0.3 KB.
-const BUDGET_KB = 382;
+// asked for 5), +0.3 KB; 382 → 384: a poke that waits for that too, a
+// lazy read that never answers a row twice, a read under way at close()
+// ending `closed`, names no edit could write refused in reads, +1.9 KB.
+const BUDGET_KB = 384;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');

@@ -118,6 +118,9 @@ pub struct IdbStore {
     /// Opens lazily: no chunk is read at open, base rows are read as the
     /// engine asks ([`LocalStore::read_base`]).
     lazy: Cell<bool>,
+    /// Closed by its owner (`close()`): a call under way then fails as
+    /// [`StoreError::ClosedByApp`], never as a loss.
+    closed_by_app: Cell<bool>,
 }
 
 /// A failed call in the words of the store's contract: the quota used up
@@ -583,6 +586,7 @@ impl IdbStore {
             deltas: Rc::new(Cell::new(0)),
             compacting: Rc::new(Cell::new(false)),
             lazy: Cell::new(false),
+            closed_by_app: Cell::new(false),
         };
         Ok(store)
     }
@@ -610,6 +614,7 @@ impl IdbStore {
     /// connection is lost is that loss (the transaction died with it).
     fn fail(&self, e: StoreError) -> StoreError {
         match e {
+            _ if self.closed_by_app.get() => StoreError::ClosedByApp,
             StoreError::TxnFailed(m) | StoreError::Corrupt(m) if self.lost.get() => StoreError::Closed(m),
             StoreError::Closed(m) => {
                 self.lose();
@@ -901,6 +906,7 @@ impl LocalStore for IdbStore {
 
     fn close(&self) {
         // Closed by its owner: no loss to tell of.
+        self.closed_by_app.set(true);
         self.on_lost.borrow_mut().take();
         self.conn.borrow().db.close();
     }
