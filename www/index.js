@@ -141,8 +141,14 @@ function openLive(db, state) {
     const user = db.user;
     if (typeof user === 'string') params.set('user', user);
     const es = new EventSource(`${state.endpoint.replace(/\/$/, '')}/v1/events?${params}`);
-    // A poke is no person's sync: it waits for a wait the server asked for.
-    es.addEventListener('poke', () => db.poked());
+    // A poke is no person's sync: it waits for a wait the server asked for,
+    // and one of a head already pulled asks for nothing. The first, on
+    // connect, names the personal space alone: it pulls whatever moved.
+    let connected = false;
+    es.addEventListener('poke', (e) => {
+      db.poked(connected ? e.data : undefined);
+      connected = true;
+    });
     es.addEventListener('open', () => {
       state.liveFailures = 0;
       setLive(state, 'open');

@@ -88,6 +88,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         self.cycles.set((self.cycles.get().0, want));
         self.idle.notify();
         self.flush_soon();
+        self.pokes_after_cycle();
         r
     }
 
@@ -103,6 +104,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         let r = self.under_lock(Job::Reconcile, false).await;
         self.busy.set(false);
         self.idle.notify();
+        self.pokes_after_cycle();
         // An answered check may have lifted a stop: the queue goes out.
         if self.auto_sync && self.engine.borrow().pending_len() > 0 && self.engine.borrow().recovery().is_none() {
             self.schedule_sync(0);

@@ -62,6 +62,9 @@ pub type Listener = Rc<dyn Fn()>;
 /// milliseconds, not one each (BENCHMARKS.md, "Edits while a push is out").
 pub const PUSH_PACE: u64 = 10;
 
+/// Pokes kept while a cycle runs, to be looked at when it ends.
+const POKES_HELD: usize = 16;
+
 /// How a context opens its database.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -109,6 +112,8 @@ pub struct Driver<S: LocalStore, T: Transport, H: Host> {
     timer: Cell<u64>,
     /// When that timer fires (host ms), while it is set and has not fired.
     timer_due: Cell<Option<u64>>,
+    /// Pokes heard while this context's cycle ran ([`Driver::poked`]).
+    pokes_heard: RefCell<Vec<String>>,
     /// When the last paced cycle began (host ms).
     paced_at: Cell<Option<u64>>,
     /// Someone waits on the next cycle (an app's `sync()`): it is not paced.
@@ -174,6 +179,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             auto_sync: options.auto_sync,
             timer: Cell::new(0),
             timer_due: Cell::new(None),
+            pokes_heard: RefCell::new(Vec::new()),
             paced_at: Cell::new(None),
             unpaced: Cell::new(false),
             reserving: Cell::new(false),
@@ -689,16 +695,42 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         }));
     }
 
-    /// The server said a space moved (an event stream's poke): a cycle as
-    /// this context's timer would start one, when [`Engine::poke_wait`]
-    /// allows it; the pokes of a burst share it.
-    pub fn poked(self: &Rc<Self>) {
+    /// The server said a space moved (an event stream's poke, its `data`):
+    /// a cycle as this context's timer would start one, when
+    /// [`Engine::poke_wait`] allows it, and only if the poke names what the
+    /// device has not pulled ([`Engine::poke_is_news`]); the pokes of a
+    /// burst share it. A poke heard while this context's cycle runs is
+    /// looked at when it ends: its pull may have brought what it names.
+    pub fn poked(self: &Rc<Self>, data: &str) {
         if self.closed.get() {
             return;
         }
-        let wait = self.engine.borrow().poke_wait(self.host.now());
+        if self.busy.get() {
+            let mut heard = self.pokes_heard.borrow_mut();
+            // A storm of pokes is one cycle's worth: past a few, one that always pulls.
+            match heard.len() {
+                n if n < POKES_HELD => heard.push(data.to_owned()),
+                _ => heard[POKES_HELD - 1] = String::new(),
+            }
+            return;
+        }
+        let wait = {
+            let e = self.engine.borrow();
+            if !e.poke_is_news(data) {
+                return;
+            }
+            e.poke_wait(self.host.now())
+        };
         if let Some(ms) = wait {
             self.sync_within(ms);
+        }
+    }
+
+    /// The pokes heard while a cycle ran, once it has ended.
+    fn pokes_after_cycle(self: &Rc<Self>) {
+        let heard = std::mem::take(&mut *self.pokes_heard.borrow_mut());
+        for data in heard {
+            self.poked(&data);
         }
     }
 

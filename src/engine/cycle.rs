@@ -161,6 +161,15 @@ impl Engine {
         Some(self.sync.next_retry_at.map_or(0, |t| t.saturating_sub(now)))
     }
 
+    /// Whether a poke's `data` names what this device has not pulled: a
+    /// space's head past its cursor there, or anything but a head
+    /// (memberships changed, a word of a newer server). A poke of a head
+    /// already pulled — most often the device's own push, told back while
+    /// its cycle pulled it — asks for nothing.
+    pub fn poke_is_news(&self, data: &str) -> bool {
+        crate::protocol::read_poke(data).is_none_or(|(space, head)| head > self.following.cursor_of(space))
+    }
+
     /// The step after the current one: push while ops wait, else pull. Ops
     /// that reached a retry limit are asked about first (PROTOCOL §7).
     fn next_step(&mut self, now: u64) -> Step {

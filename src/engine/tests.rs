@@ -656,6 +656,24 @@ fn a_poke_waits_for_what_the_server_asked_but_a_person_does_not() {
 }
 
 #[test]
+fn a_poke_of_a_head_already_pulled_asks_for_nothing() {
+    let mut e = engine("d");
+    let mut s = MemoryServer::new(Schema::workout());
+    assert!(e.poke_is_news("1"), "before its first pull the device knows no head");
+    record(&mut e, "d-1", set(5), 10);
+    sync(&mut e, &mut s, 20);
+    let head = e.following().personal_cursor();
+    assert!(head > 0);
+    assert!(!e.poke_is_news(&crate::protocol::poke_data(None, head)), "its own push, told back once pulled");
+    assert!(e.poke_is_news(&crate::protocol::poke_data(None, head + 1)));
+    let personal = e.following().personal.clone().unwrap();
+    assert!(!e.poke_is_news(&crate::protocol::poke_data(Some(&personal), head)), "the personal space by its name");
+    assert!(e.poke_is_news(&crate::protocol::poke_data(Some("team"), 1)), "a space not followed yet");
+    assert!(e.poke_is_news(crate::protocol::POKE_MEMBERS));
+    assert!(e.poke_is_news(""), "a word it cannot read: a pull");
+}
+
+#[test]
 fn readiness_c_a_late_answer_after_new_input_and_a_new_attempt_changes_nothing_and_is_counted_stale() {
     let mut e = engine("d");
     let mut s = MemoryServer::new(Schema::workout());

@@ -1291,6 +1291,30 @@ impl DropNotes for SpacesPullResponse {
 /// read or written.
 pub const USER_PARAM: &str = "user";
 
+/// An event stream's poke (`event: poke`, PROTOCOL §4b) says what moved in
+/// its `data`: `<head>` for the personal space, `<head> <space>` for
+/// another, [`POKE_MEMBERS`] when the user's memberships changed. Written by
+/// the server, read by the device, here once.
+pub fn poke_data(space: Option<&str>, head: u64) -> String {
+    match space {
+        None => head.to_string(),
+        Some(s) => format!("{head} {s}"),
+    }
+}
+
+/// A poke's `data` when the user's memberships changed.
+pub const POKE_MEMBERS: &str = "members";
+
+/// The space (`None`: the personal one) and head a poke's `data` names;
+/// `None` for [`POKE_MEMBERS`] or anything else.
+pub fn read_poke(data: &str) -> Option<(Option<&str>, u64)> {
+    let (head, space) = match data.split_once(' ') {
+        Some((h, s)) => (h, Some(s)),
+        None => (data, None),
+    };
+    Some((space, head.parse().ok()?))
+}
+
 /// The machine codes of whole-request errors (PROTOCOL §5): [`Code`]s.
 pub type ErrorCode = Code;
 
@@ -1321,6 +1345,14 @@ impl ErrorBody {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_poke_reads_back_as_written() {
+        assert_eq!(read_poke(&poke_data(None, 7)), Some((None, 7)));
+        assert_eq!(read_poke(&poke_data(Some("team a"), 9)), Some((Some("team a"), 9)));
+        assert_eq!(read_poke(POKE_MEMBERS), None);
+        assert_eq!(read_poke(""), None);
+    }
 
     #[test]
     fn a_member_change_names_its_role_even_to_remove() {

@@ -635,11 +635,12 @@ impl Marksync {
         })
     }
 
-    /// The event stream's poke (a space moved): a cycle once any wait the
-    /// server asked for is over (the package's live stream calls it; an
-    /// app's own `sync()` is a person's and goes at once).
-    pub fn poked(&self) {
-        self.inner.poked();
+    /// The event stream's poke (`data`: what moved): a cycle, if it names
+    /// what the device has not pulled, once any wait the server asked for
+    /// is over (the package's live stream calls it; an app's own `sync()`
+    /// is a person's and goes at once). `data` not a string: a pull.
+    pub fn poked(&self, data: JsValue) {
+        self.inner.poked(&data.as_string().unwrap_or_default());
     }
 
     /// Asks the server what it remembers of every op sent at least once

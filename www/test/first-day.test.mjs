@@ -361,6 +361,32 @@ for (const backend of backends()) {
       await d.close();
     });
 
+    test("a device's own push told back by its event stream costs no second pull", async () => {
+      const user = newUser('told-back');
+      const d = await open({ token: `dev:${user}`, live: true, autoSync: true });
+      await until(() => d.run(() => db.metrics().live === 'open'), 'the event stream to open');
+      await new Promise((r) => setTimeout(r, 500)); // the connect's poke and the open's sync are over
+      const pulls = await d.run(async () => {
+        const pulls = [];
+        const fetch0 = window.fetch;
+        window.fetch = (req, init) => {
+          const url = typeof req === 'string' ? req : req.url;
+          if (url.includes('/v1/pull')) pulls.push(url);
+          return fetch0.call(window, req, init);
+        };
+        for (let i = 0; i < 3; i += 1) {
+          await db.change('sets', `own-${i}`, { exercise: 'squat', weightKg: 80, reps: 5 });
+          const t0 = Date.now();
+          while (db.status('sets', `own-${i}`).phase !== 'synced' && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
+          await new Promise((r) => setTimeout(r, 700)); // the poke of this push is heard
+        }
+        return pulls.length;
+      });
+      // Each edit's cycle pulls once after its push; the poke of the same head asks for nothing more.
+      assert.equal(pulls, 3, 'one pull per edit, not two');
+      await d.close();
+    });
+
     test('a push repeated after a refreshed token counts its op once; sync() calls during a cycle share the next one', async () => {
       const user = newUser('pushed');
       const d = await open({ token: 'placeholder' });

@@ -20,6 +20,7 @@ use crate::error::ApiError;
 use crate::guard::{Expires, User};
 use crate::poke::Subscription;
 use crate::store::DbError;
+use marksync::protocol::{poke_data, POKE_MEMBERS};
 
 /// `GET /v1/events`: `event: poke` whenever the head of a space the user is
 /// a member of grows — `data: <head>` for the personal space, `data: <head>
@@ -121,14 +122,6 @@ async fn until(end: Option<tokio::time::Instant>) {
     }
 }
 
-/// `<head>` for the personal space (`space` = `None`), `<head> <space>` for another.
-fn poke_data(space: Option<&str>, head: u64) -> String {
-    match space {
-        None => head.to_string(),
-        Some(s) => format!("{head} {s}"),
-    }
-}
-
 fn poke(data: String) -> Event {
     Event::default().event("poke").data(data)
 }
@@ -168,7 +161,7 @@ fn poke_stream(state: PokeStream) -> impl Stream<Item = Result<Event, Infallible
                 }
             }
             if !pending.members.is_empty() {
-                s.ready.push_back("members".to_owned());
+                s.ready.push_back(POKE_MEMBERS.to_owned());
             }
             for (space, head) in pending.heads {
                 let Some(last) = s.spaces.get_mut(&space) else { continue };
