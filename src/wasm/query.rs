@@ -133,7 +133,12 @@ fn read_order(v: &JsValue) -> Result<Vec<Order>, JsValue> {
     for (i, item) in list.iter().enumerate() {
         let at = format!("{at}[{i}]");
         if item.is_string() {
-            out.push(Order { field: args::text(item, &at)?, dir: Dir::Asc });
+            let field = args::text(item, &at)?;
+            // `["n", "DESC"]` would sort by two fields, `n` then `DESC`: a direction misspelt, never a field.
+            if field.eq_ignore_ascii_case("asc") || field.eq_ignore_ascii_case("desc") {
+                return Err(bad(format!("{at}: {field:?} is a direction, written [field, \"asc\"|\"desc\"] in lower case")));
+            }
+            out.push(Order { field, dir: Dir::Asc });
             continue;
         }
         let pair = args::list(item, &at)?

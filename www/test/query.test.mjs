@@ -105,6 +105,7 @@ describe('queries in Chromium', () => {
         code({ where: { 'a b': 1 } }),
         code({ where: { _id: 's01' } }),
         code({ orderBy: ['_id', 'desc'] }),
+        code({ orderBy: ['weightKg', 'DESC'] }),
         (() => { try { db.query('No Such'); return 'none'; } catch (e) { return e.code; } })(),
         (() => { try { db.count('No Such'); return 'none'; } catch (e) { return e.code; } })(),
         (() => { try { db.rows('No Such'); return 'none'; } catch (e) { return e.code; } })(),
