@@ -173,11 +173,13 @@ impl FetchTransport {
         }
     }
 
-    /// A membership call: the 200's body parsed, or the server's error.
-    async fn call<T: serde::de::DeserializeOwned>(&self, method: &str, path: &str, body: Option<String>) -> Result<T, CallError> {
+    /// A membership call: the 200's text (read by [`answer`], so that the
+    /// request is one copy in the wasm, not one per answer's type), or the
+    /// server's error.
+    async fn call(&self, method: &str, path: &str, body: Option<String>) -> Result<String, CallError> {
         let (a, _) = self.fetch(method, path, body, None).await.map_err(CallError::network)?;
         if a.status == 200 {
-            return crate::json::from_str(&a.text).map_err(|e| CallError::network(Failure::BadResponse(e.to_string())));
+            return Ok(a.text);
         }
         match crate::json::from_str::<ErrorBody>(&a.text) {
             Ok(e) => Err(CallError::of(e)),
@@ -358,39 +360,44 @@ impl Transport for FetchTransport {
     }
 
     async fn create_space(&self, req: &CreateSpace) -> Result<Membership, CallError> {
-        self.call("POST", "/v1/spaces", serde_json::to_string(req).ok()).await
+        answer(&self.call("POST", "/v1/spaces", serde_json::to_string(req).ok()).await?)
     }
 
     async fn set_member(&self, req: &SetMember) -> Result<MemberChange, CallError> {
-        self.call("POST", "/v1/spaces/members", serde_json::to_string(req).ok()).await
+        answer(&self.call("POST", "/v1/spaces/members", serde_json::to_string(req).ok()).await?)
     }
 
     async fn members(&self, space: &str, page: Page) -> Result<MembersList, CallError> {
-        self.call("GET", &format!("/v1/spaces/members?space={}&{}", encode(space), page.query(encode)), None).await
+        answer(&self.call("GET", &format!("/v1/spaces/members?space={}&{}", encode(space), page.query(encode)), None).await?)
     }
 
     async fn invitations(&self, page: Page) -> Result<InvitationsList, CallError> {
-        self.call("GET", &format!("/v1/invitations?{}", page.query(encode)), None).await
+        answer(&self.call("GET", &format!("/v1/invitations?{}", page.query(encode)), None).await?)
     }
 
     async fn invited(&self, space: &str, page: Page) -> Result<InvitationsList, CallError> {
-        self.call("GET", &format!("/v1/spaces/invitations?space={}&{}", encode(space), page.query(encode)), None).await
+        answer(&self.call("GET", &format!("/v1/spaces/invitations?space={}&{}", encode(space), page.query(encode)), None).await?)
     }
 
     async fn accept(&self, space: &str) -> Result<Membership, CallError> {
         let body = serde_json::to_string(&SpaceName { space: space.to_owned() }).ok();
-        self.call("POST", "/v1/invitations/accept", body).await
+        answer(&self.call("POST", "/v1/invitations/accept", body).await?)
     }
 
     async fn decline(&self, space: &str) -> Result<(), CallError> {
         let body = serde_json::to_string(&SpaceName { space: space.to_owned() }).ok();
-        let _: serde::de::IgnoredAny = self.call("POST", "/v1/invitations/decline", body).await?;
+        let _: serde::de::IgnoredAny = answer(&self.call("POST", "/v1/invitations/decline", body).await?)?;
         Ok(())
     }
 
     async fn leave(&self, space: &str) -> Result<(), CallError> {
         let body = serde_json::to_string(&SpaceName { space: space.to_owned() }).ok();
-        let _: serde::de::IgnoredAny = self.call("POST", "/v1/spaces/leave", body).await?;
+        let _: serde::de::IgnoredAny = answer(&self.call("POST", "/v1/spaces/leave", body).await?)?;
         Ok(())
     }
+}
+
+/// A membership call's 200, read as `T`.
+fn answer<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, CallError> {
+    crate::json::from_str(text).map_err(|e| CallError::network(Failure::BadResponse(e.to_string())))
 }
