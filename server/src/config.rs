@@ -202,12 +202,13 @@ pub struct Config {
     pub webhook_secret: Option<String>,
 
     /// Milliseconds a delivery may take before it counts as failed and is tried again.
-    #[arg(long, env = "MARKSYNC_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000)]
+    /// (0 is refused: every delivery would fail, answered or not.)
+    #[arg(long, env = "MARKSYNC_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub webhook_timeout_ms: u64,
 
     /// Milliseconds before the first retry of a failed delivery; each next waits twice as
     /// long, up to 5 minutes.
-    #[arg(long, env = "MARKSYNC_WEBHOOK_BACKOFF_MS", default_value_t = 1_000)]
+    #[arg(long, env = "MARKSYNC_WEBHOOK_BACKOFF_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub webhook_backoff_ms: u64,
 
     /// Deliveries waiting at most: past it, pushes are answered `503 unavailable`

@@ -172,9 +172,12 @@ impl Webhook {
                 }
                 Err(error) => {
                     self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                    let wait = backoff(self.backoff, queue.failures, &d.id);
-                    tracing::warn!(delivery = %d.id, space = %queue.space, failures = queue.failures + 1, retry_in_ms = ms(wait), %error, "webhook delivery failed");
-                    settle = Settle::Retry(now_ms_db().saturating_add(ms(wait)), error);
+                    // Deliveries went through before this one: a new run of failures starts.
+                    let afresh = delivered_through.is_some();
+                    let failures = if afresh { 0 } else { queue.failures };
+                    let wait = backoff(self.backoff, failures, &d.id);
+                    tracing::warn!(delivery = %d.id, space = %queue.space, failures = failures + 1, retry_in_ms = ms(wait), %error, "webhook delivery failed");
+                    settle = Settle::Retry { next_at: now_ms_db().saturating_add(ms(wait)), error, afresh };
                     break;
                 }
             }

@@ -28,6 +28,8 @@ enum Mode {
     Ok,
     Fail,
     Hang,
+    /// Fails every third request, takes the others.
+    FailEveryThird,
 }
 
 /// One request the receiver got.
@@ -67,6 +69,11 @@ impl Receiver {
                         Some(ref hang) if space.as_ref() == Some(hang) => Mode::Hang,
                         _ => *r.mode.lock().unwrap(),
                     };
+                    let mode = match mode {
+                        Mode::FailEveryThird if r.got.lock().unwrap().len() % 3 == 2 => Mode::Fail,
+                        Mode::FailEveryThird => Mode::Ok,
+                        m => m,
+                    };
                     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
                     r.got.lock().unwrap().push(Got {
                         id: header("marksync-delivery"),
@@ -75,7 +82,7 @@ impl Receiver {
                         answered_ok: mode == Mode::Ok,
                     });
                     match mode {
-                        Mode::Ok => StatusCode::NO_CONTENT,
+                        Mode::Ok | Mode::FailEveryThird => StatusCode::NO_CONTENT,
                         Mode::Fail => StatusCode::SERVICE_UNAVAILABLE,
                         Mode::Hang => {
                             tokio::time::sleep(Duration::from_secs(30)).await;
@@ -234,6 +241,29 @@ async fn every_change_arrives_through_failures_and_hangs(backend: Backend) {
     t.stop().await;
 }
 both!(every_change_arrives_through_failures_and_hangs);
+
+/// A receiver that fails now and then while a backlog drains: each failure
+/// after deliveries went through waits the first backoff again. The wait
+/// doubled on from every failure since the queue last ran empty (50 ms,
+/// then 0.1, 0.2 … 25 s by the tenth), so an occasional failure under steady
+/// traffic reached waits of minutes.
+async fn a_failure_after_deliveries_went_through_backs_off_from_the_start(backend: Backend) {
+    let Some(database) = fresh_database(backend).await else { return };
+    let (receiver, url, _task) = Receiver::start(Mode::Fail).await;
+    let t = TestServer::start(hooked(&database, &url)).await.owning_database();
+    let ids: Vec<String> = (0..30).map(|i| format!("b{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        t.push_ok("alice", &[full(id, &format!("r{i}"), 1_000 + i as u64, 5)]).await;
+    }
+    receiver.set(Mode::FailEveryThird);
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    // 30 deliveries, about 10 failures: each waits 50 ms and its jitter, and
+    // the sender's idle poll (0.5 s). Doubling on from the last run, the
+    // tenth alone would wait 25 s.
+    receiver.wait_for(&ids, 20).await;
+    t.stop().await;
+}
+both!(a_failure_after_deliveries_went_through_backs_off_from_the_start);
 
 /// The receiver takes the first changes, then is down while more commit and
 /// the server is SIGKILLed; started again on the same database, the server

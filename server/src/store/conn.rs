@@ -74,6 +74,8 @@ mod sql {
     pub const DELIVERED: &str = "DELETE FROM deliveries WHERE space_id = $1 AND head <= $2";
     pub const RETRY_QUEUE: &str =
         "UPDATE delivery_queues SET next_at = $2, failures = failures + 1, last_error = $3 WHERE space_id = $1";
+    pub const RETRY_QUEUE_AFRESH: &str =
+        "UPDATE delivery_queues SET next_at = $2, failures = 1, last_error = $3 WHERE space_id = $1";
     pub const DRAINED_QUEUE: &str =
         "UPDATE delivery_queues SET next_at = $2, failures = 0, last_error = NULL WHERE space_id = $1";
     pub const DROP_EMPTY_QUEUE: &str = "DELETE FROM delivery_queues WHERE space_id = $1 \
@@ -184,8 +186,17 @@ pub struct Claimed {
 pub enum Settle {
     /// Every delivery sent was answered 2xx: the queue is due again now, or gone when empty.
     Drained,
-    /// The delivery after the last delivered failed: try again at this time (ms), noting why.
-    Retry(i64, String),
+    /// The delivery after the last delivered failed: try again later.
+    Retry {
+        /// When (ms).
+        next_at: i64,
+        /// Why it failed.
+        error: String,
+        /// Deliveries went through before it: its failures are counted from
+        /// none, not on from the queue's — the backoff follows failures in a
+        /// row, not every failure since the queue last ran empty.
+        afresh: bool,
+    },
 }
 
 /// The deliveries waiting, for `/metrics`.
@@ -568,8 +579,8 @@ where
             sqlx::query(sql::DELIVERED).bind(space).bind(seq_to_db(head)?).execute(&mut *self).await?;
         }
         match settle {
-            Settle::Retry(next_at, error) => {
-                sqlx::query(sql::RETRY_QUEUE)
+            Settle::Retry { next_at, error, afresh } => {
+                sqlx::query(if *afresh { sql::RETRY_QUEUE_AFRESH } else { sql::RETRY_QUEUE })
                     .bind(space)
                     .bind(*next_at)
                     .bind(error.as_str())
