@@ -443,7 +443,14 @@ pub fn judge_batch_with(
         let decision = match space::may_write(&at.0, role) {
             Err(denied) => Decision::Reject { code: denied.code.to_owned(), reason: denied.reason },
             Ok(()) => {
-                match schema.check_sender(&Edit::of(op), &at.0, role, sender, current).map(|()| decide(schema, op, current, limits)) {
+                // An op that moves no mark is applied without a check (§3 step 1):
+                // the sender's rules (`ownersOnly`, `ownRows`) included.
+                let decided = decide(schema, op, current, limits);
+                let checked = match decided {
+                    d @ Decision::Apply { moved: false, .. } => Ok(d),
+                    d => schema.check_sender(&Edit::of(op), &at.0, role, sender, current).map(|()| d),
+                };
+                match checked {
                     Err(refusal) => Decision::Reject { code: refusal.code.as_str().to_owned(), reason: refusal.reason },
                     Ok(decision) => match decision {
                         Decision::Apply { mut row, moved: true } => {

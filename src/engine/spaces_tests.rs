@@ -411,6 +411,46 @@ fn an_editor_changes_only_the_rows_they_created() {
     assert_eq!(v[0].outcome, crate::protocol::Outcome::Applied);
 }
 
+/// An op that moves no mark is applied without a check (PROTOCOL §3, step
+/// 1) — the sender's rules too: an editor's late op on an owner's row, or
+/// of an owners-only field, that loses every field to newer marks was
+/// refused (and that refusal remembered forever), while `writeOnce` and
+/// ranges let it through.
+#[test]
+fn an_op_that_moves_nothing_is_applied_whatever_the_senders_rules() {
+    let text = r#"{"version": 1, "tables": {"sets": {"ownRows": true, "fields": {
+        "exercise": {"type": "string", "required": true},
+        "weightKg": {"type": "number", "required": true},
+        "reps": {"type": "integer", "required": true},
+        "coachNote": {"type": "string", "ownersOnly": true}}}}}"#;
+    let mut s = MemoryServer::new(Schema::from_json(text).unwrap());
+    s.create_space("gym", "alice").unwrap();
+    let mut op = crate::workload::set_op("a", 1, 1, 50);
+    op.space = Some("gym".into());
+    op.fields.insert("coachNote".into(), "well done".into());
+    s.push("alice", &PushRequest { attempt_key: "a:1".into(), batch: vec![op.clone()] }).unwrap();
+    grant(&mut s, Role::Editor);
+    // Bob's ops on alice's row, older than every mark on it.
+    let late = |n: usize, fields: &[&str]| {
+        let mut o = op.clone();
+        o.op_id = crate::protocol::OpId::new(format!("b:{n}"));
+        o.at = 10;
+        o.fields.retain(|k, _| fields.contains(&k.as_str()));
+        o
+    };
+    let batch = vec![late(1, &["reps"]), late(2, &["coachNote"])];
+    let v = s.push("bob", &PushRequest { attempt_key: "b:1".into(), batch }).unwrap().verdicts;
+    assert_eq!(
+        v.iter().map(|v| v.outcome.clone()).collect::<Vec<_>>(),
+        [crate::protocol::Outcome::Applied, crate::protocol::Outcome::Applied]
+    );
+    // One that would move a mark is still refused.
+    let mut moving = late(3, &["reps"]);
+    moving.at = 60;
+    let v = s.push("bob", &PushRequest { attempt_key: "b:2".into(), batch: vec![moving] }).unwrap().verdicts;
+    assert!(matches!(&v[0].outcome, crate::protocol::Outcome::Rejected { code, .. } if code == "own_rows"), "{:?}", v[0].outcome);
+}
+
 /// The device's check and the server's verdict agree, word for word, over a
 /// seeded corpus of an editor's edits of their own rows and an owner's, with
 /// fields written once, owners-only fields and deletes.
