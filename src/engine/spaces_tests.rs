@@ -411,11 +411,11 @@ fn an_editor_changes_only_the_rows_they_created() {
     assert_eq!(v[0].outcome, crate::protocol::Outcome::Applied);
 }
 
-/// An op that moves no mark is applied without a check (PROTOCOL §3, step
-/// 1) — the sender's rules too: an editor's late op on an owner's row, or
-/// of an owners-only field, that loses every field to newer marks was
-/// refused (and that refusal remembered forever), while `writeOnce` and
-/// ranges let it through.
+/// An op that moves no mark is applied without a check (PROTOCOL §3, its
+/// first step), the sender's rules too: an editor's late op on an owner's
+/// row, or of an owners-only field, that loses every field to newer marks
+/// was refused (and that refusal remembered forever), while `writeOnce`
+/// and ranges let it through.
 #[test]
 fn an_op_that_moves_nothing_is_applied_whatever_the_senders_rules() {
     let text = r#"{"version": 1, "tables": {"sets": {"ownRows": true, "fields": {
