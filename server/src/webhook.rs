@@ -93,8 +93,12 @@ impl Webhook {
         }))
     }
 
-    /// A push committed deliveries: look now rather than at the next poll.
-    pub fn wake(&self) {
+    /// A push committed `n` deliveries (one a space it moved): they count
+    /// toward `--webhook-max-pending` at once — the backlog, counted once a
+    /// second, let a second of pushes pass the bound — and the sender looks
+    /// now rather than at the next poll.
+    pub fn enqueued(&self, n: usize) {
+        self.stats.pending.fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
         self.wake.notify_one();
     }
 

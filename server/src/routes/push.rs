@@ -97,7 +97,7 @@ pub(crate) async fn push(
 fn committed(app: &App, judgement: &Judgement, started: Instant) {
     app.metrics.push_judged(judgement.verdicts.iter().map(|v| &v.outcome), started.elapsed());
     if let (Some(w), false) = (&app.webhook, judgement.heads.is_empty()) {
-        w.wake();
+        w.enqueued(judgement.heads.len());
     }
     for (space, head) in &judgement.heads {
         // This process's streams at once (on PostgreSQL the NOTIFY comes back
