@@ -188,10 +188,15 @@ async fn admit(
     late(&app, &timed_out).unwrap_or(resp)
 }
 
-/// The admin routes' guard after their credential: the same body deadline
+/// The admin routes' guard: their credential, then the same body deadline
 /// as the user routes' (holding a body open needs the admin token, but a
 /// leaked one, or a stuck script, should not hold a connection for ever).
 pub async fn admin_body(State(app): State<App>, req: Request, next: Next) -> Response {
+    // The credential first, refused as a user route's refusal is: a client
+    // sending a body reads the answer, never a reset.
+    if let Err(e) = app.admin.check(req.headers()) {
+        return refuse(&app, req, e).await;
+    }
     let (parts, body) = req.into_parts();
     let (body, timed_out) = deadline(&app, body);
     let resp = next.run(Request::from_parts(parts, body)).await;

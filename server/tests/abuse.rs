@@ -375,11 +375,14 @@ both!(shutdown_ends_within_its_deadline_while_a_body_is_half_sent);
 /// connection a refused push with its body, then a request: either both are
 /// answered, or the refusal says `connection: close` and the connection ends
 /// cleanly — never an answer and then a dropped connection. A body too large
-/// to drain is answered with `connection: close`.
+/// to drain is answered with `connection: close`. The admin routes' 401
+/// too (it answered before the body and dropped the connection without
+/// `connection: close`: the client read a reset).
 async fn an_early_refusal_never_drops_the_next_request(b: Backend) {
     let Some(t) = start(b, |c| {
         c.rate_limit = 0.5;
         c.rate_burst = Some(1.0);
+        c.admin_token = Some("the-admin-token-of-at-least-32-characters".into());
     })
     .await
     else {
@@ -387,10 +390,15 @@ async fn an_early_refusal_never_drops_the_next_request(b: Backend) {
     };
     let body = format!("{{\"attemptKey\":\"d:a\",\"batch\":[],\"pad\":\"{}\"}}", "x".repeat(200 << 10));
     // The middle one is read whole (and is a 400: `pad` is no field of a push); it uses up the burst.
-    for (token, want) in [("forged", 401), ("dev:u", 400), ("dev:u", 429)] {
+    for (path, token, want) in [
+        ("/v1/push", "forged", 401),
+        ("/v1/push", "dev:u", 400),
+        ("/v1/push", "dev:u", 429),
+        ("/v1/admin/pull", "not-the-admin-token", 401),
+    ] {
         let mut s = TcpStream::connect(t.server.addr).await.unwrap();
         let refused = format!(
-            "POST /v1/push HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\n\r\n{body}",
             body.len()
         );
         let next = "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";

@@ -17,14 +17,11 @@ pub mod jwks;
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::header;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::http::{header, HeaderMap};
 use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
-use crate::error::{not_found, ApiError};
+use crate::error::ApiError;
 use jwks::KeySet;
 
 /// The app's own authentication, for marksync inside the app's server
@@ -334,19 +331,21 @@ impl BearerSecret {
             .map(|(_, token)| token.trim());
         given.is_some_and(|g| same_secret(g.as_bytes(), expected.as_bytes()))
     }
-}
 
-/// The middleware of `/v1/admin/…`: 404 unless an admin credential is
-/// configured, then 401 unless the request carries it.
-pub async fn admin(State(credential): State<AdminCredential>, req: Request, next: Next) -> Response {
-    if !credential.is_set() {
-        return not_found().await;
+    /// Whether a request to `/v1/admin/…` may go on: `404` unless an admin
+    /// credential is configured, then `401` unless the request carries it.
+    /// (Refused by [`crate::guard::admin_body`], as a user route's early
+    /// refusal is: the body drained first, or the connection closed.)
+    pub fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        if !self.is_set() {
+            return Err(ApiError::new(marksync::protocol::ErrorCode::NotFound, "no such route"));
+        }
+        let header = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        if !self.admits(header) {
+            return Err(ApiError::unauthorized("the admin routes need the admin token"));
+        }
+        Ok(())
     }
-    let header = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    if !credential.admits(header) {
-        return ApiError::unauthorized("the admin routes need the admin token").into_response();
-    }
-    next.run(req).await
 }
 
 /// Compares two secrets in time that depends on their lengths only, not on

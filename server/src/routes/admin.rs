@@ -1,5 +1,5 @@
 //! The routes of the app's own backend (`--admin-token`, checked by
-//! [`crate::auth::admin`] before these run): creating a space for any owner,
+//! [`crate::guard::admin_body`] before these run): creating a space for any owner,
 //! managing any space's members, and reading any space — a page of every
 //! space and its head, and a pull of the spaces it names, as a device pulls.
 

@@ -14,7 +14,7 @@
 //! | [`faults`] | `POST /__faults` (only with `--enable-faults`) |
 //!
 //! The API routes sit behind [`crate::guard`] (auth, rate limit, per-user
-//! caps, body deadline), the admin routes behind [`crate::auth::admin`];
+//! caps, body deadline), the admin routes behind [`crate::guard::admin_body`];
 //! every route, the fallback included, behind [`crate::access`] (request id,
 //! span, access log, request metrics).
 
@@ -44,7 +44,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use crate::app::App;
 use crate::config::Config;
 use crate::error::{not_found, ServerError};
-use crate::{access, auth, guard};
+use crate::{access, guard};
 
 /// The codings the API decodes in a request body (`Content-Encoding`).
 pub const REQUEST_ENCODINGS: &str = "gzip, br";
@@ -71,10 +71,8 @@ pub fn router(app: App, config: &Config) -> Result<Router, ServerError> {
         .route("/v1/admin/pull", post(admin::pull))
         .route("/v1/admin/spaces/members", get(admin::members).post(admin::set))
         .route("/v1/admin/spaces/invitations", get(admin::invitations));
-    // Layers run outside in: the credential first, then the body's deadline, then the decoder.
-    let admin = decoding(admin)
-        .route_layer(middleware::from_fn_with_state(app.clone(), guard::admin_body))
-        .route_layer(middleware::from_fn_with_state(app.admin.clone(), auth::admin));
+    // Layers run outside in: the credential and the body's deadline, then the decoder.
+    let admin = decoding(admin).route_layer(middleware::from_fn_with_state(app.clone(), guard::admin_body));
     let admin = says_encodings(admin);
     let mut r = Router::new()
         .merge(api)
