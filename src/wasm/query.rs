@@ -27,11 +27,7 @@ fn read_query(engine: &Engine, v: &JsValue, with_page: bool) -> Result<Query, Js
         return Err(bad(format!("a query must be an object {{ where, orderBy, limit, after, space }} (got {})", js_type(v))));
     }
     let known: &[&str] = if with_page { &["where", "orderBy", "limit", "after", "space"] } else { &["where", "space"] };
-    for k in args::keys(v, "query")? {
-        if !known.contains(&k.as_str()) && !args::get(v, &k)?.is_undefined() {
-            return Err(bad(format!("query.{k} is not a query option (the options are {})", known.join(", "))));
-        }
-    }
+    args::only_keys(v, "query", known)?;
     let mut q = Query::default();
     if let Some(space) = args::opt_text(&args::get(v, "space")?, "query.space")? {
         q.space = Some(engine.following().local(&space).to_owned());
@@ -200,7 +196,7 @@ pub fn read_indexes(v: &JsValue) -> Result<Vec<IndexDef>, JsValue> {
                 let name = args::text(f, &format!("{at}[{j}]"))?;
                 crate::query::check_field(&name).map_err(|e| bad(format!("{at}[{j}]: {e}")))?;
                 if names.contains(&name) {
-                    return Err(bad(format!("{at}: field names must be distinct and not empty")));
+                    return Err(bad(format!("{at}: field names must be distinct")));
                 }
                 names.push(name);
             }
