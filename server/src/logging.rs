@@ -37,7 +37,10 @@ pub fn subscriber<W>(format: LogFormat, ansi: bool, filter: EnvFilter, writer: W
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    // A line that cannot be written (a full disk under a log file) is lost,
+    // not reported: the report goes to stderr, on the same disk as often as
+    // not, and its `eprintln!` panics — the request being logged with it.
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).log_internal_errors(false);
     match format {
         LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
         LogFormat::Json => Box::new(

@@ -400,6 +400,44 @@ async fn a_full_disk_is_a_503_and_heals_without_a_restart() {
     assert_eq!(pulled, acknowledged, "every acknowledged op is there, nothing else");
 }
 
+/// A server logging to files on the disk that filled stopped answering:
+/// its log line could not be written, tracing reported that on stderr, on
+/// the same disk, and that report's `eprintln!` panicked the request — the
+/// client saw its connection dropped, not `503` with `Retry-After`.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_full_disk_under_the_log_files_too_is_still_a_503() {
+    let url = fresh_database(Backend::Sqlite).await.unwrap();
+    let dir = std::env::temp_dir().join(unique("marksync-logs"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let args = ["--listen", &listen, "--database", &url, "--dev-auth", "--rate-limit", "0", "--ops-rate", "0"];
+    let mut cmd = without_sigxfsz(command(&args));
+    cmd.stdout(std::fs::File::create(dir.join("out.log")).unwrap());
+    cmd.stderr(std::fs::File::create(dir.join("err.log")).unwrap());
+    let mut child = cmd.spawn().unwrap();
+    let base = format!("http://{listen}");
+    let started = Instant::now();
+    while !reqwest::get(format!("{base}/healthz")).await.is_ok_and(|r| r.status() == 200) {
+        assert!(started.elapsed() < Duration::from_secs(30), "did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let http = reqwest::Client::new();
+    assert_eq!(push_n(&http, &base, "logs", 5).await.0, 200);
+
+    file_size_limit(child.id().unwrap() as i32, Some(1));
+    for _ in 0..3 {
+        let (status, body, retry) = push_n(&http, &base, "logs", 5).await;
+        assert_eq!(status, 503, "{body}");
+        assert!(retry.is_some(), "Retry-After");
+    }
+    file_size_limit(child.id().unwrap() as i32, None);
+    assert_eq!(push_n(&http, &base, "logs", 5).await.0, 200, "room again");
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A start on a full disk failed, and left a 4 KB database file behind.
 #[cfg(target_os = "linux")]
 #[tokio::test]
