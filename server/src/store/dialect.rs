@@ -186,11 +186,43 @@ pub(crate) struct Pools<D: Database> {
     pub gate: Option<Arc<Gate>>,
     /// This store's name in its `NOTIFY`s, so that its own come back to nobody.
     pub origin: u64,
+    /// Where the single writer is one connection to a file: it is opened again
+    /// after a write on it was refused as read-only.
+    pub reopen: Option<Reopen>,
 }
 
+/// "Open the single writer's connection again before its next use." SQLite
+/// opens a file it may not write read-only, silently, and such a connection
+/// stays read-only after the file can be written again (its mode fixed, the
+/// disk freed): without this, every push failed `503` until a restart.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Reopen(Arc<std::sync::atomic::AtomicBool>);
+
 impl<D: Database> Pools<D> {
-    pub(crate) fn new(writer: Pool<D>, reader: Pool<D>, gate: Option<Arc<Gate>>) -> Pools<D> {
-        Pools { writer, reader, gate, origin: new_origin() }
+    pub(crate) fn new(writer: Pool<D>, reader: Pool<D>, gate: Option<Arc<Gate>>, reopen: Option<Reopen>) -> Pools<D> {
+        Pools { writer, reader, gate, origin: new_origin(), reopen }
+    }
+
+    /// Looks at how a write ended: one refused as read-only has the writer's
+    /// connection opened again before the next write (a connection of a pool
+    /// of many is not told apart, so only the single writer is reopened).
+    pub(crate) fn after_write<T, E: WriteFailure>(&self, ended: &Result<T, E>) {
+        if let (Some(reopen), Err(e)) = (&self.reopen, ended) {
+            if e.db_error().is_some_and(DbError::is_read_only) {
+                reopen.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+/// An error of a write that may be the database's own.
+pub(crate) trait WriteFailure {
+    fn db_error(&self) -> Option<&DbError>;
+}
+
+impl WriteFailure for DbError {
+    fn db_error(&self) -> Option<&DbError> {
+        Some(self)
     }
 }
 
@@ -248,7 +280,13 @@ fn stats_of<D: Database>(pool: &'static str, p: &Pool<D>) -> PoolStats {
 // By hand: a derive would ask `D: Clone` of the database type.
 impl<D: Database> Clone for Pools<D> {
     fn clone(&self) -> Self {
-        Pools { writer: self.writer.clone(), reader: self.reader.clone(), gate: self.gate.clone(), origin: self.origin }
+        Pools {
+            writer: self.writer.clone(),
+            reader: self.reader.clone(),
+            gate: self.gate.clone(),
+            origin: self.origin,
+            reopen: self.reopen.clone(),
+        }
     }
 }
 
@@ -287,10 +325,16 @@ pub(crate) trait Dialect: Database<Arguments: IntoArguments<Self>> {
 /// transaction back by itself; the rollback the driver then sends fails, the
 /// connection still counts itself inside a transaction, and every `BEGIN` on
 /// it after that is refused: the single writer would stay wedged until a
-/// restart.)
-pub(crate) fn healing<D: Database>(options: PoolOptions<D>) -> PoolOptions<D> {
-    options.before_acquire(|conn, _| {
+/// restart.) With `reopen`, a connection is also closed when a write on it
+/// was refused as read-only since ([`Pools::after_write`]).
+pub(crate) fn healing<D: Database>(options: PoolOptions<D>, reopen: Option<Reopen>) -> PoolOptions<D> {
+    options.before_acquire(move |conn, _| {
+        let reopen = reopen.clone();
         Box::pin(async move {
+            if reopen.is_some_and(|r| r.0.swap(false, std::sync::atomic::Ordering::SeqCst)) {
+                tracing::warn!("a write was refused as read-only: opening the writer's connection again");
+                return Ok(false);
+            }
             if !conn.is_in_transaction() {
                 return Ok(true);
             }

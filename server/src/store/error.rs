@@ -84,6 +84,18 @@ impl DbError {
     }
 }
 
+impl DbError {
+    /// Whether the database refused a write as read-only (SQLite's
+    /// SQLITE_READONLY and its extended codes, PostgreSQL's 25006).
+    pub fn is_read_only(&self) -> bool {
+        let DbError::Db(sqlx::Error::Database(d)) = self else { return false };
+        d.code().is_some_and(|code| match d.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+            Some(_) => code.parse::<i32>().is_ok_and(|n| n & 0xff == 8),
+            None => code == "25006",
+        })
+    }
+}
+
 fn unavailable(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::PoolTimedOut
@@ -132,6 +144,15 @@ pub enum PushError {
     /// A `failBeforeCommit` fault rolled the push back: 500 `internal`.
     #[error("injected failure before commit")]
     InjectedFailure,
+}
+
+impl super::dialect::WriteFailure for PushError {
+    fn db_error(&self) -> Option<&DbError> {
+        match self {
+            PushError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 impl From<sqlx::Error> for PushError {

@@ -133,6 +133,18 @@ macro_rules! on_backend {
     };
 }
 
+/// [`on_backend!`] for a write: how it ended is looked at after
+/// ([`Pools::after_write`]: a writer refused as read-only is opened again).
+macro_rules! writing {
+    ($store:expr, $db:ident => $body:expr) => {
+        on_backend!($store, $db => {
+            let ended = $body;
+            $db.after_write(&ended);
+            ended
+        })
+    };
+}
+
 impl Store {
     /// Connects to `url` (`sqlite://FILE` — created if missing — or
     /// `postgres://…`), applies or checks the migrations, and proves the
@@ -192,12 +204,12 @@ impl Store {
 
     /// Writes the probe's row in a write transaction of its own.
     async fn probe_write(&self) -> Result<(), DbError> {
-        on_backend!(self, db => {
+        writing!(self, db => async {
             let mut tx = db.write().await?;
             tx.write_probe().await?;
             tx.commit().await?;
             Ok(())
-        })
+        }.await)
     }
 
     /// Whether the server can serve: the database answers a read, takes a
@@ -244,13 +256,13 @@ impl Store {
         limits: &Limits,
         ctl: &PushControl,
     ) -> Result<Judgement, PushError> {
-        on_backend!(self, db => push::push(db, user, schema, batch, limits, ctl).await)
+        writing!(self, db => push::push(db, user, schema, batch, limits, ctl).await)
     }
 
     /// The one-statement-per-op judge, kept only for the load benchmark.
     #[cfg(feature = "bench-per-op")]
     pub async fn push_per_op(&self, user: &str, schema: &Schema, batch: &[Op]) -> Result<Judgement, PushError> {
-        on_backend!(self, db => per_op::push(db, user, schema, batch).await)
+        writing!(self, db => per_op::push(db, user, schema, batch).await)
     }
 
     /// Wakes this process's event streams on pushes and membership changes
@@ -318,7 +330,7 @@ impl Store {
 
     /// Creates the shared space `space`, owned by `owner`.
     pub async fn create_space(&self, space: &str, owner: &str) -> Result<Role, SpaceError> {
-        on_backend!(self, db => spaces::create(db, &self.1, space, owner).await)
+        writing!(self, db => spaces::create(db, &self.1, space, owner).await)
     }
 
     /// Sets (or with `None` removes) `user`'s role in `space`, as `actor`:
@@ -330,17 +342,17 @@ impl Store {
         user: &str,
         role: Option<Role>,
     ) -> Result<Changed, SpaceError> {
-        on_backend!(self, db => spaces::set_member(db, &self.1, actor, space, user, role).await)
+        writing!(self, db => spaces::set_member(db, &self.1, actor, space, user, role).await)
     }
 
     /// `user` accepts their pending invitation to `space`: the role they now have.
     pub async fn accept(&self, user: &str, space: &str) -> Result<Role, SpaceError> {
-        on_backend!(self, db => spaces::accept(db, &self.1, user, space).await)
+        writing!(self, db => spaces::accept(db, &self.1, user, space).await)
     }
 
     /// `user` declines their invitation to `space`.
     pub async fn decline(&self, user: &str, space: &str) -> Result<(), SpaceError> {
-        on_backend!(self, db => spaces::decline(db, user, space).await)
+        writing!(self, db => spaces::decline(db, user, space).await)
     }
 
     /// A page of `user`'s pending invitations, after the space `after`.
@@ -380,7 +392,7 @@ impl Store {
         spaces: usize,
         per_space: usize,
     ) -> Result<Vec<Claimed>, DbError> {
-        on_backend!(self, db => {
+        writing!(self, db => async {
             let mut tx = db.write().await?;
             let mut claimed = Vec::new();
             for (space, failures) in tx.claim_queues(lease_until, spaces).await? {
@@ -389,7 +401,7 @@ impl Store {
             }
             tx.commit().await?;
             Ok(claimed)
-        })
+        }.await)
     }
 
     /// Forgets `space`'s deliveries up to `delivered_through` and settles its
@@ -401,13 +413,13 @@ impl Store {
         delivered_through: Option<u64>,
         settle: &Settle,
     ) -> Result<(), DbError> {
-        on_backend!(self, db => {
+        writing!(self, db => async {
             let mut tx = db.write().await?;
             tx.lock_head(space).await?;
             tx.settle_queue(space, delivered_through, settle).await?;
             tx.commit().await?;
             Ok(())
-        })
+        }.await)
     }
 
     /// Makes every queue of deliveries due now, leases included: at the start
@@ -448,5 +460,33 @@ impl Store {
     /// Closes every connection.
     pub async fn close(&self) {
         on_backend!(self, db => db.close().await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A SQLite writer opened while its file could not be written (SQLite
+    /// then opens it read-only, silently) stayed read-only after the file was
+    /// fixed: every push and `/readyz` failed until a restart. The file's mode
+    /// does not stop the tests' root user, so the connection is made
+    /// read-only here as SQLite would have opened it (`query_only`: the same
+    /// SQLITE_READONLY on every write).
+    #[tokio::test]
+    async fn a_writer_refused_as_read_only_is_opened_again() {
+        let dir = std::env::temp_dir().join(format!("marksync-ro-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("ro.db").display());
+        let store = Store::connect(&url, &DbOptions::DEFAULT).await.unwrap();
+        let Backend::Sqlite(db) = &store.0 else { unreachable!() };
+        sqlx::raw_sql("PRAGMA query_only = ON").execute(&db.writer).await.unwrap();
+
+        let refused = store.probe_write().await.unwrap_err();
+        assert!(refused.is_read_only() && refused.is_unavailable(), "{refused}");
+        store.probe_write().await.expect("the writer opened again takes writes");
+        store.ready().await.unwrap();
+        store.close().await;
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -100,13 +100,13 @@ impl Dialect for Postgres {
         }
         // A request waits `acquire_timeout` for a connection, never the pool's 30 s
         // default: in an outage it is answered 503 at once and retried by the client.
-        let pool = healing(PgPoolOptions::new())
+        let pool = healing(PgPoolOptions::new(), None)
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await
             .map_err(what)?;
-        Ok(Pools::new(pool.clone(), pool, None))
+        Ok(Pools::new(pool.clone(), pool, None, None))
     }
 
     fn bind_list<'q>(q: Query<'q, Postgres>, items: &[&str]) -> Result<Query<'q, Postgres>, DbError> {

@@ -135,6 +135,15 @@ pub enum SpaceError {
     Store(#[from] DbError),
 }
 
+impl super::dialect::WriteFailure for SpaceError {
+    fn db_error(&self) -> Option<&DbError> {
+        match self {
+            SpaceError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 impl From<sqlx::Error> for SpaceError {
     fn from(e: sqlx::Error) -> Self {
         SpaceError::Store(DbError::Db(e))

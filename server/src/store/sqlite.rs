@@ -15,7 +15,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::Sqlite;
 
 use super::dialect::{
-    healing, migrations, Dialect, EncodedRow, Key, Migration, Pools, Query, Statements, VerdictColumns,
+    healing, migrations, Dialect, EncodedRow, Key, Migration, Pools, Query, Reopen, Statements, VerdictColumns,
 };
 use super::error::DbError;
 use super::DbOptions;
@@ -94,7 +94,9 @@ impl Dialect for Sqlite {
         // The single writer is a queue, not a pool to fail over: a push waits its turn
         // (pushes are bounded per user), so its wait is long; an outage shows on the
         // write itself, answered at once.
-        let writer = healing(SqlitePoolOptions::new())
+        // A database in memory is its one connection: never opened again.
+        let reopen = matches!(file, SqliteFile::Path(_)).then(Reopen::default);
+        let writer = healing(SqlitePoolOptions::new(), reopen.clone())
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(60))
             .connect_with(connect.clone())
@@ -102,14 +104,14 @@ impl Dialect for Sqlite {
             .map_err(what)?;
         let reader = match file {
             SqliteFile::Memory => writer.clone(),
-            SqliteFile::Path(_) => healing(SqlitePoolOptions::new())
+            SqliteFile::Path(_) => healing(SqlitePoolOptions::new(), None)
                 .max_connections(options.max_connections.clamp(1, 16))
                 .acquire_timeout(options.acquire_timeout)
                 .connect_with(connect.create_if_missing(false))
                 .await
                 .map_err(what)?,
         };
-        Ok(Pools::new(writer, reader, Some(super::writer::Gate::new(options.writer_in_arrival_order()))))
+        Ok(Pools::new(writer, reader, Some(super::writer::Gate::new(options.writer_in_arrival_order())), reopen))
     }
 
     fn bind_list<'q>(q: Query<'q, Sqlite>, items: &[&str]) -> Result<Query<'q, Sqlite>, DbError> {
