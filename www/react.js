@@ -50,19 +50,20 @@ export function useRows(db, table, options) {
  * answer (`null` until the first).
  */
 function useStable(db, read, deps, promised = false) {
-  const last = useRef({ key: 'null', value: null });
-  const take = (value) => {
+  // What is read, by its JSON: an answer is shown only for what it was read for.
+  const of = JSON.stringify(deps);
+  const last = useRef({ of, key: 'null', value: null });
+  const take = (value, what) => {
     const key = JSON.stringify(value);
-    if (key === last.current.key) return false;
-    last.current = { key, value };
+    if (key === last.current.key && what === last.current.of) return false;
+    last.current = { of: what, key, value };
     return true;
   };
   const subscribe = useCallback((cb) => {
     if (!promised) return db.subscribe(cb);
-    // Never the answer for what was read before (another row).
-    if (take(null)) cb();
+    if (take(null, of)) cb();
     let live = true;
-    const again = () => new Promise((resolve) => resolve(read())).then((v) => live && take(v) && cb(), () => {});
+    const again = () => new Promise((resolve) => resolve(read())).then((v) => live && take(v, of) && cb(), () => {});
     again();
     const off = db.subscribe(again);
     return () => {
@@ -71,10 +72,12 @@ function useStable(db, read, deps, promised = false) {
     };
     // `deps` name what `read` reads.
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [db, promised, ...deps]);
+  }, [db, promised, of]);
   return useSyncExternalStore(subscribe, () => {
-    if (!promised) take(read());
-    return last.current.value;
+    if (!promised) take(read(), of);
+    // Never the answer for what was read before (another row): the render
+    // that asks for another row comes before its subscription.
+    return last.current.of === of ? last.current.value : null;
   });
 }
 

@@ -310,4 +310,36 @@ describe('queries in Chromium', () => {
     assert.equal(await page.evaluate(() => window.notArrays), 0, 'useSpaces and useConflicts are arrays in every render');
     await context.close();
   });
+
+  test('useRowStatus over a lazy database never shows one row\'s status under another\'s id', async () => {
+    const user = newUser('hookrow');
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    page.on('pageerror', (e) => console.log('# pageerror', e.message));
+    await page.goto(`${server.url}/test/hooks-harness.html`);
+    await page.waitForFunction(() => window.ready);
+    await page.evaluate(async (user) => {
+      window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'hookrow', autoSync: false, live: false, lazy: true });
+      await db.change('sets', 'a', { exercise: 'squat', weightKg: 60, reps: 5 });
+      await db.sync();
+      await db.change('sets', 'b', { exercise: 'bench', weightKg: 40, reps: 5 });
+      window.renders = [];
+      window.App = ({ rowId }) => {
+        const status = window.hooks.useRowStatus(db, 'sets', rowId);
+        window.renders.push({ rowId, phase: status ? status.phase : null });
+        return window.h('pre', null, rowId);
+      };
+      window.render(window.h(App, { rowId: 'a' }));
+    }, user);
+    const truth = { a: 'synced', b: 'pending' };
+    await until(() => page.evaluate(() => window.renders.at(-1).phase === 'synced'), 'a synced');
+    for (const rowId of ['b', 'a', 'b']) {
+      await page.evaluate((rowId) => { window.renders = []; window.render(window.h(App, { rowId })); }, rowId);
+      await until(() => page.evaluate((p) => window.renders.at(-1).phase === p, truth[rowId]), `${rowId} shown`);
+      for (const r of await page.evaluate(() => window.renders)) {
+        assert.ok(r.phase === null || r.phase === truth[r.rowId], `a render of ${r.rowId} showed ${r.phase}`);
+      }
+    }
+    await context.close();
+  });
 });
