@@ -735,7 +735,9 @@ impl Marksync {
         let _ = Reflect::set(&v, &"recoveryReason".into(), &reason);
         let next = e.retry_at().map(|t| JsValue::from_f64(t as f64)).unwrap_or(JsValue::NULL);
         let _ = Reflect::set(&v, &"nextRetryAt".into(), &next);
-        let _ = Reflect::set(&v, &"pendingOps".into(), &JsValue::from_f64(e.pending_len() as f64));
+        // Under another user's token the queue is hidden, its length too, as `pending()` hides it.
+        let pending = if e.hides_rows() { 0 } else { e.pending_len() };
+        let _ = Reflect::set(&v, &"pendingOps".into(), &JsValue::from_f64(pending as f64));
         let _ = Reflect::set(&v, &"cursor".into(), &JsValue::from_f64(e.cursor() as f64));
         let rec = e.recovery().map(|r| JsValue::from_str(r.code.as_str())).unwrap_or(JsValue::NULL);
         let _ = Reflect::set(&v, &"recovery".into(), &rec);

@@ -67,6 +67,7 @@ for (const backend of backends()) {
         assert.equal((await server.rows(alice)).size, 1, 'a-pending was not sent anywhere');
         assert.deepEqual(await d.run(() => db.rows('sets')), [], "bob's session is not shown alice's rows");
         assert.equal(await d.run(() => db.row('sets', 'a-synced')), null);
+        assert.deepEqual(await d.run(() => [db.pending().length, db.metrics().pendingOps]), [0, 0], 'the queue hidden, its length too');
         const st = await d.run(() => db.status('sets', 'a-pending'));
         assert.deepEqual([st.phase, st.code], ['recovery-required', 'wrong_user']);
         // Reopened with bob's token: still alice's database, still refused, still hidden.
