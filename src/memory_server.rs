@@ -247,6 +247,7 @@ impl MemoryServer {
             has_more: page.has_more,
             now: self.now,
             schema_version: Some(self.schema.version),
+            schema_tag: None,
         }
     }
 

@@ -225,6 +225,8 @@ async fn pull_pages_with_limit_10_over_25_rows(b: Backend) {
     let (_, mut empty) = t.pull_raw("u", &format!("cursor={cursor}")).await;
     let now = empty.as_object_mut().unwrap().remove("now");
     assert!(now.and_then(|n| n.as_u64()).is_some_and(|n| n > 1_700_000_000_000), "the server's clock, in ms");
+    let tag = empty.as_object_mut().unwrap().remove("schemaTag");
+    assert!(tag.and_then(|t| t.as_str().map(|t| t.starts_with("\"1-"))).unwrap_or(false), "the schema's ETag");
     assert_eq!(empty, json!({"changes": [], "cursor": cursor, "hasMore": false, "schemaVersion": 1}));
     assert_eq!(t.metric("marksync_pulled_rows_total").await, 25.0);
     t.stop().await;

@@ -58,6 +58,9 @@ async fn the_schema_travels_with_an_etag_and_pulls_carry_its_version(b: Backend)
     assert_eq!(get_schema(&t, Some("u"), Some("\"1-0000000000000000\"")).await.status(), 200);
     let (status, page) = t.pull_raw("u", "cursor=0").await;
     assert_eq!((status, &page["schemaVersion"]), (200, &json!(1)));
+    assert_eq!(page["schemaTag"], json!(v1_tag), "a pull names the tag the schema is fetched under");
+    let spaces = pull(&t, "u", json!({})).await;
+    assert_eq!((&spaces["schemaVersion"], &spaces["schemaTag"]), (&json!(1), &json!(v1_tag)));
     t.stop().await;
 
     let t = start_with(&database, Schema::workout_v3()).await;

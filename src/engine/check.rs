@@ -17,19 +17,28 @@ impl Engine {
         self.schema.as_ref().map(|(k, s)| (k, s))
     }
 
-    /// A pull answer named the server's schema version.
-    pub fn saw_schema_version(&mut self, version: u32) {
+    /// A pull answer named the server's schema: its version, and the `ETag`
+    /// it is fetched under now (absent from older servers).
+    pub fn saw_schema(&mut self, version: u32, tag: Option<&str>) {
         self.server_schema = Some(version);
+        if let Some(tag) = tag {
+            self.server_schema_tag = Some(tag.to_owned());
+        }
     }
 
     /// Whether the schema should be fetched, and the `ETag` to send with
-    /// it: when none is known, or the server named another version.
+    /// it: when none is known, or the server named another version or
+    /// another tag — a file changed in place under the same version is a
+    /// schema all the same, and a device checking edits by the old one
+    /// would refuse what the server now takes, or the reverse, for ever.
     pub fn schema_wanted(&self) -> Option<Option<&str>> {
-        match (&self.schema, self.server_schema) {
-            (None, _) => Some(None),
-            (Some((k, s)), Some(v)) if v != s.version => Some(k.etag.as_deref()),
-            _ => None,
-        }
+        let (k, s) = match &self.schema {
+            None => return Some(None),
+            Some(known) => known,
+        };
+        let other_version = self.server_schema.is_some_and(|v| v != s.version);
+        let other_tag = self.server_schema_tag.as_deref().is_some_and(|t| k.etag.as_deref() != Some(t));
+        (other_version || other_tag).then_some(k.etag.as_deref())
     }
 
     /// Learns a schema fetched from the server; returns the step that stores
@@ -37,6 +46,7 @@ impl Engine {
     pub fn learn_schema(&mut self, text: String, etag: Option<String>) -> Option<Txn> {
         let (known, schema) = KnownSchema::parse(text, etag)?;
         self.server_schema = Some(schema.version);
+        self.server_schema_tag.clone_from(&known.etag);
         self.schema = Some((known.clone(), schema));
         Some(Txn { schema: Some(known), ..Txn::default() })
     }
@@ -74,10 +84,11 @@ impl Engine {
         }
     }
 
-    /// Whether the app sees every row as stored ([`Engine::app_row`] is the
-    /// row itself): no schema known, or the app writes its newest version.
-    pub fn sees_as_stored(&self) -> bool {
-        self.schema.as_ref().is_none_or(|(_, s)| s.seen_as_stored_at(self.config.schema))
+    /// Whether the app sees every row of `table` as stored
+    /// ([`Engine::app_row`] is the row itself): no schema known, or the app
+    /// writes its newest version and no field of the table has a default.
+    pub fn sees_as_stored(&self, table: &str) -> bool {
+        self.schema.as_ref().is_none_or(|(_, s)| s.seen_as_stored_at(self.config.schema, table))
     }
 
     /// The schema edits are checked against: the known one, unless the app

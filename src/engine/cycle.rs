@@ -789,7 +789,7 @@ impl Engine {
             self.meta.clock.learn_offset(server_now, sent_at, now);
         }
         if let Some(v) = answer.schema_version {
-            self.saw_schema_version(v);
+            self.saw_schema(v, answer.schema_tag.as_deref());
         }
         let mut txn = Txn::default();
         let mut base_at: HashMap<RowKey, usize> = HashMap::new();

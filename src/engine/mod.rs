@@ -234,6 +234,8 @@ pub struct Engine {
     schema: Option<(crate::known_schema::KnownSchema, crate::schema::Schema)>,
     /// The schema version the last pull answer named.
     server_schema: Option<u32>,
+    /// The `ETag` of the server's schema, as the last pull named it.
+    server_schema_tag: Option<String>,
     /// When this cycle started before the backoff's time (a person's
     /// `sync()`), that time: its failures neither count toward the retry
     /// limits nor move the backoff.
@@ -303,6 +305,7 @@ impl Engine {
             probe_refused: false,
             schema: None,
             server_schema: None,
+            server_schema_tag: None,
             following: snapshot.following.unwrap_or_default(),
             following_moved: false,
             early: None,

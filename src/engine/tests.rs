@@ -1110,10 +1110,25 @@ fn a_schema_that_does_not_parse_is_not_learned() {
 fn a_new_server_version_makes_the_schema_wanted_again_with_its_etag() {
     let mut e = engine("d");
     e.learn_schema(workout_text(), Some("\"e1\"".into())).unwrap();
-    e.saw_schema_version(1);
+    e.saw_schema(1, None);
     assert_eq!(e.schema_wanted(), None);
-    e.saw_schema_version(2);
+    e.saw_schema(2, None);
     assert_eq!(e.schema_wanted(), Some(Some("\"e1\"")));
+}
+
+/// A schema file changed under the same version (a limit relaxed in place)
+/// was never fetched again: the device went on refusing edits the server
+/// took, or the reverse, for ever.
+#[test]
+fn a_schema_changed_under_the_same_version_is_wanted_again_by_its_tag() {
+    let mut e = engine("d");
+    e.learn_schema(workout_text(), Some("\"1-aa\"".into())).unwrap();
+    e.saw_schema(1, Some("\"1-aa\""));
+    assert_eq!(e.schema_wanted(), None);
+    e.saw_schema(1, Some("\"1-bb\""));
+    assert_eq!(e.schema_wanted(), Some(Some("\"1-aa\"")), "another tag, the same version");
+    e.learn_schema(workout_text(), Some("\"1-bb\"".into())).unwrap();
+    assert_eq!(e.schema_wanted(), None, "learned: asked no more");
 }
 
 #[test]

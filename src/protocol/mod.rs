@@ -1025,6 +1025,10 @@ pub struct PullResponse {
     /// it change fetches `GET /v1/schema`. Absent from older servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema_version: Option<u32>,
+    /// The `ETag` `GET /v1/schema` answers now: a schema file changed under
+    /// the same version is another tag, and fetched again. Absent from older servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_tag: Option<String>,
 }
 
 /// `POST /v1/pull` body: one pull for every space the device follows (PROTOCOL §4b).
@@ -1103,6 +1107,9 @@ pub struct SpacesPullResponse {
     /// The version of the server's schema (PROTOCOL §3b).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema_version: Option<u32>,
+    /// The `ETag` of the server's schema now (PROTOCOL §3b).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_tag: Option<String>,
 }
 
 /// `POST /v1/spaces` (and `/v1/admin/spaces`) body: create a shared space.

@@ -34,6 +34,7 @@ pub(crate) async fn personal(
     app.budgets.charge(Work::Reads, &user, 1 + page.changes.len());
     page.now = Some(now);
     page.schema_version = Some(app.schema.version);
+    page.schema_tag = Some(app.schema_file.etag.clone());
     upgrade_changes(&app, &mut page.changes);
     app.metrics.pulled(page.changes.len());
     Ok(Json(for_reader(&headers, page)).into_response())
@@ -64,6 +65,7 @@ pub(crate) async fn spaces(
 pub(super) fn finish_spaces(app: &App, answer: &mut SpacesPullResponse, now: u64) -> usize {
     answer.now = Some(now);
     answer.schema_version = Some(app.schema.version);
+    answer.schema_tag = Some(app.schema_file.etag.clone());
     let mut pulled = 0;
     for page in &mut answer.spaces {
         pulled += page.changes.len();

@@ -26,6 +26,7 @@ pub(crate) async fn personal<D: Backend>(
         has_more: page.has_more,
         now: None,
         schema_version: None,
+        schema_tag: None,
     })
 }
 
