@@ -38,6 +38,9 @@ pub struct EntriesFor {
     pub defs: Vec<IndexDef>,
     /// The schema version the app reads in.
     pub app_schema: u32,
+    /// Spelled with the schema's defaults shown in rows that lack the field
+    /// (PROTOCOL §3b): entries kept before they were are built again.
+    pub defaults_shown: bool,
 }
 
 /// Takes `<length>:<that many bytes>` off the front of `s`.
@@ -65,7 +68,8 @@ impl EntriesFor {
     /// The record: the app's schema version, then each definition's
     /// [`IndexDef::id`] with its length first.
     pub fn spell(&self) -> String {
-        let mut out = format!("{}:", self.app_schema);
+        let shown = if self.defaults_shown { "+" } else { "" };
+        let mut out = format!("{shown}{}:", self.app_schema);
         for d in &self.defs {
             let id = d.id();
             out += &format!("{}:{id}", id.len());
@@ -75,6 +79,10 @@ impl EntriesFor {
 
     /// Reads [`EntriesFor::spell`] back.
     pub fn read(s: &str) -> Option<EntriesFor> {
+        let (defaults_shown, s) = match s.strip_prefix('+') {
+            Some(rest) => (true, rest),
+            None => (false, s),
+        };
         let (app, mut rest) = s.split_once(':')?;
         let mut defs = Vec::new();
         while !rest.is_empty() {
@@ -82,7 +90,7 @@ impl EntriesFor {
             defs.push(IndexDef::from_id(id)?);
             rest = r;
         }
-        Some(EntriesFor { defs, app_schema: app.parse().ok()? })
+        Some(EntriesFor { defs, app_schema: app.parse().ok()?, defaults_shown })
     }
 
     /// The definitions of `table`, as indexes to spell entries with.

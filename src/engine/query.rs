@@ -169,7 +169,7 @@ impl Engine {
     /// a row it changes must be held to take its old entry out).
     fn fill(&mut self, indexes: &mut Indexes, table: &str) {
         self.keep_whole(table);
-        if self.sees_as_stored() {
+        if self.sees_as_stored(table) {
             indexes.fill_raw(table, self.replica.table_raw(table));
         } else {
             indexes.fill(table, self.replica.table(table).map(|(k, r)| (k, self.app_cow(table, r))));
@@ -201,7 +201,7 @@ impl Engine {
                 defs.insert(at, d);
             }
         }
-        EntriesFor { defs, app_schema: self.config.schema }
+        EntriesFor { defs, app_schema: self.config.schema, defaults_shown: true }
     }
 
     /// What to ask the store to keep, when it keeps other entries than this

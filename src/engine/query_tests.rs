@@ -106,3 +106,26 @@ fn an_edited_row_moves_in_its_index_and_leaves_its_old_place() {
     assert_eq!(e.count("sets", &light), 1, "the old places are gone");
     assert_eq!(e.explain("sets", &light).index.as_deref(), Some(&["weightKg".to_owned()][..]));
 }
+
+/// A field added with a `default` was never shown on the device (PROTOCOL
+/// §3b: "checked and shown as if it held the default"): `row()` lacked it,
+/// `where: { unit: 'kg' }` found nothing, `where: { unit: null }` every row —
+/// while the server judged those rows as `unit: "kg"`.
+#[test]
+fn a_default_is_shown_and_found_as_the_server_reads_it() {
+    let v3 = include_str!("../schema/workout-v3.json").to_owned();
+    for (version, weight) in [(3, "weight"), (1, "weightKg")] {
+        let mut e = engine(version);
+        e.config.indexes = vec![crate::query::IndexDef { table: "sets".into(), fields: vec!["unit".into()] }];
+        assert!(e.learn_schema(v3.clone(), None).is_some());
+        record(&mut e, "old", &[("exercise", "squat".into()), (weight, 80.0.into()), ("reps", 5.into())]);
+        record(&mut e, "lb", &[("exercise", "squat".into()), (weight, 80.0.into()), ("reps", 5.into()), ("unit", "lb".into())]);
+        let unit = |v: Value| Query { filters: vec![Filter { field: "unit".into(), preds: vec![Pred::Eq(v)] }], ..Query::default() };
+        let ids = |e: &mut Engine, q: &Query| e.query("sets", q).into_iter().map(|(k, _)| k.row_id).collect::<Vec<_>>();
+        assert_eq!(ids(&mut e, &unit("kg".into())), ["old"], "app version {version}");
+        assert_eq!(ids(&mut e, &unit(Value::Null)), Vec::<String>::new());
+        let shown = e.query("sets", &unit("kg".into())).remove(0).1;
+        assert_eq!(shown.get("unit"), Some(&Value::from("kg")));
+        assert_eq!(shown.get(weight), Some(&Value::from(80.0)));
+    }
+}

@@ -130,8 +130,12 @@ mod tests {
                 IndexDef { table: "a:b".into(), fields: vec!["é:1".into(), String::new()] },
             ],
             app_schema: 3,
+            defaults_shown: true,
         };
         assert_eq!(EntriesFor::read(&kept.spell()), Some(kept.clone()));
+        let before = EntriesFor { defaults_shown: false, ..kept.clone() };
+        assert_eq!(EntriesFor::read(&before.spell()), Some(before.clone()), "as kept before defaults were shown");
+        assert_ne!(EntriesFor::read(&before.spell()), Some(kept.clone()), "built again");
         let json = serde_json::to_string(&kept).unwrap();
         assert_eq!(serde_json::from_str::<EntriesFor>(&json).unwrap(), kept);
         assert_eq!(EntriesFor::read("3:9:5:sets"), None, "a length past the end");

@@ -298,22 +298,30 @@ impl Schema {
         out
     }
 
-    /// Whether an app written for `version` sees every row as it is stored
-    /// ([`Schema::row_at`] gives the row itself): it knows every name.
-    pub fn seen_as_stored_at(&self, version: u32) -> bool {
-        version >= self.version
+    /// Whether an app written for `version` sees every row of `table` as it
+    /// is stored ([`Schema::row_at`] gives the row itself): it knows every
+    /// name, and no field of the table has a `default` to show.
+    pub fn seen_as_stored_at(&self, version: u32, table: &str) -> bool {
+        version >= self.version && !self.has_defaults(table)
+    }
+
+    fn has_defaults(&self, table: &str) -> bool {
+        self.tables.get(table).is_some_and(|t| t.fields.values().any(|r| r.default.is_some()))
     }
 
     /// A row as an app written for `version` spells it: cells under their
-    /// newest names first (two names of one field keep the newer mark), then
+    /// newest names first (two names of one field keep the newer mark), the
+    /// `default` of every field it lacks (PROTOCOL §3b: read, never
+    /// stored — a cell with no mark, `at` 0, that any edit wins over), then
     /// renamed fields under the app's names. Fields the app does not know
     /// (added later) are kept as they are. Borrowed when nothing changes.
     pub fn row_at<'r>(&self, version: u32, table: &str, row: &'r Row) -> Cow<'r, Row> {
-        if self.seen_as_stored_at(version) {
+        if self.seen_as_stored_at(version, table) {
             return Cow::Borrowed(row);
         }
         let names = self.names_at(version, table);
-        let newest = self.upgrade_row(table, row);
+        let mut newest = self.upgrade_row(table, row);
+        self.show_defaults(table, &mut newest);
         if names.is_empty() || !newest.cells.keys().any(|k| names.contains_key(k)) {
             return newest;
         }
@@ -325,18 +333,28 @@ impl Schema {
         Cow::Owned(out)
     }
 
-    /// What an app shows of a row: [`Schema::upgrade_row`]'s fields, plus the
-    /// `default` of every field the row lacks.
-    pub fn view(&self, table: &str, row: &Row) -> Fields {
-        let mut fields = self.upgrade_row(table, row).fields();
-        if let Some(rules) = self.tables.get(table) {
-            for (name, rule) in &rules.fields {
-                if let Some(d) = &rule.default {
-                    fields.entry(name.clone()).or_insert_with(|| d.clone());
-                }
+    /// The `default` of every field of `table` that `row` (a live one, in
+    /// the newest names) lacks, as a cell with no mark.
+    fn show_defaults(&self, table: &str, row: &mut Cow<'_, Row>) {
+        let Some(rules) = self.tables.get(table) else { return };
+        if row.is_deleted() {
+            return;
+        }
+        for (name, rule) in &rules.fields {
+            if let Some(d) = rule.default.as_ref().filter(|_| !row.cells.contains_key(name)) {
+                let mark = Mark { at: 0, op_id: OpId::new("") };
+                row.to_mut().cells.insert(name.clone(), Cell { value: d.clone(), mark });
             }
         }
-        fields
+    }
+
+    /// What an app of the newest version shows of a row:
+    /// [`Schema::upgrade_row`]'s fields, plus the `default` of every field
+    /// the row lacks ([`Schema::row_at`]'s fields).
+    pub fn view(&self, table: &str, row: &Row) -> Fields {
+        let mut row = self.upgrade_row(table, row);
+        self.show_defaults(table, &mut row);
+        row.fields()
     }
 
     /// The one rule for an edit (PROTOCOL §3 step 1 and §3b): read the

@@ -380,7 +380,7 @@ pub async fn index_entries_follow_the_base_rows<S: LocalStore, F: std::future::F
     store.commit(&txn).await.map_err(err)?;
     compact().await;
     let def = IndexDef { table: "sets".into(), fields: vec!["exercise".into()] };
-    let kept = EntriesFor { defs: vec![def.clone()], app_schema: 1 };
+    let kept = EntriesFor { defs: vec![def.clone()], app_schema: 1, defaults_shown: true };
     let all = EntryRange { index: def.id(), from: Vec::new(), to: None, reverse: false, limit: usize::MAX };
     let want = |rows: &[(&RowKey, Row)]| {
         let mut v: Vec<Vec<u8>> = rows.iter().filter_map(|(k, r)| entry(&def, k, Some(r))).collect();

@@ -5,6 +5,7 @@
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { backends, startServer, launch, device, newUser, root } from './helpers.mjs';
 
 for (const backend of backends()) {
@@ -83,3 +84,96 @@ for (const backend of backends()) {
     });
   });
 }
+
+// A schema file edited under the same version (a limit relaxed in place,
+// the server restarted): devices never fetched it again, and went on
+// refusing, by the old limit, edits the server now took.
+describe('a schema changed under the same version', () => {
+  let server;
+  let browser;
+  const v2 = join(root, 'src', 'schema', 'workout-v2.json');
+  before(async () => {
+    server = await startServer('sqlite', { extra: ['--schema', v2] });
+    browser = await launch();
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.stop();
+  });
+
+  test('reaches the device at its next pull, and its edits are checked by it', async () => {
+    const user = newUser('inplace');
+    const d = await device(browser, server);
+    const run = (fn, arg) => d.page.evaluate(fn, arg);
+    await run(async (user) => {
+      window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'inplace', autoSync: false, live: false, schema: 2 });
+      await db.sync();
+    }, user);
+    assert.equal((await run(() => db.check('sets', 'r1', { exercise: 'squat', weight: 80, reps: 300 })))?.reason, 'reps must be at most 100');
+
+    const relaxed = join(server.dir, 'relaxed.json');
+    writeFileSync(relaxed, readFileSync(v2, 'utf8').replace('"min": 1, "max": 100', '"min": 1, "max": 500'));
+    await server.kill();
+    await server.restart(['--schema', relaxed]);
+    const after = await run(async () => {
+      await db.sync();
+      const check = db.check('sets', 'r1', { exercise: 'squat', weight: 80, reps: 300 });
+      await db.change('sets', 'r1', { exercise: 'squat', weight: 80, reps: 300 });
+      const report = await db.sync();
+      return { check, applied: report.applied, phase: db.status('sets', 'r1').phase, version: db.schema().version };
+    });
+    assert.deepEqual(after, { check: null, applied: 1, phase: 'synced', version: 2 });
+    assert.equal((await server.rows(user)).get('sets/r1').fields.reps, 300);
+    await d.context.close();
+  });
+});
+
+// A field added with a default (v3's `unit`, "kg") was never shown: rows
+// written before lacked it in row(), rows() and every query, eager or lazy,
+// while the server judged them as holding "kg" (PROTOCOL §3b).
+describe('a field added with a default', () => {
+  let server;
+  let browser;
+  before(async () => {
+    server = await startServer('sqlite', { extra: ['--schema', join(root, 'src', 'schema', 'workout-v2.json')] });
+    browser = await launch();
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.stop();
+  });
+
+  test('is shown and found in rows written before it, eager and lazy', async () => {
+    const user = newUser('defaults');
+    const a = await device(browser, server);
+    await a.page.evaluate(async (user) => {
+      window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'defaults', autoSync: false, live: false, schema: 2 });
+      await db.change('sets', 'r1', { exercise: 'squat', weight: 80, reps: 5 });
+      await db.change('sets', 'r2', { exercise: 'bench', weight: 90, reps: 6 });
+      await db.sync();
+    }, user);
+    await a.context.close();
+    await server.kill();
+    await server.restart(['--schema', join(root, 'src', 'schema', 'workout-v3.json')]);
+    for (const lazy of [false, true]) {
+      const d = await device(browser, server);
+      const seen = await d.page.evaluate(async ({ user, lazy }) => {
+        window.db = await window.Marksync.open({
+          endpoint: location.origin, token: `dev:${user}`, name: 'defaults', autoSync: false, live: false, schema: 3, lazy,
+          indexes: { sets: [['unit']] },
+        });
+        await db.sync();
+        const ids = async (q) => (await db.query('sets', q)).map((r) => r._id);
+        return {
+          row: (await db.row('sets', 'r1')).unit,
+          rows: (await db.rows('sets')).map((r) => r.unit),
+          kg: await ids({ where: { unit: 'kg' } }),
+          none: await ids({ where: { unit: null } }),
+          count: await db.count('sets', { where: { unit: 'kg' } }),
+        };
+      }, { user, lazy });
+      assert.deepEqual(seen, { row: 'kg', rows: ['kg', 'kg'], kg: ['r1', 'r2'], none: [], count: 2 }, `lazy: ${lazy}`);
+      await d.context.close();
+    }
+  });
+});
