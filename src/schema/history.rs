@@ -304,6 +304,10 @@ fn check_rule(field: &str, rule: &FieldRule) -> Result<(), String> {
         if min > max {
             return Err(format!("min {} is above max {}", super::num(min), super::num(max)));
         }
+        // A field no value can satisfy would refuse every edit that sets it.
+        if rule.kind == FieldType::Integer && min.ceil() > max.floor() {
+            return Err(format!("no integer lies between min {} and max {}", super::num(min), super::num(max)));
+        }
     }
     if let Some(default) = &rule.default {
         if *default == Value::Null {

@@ -231,6 +231,8 @@ impl Schema {
     /// Parses and checks a schema file: a history whose steps do not compose
     /// is refused with the version and step named ([`SchemaError::Step`]).
     pub fn from_json(text: &str) -> Result<Schema, SchemaError> {
+        // A byte-order mark, as some editors save JSON, is not the file's text.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let file: SchemaFile = crate::json::from_str(text)?;
         Schema::try_from(file)
     }

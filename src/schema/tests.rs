@@ -324,6 +324,8 @@ fn steps_that_do_not_compose_are_refused_with_the_step_named() {
          "version 2, step 1 (changeLimit): sets.reps: min 500 is above max 100"),
         (r#"{"changeLimit": {"table": "sets", "field": "reps"}}"#,
          "version 2, step 1 (changeLimit): names no limit to change (min, max or maxLength)"),
+        (r#"{"addField": {"table": "sets", "field": "rpe", "rule": {"type": "integer", "min": 0.5, "max": 0.7}}}"#,
+         "version 2, step 1 (addField): sets.rpe: no integer lies between min 0.5 and max 0.7"),
         (r#"{"retireField": {"table": "sets", "field": "rpe"}}"#,
          "version 2, step 1 (retireField): table sets has no field rpe"),
         (r#"{"addTable": {"table": "sets", "fields": {"a": {"type": "string"}}}}"#,
@@ -600,4 +602,12 @@ fn a_schema_with_no_tables_or_a_table_with_no_fields_reads_back_as_written() {
         assert!(!written.contains("[]"), "{written}");
         assert_eq!(Schema::from_json(&written).unwrap(), schema, "{written}");
     }
+}
+
+/// A schema file saved with a byte-order mark (as some editors write JSON)
+/// was refused as "expected value at line 1 column 1".
+#[test]
+fn a_byte_order_mark_before_the_file_is_not_its_text() {
+    let text = format!("\u{feff}{}", Schema::workout().to_json());
+    assert_eq!(Schema::from_json(&text).unwrap(), Schema::workout());
 }
