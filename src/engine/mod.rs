@@ -682,6 +682,10 @@ impl Engine {
         if let Some(s) = txn.sync.as_ref().filter(|s| s.step > self.sync.step) {
             self.sync = s.clone();
             self.prune_sync();
+            // Another context's step is newer than this one's last failure:
+            // what it says of the last request (an answer, or its own failure)
+            // is the truth now, as in every other context.
+            self.last_failure = None;
         }
         if let Some(k) = &txn.schema {
             self.absorb_schema(k);

@@ -433,6 +433,46 @@ fn a_1200_op_queue_drains_in_two_pushes() {
     assert_eq!(s.rows("u").len(), 1200);
 }
 
+/// A tab whose own push failed kept saying why in `metrics().lastError`
+/// after another context's sync went through and every other context said
+/// nothing was wrong.
+#[test]
+fn a_failure_heard_answered_by_another_context_is_no_longer_told() {
+    let mut s = MemoryServer::new(Schema::workout());
+    let (mut a, mut b) = (engine("d"), engine("d"));
+    let d = a.draft("sets", "d-1", set(5)).unwrap();
+    let m = a.meta().clone();
+    let (txn, rec) = a.plan_record(d, &m, 10).unwrap();
+    a.recorded(rec);
+    b.absorb(&txn);
+    let Step::Push(req) = a.start_sync(0).1 else { panic!("a push") };
+    let (mut failed, _) =
+        a.on_push_failed(&req.attempt_key, Failure::Server { status: 500, message: "internal".into(), retry_after_ms: 0 }, 1).unwrap();
+    a.stamp(&mut failed);
+    assert!(a.last_failure().is_some());
+    b.absorb(&failed);
+    let mut step = b.start_sync(2).1;
+    loop {
+        step = match step {
+            Step::Push(req) => {
+                let (mut t, st) = b.on_push_response(s.push("u", &req).unwrap(), 3).unwrap();
+                b.stamp(&mut t);
+                a.absorb(&t);
+                st
+            }
+            Step::Pull(req) => {
+                let (mut t, st) = b.on_pull_response(&req, s.pull_spaces("u", &req), 3).unwrap();
+                b.stamp(&mut t);
+                a.absorb(&t);
+                st
+            }
+            _ => break,
+        }
+    }
+    assert_eq!(b.last_failure(), None);
+    assert_eq!(a.last_failure(), None, "the answer another context got is heard here too");
+}
+
 #[test]
 fn absorb_follows_another_engine_on_the_same_database() {
     let mut s = MemoryServer::new(Schema::workout());
