@@ -207,7 +207,10 @@ class Database extends Native {
       // Now, by message; and, where the browser has Background Sync, also as a
       // registered sync that survives this page (the worker's cycles take turns
       // under the database's Web Lock, so a second one only finds less to do).
-      c.postMessage({ type: 'marksync:sync', name });
+      // Not now while the page knows it is offline: a worker's own `onLine`
+      // may say otherwise, and its try would put every row in doubt for a
+      // request that cannot leave; the registered sync fires when the network is back.
+      if (navigator.onLine !== false) c.postMessage({ type: 'marksync:sync', name });
       try {
         const reg = await navigator.serviceWorker.ready;
         if (reg.sync) {

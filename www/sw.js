@@ -81,21 +81,34 @@ export function installSyncWorker(scope, { endpoint, name = 'marksync', token } 
     return dbPromise;
   }
 
+  // A failed cycle's next try, when it is due this soon, is made inside the
+  // same event (kept alive by `waitUntil`): the statuses say when the next
+  // try is (`nextRetryAt`), and with no page syncing on its own nothing else
+  // would make it then. A later one is the browser's (the event fails, and
+  // Background Sync fires it again).
+  const HOLD_MS = 60_000;
+
   async function cycle() {
-    const d = await db();
-    // A database closed under the library heals inside the instance (it
-    // opens it again and puts back the queue it holds); an instance that
-    // cannot is dropped, never kept on a dead connection: the next cycle
-    // opens a new one.
-    const report = await d.sync().catch((e) => {
-      if (e && (e.code === 'closed' || e.code === 'storage_unavailable')) {
-        dbPromise = null;
-        try { d.close(); } catch (_) { /* already closed */ }
+    const started = Date.now();
+    for (;;) {
+      const d = await db();
+      // A database closed under the library heals inside the instance (it
+      // opens it again and puts back the queue it holds); an instance that
+      // cannot is dropped, never kept on a dead connection: the next cycle
+      // opens a new one.
+      const report = await d.sync().catch((e) => {
+        if (e && (e.code === 'closed' || e.code === 'storage_unavailable')) {
+          dbPromise = null;
+          try { d.close(); } catch (_) { /* already closed */ }
+        }
+        throw e;
+      });
+      if (report.ok) return report;
+      if (report.retryAt == null || report.retryAt - started > HOLD_MS) {
+        throw new Error(`marksync: sync incomplete (${report.error}); retrying later`);
       }
-      throw e;
-    });
-    if (!report.ok) throw new Error(`marksync: sync incomplete (${report.error}); retrying later`);
-    return report;
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, report.retryAt - Date.now())));
+    }
   }
 
   scope.addEventListener('sync', (event) => {

@@ -89,6 +89,42 @@ for (const backend of backends()) {
       await d.context.close();
     });
 
+    test('requestSync() while the page knows it is offline sends nothing: rows stay pending, no attempt is charged', async () => {
+      const user = newUser('sw-offline-ask');
+      const d = await deviceWithWorker(user, { autoSync: false });
+      const [page] = d.pages;
+      await d.context.setOffline(true);
+      await page.evaluate(() => db.change('sets', 'r1', { exercise: 'squat', weightKg: 80, reps: 5 }));
+      for (let i = 0; i < 3; i++) {
+        await page.evaluate(() => db.requestSync());
+        await new Promise((r) => setTimeout(r, 500));
+      }
+      const seen = await page.evaluate(() => {
+        const s = db.status('sets', 'r1');
+        return { phase: s.phase, attempts: s.attempts, unknown: db.metrics().unknownOutcomes };
+      });
+      assert.deepEqual(seen, { phase: 'pending', attempts: 0, unknown: 0 });
+      await d.context.setOffline(false);
+      await until(async () => (await server.rows(user)).size === 1, 'the registered sync to deliver once online');
+      await d.context.close();
+    });
+
+    test("a cycle of the worker that failed is tried again at its nextRetryAt, with no page syncing", async () => {
+      const user = newUser('sw-retry');
+      const d = await deviceWithWorker(user, { autoSync: false });
+      const [page] = d.pages;
+      await page.evaluate(() => db.change('sets', 'r1', { exercise: 'squat', weightKg: 80, reps: 5 }));
+      await server.faults({ failBeforeCommit: 1 });
+      const dispatched = d.dispatchSync().catch(() => {});
+      await until(() => page.evaluate(() => db.status('sets', 'r1').nextRetryAt != null), 'the failed try and its next one');
+      const due = await page.evaluate(() => db.status('sets', 'r1').nextRetryAt);
+      await until(async () => (await server.rows(user)).size === 1, 'the worker to try again when it said');
+      assert.ok(Date.now() >= due - 50, 'not before it said');
+      await until(() => page.evaluate(() => db.status('sets', 'r1').phase === 'synced'), 'synced everywhere');
+      await dispatched;
+      await d.context.close();
+    });
+
     test('the network flipped for 20 s under two tabs, the worker holding the queue: every edit once, all synced, none exhausted', async () => {
       // A guard (it held before the database could be closed under the library): a flapping network never
       // doubles an edit, never loses one, and never runs retries out.
