@@ -63,8 +63,11 @@ import { root } from './helpers.mjs';
 // honoured (a device knocked again within a second on a server that had
 // asked for 5), +0.3 KB; 382 → 384: a poke that waits for that too, a
 // lazy read that never answers a row twice, a read under way at close()
-// ending `closed`, names no edit could write refused in reads, +1.9 KB.
-const BUDGET_KB = 384;
+// ending `closed`, names no edit could write refused in reads, +1.9 KB;
+// 384 → 385: a schema edited under the same version fetched again (pulls
+// name its `ETag`), defaults shown in every read and index, a tab's old
+// failure not told after another context's answer, +1.3 KB.
+const BUDGET_KB = 385;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');
