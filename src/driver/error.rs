@@ -98,7 +98,7 @@ impl From<EngineError> for ClientError {
             EngineError::IdsExhausted => ClientError::IdsExhausted,
             EngineError::ClockExhausted => ClientError::ClockExhausted(e.to_string()),
             EngineError::Denied(d) => ClientError::Denied(d),
-            e @ EngineError::WrongUser { .. } => ClientError::WrongUser(e.to_string()),
+            e @ (EngineError::WrongUser { .. } | EngineError::TokenOfAnotherUser(_)) => ClientError::WrongUser(e.to_string()),
             // The stored rows do not decode: the database's fault, not the app's input.
             EngineError::Store(s) => ClientError::from(s),
             other => ClientError::BadInput(other.to_string()),

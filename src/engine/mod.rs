@@ -142,6 +142,11 @@ pub enum EngineError {
         /// The user named.
         named: String,
     },
+    /// An edit while the token in use is another user's than the
+    /// database's (the server said so): it would be queued for the owner,
+    /// and sent into their account once their token is back.
+    #[error("{0}; the edit was not recorded")]
+    TokenOfAnotherUser(String),
 }
 
 /// What the caller should do next in a sync cycle.

@@ -89,6 +89,12 @@ impl Engine {
     /// space the user left (`forbidden`). A space the device has not heard
     /// of yet is the server's to judge.
     pub fn draft_in(&self, space: Option<&str>, table: &str, row_id: &str, fields: Fields) -> Result<Draft, EngineError> {
+        if self.hides_rows() {
+            // The person editing is not the database's owner: their edit
+            // must not join the owner's queue (PROTOCOL §5, 403 `wrong_user`).
+            let why = self.recovery().map_or_else(String::new, |r| r.message.clone());
+            return Err(EngineError::TokenOfAnotherUser(why));
+        }
         let path = |p: &str, what: &str| ShapeError { path: p.into(), problem: what.into() };
         check_table(table).map_err(|w| path("table", w))?;
         check_row_id(row_id).map_err(|w| path("rowId", w))?;

@@ -1334,12 +1334,17 @@ fn a_token_of_another_user_sends_nothing_shows_nothing_until_the_owners_token_re
     let Step::Push(req) = step else { panic!("{step:?}") };
     let resp = s.push("u", &req).unwrap();
     let (_, Step::Pull(p)) = e.on_push_response(resp, 16).unwrap() else { panic!() };
+    record(&mut e, "d-3", set(7), 16); // queued before the server told whose token it is
     let bob = answer_for(&mut s, "bob", &p);
     let (txn, step) = e.on_pull_response(&p, bob, 17).unwrap();
     assert!(matches!(step, Step::Blocked(ref r) if r.code.as_str() == "wrong_user"), "{step:?}");
     assert!(txn.put_base.is_empty() && txn.following.is_none(), "nothing of bob's is taken");
     assert!(e.hides_rows());
-    record(&mut e, "d-3", set(7), 18);
+    // Bob's own edit is not recorded: queued, it would go into u's account
+    // with u's queue once u's token is back.
+    let refused = e.draft("sets", "d-4", set(8));
+    assert!(matches!(refused, Err(EngineError::TokenOfAnotherUser(ref why)) if why.contains("\"bob\"")), "{refused:?}");
+    assert!(e.draft_deleted(None, "sets", "d-1", true).is_err(), "nor a removal");
     // Nor does the inspector's snapshot or a row's status show the owner's:
     // the synced row is unknown, the queued one reads recovery-required.
     let seen = e.inspect();
