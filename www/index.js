@@ -8,11 +8,17 @@ import init, { Marksync as Native } from './pkg/marksync.js';
 let ready;
 
 /**
- * Loads the WebAssembly module (once). `open()` calls it for you; call it
- * yourself to start the download early, or to pass the module's URL or bytes.
+ * Loads the WebAssembly module once (`open()` calls it): call it to start
+ * early, or to pass the module's URL or bytes (first call only). A failed
+ * load rejects with code `load_failed`; the next call tries again.
  */
 export function load(wasm) {
-  ready ??= init(wasm === undefined ? undefined : { module_or_path: wasm });
+  ready ??= init(wasm === undefined ? undefined : { module_or_path: wasm }).catch((cause) => {
+    ready = undefined;
+    const e = new Error(`marksync: the module did not load: ${cause?.message ?? cause}`, { cause });
+    e.code = 'load_failed';
+    throw e;
+  });
   return ready;
 }
 
@@ -207,9 +213,7 @@ class Database extends Native {
       // Now, by message; and, where the browser has Background Sync, also as a
       // registered sync that survives this page (the worker's cycles take turns
       // under the database's Web Lock, so a second one only finds less to do).
-      // Not now while the page knows it is offline: a worker's own `onLine`
-      // may say otherwise, and its try would put every row in doubt for a
-      // request that cannot leave; the registered sync fires when the network is back.
+      // Not while the page knows it is offline: that try could only fail, its rows in doubt.
       if (navigator.onLine !== false) c.postMessage({ type: 'marksync:sync', name });
       try {
         const reg = await navigator.serviceWorker.ready;

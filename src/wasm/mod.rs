@@ -200,6 +200,26 @@ pub struct Marksync {
     lazy: bool,
 }
 
+/// The keys `open()` knows (`wasm` is the package's: the module's URL or bytes).
+const OPEN_KEYS: [&str; 16] = [
+    "endpoint",
+    "token",
+    "name",
+    "user",
+    "autoSync",
+    "timeoutMs",
+    "schema",
+    "persist",
+    "live",
+    "resumeExhausted",
+    "retry",
+    "indexes",
+    "cacheBytes",
+    "lazy",
+    "indexesOnDisk",
+    "wasm",
+];
+
 #[wasm_bindgen]
 impl Marksync {
     /// Opens (or creates) a local database and connects it to a server.
@@ -214,11 +234,13 @@ impl Marksync {
     /// true; never waited for: a browser may hold the answer behind a
     /// prompt), `retry` (`{ maxAttempts: 10, maxElapsedMs: 3600000 }`: when
     /// sends with no usable answer stop and the server is asked what it
-    /// remembers). A bad option is `bad_input`, before anything is opened.
+    /// remembers). A bad option is `bad_input`, before anything is opened —
+    /// an unknown key too: `autosync: false` read as absent would sync.
     pub async fn open(options: JsValue) -> Result<Marksync, JsValue> {
         if !args::plain_object(&options, "options")? {
             return Err(js_error(Code::BadInput.as_str(), &format!("open() takes an options object (got {})", js_type(&options))));
         }
+        args::only_keys(&options, "options", &OPEN_KEYS)?;
         let o = "options";
         let endpoint = args::get(&options, "endpoint")?;
         if endpoint.is_undefined() || endpoint.is_null() {
@@ -250,6 +272,7 @@ impl Marksync {
             if !args::plain_object(&retry_opt, "options.retry")? {
                 return Err(js_error(Code::BadInput.as_str(), "options.retry must be { maxAttempts, maxElapsedMs }"));
             }
+            args::only_keys(&retry_opt, "options.retry", &["maxAttempts", "maxElapsedMs"])?;
             if let Some(n) = args::opt_int(&retry_opt, "maxAttempts", "options.retry", 1.0, u32::MAX as f64)? {
                 retry.max_attempts = n as u32;
             }

@@ -68,6 +68,9 @@ for (const backend of backends()) {
         assert.deepEqual(await d.run(() => db.rows('sets')), [], "bob's session is not shown alice's rows");
         assert.equal(await d.run(() => db.row('sets', 'a-synced')), null);
         assert.deepEqual(await d.run(() => [db.pending().length, db.metrics().pendingOps]), [0, 0], 'the queue hidden, its length too');
+        // Bob's own edit is refused: queued, it would reach alice's account with her queue.
+        const edit = await d.run(() => db.change('sets', 'bob-private', { exercise: 'row', weightKg: 50, reps: 5 }).then(() => null, (e) => e.code));
+        assert.equal(edit, 'wrong_user');
         const st = await d.run(() => db.status('sets', 'a-pending'));
         assert.deepEqual([st.phase, st.code], ['recovery-required', 'wrong_user']);
         // Reopened with bob's token: still alice's database, still refused, still hidden.
@@ -305,6 +308,8 @@ for (const backend of backends()) {
         const bad = [
           { schema: -1 }, { schema: 1.5 }, { schema: '1' }, { schema: 2 ** 33 }, { timeoutMs: 0 },
           { endpoint: 'not a url' }, { autoSync: 'yes' }, { name: '' }, { token: 5 },
+          // A misspelt key was read as absent: `autosync: false` synced, `maxAtempts` kept 10.
+          { autosync: false }, { cachebytes: 5 }, { retry: { maxAtempts: 3 } },
         ];
         const out = [];
         for (const o of bad) {
@@ -315,6 +320,24 @@ for (const backend of backends()) {
       });
       assert.deepEqual(codes, codes.map(() => 'bad_input'));
       await d.context.close();
+    });
+
+    test('a module download that failed is load_failed, and the next open() downloads it again', async () => {
+      // Failed: the rejected load was kept for the page's life (every open() rejected, "Failed to fetch", no code).
+      const context = await browser.newContext();
+      let aborted = 0;
+      await context.route('**/marksync_bg.wasm', (route) => (aborted++ === 0 ? route.abort() : route.continue()));
+      const page = await context.newPage();
+      await page.goto(`${server.url}/test/harness.html`);
+      const first = await page.evaluate(() => window.ready.then(() => 'loaded', (e) => e.code));
+      assert.equal(first, 'load_failed');
+      const again = await page.evaluate(async () => {
+        const db = await window.Marksync.open({ endpoint: location.origin, name: 'reload', autoSync: false, live: false });
+        db.close();
+        return 'opened';
+      });
+      assert.equal(again, 'opened');
+      await context.close();
     });
 
     test('listeners fire once per change that altered something; unsubscribe twice is fine; closed means closed', async () => {
