@@ -8,8 +8,9 @@
 // must be served from the root: the build emits the worker module (and what
 // it imports, the wasm among it) as `/service-worker.js`; the dev server
 // answers `/service-worker.js` with the same module, transformed (module
-// workers load ES modules in dev as in build). Register it as a module worker:
-//   navigator.serviceWorker.register('/service-worker.js', { type: 'module' })
+// workers load ES modules in dev as in build), under the app's `base` too.
+// Register it as a module worker:
+//   navigator.serviceWorker.register(import.meta.env.BASE_URL + 'service-worker.js', { type: 'module' })
 import { relative, resolve, sep } from 'node:path';
 
 /**
@@ -23,6 +24,7 @@ export default function marksync({ worker, fileName = 'service-worker.js' } = {}
   }
   let entry;
   let url;
+  let served;
   let building = false;
   return {
     name: 'marksync:worker',
@@ -30,13 +32,17 @@ export default function marksync({ worker, fileName = 'service-worker.js' } = {}
       entry = resolve(config.root, worker);
       url = `/${relative(config.root, entry).split(sep).join('/')}`;
       building = config.command === 'build';
+      // Where the build's file is deployed: under the app's `base` (`/app/`), as
+      // `import.meta.env.BASE_URL + 'service-worker.js'` names it in both.
+      const base = typeof config.base === 'string' && config.base.startsWith('/') ? config.base : '/';
+      served = new Set([`${base.endsWith('/') ? base : `${base}/`}${fileName}`, `/${fileName}`]);
     },
     buildStart() {
       if (building) this.emitFile({ type: 'chunk', id: entry, fileName });
     },
     configureServer(server) {
       server.middlewares.use(async (req, res, next) => {
-        if ((req.url ?? '').split('?')[0] !== `/${fileName}`) return next();
+        if (!served.has((req.url ?? '').split('?')[0])) return next();
         try {
           const out = await server.transformRequest(url);
           if (!out) return next();

@@ -80,4 +80,24 @@ describe('the worker shipped by marksync/vite', () => {
       await dev.close();
     }
   });
+
+  test("vite dev under a base: the worker is served where the build deploys it (base + its file name)", async () => {
+    // Failed: `/app/sync-worker.js` answered the index page, and only `/sync-worker.js`, outside the app, the worker.
+    // (Served as `sync-worker.js`: the app's worker module is itself `service-worker.js`, a file Vite serves anyway.)
+    Object.assign(process.env, { MARKSYNC_VITE_BASE: '/app/', MARKSYNC_VITE_SW: 'sync-worker.js' });
+    const dev = await createServer({ configFile: config, server: { port: 0, host: '127.0.0.1' } }).finally(() => {
+      delete process.env.MARKSYNC_VITE_BASE;
+      delete process.env.MARKSYNC_VITE_SW;
+    });
+    await dev.listen();
+    try {
+      const { port } = dev.httpServer.address();
+      const r = await fetch(`http://127.0.0.1:${port}/app/sync-worker.js`);
+      assert.equal(r.status, 200);
+      assert.match(r.headers.get('content-type') ?? '', /javascript/);
+      assert.match(await r.text(), /installSyncWorker/);
+    } finally {
+      await dev.close();
+    }
+  });
 });

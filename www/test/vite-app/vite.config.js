@@ -9,8 +9,9 @@ const here = dirname(fileURLToPath(import.meta.url));
 
 export default defineConfig({
   root: here,
+  base: process.env.MARKSYNC_VITE_BASE || '/',
   logLevel: 'warn',
   resolve: { alias: { marksync: resolve(here, '../..') } },
   build: { outDir: process.env.MARKSYNC_VITE_OUT || resolve(here, 'dist'), emptyOutDir: true },
-  plugins: [marksync({ worker: 'service-worker.js' })],
+  plugins: [marksync({ worker: 'service-worker.js', fileName: process.env.MARKSYNC_VITE_SW || 'service-worker.js' })],
 });
