@@ -1,4 +1,4 @@
-import type { Database, Diagnostics, LazyDatabase } from './index';
+import type { Database, Diagnostics, LazyDatabase, StorageInfo } from './index';
 
 /** `db.diagnostics()` with the metrics, storage persistence and usage, and when and where it was taken: one bug report. Never a token. */
 export interface DiagnosticsExport extends Diagnostics {
@@ -7,7 +7,7 @@ export interface DiagnosticsExport extends Diagnostics {
   exportedAt: string;
   userAgent: string | null;
   metrics: ReturnType<Database['metrics']>;
-  storage: { persisted?: boolean; usage?: number; quota?: number } | { error: string } | null;
+  storage: StorageInfo | { error: string } | null;
 }
 
 export interface MountedInspector {

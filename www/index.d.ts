@@ -307,7 +307,7 @@ export interface OpenOptions {
   live?: boolean;
   /** Where to load the wasm from (default: next to this module). */
   wasm?: string | URL;
-  /** Indexes only this device needs, besides the server schema's: `{ sets: [['exercise', 'at']] }`. */
+  /** Indexes only this device needs, besides the server schema's: `{ sets: [['exercise', 'weightKg']] }`. */
   indexes?: Readonly<Record<string, readonly (readonly string[])[]>>;
   /**
    * Open lazily: read rows from IndexedDB only as they are asked for, never every row at open. For a device that holds
@@ -330,7 +330,7 @@ export interface OpenOptions {
 export interface MarksyncError extends Error {
   code:
     | 'bad_input' | 'storage_unavailable' | 'storage_failed' | 'storage_full' | 'recovery_required' | 'closed' | 'ids_exhausted'
-    | 'clock_exhausted' | 'invalid' | 'read_only' | 'forbidden' | 'refused' | 'wrong_user';
+    | 'clock_exhausted' | 'invalid' | 'read_only' | 'forbidden' | 'refused' | 'wrong_user' | 'load_failed';
   /** For `recovery_required`: `retries_exhausted`, `unauthorized`, `wrong_user`, `refused`, `storage`, `payload_too_large`. */
   recovery?: string;
   /** For `invalid`: the server's reason, word for word (also the error's message). */
@@ -499,8 +499,11 @@ export interface Database {
   metrics(): Metrics;
   storage(): Promise<StorageInfo>;
   /** `storage`: the answer to the persistent-storage request arrived (`event.persistence`). */
-  addEventListener(type: 'storage', listener: (event: Event & { persistence: StorageInfo['persistence'] }) => void): void;
-  removeEventListener(type: 'storage', listener: (event: Event) => void): void;
+  addEventListener(type: 'storage', listener: (event: PersistenceEvent) => void, options?: boolean | AddEventListenerOptions): void;
+  /** `live`: the event stream changed state (`event.live`; `event.error`: why it is closed, or null). */
+  addEventListener(type: 'live', listener: (event: LiveEvent) => void, options?: boolean | AddEventListenerOptions): void;
+  removeEventListener(type: 'storage', listener: (event: PersistenceEvent) => void, options?: boolean | EventListenerOptions): void;
+  removeEventListener(type: 'live', listener: (event: LiveEvent) => void, options?: boolean | EventListenerOptions): void;
   /** Replaces the token and resumes a sync blocked on auth. */
   setToken(token: TokenSource): void;
   close(): void;
@@ -525,7 +528,16 @@ export declare const Marksync: {
   open(options: OpenOptions): Promise<Database>;
 };
 
-/** Loads the WebAssembly module early (optional). */
+/**
+ * Loads the WebAssembly module early (optional; `wasm` counts on the first
+ * call). A load that fails rejects with code `load_failed`; the next call tries again.
+ */
 export declare function load(wasm?: string | URL | BufferSource | WebAssembly.Module): Promise<unknown>;
+
+/** The `storage` event of a {@link Database}: the answer to the persistent-storage request. */
+export type PersistenceEvent = Event & { persistence: StorageInfo['persistence'] };
+
+/** The `live` event of a {@link Database}: the event stream's state, and why it is closed. */
+export type LiveEvent = Event & { live: 'off' | 'connecting' | 'open' | 'closed'; error: string | null };
 
 export default Marksync;

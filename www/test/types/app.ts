@@ -14,11 +14,12 @@ declare function render(rows: readonly Row[]): void;
 declare function showError(reason: string): void;
 
 export async function readme(): Promise<void> {
-  const db: Database = await Marksync.open({ endpoint: 'https://sync.example.com', token: () => auth.token(), name: 'diary' });
+  const db: Database = await Marksync.open({ endpoint: 'https://sync.example.com', token: () => auth.token(), name: 'diary',
+    indexes: { sets: [['exercise', 'weightKg']] } });
   const id = db.newRowId();
   await db.change('sets', id, { exercise: 'squat', weightKg: 82.5, reps: 5 });
-  const page = db.query('sets', { where: { exercise: 'squat' }, orderBy: ['at', 'desc'], limit: 50 });
-  db.query('sets', { where: { exercise: 'squat' }, orderBy: ['at', 'desc'], limit: 50, after: page.at(-1) });
+  const page = db.query('sets', { where: { exercise: 'squat' }, orderBy: ['weightKg', 'desc'], limit: 50 });
+  db.query('sets', { where: { exercise: 'squat' }, orderBy: ['weightKg', 'desc'], limit: 50, after: page.at(-1) });
   const stop = db.watch('sets', { where: { weightKg: { gte: 100 } } }, render);
   stop();
   const phase: 'pending' | 'awaiting-ack' | 'unknown-outcome' | 'rejected' | 'synced' | 'recovery-required' | undefined = db.status('sets', id)?.phase;
@@ -77,6 +78,16 @@ export function Hooks({ db }: { db: Database }): number {
   const status = useRowStatus(db, 'sets', 'r1');
   const spaces = useSpaces(db);
   return (rows?.length ?? 0) + all.length + (status ? 1 : 0) + spaces.length;
+}
+
+// The database's events, as an app listens to them (and stops).
+export function events(db: Database): void {
+  const onLive = (e: { live: string; error: string | null }) => void [e.live, e.error];
+  db.addEventListener('live', onLive);
+  db.removeEventListener('live', onLive);
+  const onStorage = (e: Event & { persistence: unknown }) => void e.persistence;
+  db.addEventListener('storage', onStorage);
+  db.removeEventListener('storage', onStorage);
 }
 
 // The inspector, as the README mounts it.
