@@ -289,8 +289,9 @@ export interface OpenOptions {
   name?: string;
   /**
    * The user the database belongs to. A database belongs to one user: without this it is bound to the user the server
-   * names at the first sync; with it, a database of another user is refused at once (`wrong_user`). Either way a token
-   * of another user never sends the queue nor shows the rows.
+   * names at the first sync; with it, a database of another user is refused at once (`wrong_user`). Either way, once
+   * the server has said the token is another user's, it never sends the queue nor shows the rows, and edits reject
+   * with `wrong_user`; without `user`, until that first answer the device cannot tell, and shows the owner's rows.
    */
   user?: string;
   /** Sync after each edit and retry with backoff on its own. Default true. */
