@@ -185,6 +185,10 @@ mod tests {
             }
         }
         let mut codes: Vec<String> = thrown.iter().map(|e| e.code().to_owned()).collect();
+        // Thrown by the package's glue before there is a module to throw anything (`load()`).
+        let glue = include_str!("../../www/index.js");
+        assert!(glue.contains("e.code = 'load_failed'"), "www/index.js throws load_failed");
+        codes.push("load_failed".to_owned());
         codes.sort();
         codes.dedup();
         let mut typed = typed_codes();
