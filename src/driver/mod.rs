@@ -522,9 +522,10 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             planned = Some(rec);
         }
         let mut drafts = planned.is_none().then_some(drafts);
-        // Twice at most: a database closed under the library before the
-        // edit was planned (the usual case: the transaction cannot even
-        // start) is opened again and the edit goes into it.
+        // Twice at most: a database closed under the library — before the
+        // edit was planned (the transaction cannot even start) or after
+        // (the browser aborted it: nothing of it was written) — is opened
+        // again and the edit goes into it.
         for retry in [false, true] {
             if drafts.is_none() {
                 break;
@@ -532,7 +533,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
             let written = self
                 .store
                 .update(true, &mut |stored| {
-                    let drafts = drafts.take()?;
+                    let drafts = drafts.clone()?;
                     match self.engine.borrow_mut().plan_records(drafts, stored, now) {
                         Ok((txn, rec)) => {
                             planned = Some(rec);

@@ -72,6 +72,44 @@ for (const backend of backends()) {
       await context.close();
     });
 
+    test('edits under way when the site data is cleared heal: none rejects, each reaches the server once', async () => {
+      // Failed before: some rejected `storage_failed` ("the transaction was aborted", or "[object IDBRequest]"): the
+      // browser aborts them before the connection's close event reaches the library.
+      const user = newUser('clear-burst');
+      const { context, page } = await device(browser, server);
+      const cdp = await context.newCDPSession(page);
+      await page.evaluate(async (user) => {
+        window.db = await window.Marksync.open({ endpoint: location.origin, token: `dev:${user}`, name: 'clear-burst', autoSync: false, live: false });
+        window.out = [];
+      }, user);
+      for (let round = 0; round < 2; round++) {
+        // Edits twenty at a time, without pause, while the data is cleared.
+        await page.evaluate(() => {
+          window.go = true;
+          (async () => {
+            while (window.go) {
+              await Promise.all(Array.from({ length: 20 }, () => {
+                const id = db.newRowId();
+                return db.change('sets', id, { exercise: 'squat', weightKg: 60, reps: 5 })
+                  .then(() => out.push({ id }), (e) => out.push({ id, failed: `${e.code}: ${e.message}` }));
+              }));
+            }
+          })();
+        });
+        await new Promise((r) => setTimeout(r, 300));
+        await cdp.send('Storage.clearDataForOrigin', { origin: server.url, storageTypes: 'indexeddb' });
+        await new Promise((r) => setTimeout(r, 700));
+        await page.evaluate(() => { window.go = false; });
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      const out = await page.evaluate(() => window.out);
+      assert.deepEqual(out.filter((o) => o.failed).map((o) => o.failed), [], 'no edit under way rejected');
+      await until(() => page.evaluate(() => db.sync().then((r) => r.ok && db.pending().length === 0, () => false)), 'a sync after the clears');
+      const rows = await server.rows(user);
+      assert.equal(rows.size, out.length, 'every edit on the server, once');
+      await context.close();
+    });
+
     test('the site data cleared under the worker: the worker opens a fresh database and pushes the edits made after', async () => {
       // Failed before: the worker kept its first connection, closed, and every later Background Sync did nothing.
       const user = newUser('sw-cleared');

@@ -247,9 +247,16 @@ impl Said for idb::Error {
 
 impl Said for JsValue {
     /// As JS says it (`String(e)`): a DOMException's name, then its message.
+    /// A failed request (an `IDBRequest`, as some paths hand it on) is said
+    /// by its `error`, not as "[object IDBRequest]".
     fn said(self) -> String {
         if self.is_undefined() || self.is_null() {
             return NOTHING_THROWN.to_owned();
+        }
+        if let Ok(error) = js_sys::Reflect::get(&self, &"error".into()) {
+            if error.dyn_ref::<web_sys::DomException>().is_some() {
+                return error.said();
+            }
         }
         self.unchecked_ref::<js_sys::Object>().to_string().into()
     }
@@ -624,6 +631,23 @@ impl IdbStore {
         }
     }
 
+    /// [`IdbStore::fail`] once the browser has had its moment. It aborts the
+    /// transactions under way (the site's data cleared) with an `AbortError`
+    /// that names no closing, and dispatches the connection's `close` event
+    /// a task or so later: read at once, an edit under way would be
+    /// `storage_failed` instead of healed by the reconnection.
+    async fn failed(&self, e: StoreError) -> StoreError {
+        if matches!(&e, StoreError::TxnFailed(m) if m.contains("AbortError")) {
+            for _ in 0..4 {
+                if self.lost.get() || self.closed_by_app.get() {
+                    break;
+                }
+                gloo_timers::future::TimeoutFuture::new(0).await;
+            }
+        }
+        self.fail(e)
+    }
+
     /// Marks the connection lost and tells the context (once per loss).
     fn lose(&self) {
         lose(&self.lost, &self.on_lost);
@@ -897,11 +921,17 @@ impl LocalStore for IdbStore {
     }
 
     async fn update(&self, durable: bool, plan: &mut dyn FnMut(&Meta) -> Option<Txn>) -> Result<bool, StoreError> {
-        self.update_in(durable, plan).await.map_err(|e| self.fail(e))
+        match self.update_in(durable, plan).await {
+            Err(e) => Err(self.failed(e).await),
+            ok => ok,
+        }
     }
 
     async fn write_assuming(&self, durable: bool, assumed: &Meta, txn: &Txn) -> Result<bool, StoreError> {
-        self.write_assuming_in(durable, assumed, txn).await.map_err(|e| self.fail(e))
+        match self.write_assuming_in(durable, assumed, txn).await {
+            Err(e) => Err(self.failed(e).await),
+            ok => ok,
+        }
     }
 
     fn close(&self) {
@@ -912,7 +942,10 @@ impl LocalStore for IdbStore {
     }
 
     async fn commit(&self, txn: &Txn) -> Result<(), StoreError> {
-        self.commit_in(txn).await.map_err(|e| self.fail(e))
+        match self.commit_in(txn).await {
+            Err(e) => Err(self.failed(e).await),
+            ok => ok,
+        }
     }
 
     async fn read_base(&self, wants: &[Want]) -> Result<Vec<Provided>, StoreError> {
