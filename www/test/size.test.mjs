@@ -66,8 +66,10 @@ import { root } from './helpers.mjs';
 // ending `closed`, names no edit could write refused in reads, +1.9 KB;
 // 384 → 385: a schema edited under the same version fetched again (pulls
 // name its `ETag`), defaults shown in every read and index, a tab's old
-// failure not told after another context's answer, +1.3 KB.
-const BUDGET_KB = 385;
+// failure not told after another context's answer, +1.3 KB; 385 → 386:
+// unknown option keys refused, edits under way when the site data is
+// cleared healed, +0.3 KB.
+const BUDGET_KB = 386;
 
 test(`the page's marksync is at most ${BUDGET_KB} KB gzip`, () => {
   const pkg = join(root, 'www', 'pkg');
