@@ -368,7 +368,8 @@ export interface Database {
   readonly user: string | null;
   /**
    * A new rowId for an insert, unique on this device forever. Synchronous and never failing in normal use (ids come from a
-   * reserved block of 2^20, refilled ahead of need); `ids_exhausted` only at the end of the id space.
+   * reserved block of 2^20, refilled ahead of need); `ids_exhausted` at the end of the id space, or after more than
+   * 2^20 calls with no await between them (the next block needs the event loop; after an await the calls go on).
    */
   newRowId(): string;
   /**
