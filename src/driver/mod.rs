@@ -521,7 +521,7 @@ impl<S: LocalStore + 'static, T: Transport + 'static, H: Host + 'static> Driver<
         if matches!(self.store.write_assuming(true, &assumed, &txn).await, Ok(true)) {
             planned = Some(rec);
         }
-        let mut drafts = planned.is_none().then_some(drafts);
+        let drafts = planned.is_none().then_some(drafts);
         // Twice at most: a database closed under the library — before the
         // edit was planned (the transaction cannot even start) or after
         // (the browser aborted it: nothing of it was written) — is opened
