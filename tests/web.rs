@@ -263,7 +263,7 @@ async fn an_aborted_step_takes_its_index_entries_with_its_rows() {
     let store = IdbStore::connect(&unique("abort-entries")).await.unwrap();
     store.open(Meta::fresh("dev".into())).await.unwrap();
     let def = IndexDef { table: "sets".into(), fields: vec!["reps".into()] };
-    let keep = EntriesFor { defs: vec![def.clone()], app_schema: 1 };
+    let keep = EntriesFor { defs: vec![def.clone()], app_schema: 1, defaults_shown: true };
     let row = |reps: f64| {
         use marksync::protocol::{Cell, Mark, OpId, Row};
         let mut r = Row::default();
