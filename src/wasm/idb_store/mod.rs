@@ -633,16 +633,18 @@ impl IdbStore {
 
     /// [`IdbStore::fail`] once the browser has had its moment. It aborts the
     /// transactions under way (the site's data cleared) with an `AbortError`
-    /// that names no closing, and dispatches the connection's `close` event
-    /// a task or so later: read at once, an edit under way would be
-    /// `storage_failed` instead of healed by the reconnection.
+    /// that names no closing, or an `UnknownError`, and dispatches the connection's `close` event
+    /// some tasks later — later still on a busy machine: read at once, an
+    /// edit under way would be `storage_failed` instead of healed by the
+    /// reconnection. An abort that is no closing is told a quarter of a
+    /// second late, which a failing transaction can afford.
     async fn failed(&self, e: StoreError) -> StoreError {
-        if matches!(&e, StoreError::TxnFailed(m) if m.contains("AbortError")) {
-            for _ in 0..4 {
+        if matches!(&e, StoreError::TxnFailed(m) if m.contains("AbortError") || m.contains("aborted")) {
+            for _ in 0..25 {
                 if self.lost.get() || self.closed_by_app.get() {
                     break;
                 }
-                gloo_timers::future::TimeoutFuture::new(0).await;
+                gloo_timers::future::TimeoutFuture::new(10).await;
             }
         }
         self.fail(e)
