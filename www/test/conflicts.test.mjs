@@ -37,7 +37,7 @@ for (const backend of backends()) {
     // offset good to about half a round trip), so two edits a few ms apart on
     // two devices may be stamped in either order. The edit meant to be later
     // waits this long, far past that error.
-    const later = () => new Promise((r) => setTimeout(r, 100));
+    const later = () => new Promise((r) => setTimeout(r, 500));
 
     const told = (g) => g.run(() => db.conflicts().map((c) => [c.field, c.mine.value, c.theirs.value]));
     const sync = (g) => g.run(async () => { await db.sync(); await db.sync(); });
