@@ -433,18 +433,24 @@ fn a_1200_op_queue_drains_in_two_pushes() {
     assert_eq!(s.rows("u").len(), 1200);
 }
 
-/// A tab whose own push failed kept saying why in `metrics().lastError`
-/// after another context's sync went through and every other context said
-/// nothing was wrong.
-#[test]
-fn a_failure_heard_answered_by_another_context_is_no_longer_told() {
-    let mut s = MemoryServer::new(Schema::workout());
+/// Two contexts of one database: `a` recorded an edit, `b` heard it.
+fn two_contexts_one_queued() -> (Engine, Engine) {
     let (mut a, mut b) = (engine("d"), engine("d"));
     let d = a.draft("sets", "d-1", set(5)).unwrap();
     let m = a.meta().clone();
     let (txn, rec) = a.plan_record(d, &m, 10).unwrap();
     a.recorded(rec);
     b.absorb(&txn);
+    (a, b)
+}
+
+/// A tab whose own push failed kept saying why in `metrics().lastError`
+/// after another context's sync went through and every other context said
+/// nothing was wrong.
+#[test]
+fn a_failure_heard_answered_by_another_context_is_no_longer_told() {
+    let mut s = MemoryServer::new(Schema::workout());
+    let (mut a, mut b) = two_contexts_one_queued();
     let Step::Push(req) = a.start_sync(0).1 else { panic!("a push") };
     let (mut failed, _) =
         a.on_push_failed(&req.attempt_key, Failure::Server { status: 500, message: "internal".into(), retry_after_ms: 0 }, 1).unwrap();
@@ -476,12 +482,7 @@ fn a_failure_heard_answered_by_another_context_is_no_longer_told() {
 #[test]
 fn absorb_follows_another_engine_on_the_same_database() {
     let mut s = MemoryServer::new(Schema::workout());
-    let (mut a, mut b) = (engine("d"), engine("d"));
-    let d = a.draft("sets", "d-1", set(5)).unwrap();
-    let m = a.meta().clone();
-    let (txn, rec) = a.plan_record(d, &m, 10).unwrap();
-    a.recorded(rec);
-    b.absorb(&txn);
+    let (mut a, mut b) = two_contexts_one_queued();
     assert_eq!(b.all_visible(), a.all_visible());
     let mut step = b.start_sync(0).1;
     let mut txns = vec![];
